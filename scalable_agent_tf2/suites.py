@@ -376,6 +376,20 @@ def _score_key(suite, level_name):
   return DMLAB30_LEVEL_MAPPING.get(level_name, level_name)
 
 
+def reference_scores(level_name):
+  """(random, human) reference scores of one level, or None for a level without them.
+
+  DMLab-30 training levels get their test level's scores (Table B.1); Atari games Table C.1's.
+  """
+  if is_atari_level(level_name):
+    game = atari_game(level_name)
+    return ATARI57_RANDOM_SCORES[game], ATARI57_HUMAN_SCORES[game]
+  if is_dmlab_level(level_name):
+    key = DMLAB30_LEVEL_MAPPING.get(level_name, level_name)
+    return DMLAB30_RANDOM_SCORES[key], DMLAB30_HUMAN_SCORES[key]
+  return None
+
+
 def normalized_scores(level_scores, suite):
   """Per-level human-normalised scores of one agent, in the suite's order.
 

@@ -1,0 +1,91 @@
+"""IMPALA (Espeholt et al., 2018) in TensorFlow 2: train or test one agent.
+
+    python experiment.py --mode=train --level_name=atari/pong --logdir=/tmp/pong
+    python experiment.py --mode=test  --level_name=atari/pong --logdir=/tmp/pong
+
+--level_name takes a level ("atari/pong", "explore_goal_locations_small") or a suite
+("atari57", "dmlab30"). Flags left unset take the paper's value for that level or suite
+(scalable_agent_tf2/config.py: Table G.1 for Atari, Table D.3 and the released code for
+DeepMind Lab); a flag you set always wins. This file only parses flags and wires the rooms.
+"""
+import dataclasses
+import sys
+
+from absl import app
+from absl import flags
+
+from scalable_agent_tf2 import checkpoints
+from scalable_agent_tf2 import config as config_lib
+from scalable_agent_tf2 import evaluation
+from scalable_agent_tf2 import training
+
+_PRESET = "(default: the level's preset)"
+flags.DEFINE_enum("mode", "train", ["train", "test"], "Train, or evaluate the latest checkpoint.")
+flags.DEFINE_string("logdir", "/tmp/agent", "Checkpoints, TensorBoard summaries, logs, results.")
+flags.DEFINE_string("level_name", "atari/pong",
+                    "A level (atari/<game>, a DMLab-30 level) or a suite (atari57, dmlab30).")
+flags.DEFINE_integer("num_actors", None, "Actor threads, each with an environment process. "
+                     + _PRESET)
+flags.DEFINE_integer("batch_size", None, "Trajectories per learner update. " + _PRESET)
+flags.DEFINE_integer("unroll_length", None, "Agent steps per trajectory (T). " + _PRESET)
+flags.DEFINE_integer("num_action_repeats", None, "Environment frames per agent step. " + _PRESET)
+flags.DEFINE_integer("queue_capacity", None, "Trajectories waiting for the learner at most. "
+                     + _PRESET)
+flags.DEFINE_integer("total_environment_frames", None,
+                     "Stop (and reach learning rate 0) after this many frames. " + _PRESET)
+flags.DEFINE_integer("seed", 1, "Seeds the network, environments and action sampling.")
+flags.DEFINE_enum("torso", None, ["shallow", "deep"], "Figure 3's network. " + _PRESET)
+flags.DEFINE_float("entropy_cost", None, "Entropy loss weight. " + _PRESET)
+flags.DEFINE_float("baseline_cost", None, "Baseline loss weight. " + _PRESET)
+flags.DEFINE_float("discounting", None, "Discount gamma. " + _PRESET)
+flags.DEFINE_enum("reward_clipping", None, ["abs_one", "optimistic_asymmetric",
+                                            "soft_asymmetric", "none"],
+                  "Reward clipping for the loss. " + _PRESET)
+flags.DEFINE_float("learning_rate", None, "Initial RMSProp learning rate. " + _PRESET)
+flags.DEFINE_float("decay", None, "RMSProp decay. " + _PRESET)
+flags.DEFINE_float("momentum", None, "RMSProp momentum. " + _PRESET)
+flags.DEFINE_float("epsilon", None, "RMSProp epsilon. " + _PRESET)
+flags.DEFINE_float("max_grad_norm", None, "Global gradient-norm clip; 0 for none. " + _PRESET)
+flags.DEFINE_enum("off_policy_correction", None, ["vtrace", "one_step_is", "epsilon", "none"],
+                  "Table 2's off-policy correction. " + _PRESET)
+flags.DEFINE_enum("jit_compile", "auto", ["auto", "on", "off"],
+                  "XLA-compile the learner update; auto: on GPUs only (faster on each).")
+flags.DEFINE_integer("width", None, "Frame width. " + _PRESET)
+flags.DEFINE_integer("height", None, "Frame height. " + _PRESET)
+flags.DEFINE_string("dataset_path", "", "DMLab: directory of the Brady et al. images.")
+flags.DEFINE_enum("renderer", "software", ["software", "hardware"], "DMLab renderer.")
+flags.DEFINE_string("level_cache_dir", "", "DMLab: cache directory for compiled maps.")
+flags.DEFINE_bool("sticky_actions", False, "Atari: repeat the last action with p=0.25.")
+flags.DEFINE_float("checkpoint_secs", 600.0, "Seconds between checkpoints.")
+flags.DEFINE_float("log_secs", 5.0, "Seconds between console lines and summaries.")
+flags.DEFINE_integer("test_num_episodes", 500, "Test mode: episodes per level (paper: 500).")
+
+FLAGS = flags.FLAGS
+
+
+def config_from_flags():
+  values = {f.name: FLAGS[f.name].value for f in dataclasses.fields(config_lib.ExperimentConfig)}
+  return config_lib.resolve(config_lib.ExperimentConfig(**values))
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  try:
+    config = config_from_flags()
+  except ValueError as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+  try:
+    if config.mode == config_lib.TRAIN:
+      training.train(config)
+    else:
+      evaluation.evaluate(config)
+  except (ModuleNotFoundError, checkpoints.CheckpointError) as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,103 @@
+"""Checkpoints under --logdir: the agent's parameters, the optimizer's slots and the frame count
+(which fixes the learning-rate position), plus the run's settings to check a resume against.
+
+A checkpoint that cannot be read, or that belongs to a different network, is an error that
+says what to do; it is never silently replaced by a fresh start.
+"""
+import json
+import os
+
+import tensorflow as tf
+
+CHECKPOINT_SUBDIR = "checkpoints"
+SETTINGS_FILE = "settings.json"
+# Settings that fix the shapes of the checkpointed variables: resuming with other values
+# cannot work. Everything else (learning rate, number of actors, ...) may change on resume.
+SHAPE_SETTINGS = ("level_name", "torso", "width", "height")
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint exists but cannot be used for this run."""
+
+
+class Checkpointer:
+  """Saves and restores one run's state under logdir/checkpoints (keeps the last 5)."""
+
+  def __init__(self, logdir, settings, **trackables):
+    """Args:
+      logdir: the run's directory.
+      settings: dict of the run's settings (JSON-serialisable); stored next to the
+        checkpoints and compared at restore on SHAPE_SETTINGS.
+      **trackables: what to save, e.g. agent=..., learner=...
+    """
+    self._logdir = logdir
+    self._settings = settings
+    self._directory = os.path.join(logdir, CHECKPOINT_SUBDIR)
+    self._checkpoint = tf.train.Checkpoint(**trackables)
+    self._manager = tf.train.CheckpointManager(self._checkpoint, self._directory,
+                                               max_to_keep=5)
+
+  @property
+  def latest(self):
+    """Path prefix of the newest checkpoint, or None."""
+    return self._manager.latest_checkpoint
+
+  def _check_settings(self):
+    path = os.path.join(self._directory, SETTINGS_FILE)
+    if not os.path.exists(path):
+      return
+    try:
+      with open(path) as f:
+        stored = json.load(f)
+    except (OSError, ValueError) as error:
+      raise CheckpointError(f"Cannot read {path} ({error}). Fix or delete that file.") from error
+    different = {k: (stored.get(k), self._settings.get(k)) for k in SHAPE_SETTINGS
+                 if k in stored and stored.get(k) != self._settings.get(k)}
+    if different:
+      details = ", ".join(f"--{k}: checkpoint {old!r}, now {new!r}"
+                          for k, (old, new) in different.items())
+      raise CheckpointError(
+          f"The checkpoint in {self._directory} was trained with different settings "
+          f"({details}). Rerun with the checkpoint's values, or use another --logdir.")
+
+  def restore(self, required=False):
+    """Restores the newest checkpoint, if any.
+
+    Args:
+      required: raise when there is none (test mode).
+
+    Returns:
+      The restored checkpoint's path, or None when there was none (a fresh start).
+
+    Raises:
+      CheckpointError: unreadable, incompatible, or (required) missing checkpoint.
+    """
+    self._check_settings()
+    path = self.latest
+    if path is None:
+      index_files = tf.io.gfile.glob(os.path.join(self._directory, "*.index"))
+      if index_files:
+        raise CheckpointError(
+            f"{self._directory} holds checkpoint files but no readable 'checkpoint' index "
+            f"file. Restore that file or move the directory away; not starting over it.")
+      if required:
+        raise CheckpointError(f"No checkpoint in {self._directory}: train first "
+                              f"(--mode=train --logdir={self._logdir}).")
+      return None
+    try:
+      self._checkpoint.restore(path).assert_existing_objects_matched()
+    except (tf.errors.OpError, ValueError, AssertionError, IndexError) as error:
+      raise CheckpointError(
+          f"Cannot restore checkpoint {path}: {type(error).__name__}: {error}\n"
+          f"The files are corrupt or come from a different network. Move {self._directory} "
+          f"away to start over, or point --logdir elsewhere.") from error
+    return path
+
+  def save(self, step):
+    """Writes a checkpoint numbered `step` (and the settings file); returns its path."""
+    os.makedirs(self._directory, exist_ok=True)
+    settings_path = os.path.join(self._directory, SETTINGS_FILE)
+    if not os.path.exists(settings_path):
+      with open(settings_path, "w") as f:
+        json.dump(self._settings, f, indent=2, sort_keys=True)
+    return self._manager.save(checkpoint_number=int(step))

@@ -1,0 +1,171 @@
+"""What a researcher watches during training: a console line, TensorBoard, and a JSONL log.
+
+Actor threads report episodes and environment restarts; the training loop reports updates;
+`write` (called every --log_secs from the supervising thread) turns them into:
+  * a console line: frames, frames/s, updates/s, progress, recent mean return per level;
+  * TensorBoard scalars under logdir (step = environment frames consumed by the learner);
+  * logdir/log.jsonl: one JSON object per episode ("kind": "episode") and per write
+    ("kind": "progress"), with the same numbers as TensorBoard.
+"""
+import collections
+import json
+import math
+import os
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from scalable_agent_tf2 import suites
+
+LOG_FILE = "log.jsonl"
+# Console and TensorBoard summaries average the last this many episodes per level.
+RECENT_EPISODES = 100
+
+
+def _mean(values):
+  return float(np.mean(values)) if len(values) else float("nan")
+
+
+def human_normalized_summary(level_returns):
+  """Mean capped, mean and median human-normalised score (percent) over the levels given.
+
+  Args:
+    level_returns: dict level name -> mean return; levels without reference scores are left
+      out.
+
+  Returns:
+    dict with mean_capped, mean, median (absent when no level has reference scores) and
+    per-level normalised scores "<level>" (fractions).
+  """
+  per_level = {}
+  for level, mean_return in level_returns.items():
+    references = suites.reference_scores(level)
+    if references is not None and not math.isnan(mean_return):
+      per_level[level] = float(suites.human_normalized_score(mean_return, *references))
+  if not per_level:
+    return {}
+  values = np.array(list(per_level.values()))
+  return dict(per_level=per_level, mean_capped=100.0 * float(np.mean(np.minimum(values, 1.0))),
+              mean=100.0 * float(np.mean(values)), median=100.0 * float(np.median(values)))
+
+
+class Monitor:
+  """Collects statistics from actor threads and the learner; writes them out on `write`."""
+
+  def __init__(self, logdir, levels, total_frames, print_fn=print, clock=time.monotonic):
+    self._levels = tuple(levels)
+    self._total_frames = total_frames
+    self._print = print_fn
+    self._clock = clock
+    self._lock = threading.Lock()
+    self._recent = {level: collections.deque(maxlen=RECENT_EPISODES) for level in levels}
+    self._new_episodes = []
+    self._num_episodes = 0
+    self._num_restarts = 0
+    self._last_update = {}
+    self._num_updates = 0
+    self._policy_lags = []
+    self._last_time = None
+    self._last_frames = None
+    self._last_updates = None
+    os.makedirs(logdir, exist_ok=True)
+    self._writer = tf.summary.create_file_writer(logdir)
+    self._log_file = open(os.path.join(logdir, LOG_FILE), "a")
+
+  # Reports (any thread).
+
+  def record_episode(self, level, episode_return, episode_step):
+    with self._lock:
+      self._recent[level].append(float(episode_return))
+      self._new_episodes.append((level, float(episode_return), int(episode_step)))
+      self._num_episodes += 1
+
+  def record_restart(self, level, error):
+    with self._lock:
+      self._num_restarts += 1
+    self._print(f"Environment process for {level} failed and was restarted: {error}")
+
+  def record_update(self, stats, policy_lags):
+    """stats: dict of the learner's scalars (numpy); policy_lags: ints, one per trajectory."""
+    with self._lock:
+      self._last_update = {k: float(v) for k, v in stats.items()}
+      self._num_updates += 1
+      self._policy_lags.extend(policy_lags)
+
+  # Output (the supervising thread).
+
+  def recent_returns(self):
+    """dict level -> mean of its last RECENT_EPISODES returns (nan when none yet)."""
+    with self._lock:
+      return {level: _mean(returns) for level, returns in self._recent.items()}
+
+  def write(self, num_frames, queue_fill):
+    """Writes one progress record (console, TensorBoard, JSONL) at `num_frames` frames."""
+    now = self._clock()
+    with self._lock:
+      episodes, self._new_episodes = self._new_episodes, []
+      lags, self._policy_lags = self._policy_lags, []
+      update = dict(self._last_update)
+      num_updates, num_episodes, num_restarts = (self._num_updates, self._num_episodes,
+                                                 self._num_restarts)
+    returns = self.recent_returns()
+    if self._last_time is None:
+      fps = updates_per_second = 0.0
+    else:
+      elapsed = max(now - self._last_time, 1e-9)
+      fps = (num_frames - self._last_frames) / elapsed
+      updates_per_second = (num_updates - self._last_updates) / elapsed
+    self._last_time, self._last_frames, self._last_updates = now, num_frames, num_updates
+
+    record = dict(kind="progress", time=time.time(), frames=int(num_frames),
+                  progress=num_frames / self._total_frames, frames_per_second=fps,
+                  updates=num_updates, updates_per_second=updates_per_second,
+                  episodes=num_episodes, environment_restarts=num_restarts,
+                  queue_fill=queue_fill, policy_lag=_mean(lags), **update)
+    for level, value in returns.items():
+      record[f"episode_return/{level}"] = value
+    normalized = human_normalized_summary(returns)
+    if len(self._levels) > 1 and normalized:
+      for level, value in normalized["per_level"].items():
+        record[f"human_normalized/{level}"] = value
+      for key in ("mean_capped", "mean", "median"):
+        record[f"human_normalized_{key}"] = normalized[key]
+
+    with self._writer.as_default(step=int(num_frames)):
+      for level, episode_return, episode_step in episodes:
+        tf.summary.scalar(f"episode_return/{level}", episode_return)
+        tf.summary.scalar(f"episode_length/{level}", episode_step)
+      for key, value in record.items():
+        if key not in ("kind", "time", "frames") and not key.startswith("episode_return/"):
+          if not (isinstance(value, float) and math.isnan(value)):
+            tf.summary.scalar(key, value)
+    self._writer.flush()
+    for level, episode_return, episode_step in episodes:
+      self._log_file.write(json.dumps(dict(kind="episode", frames=int(num_frames), level=level,
+                                           episode_return=episode_return,
+                                           episode_length=episode_step)) + "\n")
+    self._log_file.write(json.dumps(record) + "\n")
+    self._log_file.flush()
+    self._print(self._console_line(record, returns))
+    return record
+
+  def _console_line(self, record, returns):
+    parts = [f"frames {record['frames']:,} ({100 * record['progress']:.1f}%)",
+             f"{record['frames_per_second']:,.0f} fps",
+             f"{record['updates_per_second']:.2f} updates/s",
+             f"episodes {record['episodes']}"]
+    if "total_loss" in record:
+      parts.append(f"loss {record['total_loss']:.3g}")
+    shown = [(level, value) for level, value in returns.items() if not math.isnan(value)]
+    if len(shown) > 4:  # Suites: the summary, not 30 numbers.
+      if "human_normalized_mean_capped" in record:
+        parts.append(f"mean capped human-normalised {record['human_normalized_mean_capped']:.1f}%")
+    else:
+      parts.extend(f"{level} return {value:.2f}" for level, value in shown)
+    return " | ".join(parts)
+
+  def close(self):
+    self._writer.close()
+    self._log_file.close()

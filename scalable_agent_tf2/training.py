@@ -1,0 +1,309 @@
+"""--mode=train on one machine (DESIGN.md "Data flow"):
+
+    actor threads (--num_actors), each with its environment in a subprocess
+      -> one batched forward pass for all of them (dynamic_batching, learner's device)
+      -> unrolls of --unroll_length on a bounded queue
+      -> tf.data: batch --batch_size trajectories, time-major, prefetch the next batch
+      -> the learner's compiled update (learner.py)
+
+Threads: actor threads; a learner thread running updates; the main thread supervises (console,
+TensorBoard and JSONL every --log_secs, checkpoints every --checkpoint_secs, actor health,
+SIGINT/SIGTERM). Training stops at --total_environment_frames, at a signal, or when an actor
+fails with an error other than an environment crash (those are restarted and logged); a
+checkpoint is written in every case.
+"""
+import queue
+import signal
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from scalable_agent_tf2 import actor as actor_lib
+from scalable_agent_tf2 import checkpoints
+from scalable_agent_tf2 import environments
+from scalable_agent_tf2 import learner as learner_lib
+from scalable_agent_tf2 import monitoring
+from scalable_agent_tf2 import networks
+from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
+
+# How long stopping threads may take before we give up on them (they are daemons).
+_JOIN_TIMEOUT_SECS = 60.0
+
+
+class ActorFailed(RuntimeError):
+  """An actor thread stopped with an error that is not an environment crash."""
+
+
+def derive_seed(*parts):
+  """A 31-bit seed from ints (e.g. run seed, actor index, restart count)."""
+  return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def learner_device():
+  """The device the learner and the batched inference run on: the first GPU, else the CPU."""
+  gpus = tf.config.list_logical_devices("GPU")
+  return gpus[0].name if gpus else "/cpu:0"
+
+
+def default_environment_constructor(config):
+  """callable(level_name, seed, test_mode) -> (constructor, kwargs) for the run's levels."""
+  options = config.environment_options()
+
+  def constructor(level_name, seed, test_mode):
+    return environments.environment_constructor(level_name, seed=seed, test_mode=test_mode,
+                                                **options)
+  return constructor
+
+
+def start_environment(environment_constructor, level_name, seed, test_mode=False):
+  """An environment in a subprocess."""
+  constructor, kwargs = environment_constructor(level_name, seed, test_mode)
+  return environments.EnvironmentProcess(constructor, kwargs=kwargs)
+
+
+def build_agent(config, environment_constructor, network_config=None):
+  """(agent, first environment) for a run: the network is sized by the first level's spec.
+
+  The environment (of levels[0], seed of actor 0) is returned for actor 0 to use.
+  """
+  env = start_environment(environment_constructor, config.levels[0],
+                          derive_seed(config.seed, 0, 0))
+  try:
+    spec = env.spec
+    if network_config is None:
+      network_config = config.network_config(spec.num_actions)
+    if tuple(spec.frame_shape) != tuple(network_config.frame_shape):
+      raise ValueError(f"The environment's frames are {spec.frame_shape}, the network "
+                       f"expects {network_config.frame_shape}.")
+    return networks.Agent(network_config, seed=config.seed), env
+  except BaseException:
+    env.close()
+    raise
+
+
+def trajectory_signature(network_config, unroll_length, policy):
+  """tf.TensorSpecs of one trajectory as the dataset yields it (no level name)."""
+  steps = unroll_length + 1
+  spec = lambda shape, dtype: tf.TensorSpec([steps] + list(shape), dtype)
+  state = tf.nest.map_structure(lambda s: tf.TensorSpec(np.shape(s), tf.float32),
+                                policy.initial_state())
+  env_outputs = EnvOutput(
+      reward=spec([], tf.float32), done=spec([], tf.bool),
+      observation=Observation(frame=spec(network_config.frame_shape, tf.uint8),
+                              instruction=spec([networks.MAX_INSTRUCTION_WORDS], tf.int32)),
+      episode_return=spec([], tf.float32), episode_step=spec([], tf.int32))
+  agent_outputs = AgentOutput(action=spec([], tf.int32),
+                              policy_logits=spec([network_config.num_actions], tf.float32),
+                              baseline=spec([], tf.float32))
+  return (tf.TensorSpec([], tf.int64), state, env_outputs, agent_outputs)
+
+
+def make_dataset(next_trajectory, signature, batch_size):
+  """tf.data pipeline: trajectories -> time-major batches, the next one prefetched.
+
+  Args:
+    next_trajectory: callable() -> actor.Trajectory, or None to end the dataset.
+    signature: trajectory_signature(...).
+    batch_size: B.
+
+  Returns:
+    Dataset of (policy_version [B], agent_state [B, ...], env_outputs [T+1, B, ...],
+    agent_outputs [T+1, B, ...]).
+  """
+  def generate():
+    while True:
+      trajectory = next_trajectory()
+      if trajectory is None:
+        return
+      yield (trajectory.policy_version, trajectory.agent_state, trajectory.env_outputs,
+             trajectory.agent_outputs)
+
+  def time_major(policy_version, agent_state, env_outputs, agent_outputs):
+    swap = lambda t: tf.transpose(t, tf.concat([[1, 0], tf.range(2, tf.rank(t))], 0))
+    return (policy_version, agent_state, tf.nest.map_structure(swap, env_outputs),
+            tf.nest.map_structure(swap, agent_outputs))
+
+  dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+  return (dataset.batch(batch_size, drop_remainder=True)
+          .map(time_major, num_parallel_calls=1)
+          .prefetch(1))
+
+
+class _Stopping(Exception):
+  """SIGTERM arrived (turned into an exception in the main thread)."""
+
+
+def _raise_stopping(signum, frame):
+  del frame
+  raise _Stopping(signal.Signals(signum).name)
+
+
+def train(config, environment_constructor=None, network_config=None, print_fn=print):
+  """Trains until config.total_environment_frames; resumes from logdir's checkpoint.
+
+  Args:
+    config: a resolved config.ExperimentConfig.
+    environment_constructor: callable(level_name, seed, test_mode) -> (constructor, kwargs);
+      default: the paper's environments (environments.environment_constructor).
+    network_config: overrides config.network_config(num_actions) (tests use small frames).
+    print_fn: where console lines go.
+
+  Returns:
+    dict: num_env_frames, num_updates, recent_returns (level -> mean of recent returns),
+    checkpoint (path of the last checkpoint written).
+
+  Raises:
+    checkpoints.CheckpointError: unusable checkpoint (nothing is started).
+    ActorFailed: an actor thread hit an error (a checkpoint is written first).
+  """
+  environment_constructor = environment_constructor or default_environment_constructor(config)
+  levels = config.levels
+  for level in sorted(set(levels)):  # Unknown level, DMLab missing: fail before any work.
+    environment_constructor(level, 0, False)
+
+  agent, first_env = build_agent(config, environment_constructor, network_config)
+  closers = [first_env.close]
+  try:
+    learner = learner_lib.Learner(agent, config.learner_config(),
+                                  jit_compile=config.jit_compile_choice())
+    checkpointer = checkpoints.Checkpointer(
+        config.logdir, {"level_name": config.level_name, "torso": agent.config.torso,
+                        "width": config.width, "height": config.height,
+                        "num_actions": agent.config.num_actions},
+        agent=agent, learner=learner)
+    restored = checkpointer.restore()
+    if restored:
+      print_fn(f"Resumed from {restored} at {int(learner.num_env_frames.numpy()):,} frames.")
+    return _run(config, agent, learner, checkpointer, first_env, environment_constructor,
+                closers, print_fn)
+  finally:
+    for close in reversed(closers):
+      close()
+
+
+def _run(config, agent, learner, checkpointer, first_env, environment_constructor, closers,
+         print_fn):
+  """The threads of `train`; see the module docstring."""
+  levels = config.levels
+  device = learner_device()
+  monitor = monitoring.Monitor(config.logdir, sorted(set(levels)),
+                               config.total_environment_frames, print_fn=print_fn)
+  closers.append(monitor.close)
+  policy = actor_lib.BatchedPolicy(agent, device=device)
+  closers.append(policy.close)
+  stop_event = threading.Event()
+  trajectories = queue.Queue(maxsize=config.queue_capacity)
+  num_updates = [0]
+  update_lock = threading.Lock()  # Checkpoints never see half an update.
+
+  def put_trajectory(trajectory):
+    while not stop_event.is_set():
+      try:
+        trajectories.put(trajectory, timeout=0.1)
+        return True
+      except queue.Full:
+        pass
+    return False
+
+  def next_trajectory():
+    while not stop_event.is_set():
+      try:
+        return trajectories.get(timeout=0.1)
+      except queue.Empty:
+        pass
+    return None
+
+  def make_loop(index):
+    level = levels[index % len(levels)]  # Section 5.3: levels assigned to actors round-robin.
+
+    def env_factory(attempt):
+      if index == 0 and attempt == 0:
+        return first_env
+      return start_environment(environment_constructor, level,
+                               derive_seed(config.seed, index, attempt))
+    rng = np.random.default_rng([config.seed, index, 1])
+    return lambda: actor_lib.EnvironmentLoop(env_factory, policy, rng, level,
+                                             on_episode=monitor.record_episode,
+                                             on_restart=monitor.record_restart)
+
+  actors = [actor_lib.ActorThread(i, make_loop(i), config.unroll_length, put_trajectory,
+                                  lambda: num_updates[0], stop_event)
+            for i in range(config.num_actors)]
+
+  signature = trajectory_signature(agent.config, config.unroll_length, policy)
+  dataset = make_dataset(next_trajectory, signature, config.batch_size)
+  learner_error = []
+  total_frames = config.total_environment_frames
+
+  def learn():
+    try:
+      with tf.device(device):
+        for policy_versions, agent_state, env_outputs, agent_outputs in dataset:
+          with update_lock:
+            stats = learner.update(agent_state, env_outputs, agent_outputs)
+            num_updates[0] += 1
+          stats = {k: v.numpy() for k, v in stats.items()}
+          monitor.record_update(stats, num_updates[0] - 1 - policy_versions.numpy())
+          if stats["num_env_frames"] >= total_frames or stop_event.is_set():
+            break
+    except BaseException as error:  # pylint: disable=broad-except
+      learner_error.append(error)
+    finally:
+      stop_event.set()
+
+  learner_thread = threading.Thread(target=learn, name="learner", daemon=True)
+  frames = lambda: int(learner.num_env_frames.numpy())
+  previous_handler = signal.signal(signal.SIGTERM, _raise_stopping)
+  stop_reason = "frame budget reached"
+  last_checkpoint = checkpointer.latest
+  try:
+    if frames() >= total_frames:
+      print_fn(f"Nothing to do: {frames():,} frames already reach --total_environment_frames.")
+      return dict(num_env_frames=frames(), num_updates=0,
+                  recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint)
+    for actor in actors:
+      actor.start()
+    closers.remove(first_env.close)  # Actor 0 owns it now.
+    learner_thread.start()
+    next_log = time.monotonic() + config.log_secs
+    next_checkpoint = time.monotonic() + config.checkpoint_secs
+    while not stop_event.wait(min(0.5, config.log_secs)):
+      now = time.monotonic()
+      failed = [a for a in actors if a.error is not None]
+      if failed:
+        stop_reason = f"{failed[0].name} failed"
+        break
+      if now >= next_log:
+        monitor.write(frames(), trajectories.qsize() / config.queue_capacity)
+        next_log = now + config.log_secs
+      if now >= next_checkpoint:
+        with update_lock:
+          last_checkpoint = checkpointer.save(frames())
+        print_fn(f"Checkpoint {last_checkpoint}")
+        next_checkpoint = now + config.checkpoint_secs
+  except (KeyboardInterrupt, _Stopping) as interrupt:
+    stop_reason = f"interrupted ({type(interrupt).__name__} {interrupt})".replace(" )", ")")
+  finally:
+    signal.signal(signal.SIGTERM, previous_handler)
+    stop_event.set()
+    policy.close()  # Wakes actors waiting for an action.
+    if learner_thread.is_alive() or learner_thread.ident is not None:
+      learner_thread.join(_JOIN_TIMEOUT_SECS)
+    for actor in actors:
+      if actor.ident is not None:
+        actor.join(_JOIN_TIMEOUT_SECS)
+    last_checkpoint = checkpointer.save(frames())
+    monitor.write(frames(), trajectories.qsize() / config.queue_capacity)
+    print_fn(f"Stopped: {stop_reason}. Checkpoint {last_checkpoint} at {frames():,} frames.")
+
+  failed = [a for a in actors if a.error is not None]
+  if failed:
+    raise ActorFailed(f"{failed[0].name} stopped with {type(failed[0].error).__name__}: "
+                      f"{failed[0].error}. Training stopped; the checkpoint "
+                      f"{last_checkpoint} holds its state.") from failed[0].error
+  if learner_error and not isinstance(learner_error[0], tf.errors.CancelledError):
+    raise learner_error[0]
+  return dict(num_env_frames=frames(), num_updates=num_updates[0],
+              recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint)

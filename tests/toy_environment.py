@@ -1,0 +1,81 @@
+"""A small deterministic task for end-to-end learning tests: point at the lit side.
+
+Each episode has EPISODE_LENGTH steps. The frame (20x20x1 uint8) is lit on its left or right
+half; the side follows a fixed pseudo-random sequence drawn from the seed. Action 0 means
+"left", 1 "right", 2 "neither" (never right). Reward 1 for the lit side, else 0. Optimal return:
+EPISODE_LENGTH; a uniformly random policy gets EPISODE_LENGTH / 3.
+
+Implements scalable_agent_tf2.environments.base.Environment (numpy only, so it runs in an
+EnvironmentProcess). `crash_after_steps` makes the process die, to test restarts.
+"""
+import os
+
+import numpy as np
+
+from scalable_agent_tf2.environments import base
+
+EPISODE_LENGTH = 10
+NUM_ACTIONS = 3
+FRAME_SHAPE = (20, 20, 1)
+LEVEL_NAME = "toy/lit_side"
+
+
+class LitSideEnvironment(base.Environment):
+  """See the module docstring."""
+
+  def __init__(self, seed=0, crash_after_steps=0):
+    self._rng = np.random.default_rng(seed)
+    self._crash_after_steps = crash_after_steps
+    self._num_steps = 0
+    self._statistics = base.EpisodeStatistics()
+    self._side = 0
+    self._step_in_episode = 0
+
+  @property
+  def spec(self):
+    return base.EnvSpec(num_actions=NUM_ACTIONS, frame_shape=FRAME_SHAPE)
+
+  def _frame(self):
+    frame = np.zeros(FRAME_SHAPE, np.uint8)
+    half = FRAME_SHAPE[1] // 2
+    if self._side == 0:
+      frame[:, :half] = 255
+    else:
+      frame[:, half:] = 255
+    return frame
+
+  def _new_side(self):
+    self._side = int(self._rng.integers(2))
+
+  def initial(self):
+    self._statistics.restart()
+    self._step_in_episode = 0
+    self._new_side()
+    return base.make_env_output(0.0, True, self._frame(), "", 0.0, 0)
+
+  def step(self, action):
+    action = base.check_action(action, NUM_ACTIONS)
+    self._num_steps += 1
+    if self._crash_after_steps and self._num_steps >= self._crash_after_steps:
+      os._exit(3)  # An environment process that dies without a word.
+    reward = 1.0 if action == self._side else 0.0
+    self._step_in_episode += 1
+    done = self._step_in_episode >= EPISODE_LENGTH
+    episode_return, episode_step = self._statistics.record(reward, episode_ended=done)
+    if done:
+      self._step_in_episode = 0
+    self._new_side()
+    return base.make_env_output(reward, done, self._frame(), "", episode_return, episode_step)
+
+  def close(self):
+    pass
+
+
+def environment_constructor(crash_after_steps=0):
+  """An environment_constructor for training.train / evaluation.evaluate on the toy task."""
+  def constructor(level_name, seed, test_mode):
+    del test_mode
+    if level_name != LEVEL_NAME:
+      raise ValueError(f"Unknown toy level {level_name!r}.")
+    return LitSideEnvironment, dict(seed=seed, crash_after_steps=crash_after_steps)
+  return constructor
