@@ -14,10 +14,9 @@ import sys
 from absl import app
 from absl import flags
 
-from scalable_agent_tf2 import checkpoints
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import evaluation
-from scalable_agent_tf2 import training
+# The project's modules (and TensorFlow) are imported in main(), not here: environment
+# subprocesses start by "spawn", which re-imports this file in every child, and an environment
+# process must not pay for importing TensorFlow (DESIGN.md "Rooms").
 
 _PRESET = "(default: the level's preset)"
 flags.DEFINE_enum("mode", "train", ["train", "test"], "Train, or evaluate the latest checkpoint.")
@@ -64,6 +63,7 @@ FLAGS = flags.FLAGS
 
 
 def config_from_flags():
+  from scalable_agent_tf2 import config as config_lib  # pylint: disable=g-import-not-at-top
   values = {f.name: FLAGS[f.name].value for f in dataclasses.fields(config_lib.ExperimentConfig)}
   return config_lib.resolve(config_lib.ExperimentConfig(**values))
 
@@ -71,6 +71,11 @@ def config_from_flags():
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2 import checkpoints
+  from scalable_agent_tf2 import config as config_lib
+  from scalable_agent_tf2 import evaluation
+  from scalable_agent_tf2 import training
   try:
     config = config_from_flags()
   except ValueError as error:

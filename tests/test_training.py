@@ -1,0 +1,230 @@
+"""The whole pipeline: actor threads, subprocess environments, dynamic batching, the learner.
+
+The learning test trains on toy_environment's lit-side task; the command-line tests run
+experiment.py on Atari Pong with tiny settings.
+"""
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import toy_environment
+from scalable_agent_tf2 import checkpoints
+from scalable_agent_tf2 import config as config_lib
+from scalable_agent_tf2 import evaluation
+from scalable_agent_tf2 import monitoring
+from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import training
+
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOY_NETWORK = networks.NetworkConfig(
+    num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
+    torso=networks.SHALLOW, use_lstm=False, use_instruction=False)
+
+
+def toy_config(logdir, total_frames, **overrides):
+  """Atari's presets (Table G.1 learner) on the toy task, small batches."""
+  values = dict(level_name="atari/pong", logdir=str(logdir), num_actors=4, batch_size=8,
+                unroll_length=10, total_environment_frames=total_frames, log_secs=2.0)
+  values.update(overrides)
+  config = config_lib.resolve(config_lib.ExperimentConfig(**values))
+  return dataclasses.replace(config, level_name=toy_environment.LEVEL_NAME)
+
+
+def train_toy(config, crash_after_steps=0, lines=None):
+  return training.train(
+      config, environment_constructor=toy_environment.environment_constructor(
+          crash_after_steps), network_config=TOY_NETWORK,
+      print_fn=(lines.append if lines is not None else print))
+
+
+def read_log(logdir):
+  with open(os.path.join(logdir, monitoring.LOG_FILE)) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.mark.timeout(400)
+def test_pipeline_learns_the_toy_task_and_logs_it(tmp_path):
+  # Random play scores 10/3; the optimum is 10.
+  result = train_toy(toy_config(tmp_path, total_frames=150_000))
+  assert result["num_env_frames"] >= 150_000
+  assert result["recent_returns"][toy_environment.LEVEL_NAME] >= 9.0
+
+  records = read_log(tmp_path)
+  progress = [r for r in records if r["kind"] == "progress"]
+  episodes = [r for r in records if r["kind"] == "episode"]
+  assert len(episodes) > 1000
+  assert {e["episode_length"] for e in episodes} == {toy_environment.EPISODE_LENGTH}
+  for key in ("frames_per_second", "updates_per_second", "queue_fill", "policy_lag",
+              "total_loss", "learning_rate", "grad_norm",
+              f"episode_return/{toy_environment.LEVEL_NAME}"):
+    assert key in progress[-1], key
+  assert progress[-1]["policy_lag"] >= 0
+  # The learning rate anneals linearly to 0 over the frame budget (Table G.1).
+  assert progress[-1]["learning_rate"] < 0.1 * config_lib.presets("atari/pong")["learning_rate"]
+  assert tf.io.gfile.glob(os.path.join(tmp_path, "events.out.tfevents.*"))
+  assert os.path.exists(result["checkpoint"] + ".index")
+
+
+def test_rerun_resumes_at_the_same_frames_optimizer_state_and_learning_rate(tmp_path):
+  first = train_toy(toy_config(tmp_path, total_frames=2_000))
+  saved = tf.train.load_checkpoint(first["checkpoint"])
+  saved_names = saved.get_variable_to_shape_map()
+  slot_names = [n for n in saved_names if "optimizer" in n and "VARIABLE_VALUE" in n]
+  assert slot_names
+
+  lines = []
+  second = train_toy(toy_config(tmp_path, total_frames=4_000), lines=lines)
+  assert any(f"at {first['num_env_frames']:,} frames" in line and "Resumed" in line
+             for line in lines), lines
+  assert second["num_env_frames"] >= 4_000
+  frames_per_update = 8 * 10 * 4  # batch x unroll x action repeats.
+  missing = 4_000 - first["num_env_frames"]
+  assert second["num_updates"] == -(-missing // frames_per_update)  # Only what was missing.
+
+  # A restore of the first checkpoint gives back exactly what was saved.
+  agent = networks.Agent(TOY_NETWORK)
+  from scalable_agent_tf2 import learner as learner_lib
+  learner = learner_lib.Learner(agent, toy_config(tmp_path, 2_000).learner_config(),
+                                jit_compile=False)
+  tf.train.Checkpoint(agent=agent, learner=learner).restore(first["checkpoint"])
+  assert int(learner.num_env_frames.numpy()) == first["num_env_frames"]
+  for name in slot_names:
+    restored = [v for v in learner.optimizer.variables
+                if v.shape == saved.get_tensor(name).shape]
+    assert any(np.array_equal(v.numpy(), saved.get_tensor(name)) for v in restored), name
+
+
+def test_corrupt_or_incompatible_checkpoint_is_a_clear_error(tmp_path):
+  result = train_toy(toy_config(tmp_path, total_frames=800))
+  data_files = tf.io.gfile.glob(result["checkpoint"] + ".data*")
+  with open(data_files[0], "r+b") as f:
+    f.seek(0)
+    f.write(b"\xff" * 64)
+  with pytest.raises(checkpoints.CheckpointError, match="corrupt"):
+    train_toy(toy_config(tmp_path, total_frames=1_600))
+
+  other = tmp_path / "other"
+  train_toy(toy_config(other, total_frames=800))
+  with pytest.raises(checkpoints.CheckpointError, match="--torso"):
+    train_toy(toy_config(other, total_frames=1_600, torso="deep"))
+
+  os.remove(os.path.join(other, checkpoints.CHECKPOINT_SUBDIR, "checkpoint"))
+  with pytest.raises(checkpoints.CheckpointError, match="not starting over"):
+    train_toy(toy_config(other, total_frames=1_600))
+
+
+def test_crashed_environment_process_is_restarted_and_training_goes_on(tmp_path):
+  lines = []
+  result = train_toy(toy_config(tmp_path, total_frames=6_000, num_actors=2),
+                     crash_after_steps=300, lines=lines)
+  assert result["num_env_frames"] >= 6_000
+  assert any("failed and was restarted" in line for line in lines)
+  progress = [r for r in read_log(tmp_path) if r["kind"] == "progress"]
+  assert progress[-1]["environment_restarts"] >= 1
+
+
+def test_evaluation_writes_tables_and_repeats_with_a_seed(tmp_path):
+  config = toy_config(tmp_path, total_frames=800, num_actors=3, test_num_episodes=5)
+  train_toy(config)
+  runs = []
+  for _ in range(2):
+    lines = []
+    runs.append(evaluation.evaluate(
+        config, environment_constructor=toy_environment.environment_constructor(),
+        network_config=TOY_NETWORK, print_fn=lines.append))
+  rows = runs[0]["rows"]
+  assert [r["episodes"] for r in rows] == [5]
+  assert runs[0]["rows"] == runs[1]["rows"]
+  assert "mean_return" in open(runs[0]["paths"][1]).readline()
+  assert json.load(open(runs[0]["paths"][0]))["levels"][0]["episodes"] == 5
+  assert any(toy_environment.LEVEL_NAME in line for line in lines)
+
+
+def test_evaluation_without_checkpoint_says_to_train_first(tmp_path):
+  config = toy_config(tmp_path, total_frames=800, test_num_episodes=1)
+  with pytest.raises(checkpoints.CheckpointError, match="train first"):
+    evaluation.evaluate(config, environment_constructor=toy_environment.environment_constructor(),
+                        network_config=TOY_NETWORK)
+
+
+def _experiment(*flags, **kwargs):
+  return subprocess.run([sys.executable, os.path.join(REPO_DIR, "experiment.py"), *flags],
+                        capture_output=True, text=True, cwd=REPO_DIR, timeout=240, **kwargs)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--level_name=atari/pongg"], "Unknown level name 'atari/pongg'"),
+    (["--num_actors=-3"], "--num_actors must be a positive integer"),
+    (["--batch_size=0"], "--batch_size must be a positive integer"),
+    (["--level_name=explore_goal_locations_small"], "BUILD.md"),
+])
+def test_bad_flags_fail_before_any_work(tmp_path, flags, message):
+  run = _experiment("--mode=train", f"--logdir={tmp_path}", *flags)
+  assert run.returncode == 2, run.stderr[-2000:]
+  assert message in run.stderr
+  assert not os.path.exists(os.path.join(tmp_path, checkpoints.CHECKPOINT_SUBDIR))
+
+
+def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
+  flags = ["--mode=train", "--level_name=atari/pong", f"--logdir={tmp_path}",
+           "--num_actors=2", "--batch_size=2", "--unroll_length=5", "--log_secs=1",
+           "--total_environment_frames=100000000"]
+  process = subprocess.Popen([sys.executable, os.path.join(REPO_DIR, "experiment.py"), *flags],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             cwd=REPO_DIR)
+  output = []
+  deadline = time.monotonic() + 180
+  for line in process.stdout:
+    output.append(line)
+    if line.startswith("frames ") and not line.startswith("frames 0 "):
+      process.send_signal(signal.SIGTERM)
+      break
+    assert time.monotonic() < deadline, "".join(output[-20:])
+  rest, _ = process.communicate(timeout=120)
+  output.append(rest)
+  text = "".join(output)
+  assert process.returncode == 0, text[-3000:]
+  assert "Stopped: interrupted" in text
+  saved_frames = int(text.split("Stopped: interrupted")[1].split(" at ")[1].split(" frames")[0]
+                     .replace(",", ""))
+  assert saved_frames > 0
+
+  resumed = _experiment(*flags[:-1], f"--total_environment_frames={saved_frames}")
+  assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+  assert f"at {saved_frames:,} frames" in resumed.stdout
+  assert "Nothing to do" in resumed.stdout
+
+
+def test_presets_follow_the_paper_and_flags_win():
+  pong = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari/pong"))
+  # Table G.1.
+  assert (pong.unroll_length, pong.batch_size, pong.entropy_cost, pong.learning_rate,
+          pong.epsilon, pong.max_grad_norm, pong.reward_clipping, pong.torso,
+          pong.total_environment_frames) == (20, 32, 0.01, 0.0006, 0.01, 40.0, "abs_one",
+                                             "shallow", 200_000_000)
+  assert pong.environment_options()["full_action_space"] is False
+  atari57 = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari57"))
+  assert atari57.torso == "deep" and atari57.environment_options()["full_action_space"]
+  dmlab30 = config_lib.resolve(config_lib.ExperimentConfig(level_name="dmlab30"))
+  # Table D.3 and the released code.
+  assert (dmlab30.unroll_length, dmlab30.width, dmlab30.height, dmlab30.num_actors,
+          dmlab30.reward_clipping, dmlab30.max_grad_norm) == (
+              100, 96, 72, 150, "optimistic_asymmetric", 0.0)
+  assert dmlab30.learner_config().max_grad_norm is None
+  single = config_lib.resolve(config_lib.ExperimentConfig(level_name="rooms_watermaze"))
+  assert single.reward_clipping == "abs_one" and single.num_actors == 48
+  overridden = config_lib.resolve(config_lib.ExperimentConfig(
+      level_name="atari/pong", learning_rate=0.01, num_actors=3))
+  assert (overridden.learning_rate, overridden.num_actors) == (0.01, 3)
+  with pytest.raises(ValueError, match="--mode"):
+    config_lib.resolve(config_lib.ExperimentConfig(mode="play"))
+  with pytest.raises(ValueError, match="square"):
+    config_lib.resolve(config_lib.ExperimentConfig(width=84, height=80))
