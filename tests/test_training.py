@@ -113,8 +113,17 @@ def test_corrupt_or_incompatible_checkpoint_is_a_clear_error(tmp_path):
 
   other = tmp_path / "other"
   train_toy(toy_config(other, total_frames=800))
-  with pytest.raises(checkpoints.CheckpointError, match="--torso"):
-    train_toy(toy_config(other, total_frames=1_600, torso="deep"))
+  deep = dataclasses.replace(TOY_NETWORK, torso=networks.DEEP)
+  with pytest.raises(checkpoints.CheckpointError, match="--torso: checkpoint 'shallow'"):
+    training.train(toy_config(other, total_frames=1_600, torso="deep"),
+                   environment_constructor=toy_environment.environment_constructor(),
+                   network_config=deep)
+  # Without the settings file the variables' shapes still disagree: still an error.
+  os.remove(os.path.join(other, checkpoints.CHECKPOINT_SUBDIR, checkpoints.SETTINGS_FILE))
+  with pytest.raises(checkpoints.CheckpointError, match="different network"):
+    training.train(toy_config(other, total_frames=1_600, torso="deep"),
+                   environment_constructor=toy_environment.environment_constructor(),
+                   network_config=deep)
 
   os.remove(os.path.join(other, checkpoints.CHECKPOINT_SUBDIR, "checkpoint"))
   with pytest.raises(checkpoints.CheckpointError, match="not starting over"):
@@ -173,6 +182,16 @@ def test_bad_flags_fail_before_any_work(tmp_path, flags, message):
   assert not os.path.exists(os.path.join(tmp_path, checkpoints.CHECKPOINT_SUBDIR))
 
 
+def _child_pids(pid):
+  with open(f"/proc/{pid}/task/{pid}/children") as f:
+    children = [int(c) for c in f.read().split()]
+  # Threads other than the main one start processes too (actor threads restart environments).
+  for task in os.listdir(f"/proc/{pid}/task"):
+    with open(f"/proc/{pid}/task/{task}/children") as f:
+      children.extend(int(c) for c in f.read().split())
+  return sorted(set(children))
+
+
 def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
   flags = ["--mode=train", "--level_name=atari/pong", f"--logdir={tmp_path}",
            "--num_actors=2", "--batch_size=2", "--unroll_length=5", "--log_secs=1",
@@ -185,6 +204,11 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
   for line in process.stdout:
     output.append(line)
     if line.startswith("frames ") and not line.startswith("frames 0 "):
+      children = _child_pids(process.pid)
+      assert len(children) >= 2  # The environment processes (and multiprocessing's tracker).
+      for pid in children:  # Spawned children must not load TensorFlow (experiment.py).
+        with open(f"/proc/{pid}/maps") as maps:
+          assert "tensorflow" not in maps.read(), pid
       process.send_signal(signal.SIGTERM)
       break
     assert time.monotonic() < deadline, "".join(output[-20:])
