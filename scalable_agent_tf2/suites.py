@@ -263,10 +263,16 @@ SUITES = collections.OrderedDict([
     (DMLAB30, DMLAB30_TRAIN_LEVELS),
     (ATARI57, ATARI57_LEVELS),
 ])
-# Every single level the environments accept: the DMLab-30 training and test levels and the
-# Atari-57 games.
+# DeepMind Lab levels outside DMLab-30 that the paper trains on, by bare name -> path in
+# DeepMind Lab's game_scripts/levels: seekavoid_arena_01 is task 1 of Table 1 and task 5 of
+# Table 2 (with four DMLab-30 levels as the other tasks). No human or random reference scores.
+DMLAB_EXTRA_LEVELS = collections.OrderedDict([
+    ("seekavoid_arena_01", "seekavoid_arena_01"),
+])
+# Every single level the environments accept: the DMLab-30 training and test levels, the
+# extra DMLab levels and the Atari-57 games.
 DMLAB_LEVELS = tuple(collections.OrderedDict.fromkeys(
-    DMLAB30_TRAIN_LEVELS + DMLAB30_TEST_LEVELS))
+    DMLAB30_TRAIN_LEVELS + DMLAB30_TEST_LEVELS + tuple(DMLAB_EXTRA_LEVELS)))
 SINGLE_LEVELS = DMLAB_LEVELS + ATARI57_LEVELS
 
 
@@ -371,7 +377,7 @@ def _score_key(suite, level_name):
     if level_name in ATARI57_RANDOM_HUMAN_SCORES:
       return level_name
     return atari_game(level_name)
-  if level_name not in DMLAB_LEVELS:
+  if level_name not in DMLAB_LEVELS or level_name in DMLAB_EXTRA_LEVELS:
     raise ValueError("%r is not a DMLab-30 level. %s" % (level_name, _valid_names_message()))
   return DMLAB30_LEVEL_MAPPING.get(level_name, level_name)
 
@@ -384,7 +390,7 @@ def reference_scores(level_name):
   if is_atari_level(level_name):
     game = atari_game(level_name)
     return ATARI57_RANDOM_SCORES[game], ATARI57_HUMAN_SCORES[game]
-  if is_dmlab_level(level_name):
+  if is_dmlab_level(level_name) and level_name not in DMLAB_EXTRA_LEVELS:
     key = DMLAB30_LEVEL_MAPPING.get(level_name, level_name)
     return DMLAB30_RANDOM_SCORES[key], DMLAB30_HUMAN_SCORES[key]
   return None

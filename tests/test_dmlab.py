@@ -71,6 +71,13 @@ class TestDmLabEnvironment:
     assert lab.config["width"] == "96" and lab.config["height"] == "72"
     assert "allowHoldOutLevels" not in lab.config and "mixerSeed" not in lab.config
 
+  def test_seekavoid_arena_of_tables_1_and_2_is_at_the_root_of_dmlab_levels(self):
+    env, lab = make_env(level_name="seekavoid_arena_01")
+    assert lab.level == "seekavoid_arena_01"
+    assert suites.reference_scores("seekavoid_arena_01") is None
+    with pytest.raises(ValueError, match="not a DMLab-30 level"):
+      suites.normalized_scores({"seekavoid_arena_01": 1.0}, "dmlab30")
+
   def test_actions_are_table_d2_with_four_repeats(self):
     env, lab = make_env()
     env.initial()

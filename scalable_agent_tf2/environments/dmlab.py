@@ -55,6 +55,13 @@ MISSING_MODULE_MESSAGE = (
     "wheel, as described in BUILD.md, section \"DeepMind Lab\".")
 
 
+def level_path(level_name):
+  """DeepMind Lab's path of a level: DMLab-30 levels live in contributed/dmlab30/."""
+  if level_name in suites.DMLAB_EXTRA_LEVELS:
+    return suites.DMLAB_EXTRA_LEVELS[level_name]
+  return DMLAB30_LEVEL_DIRECTORY + level_name
+
+
 def check_deepmind_lab_available(module_name="deepmind_lab"):
   """Fails at once, pointing to BUILD.md, when the module is missing (no import is done).
 
@@ -167,7 +174,7 @@ class DmLabEnvironment(base.Environment):
     self._actions = [np.array(action, dtype=np.intc) for action in DEFAULT_ACTION_SET]
     self._seed_generator = np.random.default_rng(seed)
     self._lab = lab_module.Lab(
-        DMLAB30_LEVEL_DIRECTORY + level_name, list(_OBSERVATIONS),
+        level_path(level_name), list(_OBSERVATIONS),
         config=make_config(width, height, dataset_path, test_mode), renderer=renderer,
         level_cache=LocalLevelCache(level_cache_dir) if level_cache_dir else None)
     self._frame_shape = (height, width, 3)
