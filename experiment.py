@@ -9,10 +9,17 @@
 DeepMind Lab); a flag you set always wins. This file only parses flags and wires the rooms.
 """
 import dataclasses
+import os
 import sys
 
 from absl import app
 from absl import flags
+from absl import logging
+
+# TensorFlow's C++ INFO and WARNING lines (CUDA probing, oneDNN notices, the batcher's
+# cancellation at shutdown) are noise for a training run; errors still print. Set the
+# variable yourself to see them.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # The project's modules (and TensorFlow) are imported in main(), not here: environment
 # subprocesses start by "spawn", which re-imports this file in every child, and an environment
@@ -71,6 +78,7 @@ def config_from_flags():
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)  # TensorFlow's Python INFO lines (checkpointing).
   # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2 import checkpoints
   from scalable_agent_tf2 import config as config_lib

@@ -70,9 +70,16 @@ class Monitor:
     self._last_time = None
     self._last_frames = None
     self._last_updates = None
+    self._start_time = None
+    self._start_frames = None
     os.makedirs(logdir, exist_ok=True)
     self._writer = tf.summary.create_file_writer(logdir)
     self._log_file = open(os.path.join(logdir, LOG_FILE), "a")
+
+  def start(self, num_frames):
+    """Marks the start of training at num_frames (rates are measured from here)."""
+    self._last_time, self._last_frames, self._last_updates = self._clock(), num_frames, 0
+    self._start_time, self._start_frames = self._last_time, num_frames
 
   # Reports (any thread).
 
@@ -118,9 +125,14 @@ class Monitor:
       fps = (num_frames - self._last_frames) / elapsed
       updates_per_second = (num_updates - self._last_updates) / elapsed
     self._last_time, self._last_frames, self._last_updates = now, num_frames, num_updates
+    eta_seconds = float("nan")
+    if self._start_time is not None and num_frames > self._start_frames:
+      average_fps = (num_frames - self._start_frames) / max(now - self._start_time, 1e-9)
+      eta_seconds = max(self._total_frames - num_frames, 0) / average_fps
 
     record = dict(kind="progress", time=time.time(), frames=int(num_frames),
-                  progress=num_frames / self._total_frames, frames_per_second=fps,
+                  progress=num_frames / self._total_frames, eta_seconds=eta_seconds,
+                  frames_per_second=fps,
                   updates=num_updates, updates_per_second=updates_per_second,
                   episodes=num_episodes, environment_restarts=num_restarts,
                   queue_fill=queue_fill, policy_lag=_mean(lags), **update)
@@ -152,7 +164,14 @@ class Monitor:
     return record
 
   def _console_line(self, record, returns):
-    parts = [f"frames {record['frames']:,} ({100 * record['progress']:.1f}%)",
+    eta = record["eta_seconds"]
+    if math.isnan(eta):
+      eta = ""
+    elif eta >= 3600:
+      eta = f", {eta / 3600:.1f} h to go"
+    else:
+      eta = f", {eta / 60:.0f} min to go"
+    parts = [f"frames {record['frames']:,} ({100 * record['progress']:.1f}%{eta})",
              f"{record['frames_per_second']:,.0f} fps",
              f"{record['updates_per_second']:.2f} updates/s",
              f"episodes {record['episodes']}"]

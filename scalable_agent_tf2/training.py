@@ -263,6 +263,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
       print_fn(f"Nothing to do: {frames():,} frames already reach --total_environment_frames.")
       return dict(num_env_frames=frames(), num_updates=0,
                   recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint)
+    monitor.start(frames())
     for actor in actors:
       actor.start()
     closers.remove(first_env.close)  # Actor 0 owns it now.

@@ -11,3 +11,26 @@ def test_readme_python_examples_run():
   assert blocks, "README.md has no Python example"
   for block in blocks:
     exec(compile(block, README, "exec"), {"__name__": "readme_example"})  # pylint: disable=exec-used
+
+
+def test_readme_experiment_commands_are_valid():
+  """Every `python experiment.py ...` command in README.md parses and resolves its flags."""
+  import shlex
+  import experiment
+  with open(README) as f:
+    blocks = re.findall(r"```sh\n(.*?)```", f.read(), re.S)
+  commands = [line.split("&&")[-1].strip() for block in blocks for line in block.splitlines()
+              if "experiment.py" in line]
+  assert len(commands) >= 8
+  # Placeholders of the Table 2 sweep.
+  placeholders = {"=E ": "=0.001 ", "=LR ": "=0.0005 ", "=EPS ": "=0.1 "}
+  for command in commands:
+    for placeholder, value in placeholders.items():
+      command = command.replace(placeholder, value)
+    argv = shlex.split(command)[1:]
+    assert argv[0] == "experiment.py", command
+    experiment.FLAGS.unparse_flags()
+    experiment.FLAGS(argv)
+    config = experiment.config_from_flags()
+    assert config.mode in ("train", "test")
+  experiment.FLAGS.unparse_flags()
