@@ -140,6 +140,19 @@ def test_crashed_environment_process_is_restarted_and_training_goes_on(tmp_path)
   assert progress[-1]["environment_restarts"] >= 1
 
 
+def test_an_actor_that_fails_stops_training_with_its_error_and_a_checkpoint(tmp_path):
+  # One validation call, then actor 0's environment and actor 1's; the restart after the
+  # first crash cannot build its environment.
+  constructor = toy_environment.environment_constructor(crash_after_steps=200,
+                                                         refuse_after_calls=3)
+  with pytest.raises(training.ActorFailed, match="refuses to start") as raised:
+    training.train(toy_config(tmp_path, total_frames=10_000_000, num_actors=2),
+                   environment_constructor=constructor, network_config=TOY_NETWORK,
+                   print_fn=lambda line: None)
+  checkpoint = str(raised.value).split("the checkpoint ")[1].split(" holds")[0]
+  assert os.path.exists(checkpoint + ".index")
+
+
 def test_evaluation_writes_tables_and_repeats_with_a_seed(tmp_path):
   config = toy_config(tmp_path, total_frames=800, num_actors=3, test_num_episodes=5)
   train_toy(config)

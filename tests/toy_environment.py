@@ -23,7 +23,9 @@ LEVEL_NAME = "toy/lit_side"
 class LitSideEnvironment(base.Environment):
   """See the module docstring."""
 
-  def __init__(self, seed=0, crash_after_steps=0):
+  def __init__(self, seed=0, crash_after_steps=0, refuse=False):
+    if refuse:
+      raise RuntimeError("this toy environment refuses to start")
     self._rng = np.random.default_rng(seed)
     self._crash_after_steps = crash_after_steps
     self._num_steps = 0
@@ -71,11 +73,20 @@ class LitSideEnvironment(base.Environment):
     pass
 
 
-def environment_constructor(crash_after_steps=0):
-  """An environment_constructor for training.train / evaluation.evaluate on the toy task."""
+def environment_constructor(crash_after_steps=0, refuse_after_calls=None):
+  """An environment_constructor for training.train / evaluation.evaluate on the toy task.
+
+  refuse_after_calls: environments built after this many calls fail in their constructor
+  (so a restart after a crash fails).
+  """
+  calls = [0]
+
   def constructor(level_name, seed, test_mode):
     del test_mode
     if level_name != LEVEL_NAME:
       raise ValueError(f"Unknown toy level {level_name!r}.")
-    return LitSideEnvironment, dict(seed=seed, crash_after_steps=crash_after_steps)
+    calls[0] += 1
+    refuse = refuse_after_calls is not None and calls[0] > refuse_after_calls
+    return LitSideEnvironment, dict(seed=seed, crash_after_steps=crash_after_steps,
+                                    refuse=refuse)
   return constructor
