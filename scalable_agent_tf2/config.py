@@ -9,10 +9,8 @@ import json
 from typing import Optional
 
 from scalable_agent_tf2 import learner as learner_lib
-from scalable_agent_tf2 import losses
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import suites
-from scalable_agent_tf2 import vtrace
 
 TRAIN, TEST = "train", "test"
 JIT_COMPILE_CHOICES = ("auto", "on", "off")
@@ -173,12 +171,6 @@ def resolve(config):
       raise ValueError(f"--{name} must be positive, got {getattr(config, name)}.")
   if config.torso not in networks.TORSOS:
     raise ValueError(f"--torso must be one of {networks.TORSOS}, got {config.torso!r}.")
-  if config.reward_clipping not in losses.REWARD_CLIPPING_MODES:
-    raise ValueError(f"--reward_clipping must be one of {losses.REWARD_CLIPPING_MODES}, got "
-                     f"{config.reward_clipping!r}.")
-  if config.off_policy_correction not in vtrace.OFF_POLICY_CORRECTIONS:
-    raise ValueError(f"--off_policy_correction must be one of "
-                     f"{vtrace.OFF_POLICY_CORRECTIONS}, got {config.off_policy_correction!r}.")
   if config.jit_compile not in JIT_COMPILE_CHOICES:
     raise ValueError(f"--jit_compile must be one of {JIT_COMPILE_CHOICES}, got "
                      f"{config.jit_compile!r}.")
@@ -188,5 +180,7 @@ def resolve(config):
   if config.queue_capacity < config.batch_size:
     raise ValueError(f"--queue_capacity ({config.queue_capacity}) must hold at least one "
                      f"batch (--batch_size {config.batch_size}).")
-  config.learner_config()  # Checks the learner's values (learning rate, discounting, ...).
+  # The learner checks its own values (reward clipping, off-policy correction, learning
+  # rate, discounting, ...).
+  config.learner_config()
   return config

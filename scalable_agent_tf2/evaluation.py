@@ -20,7 +20,6 @@ import threading
 import numpy as np
 
 from scalable_agent_tf2 import actor as actor_lib
-from scalable_agent_tf2 import checkpoints
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import suites
 from scalable_agent_tf2 import training
@@ -189,11 +188,7 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
   agent, probe_env = training.build_agent(config, environment_constructor, network_config)
   probe_env.close()
   learner = learner_lib.Learner(agent, config.learner_config(), jit_compile=False)
-  checkpointer = checkpoints.Checkpointer(
-      config.logdir, {"level_name": config.level_name, "torso": agent.config.torso,
-                      "width": config.width, "height": config.height,
-                      "num_actions": agent.config.num_actions},
-      agent=agent, learner=learner)
+  checkpointer = training.make_checkpointer(config, agent, learner)
   path = checkpointer.restore(required=True)
   frames = int(learner.num_env_frames.numpy())
   print_fn(f"Testing {path} ({frames:,} training frames): {config.test_num_episodes} "

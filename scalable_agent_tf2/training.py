@@ -131,6 +131,14 @@ def make_dataset(next_trajectory, signature, batch_size):
           .prefetch(1))
 
 
+def make_checkpointer(config, agent, learner):
+  """The run's checkpoints: the agent and the learner (optimizer slots, frame count)."""
+  settings = {"level_name": config.level_name, "torso": agent.config.torso,
+              "width": config.width, "height": config.height,
+              "num_actions": agent.config.num_actions}
+  return checkpoints.Checkpointer(config.logdir, settings, agent=agent, learner=learner)
+
+
 class _Stopping(Exception):
   """SIGTERM arrived (turned into an exception in the main thread)."""
 
@@ -168,11 +176,7 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
   try:
     learner = learner_lib.Learner(agent, config.learner_config(),
                                   jit_compile=config.jit_compile_choice())
-    checkpointer = checkpoints.Checkpointer(
-        config.logdir, {"level_name": config.level_name, "torso": agent.config.torso,
-                        "width": config.width, "height": config.height,
-                        "num_actions": agent.config.num_actions},
-        agent=agent, learner=learner)
+    checkpointer = make_checkpointer(config, agent, learner)
     restored = checkpointer.restore()
     if restored:
       print_fn(f"Resumed from {restored} at {int(learner.num_env_frames.numpy()):,} frames.")

@@ -19,6 +19,7 @@ import toy_environment
 from scalable_agent_tf2 import checkpoints
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import evaluation
+from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import monitoring
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import training
@@ -91,7 +92,6 @@ def test_rerun_resumes_at_the_same_frames_optimizer_state_and_learning_rate(tmp_
 
   # A restore of the first checkpoint gives back exactly what was saved.
   agent = networks.Agent(TOY_NETWORK)
-  from scalable_agent_tf2 import learner as learner_lib
   learner = learner_lib.Learner(agent, toy_config(tmp_path, 2_000).learner_config(),
                                 jit_compile=False)
   tf.train.Checkpoint(agent=agent, learner=learner).restore(first["checkpoint"])
