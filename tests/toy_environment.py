@@ -6,7 +6,9 @@ half; the side follows a fixed pseudo-random sequence drawn from the seed. Actio
 EPISODE_LENGTH; a uniformly random policy gets EPISODE_LENGTH / 3.
 
 Implements scalable_agent_tf2.environments.base.Environment (numpy only, so it runs in an
-EnvironmentProcess). `crash_after_steps` makes the process die, to test restarts.
+EnvironmentProcess). `crash_after_steps` makes the process die, to test restarts. With `delayed_reward`, every
+episode's reward comes at its last step (the number of correct choices), so learning needs
+credit assignment across steps (discounting, V-trace targets, bootstrapping).
 """
 import os
 
@@ -23,9 +25,11 @@ LEVEL_NAME = "toy/lit_side"
 class LitSideEnvironment(base.Environment):
   """See the module docstring."""
 
-  def __init__(self, seed=0, crash_after_steps=0, refuse=False):
+  def __init__(self, seed=0, crash_after_steps=0, refuse=False, delayed_reward=False):
     if refuse:
       raise RuntimeError("this toy environment refuses to start")
+    self._delayed_reward = delayed_reward
+    self._num_correct = 0
     self._rng = np.random.default_rng(seed)
     self._crash_after_steps = crash_after_steps
     self._num_steps = 0
@@ -51,6 +55,7 @@ class LitSideEnvironment(base.Environment):
 
   def initial(self):
     self._statistics.restart()
+    self._num_correct = 0
     self._step_in_episode = 0
     self._new_side()
     return base.make_env_output(0.0, True, self._frame(), "", 0.0, 0)
@@ -63,6 +68,11 @@ class LitSideEnvironment(base.Environment):
     reward = 1.0 if action == self._side else 0.0
     self._step_in_episode += 1
     done = self._step_in_episode >= EPISODE_LENGTH
+    if self._delayed_reward:  # All of the episode's reward arrives at its last step.
+      self._num_correct += reward
+      reward = self._num_correct if done else 0.0
+      if done:
+        self._num_correct = 0
     episode_return, episode_step = self._statistics.record(reward, episode_ended=done)
     if done:
       self._step_in_episode = 0
@@ -73,7 +83,7 @@ class LitSideEnvironment(base.Environment):
     pass
 
 
-def environment_constructor(crash_after_steps=0, refuse_after_calls=None):
+def environment_constructor(crash_after_steps=0, refuse_after_calls=None, delayed_reward=False):
   """An environment_constructor for training.train / evaluation.evaluate on the toy task.
 
   refuse_after_calls: environments built after this many calls fail in their constructor
@@ -88,5 +98,5 @@ def environment_constructor(crash_after_steps=0, refuse_after_calls=None):
     calls[0] += 1
     refuse = refuse_after_calls is not None and calls[0] > refuse_after_calls
     return LitSideEnvironment, dict(seed=seed, crash_after_steps=crash_after_steps,
-                                    refuse=refuse)
+                                    refuse=refuse, delayed_reward=delayed_reward)
   return constructor
