@@ -62,7 +62,8 @@ flags.DEFINE_string("dataset_path", "", "DMLab: directory of the Brady et al. im
 flags.DEFINE_enum("renderer", "software", ["software", "hardware"], "DMLab renderer.")
 flags.DEFINE_string("level_cache_dir", "", "DMLab: cache directory for compiled maps.")
 flags.DEFINE_bool("sticky_actions", False, "Atari: repeat the last action with p=0.25.")
-flags.DEFINE_float("checkpoint_secs", 600.0, "Seconds between checkpoints.")
+flags.DEFINE_float("checkpoint_secs", 600.0,
+                   "Seconds between checkpoints (the released code's 600); also at exit.")
 flags.DEFINE_float("log_secs", 5.0, "Seconds between console lines and summaries.")
 flags.DEFINE_integer("test_num_episodes", 500, "Test mode: episodes per level (paper: 500).")
 
