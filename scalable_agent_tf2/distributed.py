@@ -1,0 +1,342 @@
+"""Actors in other processes (and machines) feeding one learner over TensorFlow's own RPC.
+
+    learner process:  TrajectoryServer(address, ...)     tf.distribute.experimental.rpc server
+    actor process:    LearnerClient(address, ...)        tf.distribute.experimental.rpc client
+                        .parameters()      -> the learner's latest variables (start of an unroll)
+                        .send_trajectory() -> into the learner's trajectory queue
+                        .report_episode()  -> the learner's monitor
+
+Only tensors cross the wire, as arguments and results of registered tf.functions (gRPC);
+nothing is pickled or evaluated. Every peer first says hello with the protocol version and
+a fingerprint of the trajectory layout (shapes, dtypes, level, network); a mismatched peer is
+refused and the learner logs why. Trajectories are checked again on arrival: a malformed one
+is refused with a logged reason, never enqueued, and the learner carries on.
+
+Cluster layout (the standard TF_CONFIG format, or --cluster with the same "cluster" part):
+    {"cluster": {"learner": ["host:port"], "actor": ["host:port", ...]},
+     "task": {"type": "actor", "index": 0}}
+Only the learner listens (on its own address from the spec); actors only connect.
+"""
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from scalable_agent_tf2 import actor as actor_lib
+
+PROTOCOL_VERSION = 1
+LEARNER_JOB, ACTOR_JOB = "learner", "actor"
+# Loopback: with no cluster given, nothing listens beyond this machine.
+DEFAULT_LEARNER_ADDRESS = "localhost:8001"
+
+
+class ClusterError(ValueError):
+  """A cluster specification that cannot work."""
+
+
+class LearnerUnavailable(ConnectionError):
+  """The learner did not answer within the retry budget."""
+
+
+class PeerRejected(RuntimeError):
+  """The learner refused this actor (protocol or trajectory layout differs)."""
+
+
+def parse_cluster(cluster_json="", environ=None):
+  """The cluster as {job: [addresses]}, from --cluster or else TF_CONFIG.
+
+  Args:
+    cluster_json: JSON {"learner": [...], "actor": [...]} (the "cluster" part of TF_CONFIG),
+      or "" to read TF_CONFIG.
+    environ: the environment (os.environ by default).
+
+  Returns:
+    dict job -> list of "host:port"; {"learner": [DEFAULT_LEARNER_ADDRESS]} when neither is
+    given.
+
+  Raises:
+    ClusterError: malformed JSON, or no single learner address.
+  """
+  environ = os.environ if environ is None else environ
+  source = "--cluster"
+  text = cluster_json
+  if not text and environ.get("TF_CONFIG"):
+    source, text = "TF_CONFIG", environ["TF_CONFIG"]
+  if not text:
+    return {LEARNER_JOB: [DEFAULT_LEARNER_ADDRESS]}
+  try:
+    value = json.loads(text)
+  except ValueError as error:
+    raise ClusterError(f"{source} is not valid JSON: {error}") from error
+  cluster = value.get("cluster", value) if source == "TF_CONFIG" else value
+  if not isinstance(cluster, dict) or not isinstance(cluster.get(LEARNER_JOB), list) or len(
+      cluster[LEARNER_JOB]) != 1:
+    raise ClusterError(f"{source} must name exactly one learner address, e.g. "
+                       f'{{"learner": ["host:8001"], "actor": ["host2:8002"]}}; got {text!r}.')
+  return {job: [str(a) for a in addresses] for job, addresses in cluster.items()}
+
+
+def task_from_environment(environ=None):
+  """(job_name, task index) from TF_CONFIG's "task", or (None, None)."""
+  environ = os.environ if environ is None else environ
+  if not environ.get("TF_CONFIG"):
+    return None, None
+  task = json.loads(environ["TF_CONFIG"]).get("task", {})
+  return task.get("type"), task.get("index")
+
+
+def wire_layout(signature):
+  """Flat TensorSpecs of what one trajectory message carries: (level index, trajectory).
+
+  Args:
+    signature: training.trajectory_signature(...) (policy_version, state, env, agent outputs).
+  """
+  return [tf.TensorSpec([], tf.int32)] + tf.nest.flatten(signature)
+
+
+def fingerprint(layout, **settings):
+  """A short digest of the message layout and the settings both sides must share."""
+  text = repr([(s.dtype.name, s.shape.as_list()) for s in layout]) + repr(sorted(
+      settings.items()))
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def flatten_message(level_index, trajectory):
+  """One trajectory as the flat list of numpy arrays of wire_layout."""
+  return [np.int32(level_index)] + tf.nest.flatten(
+      (np.int64(trajectory.policy_version), trajectory.agent_state, trajectory.env_outputs,
+       trajectory.agent_outputs))
+
+
+def _shape_text(shape):
+  return ",".join(str(d) for d in shape)
+
+
+class TrajectoryServer:
+  """The learner's side: an RPC server that queues trajectories and serves parameters.
+
+  Trajectories wait in a FIFOQueue (`capacity` messages; a full queue blocks the sending
+  actor, which is the back-pressure). `dequeue` hands them to the training loop.
+  """
+
+  def __init__(self, address, layout, expected_fingerprint, variables, capacity,
+               log_stream=sys.stderr):
+    """Args:
+      address: "host:port" to listen on (the learner's address in the cluster spec).
+      layout: wire_layout(...).
+      expected_fingerprint: what peers must present (fingerprint(...)).
+      variables: the agent's variables, served by `parameters` in this order.
+      capacity: queued trajectories at most.
+      log_stream: where refusals are logged (tf.print's output_stream).
+    """
+    self.address = address
+    self._layout = layout
+    self._variables = list(variables)
+    self.parameter_version = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self._queue = tf.queue.FIFOQueue(capacity, [s.dtype for s in layout],
+                                     shapes=[s.shape for s in layout])
+    self._episodes = tf.queue.FIFOQueue(100_000, [tf.int32, tf.float32, tf.int32],
+                                        shapes=[[], [], []])
+    expected = tf.constant(expected_fingerprint)
+    expected_shapes = [_shape_text(s.shape.as_list()) for s in layout]
+    queue, episodes, version = self._queue, self._episodes, self.parameter_version
+    variables = self._variables
+    stream = log_stream
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.string),
+                                  tf.TensorSpec([], tf.string)])
+    def hello(protocol, peer_fingerprint, peer):
+      accepted = tf.logical_and(tf.equal(protocol, PROTOCOL_VERSION),
+                                tf.equal(peer_fingerprint, expected))
+      reason = tf.strings.join([
+          "refused: protocol ", tf.strings.as_string(protocol), " (learner ",
+          str(PROTOCOL_VERSION), "), layout fingerprint ", peer_fingerprint, " (learner ",
+          expected, ")"])
+
+      def refuse():
+        tf.print(tf.strings.join(["Learner: peer ", peer, " ", reason]), output_stream=stream)
+        return tf.constant(False)
+      accepted = tf.cond(accepted, lambda: tf.constant(True), refuse)
+      return accepted, tf.where(accepted, tf.constant("accepted"), reason)
+
+    loose = [tf.TensorSpec(None, s.dtype) for s in layout]
+
+    @tf.function(input_signature=loose)
+    def enqueue(*flat):
+      checks = [tf.equal(tf.strings.reduce_join(tf.strings.as_string(tf.shape(x)),
+                                                separator=","), want)
+                for x, want in zip(flat, expected_shapes)]
+      matches = tf.reduce_all(tf.stack(checks))
+
+      def accept():
+        with tf.control_dependencies([queue.enqueue(
+            [tf.ensure_shape(x, s.shape) for x, s in zip(flat, layout)])]):
+          return tf.constant(True)
+
+      def refuse():
+        tf.print("Learner: refused a trajectory of shapes",
+                 [tf.shape(x) for x in flat], "expected", expected_shapes,
+                 output_stream=stream)
+        return tf.constant(False)
+      return tf.cond(matches, accept, refuse)
+
+    @tf.function(input_signature=[])
+    def parameters():
+      return [version.read_value()] + [v.read_value() for v in variables]
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
+                                  tf.TensorSpec([], tf.int32)])
+    def episode(level_index, episode_return, episode_step):
+      with tf.control_dependencies([episodes.enqueue([level_index, episode_return,
+                                                       episode_step])]):
+        return tf.constant(True)
+
+    self._server = tf.distribute.experimental.rpc.Server.create("grpc", address)
+    for name, function in (("hello", hello), ("enqueue", enqueue),
+                           ("parameters", parameters), ("episode", episode)):
+      self._server.register(name, function)
+    self._server.start()
+
+  def dequeue(self):
+    """The next trajectory message (list of numpy arrays), or None once closed and empty."""
+    try:
+      return [t.numpy() for t in self._queue.dequeue()]
+    except tf.errors.OutOfRangeError:
+      return None
+
+  def dequeue_episodes(self):
+    """[(level_index, episode_return, episode_step)] reported so far (does not block)."""
+    count = int(self._episodes.size().numpy())
+    if not count:
+      return []
+    levels, returns, steps = self._episodes.dequeue_many(count)
+    return list(zip(levels.numpy().tolist(), returns.numpy().tolist(),
+                    steps.numpy().tolist()))
+
+  def size(self):
+    return int(self._queue.size().numpy())
+
+  def close(self):
+    """Refuses further trajectories and ends `dequeue` once the queue is empty.
+
+    The gRPC server itself cannot be stopped in TensorFlow 2.21; it goes with the process.
+    """
+    self._queue.close(cancel_pending_enqueues=True)
+
+
+class LearnerClient:
+  """An actor process's connection to the learner (thread-safe)."""
+
+  def __init__(self, address, layout, peer_fingerprint, name, connect_timeout_secs=300.0,
+               call_timeout_secs=60.0, print_fn=print):
+    """Connects (retrying until connect_timeout_secs) and says hello.
+
+    Raises:
+      LearnerUnavailable: no learner answered in time.
+      PeerRejected: the learner refused this actor (the message says why).
+    """
+    self.address = address
+    self._layout = layout
+    self._call_timeout_ms = int(call_timeout_secs * 1000)
+    self._name = name
+    deadline = time.monotonic() + connect_timeout_secs
+    attempt = 0
+    while True:
+      attempt += 1
+      try:
+        self._client = tf.distribute.experimental.rpc.Client.create(
+            "grpc", address, name=f"{name}-{attempt}", timeout_in_ms=5000)
+        break
+      except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+              tf.errors.UnknownError) as error:
+        if time.monotonic() > deadline:
+          raise LearnerUnavailable(
+              f"No learner answered at {address} within {connect_timeout_secs:.0f} s "
+              f"({attempt} attempts; last error: {str(error).splitlines()[0]}). Start the "
+              f"learner (--job_name=learner) or check the cluster addresses.") from error
+        if attempt == 1:
+          print_fn(f"Waiting for the learner at {address} ...")
+        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+    accepted, message = self._call("hello", [tf.constant(PROTOCOL_VERSION),
+                                             tf.constant(peer_fingerprint),
+                                             tf.constant(name)])
+    if not accepted.numpy():
+      raise PeerRejected(f"The learner at {address} refused this actor: "
+                         f"{message.numpy().decode()}. Run the same version with the same "
+                         f"level, network and unroll settings as the learner.")
+
+  def _call(self, method, args):
+    """Calls a registered method; raises the learner's error as a tf.errors exception."""
+    blocking = getattr(self._client, method + "_blocking")  # Knows the method's outputs.
+    return blocking(*args, timeout_in_ms=self._call_timeout_ms)
+
+  def parameters(self):
+    """(version int, [numpy arrays] in the learner's variable order)."""
+    values = self._call("parameters", [])
+    return int(values[0].numpy()), [v.numpy() for v in values[1:]]
+
+  def send_trajectory(self, level_index, trajectory):
+    """Queues a trajectory on the learner (blocks while its queue is full).
+
+    Raises:
+      PeerRejected: the learner refused it (its log says why).
+    """
+    accepted = self._call("enqueue", flatten_message(level_index, trajectory))
+    if not bool(np.asarray(accepted)):
+      raise PeerRejected("The learner refused a trajectory (see the learner's log).")
+
+  def report_episode(self, level_index, episode_return, episode_step):
+    self._call("episode", [tf.constant(level_index, tf.int32),
+                           tf.constant(episode_return, tf.float32),
+                           tf.constant(episode_step, tf.int32)])
+
+
+def unflatten_message(message, signature, levels):
+  """(level name, actor.Trajectory) from a message of wire_layout."""
+  policy_version, agent_state, env_outputs, agent_outputs = tf.nest.pack_sequence_as(
+      signature, message[1:])
+  return actor_lib.Trajectory(level_name=levels[int(message[0])],
+                              policy_version=int(policy_version), agent_state=agent_state,
+                              env_outputs=env_outputs, agent_outputs=agent_outputs)
+
+
+class ParameterSync:
+  """Keeps an actor process's local agent at the learner's latest parameters.
+
+  `refresh()` runs at the start of every unroll (the paper's section 2: "at the beginning of
+  each trajectory, an actor updates its own local policy to the latest learner policy"). The
+  threads of one process share the local copy: a refresh that another thread started after
+  this one asked is good enough, so a process fetches once per wave of unroll starts.
+  """
+
+  def __init__(self, client, variables):
+    self._client = client
+    self._variables = list(variables)
+    self._lock = threading.Lock()
+    self._fetched_at = 0.0
+    self.version = -1
+
+  def refresh(self):
+    """Fetches and assigns the learner's parameters; returns their version (updates)."""
+    asked_at = time.monotonic()
+    with self._lock:
+      if self._fetched_at >= asked_at:
+        return self.version
+      started = time.monotonic()
+      version, values = self._client.parameters()
+      if version != self.version:
+        for variable, value in zip(self._variables, values):
+          variable.assign(value)
+        self.version = version
+      self._fetched_at = started
+      return self.version
+
+
+__all__ = ["ClusterError", "LearnerClient", "LearnerUnavailable", "ParameterSync",
+           "PeerRejected", "TrajectoryServer", "fingerprint", "flatten_message",
+           "parse_cluster", "task_from_environment", "unflatten_message", "wire_layout"]

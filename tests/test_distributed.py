@@ -1,0 +1,153 @@
+"""The learner's RPC service and an actor's client, in separate processes over real gRPC."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import toy_environment
+from scalable_agent_tf2 import actor
+from scalable_agent_tf2 import distributed
+from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import training
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(TESTS_DIR)
+TOY_NETWORK = networks.NetworkConfig(
+    num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
+    torso=networks.SHALLOW, use_lstm=False, use_instruction=False)
+UNROLL_LENGTH = 5
+
+# The learner side, as its own process: serves until its stdin closes, printing what arrives.
+LEARNER_SCRIPT = textwrap.dedent("""
+    import sys, threading
+    sys.path[:0] = [{tests!r}, {repo!r}]
+    import test_distributed as t
+    from scalable_agent_tf2 import distributed, networks
+    agent = networks.Agent(t.TOY_NETWORK, seed=3)
+    layout = t.layout()
+    server = distributed.TrajectoryServer({address!r}, layout, t.FINGERPRINT,
+                                          agent.trainable_variables, capacity=4)
+    server.parameter_version.assign(11)
+    print("ready", flush=True)
+    def drain():
+      while True:
+        message = server.dequeue()
+        if message is None:
+          return
+        print("trajectory", int(message[0]), message[-1].shape, flush=True)
+    threading.Thread(target=drain, daemon=True).start()
+    sys.stdin.read()
+    server.close()
+    print("episodes", server.dequeue_episodes(), flush=True)
+""")
+
+
+class _NoPolicy:
+  def initial_state(self):
+    return ()
+
+
+def layout():
+  return distributed.wire_layout(
+      training.trajectory_signature(TOY_NETWORK, UNROLL_LENGTH, _NoPolicy()))
+
+
+FINGERPRINT = distributed.fingerprint(layout(), level_name="toy", torso="shallow")
+
+
+def free_port():
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def toy_trajectory(frame_shape=toy_environment.FRAME_SHAPE):
+  steps = UNROLL_LENGTH + 1
+  env_outputs = actor.EnvOutput(
+      reward=np.ones(steps, np.float32), done=np.zeros(steps, bool),
+      observation=actor.Observation(
+          frame=np.zeros((steps,) + tuple(frame_shape), np.uint8),
+          instruction=np.zeros((steps, networks.MAX_INSTRUCTION_WORDS), np.int32)),
+      episode_return=np.zeros(steps, np.float32), episode_step=np.zeros(steps, np.int32))
+  agent_outputs = actor.AgentOutput(
+      action=np.zeros(steps, np.int32),
+      policy_logits=np.zeros((steps, toy_environment.NUM_ACTIONS), np.float32),
+      baseline=np.zeros(steps, np.float32))
+  return actor.Trajectory(level_name="toy", policy_version=2, agent_state=(),
+                          env_outputs=env_outputs, agent_outputs=agent_outputs)
+
+
+@pytest.fixture
+def learner_process():
+  address = f"localhost:{free_port()}"
+  script = LEARNER_SCRIPT.format(tests=TESTS_DIR, repo=REPO_DIR, address=address)
+  process = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  assert process.stdout.readline().strip() == "ready", process.stderr.read()[-3000:]
+  yield address, process
+  if process.poll() is None:
+    process.kill()
+    process.wait()
+
+
+def test_parse_cluster_from_flag_tf_config_or_loopback():
+  assert distributed.parse_cluster("", environ={}) == {"learner": ["localhost:8001"]}
+  cluster = {"learner": ["a:1"], "actor": ["b:2", "c:3"]}
+  assert distributed.parse_cluster(json.dumps(cluster), environ={}) == cluster
+  tf_config = json.dumps({"cluster": cluster, "task": {"type": "actor", "index": 1}})
+  assert distributed.parse_cluster("", environ={"TF_CONFIG": tf_config}) == cluster
+  assert distributed.task_from_environment({"TF_CONFIG": tf_config}) == ("actor", 1)
+  with pytest.raises(distributed.ClusterError, match="exactly one learner"):
+    distributed.parse_cluster('{"actor": ["b:2"]}', environ={})
+  with pytest.raises(distributed.ClusterError, match="not valid JSON"):
+    distributed.parse_cluster("{learner", environ={})
+
+
+@pytest.mark.timeout(180)
+def test_actor_client_sends_trajectories_and_reads_parameters(learner_process):
+  address, process = learner_process
+  client = distributed.LearnerClient(address, layout(), FINGERPRINT, name="actor-0",
+                                     connect_timeout_secs=60)
+  version, values = client.parameters()
+  assert version == 11
+  agent = networks.Agent(TOY_NETWORK, seed=3)
+  assert [v.shape for v in values] == [tuple(v.shape) for v in agent.trainable_variables]
+  np.testing.assert_array_equal(values[0], agent.trainable_variables[0].numpy())
+
+  for level_index in (0, 1):
+    client.send_trajectory(level_index, toy_trajectory())
+  client.report_episode(1, 7.5, 10)
+  # A malformed trajectory is refused, logged by the learner, and the learner carries on.
+  with pytest.raises(distributed.PeerRejected, match="refused a trajectory"):
+    client.send_trajectory(0, toy_trajectory(frame_shape=(20, 21, 1)))
+  client.send_trajectory(2, toy_trajectory())
+
+  # A peer with another layout is refused at hello.
+  with pytest.raises(distributed.PeerRejected, match="layout fingerprint"):
+    distributed.LearnerClient(address, layout(), "0123456789abcdef", name="stranger",
+                              connect_timeout_secs=60)
+
+  # ParameterSync assigns the learner's values to a local agent.
+  local = networks.Agent(TOY_NETWORK, seed=99)
+  sync = distributed.ParameterSync(client, local.trainable_variables)
+  assert sync.refresh() == 11
+  np.testing.assert_array_equal(local.trainable_variables[-1].numpy(), values[-1])
+
+  output, errors = process.communicate(input="", timeout=60)
+  lines = output.splitlines()
+  assert [line.split()[1] for line in lines if line.startswith("trajectory")] == ["0", "1", "2"]
+  assert "episodes [(1, 7.5, 10)]" in output
+  assert "refused a trajectory" in errors
+  assert "Learner: peer stranger refused: protocol 1 (learner 1), layout fingerprint 0123456789abcdef" in errors
+  assert process.returncode == 0
+
+
+def test_no_learner_is_a_clear_error_after_bounded_retries():
+  with pytest.raises(distributed.LearnerUnavailable, match="No learner answered"):
+    distributed.LearnerClient(f"localhost:{free_port()}", layout(), FINGERPRINT,
+                              name="early", connect_timeout_secs=3, print_fn=lambda _: None)
