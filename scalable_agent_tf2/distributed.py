@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import errors as tf_errors  # Error code -> class.
 
 from scalable_agent_tf2 import actor as actor_lib
 
@@ -106,11 +107,12 @@ def fingerprint(layout, **settings):
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def flatten_message(level_index, trajectory):
-  """One trajectory as the flat list of numpy arrays of wire_layout."""
-  return [np.int32(level_index)] + tf.nest.flatten(
-      (np.int64(trajectory.policy_version), trajectory.agent_state, trajectory.env_outputs,
+def flatten_message(layout, level_index, trajectory):
+  """One trajectory as the flat list of numpy arrays of `layout` (wire_layout), in its dtypes."""
+  values = [level_index] + tf.nest.flatten(
+      (trajectory.policy_version, trajectory.agent_state, trajectory.env_outputs,
        trajectory.agent_outputs))
+  return [np.asarray(value, spec.dtype.as_numpy_dtype) for value, spec in zip(values, layout)]
 
 
 def _shape_text(shape):
@@ -272,8 +274,14 @@ class LearnerClient:
 
   def _call(self, method, args):
     """Calls a registered method; raises the learner's error as a tf.errors exception."""
-    blocking = getattr(self._client, method + "_blocking")  # Knows the method's outputs.
-    return blocking(*args, timeout_in_ms=self._call_timeout_ms)
+    # The generated method knows the method's output signature.
+    result = getattr(self._client, method)(*args, timeout_in_ms=self._call_timeout_ms)
+    if result.is_ok():
+      return result.get_value()
+    code, message = result.get_error()
+    error_class = tf_errors.exception_type_from_error_code(int(code.numpy()))
+    raise error_class(None, None, f"{method} on the learner at {self.address} failed: "
+                      f"{message.numpy().decode(errors='replace')}")
 
   def parameters(self):
     """(version int, [numpy arrays] in the learner's variable order)."""
@@ -286,7 +294,7 @@ class LearnerClient:
     Raises:
       PeerRejected: the learner refused it (its log says why).
     """
-    accepted = self._call("enqueue", flatten_message(level_index, trajectory))
+    accepted = self._call("enqueue", flatten_message(self._layout, level_index, trajectory))
     if not bool(np.asarray(accepted)):
       raise PeerRejected("The learner refused a trajectory (see the learner's log).")
 

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2 import actor as actor_lib
 from scalable_agent_tf2 import checkpoints
+from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import environments
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import monitoring
@@ -148,7 +149,16 @@ def _raise_stopping(signum, frame):
   raise _Stopping(signal.Signals(signum).name)
 
 
-def train(config, environment_constructor=None, network_config=None, print_fn=print):
+def wire_fingerprint(config, network_config, signature):
+  """What a learner and its actor processes must agree on (distributed.fingerprint)."""
+  return distributed.fingerprint(
+      distributed.wire_layout(signature), level_name=config.level_name,
+      torso=network_config.torso, num_actions=network_config.num_actions,
+      use_lstm=network_config.use_lstm, use_instruction=network_config.use_instruction)
+
+
+def train(config, environment_constructor=None, network_config=None, print_fn=print,
+          listen_address=None):
   """Trains until config.total_environment_frames; resumes from logdir's checkpoint.
 
   Args:
@@ -157,6 +167,9 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
       default: the paper's environments (environments.environment_constructor).
     network_config: overrides config.network_config(num_actions) (tests use small frames).
     print_fn: where console lines go.
+    listen_address: None: actor threads in this process (one machine). "host:port": the
+      learner of a cluster: no local actors; actor processes (run_actor_process) send
+      trajectories to a distributed.TrajectoryServer on this address.
 
   Returns:
     dict: num_env_frames, num_updates, recent_returns (level -> mean of recent returns),
@@ -181,14 +194,14 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     if restored:
       print_fn(f"Resumed from {restored} at {int(learner.num_env_frames.numpy()):,} frames.")
     return _run(config, agent, learner, checkpointer, first_env, environment_constructor,
-                closers, print_fn)
+                closers, print_fn, listen_address)
   finally:
     for close in reversed(closers):
       close()
 
 
 def _run(config, agent, learner, checkpointer, first_env, environment_constructor, closers,
-         print_fn):
+         print_fn, listen_address):
   """The threads of `train`; see the module docstring."""
   levels = config.levels
   device = learner_device()
@@ -232,11 +245,34 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
                                              on_episode=monitor.record_episode,
                                              on_restart=monitor.record_restart)
 
-  actors = [actor_lib.ActorThread(i, make_loop(i), config.unroll_length, put_trajectory,
-                                  lambda: num_updates[0], stop_event)
-            for i in range(config.num_actors)]
-
   signature = trajectory_signature(agent.config, config.unroll_length, policy)
+  server = None
+  helpers = []
+  if listen_address is None:
+    actors = [actor_lib.ActorThread(i, make_loop(i), config.unroll_length, put_trajectory,
+                                    lambda: num_updates[0], stop_event)
+              for i in range(config.num_actors)]
+  else:
+    actors = []
+    server = distributed.TrajectoryServer(
+        listen_address, distributed.wire_layout(signature),
+        wire_fingerprint(config, agent.config, signature), agent.trainable_variables,
+        capacity=config.queue_capacity)
+    closers.append(server.close)
+    print_fn(f"Learner listening on {listen_address}.")
+
+    def pump():  # Remote trajectories into the same queue local actors would use.
+      while True:
+        message = server.dequeue()
+        if message is None or not put_trajectory(
+            distributed.unflatten_message(message, signature, levels)):
+          return
+    helpers.append(threading.Thread(target=pump, name="trajectory-pump", daemon=True))
+
+  def record_remote_episodes():
+    for level_index, episode_return, episode_step in server.dequeue_episodes():
+      if 0 <= level_index < len(levels):
+        monitor.record_episode(levels[level_index], episode_return, episode_step)
   dataset = make_dataset(next_trajectory, signature, config.batch_size)
   learner_error = []
   total_frames = config.total_environment_frames
@@ -248,6 +284,8 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
           with update_lock:
             stats = learner.update(agent_state, env_outputs, agent_outputs)
             num_updates[0] += 1
+          if server is not None:  # Actor processes read it with the parameters.
+            server.parameter_version.assign(num_updates[0])
           stats = {k: v.numpy() for k, v in stats.items()}
           monitor.record_update(stats, num_updates[0] - 1 - policy_versions.numpy())
           if stats["num_env_frames"] >= total_frames or stop_event.is_set():
@@ -268,9 +306,10 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
       return dict(num_env_frames=frames(), num_updates=0,
                   recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint)
     monitor.start(frames())
-    for actor in actors:
-      actor.start()
-    closers.remove(first_env.close)  # Actor 0 owns it now.
+    for thread in actors + helpers:
+      thread.start()
+    if actors:
+      closers.remove(first_env.close)  # Actor 0 owns it now.
     learner_thread.start()
     next_log = time.monotonic() + config.log_secs
     next_checkpoint = time.monotonic() + config.checkpoint_secs
@@ -280,6 +319,8 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
       if failed:
         stop_reason = f"{failed[0].name} failed"
         break
+      if server is not None:
+        record_remote_episodes()
       if now >= next_log:
         monitor.write(frames(), trajectories.qsize() / config.queue_capacity)
         next_log = now + config.log_secs
@@ -294,6 +335,11 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     signal.signal(signal.SIGTERM, previous_handler)
     stop_event.set()
     policy.close()  # Wakes actors waiting for an action.
+    if server is not None:
+      server.close()
+      left = server.size() + trajectories.qsize()
+      if left:
+        print_fn(f"{left} received trajectories were not trained on (not counted as frames).")
     if learner_thread.is_alive() or learner_thread.ident is not None:
       learner_thread.join(_JOIN_TIMEOUT_SECS)
     for actor in actors:
@@ -312,3 +358,134 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     raise learner_error[0]
   return dict(num_env_frames=frames(), num_updates=num_updates[0],
               recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint)
+
+
+# Errors that mean the learner is gone (shut down, crashed, or unreachable).
+_LEARNER_GONE = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                 tf.errors.CancelledError, tf.errors.AbortedError)
+
+
+def run_actor_process(config, learner_address, task, environment_constructor=None,
+                      network_config=None, print_fn=print, connect_timeout_secs=300.0):
+  """An actor process of a cluster: --num_actors actor threads feeding a remote learner.
+
+  The threads' inference is batched on this host (dynamic_batching); the local network is
+  refreshed from the learner at the start of every unroll (distributed.ParameterSync).
+  Levels and seeds follow the global actor number task * num_actors + i, so a cluster
+  assigns levels round-robin like one machine does.
+
+  Returns:
+    dict: num_trajectories sent, stop_reason.
+
+  Raises:
+    distributed.LearnerUnavailable: no learner answered within connect_timeout_secs.
+    distributed.PeerRejected: the learner refused this actor.
+    ActorFailed: an actor thread hit an error other than an environment crash.
+  """
+  environment_constructor = environment_constructor or default_environment_constructor(config)
+  levels = config.levels
+  for level in sorted(set(levels)):
+    environment_constructor(level, 0, False)
+  first_index = task * config.num_actors
+  agent, first_env = build_agent(config, environment_constructor, network_config)
+  closers = [first_env.close]
+  try:
+    policy = actor_lib.BatchedPolicy(agent, device=learner_device())
+    closers.append(policy.close)
+    signature = trajectory_signature(agent.config, config.unroll_length, policy)
+    client = distributed.LearnerClient(
+        learner_address, distributed.wire_layout(signature),
+        wire_fingerprint(config, agent.config, signature), name=f"actor-{task}",
+        connect_timeout_secs=connect_timeout_secs, print_fn=print_fn)
+    sync = distributed.ParameterSync(client, agent.trainable_variables)
+    sync.refresh()
+    print_fn(f"Actor task {task}: {config.num_actors} actors connected to {learner_address}.")
+    return _run_actors(config, levels, first_index, first_env, closers, policy, client, sync,
+                       environment_constructor, print_fn)
+  finally:
+    for close in reversed(closers):
+      close()
+
+
+def _run_actors(config, levels, first_index, first_env, closers, policy, client, sync,
+                environment_constructor, print_fn):
+  """The threads of run_actor_process."""
+  stop_event = threading.Event()
+  learner_gone = []
+
+  def on_learner_gone(error):
+    learner_gone.append(error)
+    stop_event.set()
+
+  delivered = []
+
+  def put_trajectory(trajectory):
+    try:
+      client.send_trajectory(levels.index(trajectory.level_name), trajectory)
+      if not delivered:
+        delivered.append(True)
+        print_fn(f"Actor process {first_index // config.num_actors}: first trajectory "
+                 f"delivered to the learner.")
+      return True
+    except _LEARNER_GONE as error:
+      on_learner_gone(error)
+      return False
+
+  def policy_version():
+    try:
+      return sync.refresh()
+    except _LEARNER_GONE as error:
+      on_learner_gone(error)
+      raise
+
+  def report_episode(level, episode_return, episode_step):
+    try:
+      client.report_episode(levels.index(level), episode_return, episode_step)
+    except _LEARNER_GONE as error:
+      on_learner_gone(error)
+
+  def make_loop(index):
+    level = levels[index % len(levels)]
+
+    def env_factory(attempt):
+      if index == first_index and attempt == 0:
+        return first_env
+      return start_environment(environment_constructor, level,
+                               derive_seed(config.seed, index, attempt))
+    rng = np.random.default_rng([config.seed, index, 1])
+    return lambda: actor_lib.EnvironmentLoop(
+        env_factory, policy, rng, level, on_episode=report_episode,
+        on_restart=lambda lvl, e: print_fn(f"Environment for {lvl} restarted: {e}"))
+
+  actors = [actor_lib.ActorThread(i, make_loop(i), config.unroll_length, put_trajectory,
+                                  policy_version, stop_event)
+            for i in range(first_index, first_index + config.num_actors)]
+  previous_handler = signal.signal(signal.SIGTERM, _raise_stopping)
+  stop_reason = "learner gone"
+  try:
+    for thread in actors:
+      thread.start()
+    closers.remove(first_env.close)  # Its actor owns it now.
+    while not stop_event.wait(0.5):
+      if any(a.error is not None for a in actors):
+        stop_reason = "an actor failed"
+        break
+  except (KeyboardInterrupt, _Stopping) as interrupt:
+    stop_reason = f"interrupted ({type(interrupt).__name__})"
+  finally:
+    signal.signal(signal.SIGTERM, previous_handler)
+    stop_event.set()
+    policy.close()
+    for thread in actors:
+      thread.join(_JOIN_TIMEOUT_SECS)
+  sent = sum(a.num_trajectories for a in actors)
+  if learner_gone:
+    print_fn(f"The learner at {client.address} is gone "
+             f"({type(learner_gone[0]).__name__}); this actor process stops after sending "
+             f"{sent} trajectories.")
+  failed = [a for a in actors if a.error is not None and not learner_gone]
+  if failed:
+    raise ActorFailed(f"{failed[0].name} stopped with {type(failed[0].error).__name__}: "
+                      f"{failed[0].error}.") from failed[0].error
+  print_fn(f"Actor process stopped: {stop_reason}; {sent} trajectories sent.")
+  return dict(num_trajectories=sent, stop_reason=stop_reason)

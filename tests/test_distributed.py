@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -151,3 +152,80 @@ def test_no_learner_is_a_clear_error_after_bounded_retries():
   with pytest.raises(distributed.LearnerUnavailable, match="No learner answered"):
     distributed.LearnerClient(f"localhost:{free_port()}", layout(), FINGERPRINT,
                               name="early", connect_timeout_secs=3, print_fn=lambda _: None)
+
+
+CLUSTER_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path[:0] = [{tests!r}, {repo!r}]
+    import test_training as t
+    import toy_environment
+    from scalable_agent_tf2 import training
+    config = t.toy_config({logdir!r}, total_frames={frames}, num_actors=2, log_secs=1.0)
+    if {job!r} == "learner":
+      result = training.train(config, environment_constructor=toy_environment.environment_constructor(),
+                              network_config=t.TOY_NETWORK, listen_address={address!r})
+      print("learner done", result["num_env_frames"], flush=True)
+    else:
+      result = training.run_actor_process(
+          config, {address!r}, task={task}, network_config=t.TOY_NETWORK,
+          environment_constructor=toy_environment.environment_constructor(),
+          connect_timeout_secs=120)
+      print("actor done", result["num_trajectories"], flush=True)
+""")
+
+
+def _start(job, address, logdir, frames, task=0):
+  script = CLUSTER_SCRIPT.format(tests=TESTS_DIR, repo=REPO_DIR, job=job, address=address,
+                                 logdir=str(logdir), frames=frames, task=task)
+  return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+
+
+def _descendants(pid):
+  found = []
+  for task in os.listdir(f"/proc/{pid}/task"):
+    with open(f"/proc/{pid}/task/{task}/children") as f:
+      for child in f.read().split():
+        found.append(int(child))
+        found.extend(_descendants(int(child)))
+  return found
+
+
+@pytest.mark.timeout(420)
+def test_learner_trains_on_two_actor_processes_and_survives_a_killed_one(tmp_path):
+  address = f"localhost:{free_port()}"
+  # An actor started before the learner waits for it.
+  actors = [_start("actor", address, tmp_path, 1, task=k) for k in (0, 1)]
+  time.sleep(25)  # Long enough for the actors to be up and waiting.
+  learner = _start("learner", address, tmp_path, 60_000)
+  try:
+    # Both actors deliver; then one is killed (its environment processes die with it).
+    outputs = [[], []]
+    for k, process in enumerate(actors):
+      for line in process.stdout:
+        outputs[k].append(line)
+        if "first trajectory delivered" in line:
+          break
+      assert "first trajectory delivered" in "".join(outputs[k]), "".join(outputs[k])[-3000:]
+    environment_pids = _descendants(actors[1].pid)
+    actors[1].kill()
+    actors[1].wait()
+    learner_output, _ = learner.communicate(timeout=300)
+    assert learner.returncode == 0, learner_output[-3000:]
+    assert "learner done" in learner_output
+    frames = int(learner_output.split("learner done")[1].split()[0])
+    assert frames >= 60_000
+    rest, _ = actors[0].communicate(timeout=120)
+    survivor_output = "".join(outputs[0]) + rest
+    assert actors[0].returncode == 0, survivor_output[-3000:]
+    assert "Waiting for the learner" in survivor_output
+    assert "is gone" in survivor_output
+    assert int(survivor_output.split("actor done")[1].split()[0]) > 0
+    time.sleep(2)
+    for pid in environment_pids:
+      assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+  finally:
+    for process in actors + [learner]:
+      if process.poll() is None:
+        process.kill()
+        process.wait()
