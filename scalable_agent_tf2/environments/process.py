@@ -52,6 +52,9 @@ _CLOSE_GRACE_SECONDS = 5.0
 # linux/prctl.h.
 _PR_SET_PDEATHSIG = 1
 
+# _receive's default: the per-call timeout given at construction.
+_CALL_TIMEOUT = object()
+
 _OK = "ok"
 _ERROR = "error"
 
@@ -202,7 +205,7 @@ class EnvironmentProcess(base.Environment):
   """
 
   def __init__(self, constructor, args=(), kwargs=None, shared_memory=True,
-               timeout=DEFAULT_TIMEOUT_SECONDS):
+               timeout=DEFAULT_TIMEOUT_SECONDS, startup_timeout=DEFAULT_TIMEOUT_SECONDS):
     """Starts the child and builds the environment there.
 
     Args:
@@ -211,6 +214,9 @@ class EnvironmentProcess(base.Environment):
       args, kwargs: its picklable arguments.
       shared_memory: pass frames through shared memory (True) or pickle them (False).
       timeout: seconds any single call may take; None waits as long as the child lives.
+      startup_timeout: seconds the child may take to start and build the environment (a
+        fresh interpreter importing numpy and the emulator takes seconds on a busy machine);
+        None waits as long as the child lives.
 
     Raises:
       Whatever the constructor raised in the child (child traceback as __cause__).
@@ -228,7 +234,7 @@ class EnvironmentProcess(base.Environment):
     # Runs close() when the proxy is garbage-collected or at interpreter exit.
     self._finalizer = weakref.finalize(self, _shut_down, self._process, self._conn, None)
     try:
-      self._spec = self._receive()
+      self._spec = self._receive(startup_timeout)
       if shared_memory:
         num_bytes = int(np.prod(self._spec.frame_shape)) * np.dtype(base.FRAME_DTYPE).itemsize
         self._shared = multiprocessing.shared_memory.SharedMemory(create=True, size=num_bytes)
@@ -254,15 +260,20 @@ class EnvironmentProcess(base.Environment):
     return "Environment process %r (pid %d) %s." % (
         self._name, self._process.pid, _describe_exit(self._process.exitcode))
 
-  def _receive(self):
-    """The child's next reply; raises its exception, or reports its death or silence."""
+  def _receive(self, timeout=_CALL_TIMEOUT):
+    """The child's next reply; raises its exception, or reports its death or silence.
+
+    timeout: seconds, None for no limit, or _CALL_TIMEOUT for the per-call timeout.
+    """
+    if timeout is _CALL_TIMEOUT:
+      timeout = self._timeout
     ready = multiprocessing.connection.wait(
-        [self._conn, self._process.sentinel], timeout=self._timeout)
+        [self._conn, self._process.sentinel], timeout=timeout)
     if not ready:
       self._release(graceful=False)
       raise EnvironmentProcessTimeout(
           "Environment process %r (pid %d) did not answer within %s s; it was killed."
-          % (self._name, self._process.pid, self._timeout))
+          % (self._name, self._process.pid, timeout))
     try:
       # A reply sent just before exiting is still delivered; EOF means none is coming.
       reply = self._conn.recv() if self._conn in ready or self._conn.poll() else None
