@@ -67,6 +67,16 @@ flags.DEFINE_float("checkpoint_secs", 600.0,
 flags.DEFINE_float("log_secs", 5.0, "Seconds between console lines and summaries.")
 flags.DEFINE_integer("test_num_episodes", 500, "Test mode: episodes per level (paper: 500).")
 
+# Cluster (distributed training; DESIGN.md "Data flow"). Leave --job_name empty on one machine.
+flags.DEFINE_enum("job_name", "", ["", "learner", "actor"],
+                  "Role in a cluster: the learner, or an actor process. Empty: everything in "
+                  "this process, unless TF_CONFIG names a task.")
+flags.DEFINE_integer("task", None, "Actor process number (0, 1, ...); default: TF_CONFIG's "
+                     "task index, else 0.")
+flags.DEFINE_string("cluster", "", 'The cluster as JSON, e.g. \'{"learner": ["host:8001"], '
+                    '"actor": ["host2:8002"]}\'; default: TF_CONFIG\'s "cluster", else the '
+                    "learner on localhost:8001 (loopback only).")
+
 FLAGS = flags.FLAGS
 
 
@@ -83,19 +93,33 @@ def main(argv):
   # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2 import checkpoints
   from scalable_agent_tf2 import config as config_lib
+  from scalable_agent_tf2 import distributed
   from scalable_agent_tf2 import evaluation
   from scalable_agent_tf2 import training
   try:
     config = config_from_flags()
+    job_name, task = distributed.task_from_environment()
+    job_name = FLAGS.job_name or job_name or ""
+    task = FLAGS.task if FLAGS.task is not None else (task or 0)
+    if task < 0:
+      raise ValueError(f"--task must be >= 0, got {task}.")
+    learner_address = None
+    if job_name:
+      if config.mode != config_lib.TRAIN:
+        raise ValueError("--job_name is for training; test on one machine (--job_name=).")
+      learner_address = distributed.parse_cluster(FLAGS.cluster)[distributed.LEARNER_JOB][0]
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
   try:
-    if config.mode == config_lib.TRAIN:
-      training.train(config)
-    else:
+    if config.mode == config_lib.TEST:
       evaluation.evaluate(config)
-  except (ModuleNotFoundError, checkpoints.CheckpointError) as error:
+    elif job_name == distributed.ACTOR_JOB:
+      training.run_actor_process(config, learner_address, task)
+    else:
+      training.train(config, listen_address=learner_address)
+  except (ModuleNotFoundError, checkpoints.CheckpointError, distributed.LearnerUnavailable,
+          distributed.PeerRejected) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
   return 0
