@@ -229,3 +229,17 @@ def test_learner_trains_on_two_actor_processes_and_survives_a_killed_one(tmp_pat
       if process.poll() is None:
         process.kill()
         process.wait()
+
+
+@pytest.mark.timeout(300)
+def test_launcher_runs_a_local_cluster_to_the_end_and_leaves_no_process(tmp_path, capfd):
+  from scalable_agent_tf2 import launch
+  code = launch.main(["--num_actor_processes=1", "--", "--level_name=atari/pong",
+                      "--num_actors=2", "--batch_size=2", "--unroll_length=5",
+                      "--total_environment_frames=800", f"--logdir={tmp_path}"])
+  output = capfd.readouterr().out
+  assert code == 0, output[-3000:]
+  assert "[learner] Stopped: frame budget reached" in output
+  assert "[actor 0] Actor process stopped: learner gone" in output
+  leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+  assert leftovers.stdout.strip() == ""
