@@ -232,11 +232,20 @@ class TrajectoryServer:
 
 
 class LearnerClient:
-  """An actor process's connection to the learner (thread-safe)."""
+  """An actor process's connection to the learner (thread-safe).
+
+  A learner that becomes unreachable (crashed, restarting from its checkpoint) is waited for:
+  calls reconnect and retry until `connect_timeout_secs` pass, then raise LearnerUnavailable.
+  A learner that finished closes its queue: sending then raises tf.errors.CancelledError.
+  """
 
   def __init__(self, address, layout, peer_fingerprint, name, connect_timeout_secs=300.0,
-               call_timeout_secs=60.0, print_fn=print):
+               call_timeout_secs=600.0, print_fn=print):
     """Connects (retrying until connect_timeout_secs) and says hello.
+
+    Args:
+      call_timeout_secs: how long one call may take (a full learner queue makes sending
+        wait); a call that takes longer is retried.
 
     Raises:
       LearnerUnavailable: no learner answered in time.
@@ -244,44 +253,73 @@ class LearnerClient:
     """
     self.address = address
     self._layout = layout
-    self._call_timeout_ms = int(call_timeout_secs * 1000)
+    self._fingerprint = peer_fingerprint
     self._name = name
-    deadline = time.monotonic() + connect_timeout_secs
-    attempt = 0
+    self._connect_timeout_secs = connect_timeout_secs
+    self._call_timeout_ms = int(call_timeout_secs * 1000)
+    self._print = print_fn
+    self._lock = threading.Lock()
+    self._generation = 0
+    self._attempts = 0
+    self._connect(waiting_message=f"Waiting for the learner at {address} ...")
+
+  def _connect(self, waiting_message):
+    """Creates the RPC client and says hello, retrying until the connect timeout."""
+    deadline = time.monotonic() + self._connect_timeout_secs
+    announced = False
     while True:
-      attempt += 1
+      self._attempts += 1
       try:
-        self._client = tf.distribute.experimental.rpc.Client.create(
-            "grpc", address, name=f"{name}-{attempt}", timeout_in_ms=5000)
+        client = tf.distribute.experimental.rpc.Client.create(
+            "grpc", self.address, name=f"{self._name}-{self._attempts}", timeout_in_ms=5000)
         break
       except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
               tf.errors.UnknownError) as error:
         if time.monotonic() > deadline:
           raise LearnerUnavailable(
-              f"No learner answered at {address} within {connect_timeout_secs:.0f} s "
-              f"({attempt} attempts; last error: {str(error).splitlines()[0]}). Start the "
-              f"learner (--job_name=learner) or check the cluster addresses.") from error
-        if attempt == 1:
-          print_fn(f"Waiting for the learner at {address} ...")
+              f"No learner answered at {self.address} within "
+              f"{self._connect_timeout_secs:.0f} s (last error: "
+              f"{str(error).splitlines()[0]}). Start the learner (--job_name=learner) or "
+              f"check the cluster addresses.") from error
+        if not announced:
+          self._print(waiting_message)
+          announced = True
         time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
-    accepted, message = self._call("hello", [tf.constant(PROTOCOL_VERSION),
-                                             tf.constant(peer_fingerprint),
-                                             tf.constant(name)])
+    accepted, message = self._checked_call(client, "hello", [
+        tf.constant(PROTOCOL_VERSION), tf.constant(self._fingerprint),
+        tf.constant(self._name)])
     if not accepted.numpy():
-      raise PeerRejected(f"The learner at {address} refused this actor: "
+      raise PeerRejected(f"The learner at {self.address} refused this actor: "
                          f"{message.numpy().decode()}. Run the same version with the same "
                          f"level, network and unroll settings as the learner.")
+    self._client = client
+    self._generation += 1
+    if announced:
+      self._print(f"Connected to the learner at {self.address}.")
 
-  def _call(self, method, args):
-    """Calls a registered method; raises the learner's error as a tf.errors exception."""
+  def _checked_call(self, client, method, args):
+    """One call; raises the learner's error as a tf.errors exception with a readable text."""
     # The generated method knows the method's output signature.
-    result = getattr(self._client, method)(*args, timeout_in_ms=self._call_timeout_ms)
+    result = getattr(client, method)(*args, timeout_in_ms=self._call_timeout_ms)
     if result.is_ok():
       return result.get_value()
     code, message = result.get_error()
     error_class = tf_errors.exception_type_from_error_code(int(code.numpy()))
     raise error_class(None, None, f"{method} on the learner at {self.address} failed: "
                       f"{message.numpy().decode(errors='replace')}")
+
+  def _call(self, method, args):
+    """A call that survives a learner restart (reconnects, then calls again)."""
+    while True:
+      generation = self._generation
+      try:
+        return self._checked_call(self._client, method, args)
+      except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError):
+        with self._lock:
+          if generation == self._generation:  # No other thread reconnected meanwhile.
+            self._connect(waiting_message=(
+                f"Lost the learner at {self.address}; reconnecting for up to "
+                f"{self._connect_timeout_secs:.0f} s ..."))
 
   def parameters(self):
     """(version int, [numpy arrays] in the learner's variable order)."""

@@ -31,6 +31,9 @@ from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
 # How long stopping threads may take before we give up on them (they are daemons).
 _JOIN_TIMEOUT_SECS = 60.0
+# A finished learner keeps answering this long, so its actor processes hear that it is done
+# (an unroll of an actor thread takes well under this) instead of waiting to reconnect.
+_ACTOR_NOTICE_SECS = 5.0
 
 
 class ActorFailed(RuntimeError):
@@ -337,6 +340,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     policy.close()  # Wakes actors waiting for an action.
     if server is not None:
       server.close()
+      closed_at = time.monotonic()
       left = server.size() + trajectories.qsize()
       if left:
         print_fn(f"{left} received trajectories were not trained on (not counted as frames).")
@@ -348,6 +352,10 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     last_checkpoint = checkpointer.save(frames())
     monitor.write(frames(), trajectories.qsize() / config.queue_capacity)
     print_fn(f"Stopped: {stop_reason}. Checkpoint {last_checkpoint} at {frames():,} frames.")
+    if server is not None:
+      # Actor processes learn that training is over from their next send (the closed queue
+      # refuses it); the server lives as long as this process, so let them hear it.
+      time.sleep(max(0.0, _ACTOR_NOTICE_SECS - (time.monotonic() - closed_at)))
 
   failed = [a for a in actors if a.error is not None]
   if failed:
@@ -360,9 +368,9 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
               recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint)
 
 
-# Errors that mean the learner is gone (shut down, crashed, or unreachable).
-_LEARNER_GONE = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                 tf.errors.CancelledError, tf.errors.AbortedError)
+# The learner is gone: it finished (its queue is closed: CancelledError) or did not come back
+# within the client's reconnection budget (LearnerUnavailable).
+_LEARNER_GONE = (tf.errors.CancelledError, distributed.LearnerUnavailable)
 
 
 def run_actor_process(config, learner_address, task, environment_constructor=None,

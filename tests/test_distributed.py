@@ -160,7 +160,8 @@ CLUSTER_SCRIPT = textwrap.dedent("""
     import test_training as t
     import toy_environment
     from scalable_agent_tf2 import training
-    config = t.toy_config({logdir!r}, total_frames={frames}, num_actors=2, log_secs=1.0)
+    config = t.toy_config({logdir!r}, total_frames={frames}, num_actors=2, log_secs=1.0,
+                          checkpoint_secs=5.0)
     if {job!r} == "learner":
       result = training.train(config, environment_constructor=toy_environment.environment_constructor(),
                               network_config=t.TOY_NETWORK, listen_address={address!r})
@@ -243,3 +244,33 @@ def test_launcher_runs_a_local_cluster_to_the_end_and_leaves_no_process(tmp_path
   assert "[actor 0] Actor process stopped: learner gone" in output
   leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
   assert leftovers.stdout.strip() == ""
+
+
+@pytest.mark.timeout(420)
+def test_actor_waits_for_a_restarted_learner_and_reconnects(tmp_path):
+  address = f"localhost:{free_port()}"
+  first_learner = _start("learner", address, tmp_path, 10_000_000)
+  actor_process = _start("actor", address, tmp_path, 1)
+  second_learner = None
+  try:
+    output = []
+    for line in actor_process.stdout:
+      output.append(line)
+      if "first trajectory delivered" in line:
+        break
+    first_learner.kill()  # A crash: no goodbye to the actors.
+    first_learner.wait()
+    second_learner = _start("learner", address, tmp_path, 20_000)
+    learner_output, _ = second_learner.communicate(timeout=300)
+    assert second_learner.returncode == 0, learner_output[-3000:]
+    assert "learner done" in learner_output
+    rest, _ = actor_process.communicate(timeout=120)
+    text = "".join(output) + rest
+    assert actor_process.returncode == 0, text[-3000:]
+    assert "Lost the learner" in text and "Connected to the learner" in text
+    assert "is gone (CancelledError)" in text  # The restarted learner finished and said so.
+  finally:
+    for process in (first_learner, second_learner, actor_process):
+      if process is not None and process.poll() is None:
+        process.kill()
+        process.wait()
