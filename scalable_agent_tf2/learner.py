@@ -8,6 +8,7 @@ to. So, for t = 0..T-1, the action taken at observation t is agent_outputs.actio
 reward env_outputs.reward[t+1], and the learner's policy and value at observation t come from
 unrolling over all T+1 observations; V(x_T) bootstraps.
 """
+import contextlib
 import dataclasses
 from typing import Optional
 
@@ -111,13 +112,19 @@ def default_jit_compile():
 class Learner(tf.Module):
   """Owns the optimizer state and the frame counter; `update` trains on one batch."""
 
-  def __init__(self, agent, config, jit_compile=None, name="learner"):
+  def __init__(self, agent, config, jit_compile=None, name="learner", strategy=None):
     """Args:
       agent: a networks.Agent (its variables are trained in place, so actors that share the
         object always act with the latest parameters).
       config: a LearnerConfig.
       jit_compile: compile the update with XLA; None chooses default_jit_compile().
       name: module name.
+      strategy: None for one learner, or a tf.distribute strategy (e.g. MirroredStrategy over
+        several devices) for synchronous data-parallel learners (the paper's "8 learners",
+        section 3.1): each replica takes an equal slice of the batch, the gradients of the
+        summed losses are summed across replicas (so one update equals one learner's update
+        on the whole batch) and one RMSProp step is applied to the mirrored variables. Build
+        the agent under strategy.scope().
     """
     super().__init__(name=name)
     if jit_compile is None:
@@ -125,8 +132,10 @@ class Learner(tf.Module):
     self.jit_compile = jit_compile
     self.agent = agent
     self.config = config
+    self.strategy = strategy
     self._variables = tuple(agent.trainable_variables)
-    with self.name_scope:
+    scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
+    with scope, self.name_scope:
       self.optimizer = optimizers.RMSProp(self._variables, decay=config.decay,
                                           momentum=config.momentum, epsilon=config.epsilon)
       # Frames consumed so far: drives the learning-rate schedule and resumption.
@@ -138,7 +147,12 @@ class Learner(tf.Module):
                                        trainable=False, name="learning_rate")
       self.entropy_cost = tf.Variable(config.entropy_cost, dtype=tf.float32,
                                       trainable=False, name="entropy_cost")
-    self._compiled_update = tf.function(self._update, jit_compile=jit_compile)
+    if strategy is None:
+      self._compiled_update = tf.function(self._update, jit_compile=jit_compile)
+    else:
+      # XLA compiles each replica's computation; the cross-replica sum stays outside it.
+      self._replica_gradients = tf.function(self._loss_and_gradients, jit_compile=jit_compile)
+      self._compiled_update = tf.function(self._distributed_update)
 
   def update(self, agent_state, env_outputs, agent_outputs):
     """One learner step on a batch of trajectories.
@@ -156,22 +170,58 @@ class Learner(tf.Module):
     """
     env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
                                              agent_outputs)
+    if self.strategy is not None:
+      replicas = self.strategy.num_replicas_in_sync
+      batch_size = env_outputs.reward.shape[1]
+      if batch_size is not None and batch_size % replicas:
+        raise ValueError(f"The batch size {batch_size} must be a multiple of the number of "
+                         f"learners ({replicas}): each takes an equal slice.")
     return self._compiled_update(agent_state, env_outputs, agent_outputs)
 
-  def _update(self, agent_state, env_outputs, agent_outputs):
+  def _loss_and_gradients(self, agent_state, env_outputs, agent_outputs):
+    """(total loss, loss terms, gradients) of one batch (losses summed over T and B)."""
     config = self.config
-    unroll_length = tf.shape(env_outputs.reward)[0] - 1
-    batch_size = tf.shape(env_outputs.reward)[1]
-    # The released code computes the rate from the frames BEFORE this update.
-    learning_rate = optimizers.linear_decay(self.learning_rate, self.num_env_frames,
-                                            config.total_environment_frames)
-
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
       terms, _ = impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config)
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
                     + self.entropy_cost * terms["entropy_loss"])
-    gradients = tape.gradient(total_loss, self._variables)
+    return total_loss, terms, tape.gradient(total_loss, self._variables)
+
+  def _update(self, agent_state, env_outputs, agent_outputs):
+    total_loss, terms, gradients = self._loss_and_gradients(agent_state, env_outputs,
+                                                            agent_outputs)
+    return self._apply(total_loss, terms, gradients, env_outputs.reward)
+
+  def _distributed_update(self, agent_state, env_outputs, agent_outputs):
+    """The update with the batch split over the strategy's replicas (see __init__)."""
+    strategy = self.strategy
+
+    def replica_step(agent_state, env_outputs, agent_outputs):
+      context = tf.distribute.get_replica_context()
+      size = tf.shape(env_outputs.reward)[1] // context.num_replicas_in_sync
+      start = context.replica_id_in_sync_group * size
+      in_time_major = lambda t: t[:, start:start + size]
+      return self._replica_gradients(
+          tf.nest.map_structure(lambda t: t[start:start + size], agent_state),
+          tf.nest.map_structure(in_time_major, env_outputs),
+          tf.nest.map_structure(in_time_major, agent_outputs))
+
+    per_replica = strategy.run(replica_step, args=(agent_state, env_outputs, agent_outputs))
+    # The losses are sums over the batch: their gradients add up across the slices.
+    total_loss, terms, gradients = tf.nest.map_structure(
+        lambda value: strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None),
+        per_replica)
+    return self._apply(total_loss, terms, gradients, env_outputs.reward)
+
+  def _apply(self, total_loss, terms, gradients, rewards):
+    """Clips, applies RMSProp, counts frames; returns the update's statistics."""
+    config = self.config
+    unroll_length = tf.shape(rewards)[0] - 1
+    batch_size = tf.shape(rewards)[1]
+    # The released code computes the rate from the frames BEFORE this update.
+    learning_rate = optimizers.linear_decay(self.learning_rate, self.num_env_frames,
+                                            config.total_environment_frames)
     grad_norm = tf.linalg.global_norm(gradients)
     if config.max_grad_norm is not None:
       gradients, _ = tf.clip_by_global_norm(gradients, config.max_grad_norm,
