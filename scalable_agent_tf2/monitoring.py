@@ -67,6 +67,7 @@ class Monitor:
     self._last_update = {}
     self._num_updates = 0
     self._policy_lags = []
+    self._policy_lag = float("nan")  # Mean lag of the latest updates (kept between writes).
     self._last_time = None
     self._last_frames = None
     self._last_updates = None
@@ -118,6 +119,8 @@ class Monitor:
       num_updates, num_episodes, num_restarts = (self._num_updates, self._num_episodes,
                                                  self._num_restarts)
     returns = self.recent_returns()
+    if lags:
+      self._policy_lag = _mean(lags)
     if self._last_time is None:
       fps = updates_per_second = 0.0
     else:
@@ -135,7 +138,7 @@ class Monitor:
                   frames_per_second=fps,
                   updates=num_updates, updates_per_second=updates_per_second,
                   episodes=num_episodes, environment_restarts=num_restarts,
-                  queue_fill=queue_fill, policy_lag=_mean(lags), **update)
+                  queue_fill=queue_fill, policy_lag=self._policy_lag, **update)
     for level, value in returns.items():
       record[f"episode_return/{level}"] = value
     normalized = human_normalized_summary(returns)
@@ -158,7 +161,9 @@ class Monitor:
       self._log_file.write(json.dumps(dict(kind="episode", frames=int(num_frames), level=level,
                                            episode_return=episode_return,
                                            episode_length=episode_step)) + "\n")
-    self._log_file.write(json.dumps(record) + "\n")
+    # Strict JSON: "not measured yet" is null, not NaN.
+    self._log_file.write(json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v
+                                     for k, v in record.items()}) + "\n")
     self._log_file.flush()
     self._print(self._console_line(record, returns))
     return record
