@@ -263,10 +263,15 @@ class LearnerClient:
     self._attempts = 0
     self._connect(waiting_message=f"Waiting for the learner at {address} ...")
 
-  def _connect(self, waiting_message):
-    """Creates the RPC client and says hello, retrying until the connect timeout."""
+  def _connect(self, waiting_message, announce=False):
+    """Creates the RPC client and says hello, retrying until the connect timeout.
+
+    waiting_message is printed once the first attempt fails (or at once with announce).
+    """
     deadline = time.monotonic() + self._connect_timeout_secs
-    announced = False
+    announced = announce
+    if announce:
+      self._print(waiting_message)
     while True:
       self._attempts += 1
       try:
@@ -319,7 +324,7 @@ class LearnerClient:
           if generation == self._generation:  # No other thread reconnected meanwhile.
             self._connect(waiting_message=(
                 f"Lost the learner at {self.address}; reconnecting for up to "
-                f"{self._connect_timeout_secs:.0f} s ..."))
+                f"{self._connect_timeout_secs:.0f} s ..."), announce=True)
 
   def parameters(self):
     """(version int, [numpy arrays] in the learner's variable order)."""
