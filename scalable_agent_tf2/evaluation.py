@@ -107,7 +107,7 @@ def play_levels(policy, levels, num_episodes, num_workers, seed, environment_con
   return by_level
 
 
-def level_rows(level_episodes, suite=None):
+def level_rows(level_episodes):
   """Per-level result rows: level, episodes, mean/std return, references, normalised score."""
   rows = []
   for level, episodes in level_episodes.items():
@@ -115,7 +115,7 @@ def level_rows(level_episodes, suite=None):
     row = dict(level=level, episodes=len(returns), mean_return=float(np.mean(returns)),
                std_return=float(np.std(returns)),
                mean_length=float(np.mean([n for _, n in episodes])))
-    if suite == suites.DMLAB30 or suites.is_dmlab_level(level):
+    if suites.is_dmlab_level(level):
       row["test_level"] = suites.dmlab30_test_level(level)
     references = suites.reference_scores(level)
     if references is not None:
@@ -200,7 +200,7 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
   finally:
     policy.close()
   suite = config.level_name if suites.is_suite(config.level_name) else None
-  rows = level_rows(episodes, suite)
+  rows = level_rows(episodes)
   summary = {}
   if suite:
     summary = suites.suite_scores({r["level"]: r["mean_return"] for r in rows}, suite)._asdict()

@@ -104,6 +104,27 @@ def trajectory_signature(network_config, unroll_length, policy):
   return (tf.TensorSpec([], tf.int64), state, env_outputs, agent_outputs)
 
 
+def actor_loop_factory(config, index, policy, environment_constructor, first_env,
+                       first_env_index, on_episode, on_restart):
+  """callable() -> the EnvironmentLoop of actor `index`, to be called on the actor's thread.
+
+  Actor `index` plays level index % len(levels) (section 5.3: levels assigned round-robin),
+  with seeds derived from (seed, index); actor `first_env_index` starts with `first_env`
+  (already running, from build_agent).
+  """
+  levels = config.levels
+  level = levels[index % len(levels)]
+
+  def env_factory(attempt):
+    if index == first_env_index and attempt == 0:
+      return first_env
+    return start_environment(environment_constructor, level,
+                             derive_seed(config.seed, index, attempt))
+  rng = np.random.default_rng([config.seed, index, 1])
+  return lambda: actor_lib.EnvironmentLoop(env_factory, policy, rng, level,
+                                           on_episode=on_episode, on_restart=on_restart)
+
+
 def make_dataset(next_trajectory, signature, batch_size):
   """tf.data pipeline: trajectories -> time-major batches, the next one prefetched.
 
@@ -236,17 +257,8 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     return None
 
   def make_loop(index):
-    level = levels[index % len(levels)]  # Section 5.3: levels assigned to actors round-robin.
-
-    def env_factory(attempt):
-      if index == 0 and attempt == 0:
-        return first_env
-      return start_environment(environment_constructor, level,
-                               derive_seed(config.seed, index, attempt))
-    rng = np.random.default_rng([config.seed, index, 1])
-    return lambda: actor_lib.EnvironmentLoop(env_factory, policy, rng, level,
-                                             on_episode=monitor.record_episode,
-                                             on_restart=monitor.record_restart)
+    return actor_loop_factory(config, index, policy, environment_constructor, first_env, 0,
+                              monitor.record_episode, monitor.record_restart)
 
   signature = trajectory_signature(agent.config, config.unroll_length, policy)
   server = None
@@ -344,7 +356,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
       left = server.size() + trajectories.qsize()
       if left:
         print_fn(f"{left} received trajectories were not trained on (not counted as frames).")
-    if learner_thread.is_alive() or learner_thread.ident is not None:
+    if learner_thread.ident is not None:  # Started.
       learner_thread.join(_JOIN_TIMEOUT_SECS)
     for actor in actors:
       if actor.ident is not None:
@@ -453,17 +465,9 @@ def _run_actors(config, levels, first_index, first_env, closers, policy, client,
       on_learner_gone(error)
 
   def make_loop(index):
-    level = levels[index % len(levels)]
-
-    def env_factory(attempt):
-      if index == first_index and attempt == 0:
-        return first_env
-      return start_environment(environment_constructor, level,
-                               derive_seed(config.seed, index, attempt))
-    rng = np.random.default_rng([config.seed, index, 1])
-    return lambda: actor_lib.EnvironmentLoop(
-        env_factory, policy, rng, level, on_episode=report_episode,
-        on_restart=lambda lvl, e: print_fn(f"Environment for {lvl} restarted: {e}"))
+    return actor_loop_factory(
+        config, index, policy, environment_constructor, first_env, first_index,
+        report_episode, lambda lvl, e: print_fn(f"Environment for {lvl} restarted: {e}"))
 
   actors = [actor_lib.ActorThread(i, make_loop(i), config.unroll_length, put_trajectory,
                                   policy_version, stop_event)

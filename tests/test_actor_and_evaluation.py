@@ -124,7 +124,7 @@ def test_dmlab30_table_reproduces_the_papers_mean_capped_score():
   level_episodes = {}
   for train_level, test_level in suites.DMLAB30_LEVEL_MAPPING.items():
     level_episodes[train_level] = [(suites.PAPER_DMLAB30_IMPALA_SCORES[test_level], 100)]
-  rows = evaluation.level_rows(level_episodes, suites.DMLAB30)
+  rows = evaluation.level_rows(level_episodes)
   text = evaluation.format_tables(rows, suites.DMLAB30)
   assert "rooms_collect_good_objects_test" in text
   capped = float(text.split("Mean capped human-normalised score (Table 3): ")[1].split("%")[0])
@@ -136,7 +136,7 @@ def test_dmlab30_table_reproduces_the_papers_mean_capped_score():
 def test_atari57_table_reproduces_the_papers_median():
   level_episodes = {suites.ATARI_LEVEL_PREFIX + game: [(score, 1)] for game, score in
                     suites.PAPER_ATARI57_IMPALA_DEEP_SCORES.items()}
-  text = evaluation.format_tables(evaluation.level_rows(level_episodes, suites.ATARI57),
+  text = evaluation.format_tables(evaluation.level_rows(level_episodes),
                                   suites.ATARI57)
   assert "median 191.82%" in text  # Table 4, IMPALA deep experts: 191.8%.
 
