@@ -39,6 +39,10 @@ flags.DEFINE_integer("queue_capacity", None, "Trajectories waiting for the learn
                      + _PRESET)
 flags.DEFINE_integer("total_environment_frames", None,
                      "Stop (and reach learning rate 0) after this many frames. " + _PRESET)
+flags.DEFINE_integer("num_learners", 1,
+                     "Synchronous learners (the paper's \"8 learners\"): one per GPU, else "
+                     "logical CPU devices; each trains on --batch_size trajectories of its "
+                     "own actors per update, gradients all-reduced.")
 flags.DEFINE_integer("seed", 1, "Seeds the network, environments and action sampling.")
 flags.DEFINE_enum("torso", None, ["shallow", "deep"], "Figure 3's network. " + _PRESET)
 flags.DEFINE_float("entropy_cost", None, "Entropy loss weight. " + _PRESET)

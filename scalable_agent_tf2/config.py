@@ -32,6 +32,9 @@ class ExperimentConfig:
   num_action_repeats: Optional[int] = None
   queue_capacity: Optional[int] = None
   total_environment_frames: Optional[int] = None
+  # Synchronous data-parallel learners (Figure 1 right; Table 3's "8 learners"), each
+  # training on --batch_size trajectories from its own actors per update.
+  num_learners: int = 1
   seed: int = 1
   # Network.
   torso: Optional[str] = None
@@ -163,7 +166,7 @@ def resolve(config):
 
   for name in ("num_actors", "batch_size", "unroll_length", "num_action_repeats",
                "queue_capacity", "total_environment_frames", "width", "height",
-               "test_num_episodes"):
+               "test_num_episodes", "num_learners"):
     if getattr(config, name) < 1:
       raise ValueError(f"--{name} must be a positive integer, got {getattr(config, name)}.")
   for name in ("checkpoint_secs", "log_secs"):
@@ -177,6 +180,10 @@ def resolve(config):
   if config.is_atari and config.width != config.height:
     raise ValueError(f"Atari frames are square: --width ({config.width}) and --height "
                      f"({config.height}) must be equal.")
+  if config.num_actors < config.num_learners:
+    raise ValueError(f"Each learner trains on its own actors' trajectories: --num_actors "
+                     f"({config.num_actors}) must be at least --num_learners "
+                     f"({config.num_learners}).")
   if config.queue_capacity < config.batch_size:
     raise ValueError(f"--queue_capacity ({config.queue_capacity}) must hold at least one "
                      f"batch (--batch_size {config.batch_size}).")
