@@ -150,6 +150,34 @@ def test_actor_client_sends_trajectories_and_reads_parameters(learner_process):
   assert process.returncode == 0
 
 
+def _listening_sockets(pid):
+  """[(ip bytes hex, port)] of the TCP sockets process `pid` listens on (from /proc)."""
+  inodes = set()
+  for fd in os.listdir(f"/proc/{pid}/fd"):
+    target = os.readlink(f"/proc/{pid}/fd/{fd}") if os.path.exists(f"/proc/{pid}/fd/{fd}") else ""
+    if target.startswith("socket:["):
+      inodes.add(target[8:-1])
+  found = []
+  for table in ("tcp", "tcp6"):
+    with open(f"/proc/{pid}/net/{table}") as f:
+      for line in f.readlines()[1:]:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == "0A" and inode in inodes:  # 0A: LISTEN.
+          address, port = local.split(":")
+          found.append((address, int(port, 16)))
+  return found
+
+
+def test_the_learner_listens_only_on_its_loopback_address(learner_process):
+  address, process = learner_process
+  port = int(address.split(":")[1])
+  sockets = _listening_sockets(process.pid)
+  # IPv4 127.0.0.1 (0100007F), possibly as an IPv4-mapped IPv6 address.
+  assert len(sockets) == 1 and sockets[0][1] == port, sockets
+  assert sockets[0][0] in ("0100007F", "0000000000000000FFFF00000100007F"), sockets
+
+
 def test_message_round_trip_and_the_ledger_drops_repeats_per_sender():
   signature = training.trajectory_signature(TOY_NETWORK, UNROLL_LENGTH, _NoPolicy())
   header = distributed.MessageHeader(level_index=1, actor_index=5, incarnation=2**61 + 3,
