@@ -32,6 +32,9 @@ flags.DEFINE_string("level_name", "atari/pong",
                     "A level (atari/<game>, a DMLab-30 level) or a suite (atari57, dmlab30).")
 flags.DEFINE_integer("num_actors", None, "Actor threads, each with an environment process. "
                      + _PRESET)
+flags.DEFINE_bool("batched_inference", True,
+                  "Batch the actors' forward passes (dynamic_batching); false: each actor "
+                  "thread runs the network itself (Table 1's comparison).")
 flags.DEFINE_integer("batch_size", None, "Trajectories per learner update. " + _PRESET)
 flags.DEFINE_integer("unroll_length", None, "Agent steps per trajectory (T). " + _PRESET)
 flags.DEFINE_integer("num_action_repeats", None, "Environment frames per agent step. " + _PRESET)

@@ -69,7 +69,9 @@ def run_variant(variant, num_actors, seconds, warmup):
     try:
       time.sleep(seconds)
     finally:
-      os.killpg(process.pid, signal.SIGINT)  # The launcher / trainer stop cleanly on it.
+      # The trainer (or the launcher, for its cluster) stops cleanly on it; the environment
+      # processes go with their parent.
+      process.send_signal(signal.SIGINT)
       try:
         process.wait(120)
       except subprocess.TimeoutExpired:

@@ -31,6 +31,8 @@ class ExperimentConfig:
   unroll_length: Optional[int] = None
   num_action_repeats: Optional[int] = None
   queue_capacity: Optional[int] = None
+  # False: every actor thread runs its own forward pass (Table 1's "without dynamic batching").
+  batched_inference: bool = True
   total_environment_frames: Optional[int] = None
   # Synchronous data-parallel learners (Figure 1 right; Table 3's "8 learners"), each
   # training on --batch_size trajectories from its own actors per update.

@@ -27,6 +27,7 @@ from scalable_agent_tf2 import environments
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import monitoring
 from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import profiling
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
 # How long stopping threads may take before we give up on them (they are daemons).
@@ -59,6 +60,13 @@ def default_environment_constructor(config):
     return environments.environment_constructor(level_name, seed=seed, test_mode=test_mode,
                                                 **options)
   return constructor
+
+
+def make_policy(config, agent, device):
+  """The actors' policy: batched across actor threads (default) or one forward pass each."""
+  if config.batched_inference:
+    return actor_lib.BatchedPolicy(agent, device=device)
+  return actor_lib.PerActorPolicy(agent, device=device)
 
 
 def start_environment(environment_constructor, level_name, seed, test_mode=False):
@@ -142,6 +150,7 @@ def make_dataset(next_trajectory, signature, batch_size):
     agent_outputs [T+1, B, ...]).
   """
   def generate():
+    profiling.name_this_thread("input")  # A tf.data thread: the input pipeline's Python part.
     while True:
       trajectory = next_trajectory()
       if trajectory is None:
@@ -287,7 +296,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
   monitor = monitoring.Monitor(config.logdir, sorted(set(levels)),
                                config.total_environment_frames, print_fn=print_fn)
   closers.append(monitor.close)
-  policy = actor_lib.BatchedPolicy(agent, device=device)
+  policy = make_policy(config, agent, device)
   closers.append(policy.close)
   stop_event = threading.Event()
   num_learners = config.num_learners
@@ -321,6 +330,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     print_fn(f"Learner listening on {listen_address}.")
 
     def pump():  # Remote trajectories into the queues local actors would use.
+      profiling.name_this_thread("pump")
       while True:
         message = server.dequeue()
         if message is None:
@@ -342,6 +352,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
   total_frames = config.total_environment_frames
 
   def learn():
+    profiling.name_this_thread("learner")
     try:
       with tf.device(device):
         for policy_versions, agent_state, env_outputs, agent_outputs in dataset:
@@ -489,7 +500,7 @@ def run_actor_process(config, learner_address, task, environment_constructor=Non
   agent, first_env = build_agent(config, environment_constructor, network_config)
   closers = [first_env.close]
   try:
-    policy = actor_lib.BatchedPolicy(agent, device=learner_device())
+    policy = make_policy(config, agent, learner_device())
     closers.append(policy.close)
     signature = trajectory_signature(agent.config, config.unroll_length, policy)
     client = distributed.LearnerClient(
