@@ -63,6 +63,9 @@ flags.DEFINE_enum("off_policy_correction", None, ["vtrace", "one_step_is", "epsi
                   "Table 2's off-policy correction. " + _PRESET)
 flags.DEFINE_enum("jit_compile", "auto", ["auto", "on", "off"],
                   "XLA-compile the learner update; auto: on GPUs only (faster on each).")
+flags.DEFINE_integer("intra_op_threads", 0,
+                     "TensorFlow threads per op; 0: TensorFlow's default (one per core). "
+                     "See benchmarks/RESULTS.md, \"Throughput\".")
 flags.DEFINE_integer("width", None, "Frame width. " + _PRESET)
 flags.DEFINE_integer("height", None, "Frame height. " + _PRESET)
 flags.DEFINE_string("dataset_path", "", "DMLab: directory of the Brady et al. images.")

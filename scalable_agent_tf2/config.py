@@ -52,6 +52,8 @@ class ExperimentConfig:
   max_grad_norm: Optional[float] = None  # <= 0 turns clipping off.
   off_policy_correction: Optional[str] = None
   jit_compile: str = "auto"
+  # TensorFlow's threads per op (0: its default, one per core). See training.configure_threads.
+  intra_op_threads: int = 0
   # Environments.
   width: Optional[int] = None
   height: Optional[int] = None
@@ -171,6 +173,8 @@ def resolve(config):
                "test_num_episodes", "num_learners"):
     if getattr(config, name) < 1:
       raise ValueError(f"--{name} must be a positive integer, got {getattr(config, name)}.")
+  if config.intra_op_threads < 0:
+    raise ValueError(f"--intra_op_threads must be >= 0, got {config.intra_op_threads}.")
   for name in ("checkpoint_secs", "log_secs"):
     if getattr(config, name) <= 0:
       raise ValueError(f"--{name} must be positive, got {getattr(config, name)}.")

@@ -62,6 +62,22 @@ def default_environment_constructor(config):
   return constructor
 
 
+def configure_threads(config):
+  """Applies --intra_op_threads; must run before TensorFlow executes its first op.
+
+  Raises:
+    ValueError: TensorFlow already runs with another setting.
+  """
+  wanted = config.intra_op_threads
+  if not wanted or tf.config.threading.get_intra_op_parallelism_threads() == wanted:
+    return
+  try:
+    tf.config.threading.set_intra_op_parallelism_threads(wanted)
+  except RuntimeError as error:
+    raise ValueError(f"--intra_op_threads={wanted} must be set before TensorFlow starts "
+                     f"({error}).") from error
+
+
 def make_policy(config, agent, device):
   """The actors' policy: batched across actor threads (default) or one forward pass each."""
   if config.batched_inference:
@@ -265,7 +281,8 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     checkpoints.CheckpointError: unusable checkpoint (nothing is started).
     ActorFailed: an actor thread hit an error (a checkpoint is written first).
   """
-  # Several learners: the devices must be set up before TensorFlow initialises them.
+  # Threads and several learners' devices: set up before TensorFlow initialises them.
+  configure_threads(config)
   strategy = distributed.learner_strategy(config.num_learners)
   environment_constructor = environment_constructor or default_environment_constructor(config)
   levels = config.levels
@@ -492,6 +509,7 @@ def run_actor_process(config, learner_address, task, environment_constructor=Non
     distributed.PeerRejected: the learner refused this actor.
     ActorFailed: an actor thread hit an error other than an environment crash.
   """
+  configure_threads(config)
   environment_constructor = environment_constructor or default_environment_constructor(config)
   levels = config.levels
   for level in sorted(set(levels)):
