@@ -46,6 +46,8 @@ class ExperimentConfig:
   epsilon: Optional[float] = None
   max_grad_norm: Optional[float] = None  # <= 0 turns clipping off.
   off_policy_correction: Optional[str] = None
+  # LASER's trust-region V-trace (Schmitt et al. 2019, section 4.3); inf (preset): off.
+  trust_region_threshold: Optional[float] = None
   jit_compile: str = "auto"
   # Environments.
   width: Optional[int] = None
@@ -88,7 +90,8 @@ class ExperimentConfig:
         momentum=self.momentum, epsilon=self.epsilon,
         reward_clipping=self.reward_clipping,
         max_grad_norm=self.max_grad_norm if self.max_grad_norm > 0 else None,
-        off_policy_correction=self.off_policy_correction)
+        off_policy_correction=self.off_policy_correction,
+        trust_region_threshold=self.trust_region_threshold)
 
   def network_config(self, num_actions):
     """The network for this run's levels."""

@@ -215,6 +215,9 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
                                   jit_compile=config.jit_compile_choice())
     checkpointer = make_checkpointer(config, agent, learner)
     restored = checkpointer.restore()
+    # The flags' learning rate, entropy cost and RMSProp epsilon win over the checkpoint's
+    # (population-based training restarts members with changed ones, IMPALA Appendix F).
+    learner.use_config_hyperparameters()
     if restored:
       print_fn(f"Resumed from {restored} at {int(learner.num_env_frames.numpy()):,} frames.")
     return _run(config, agent, learner, checkpointer, first_env, environment_constructor,
