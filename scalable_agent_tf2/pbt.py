@@ -162,7 +162,7 @@ class Decision:
 
 
 def evolve(member, fitnesses, hyperparameters, names, rng, threshold=EXPLOIT_THRESHOLD,
-           probability=PERTURB_PROBABILITY, factor=PERTURB_FACTOR, eligible=None):
+           probability=PERTURB_PROBABILITY, factor=PERTURB_FACTOR):
   """Appendix F's exploit-and-explore step for one ready member.
 
   "a random instance in the population is selected. If the score of the selected instance is
@@ -171,13 +171,12 @@ def evolve(member, fitnesses, hyperparameters, names, rng, threshold=EXPLOIT_THR
 
   Args:
     member: index of the ready member.
-    fitnesses: list, the fitness of every member (None: unknown).
+    fitnesses: list, the fitness of every member (None: unknown, e.g. no episodes or no
+      checkpoint to copy yet; such a member is not copied).
     hyperparameters: list, every member's current hyperparameters (dicts).
     names: the adapted hyperparameters.
     rng: numpy Generator.
     threshold, probability, factor: Appendix F's 5 points, 1/3 and 1.2.
-    eligible: optional list of bools: members that may be copied (e.g. have a checkpoint);
-      default all. An ineligible selection means no copy.
 
   Returns:
     Decision.
@@ -189,8 +188,7 @@ def evolve(member, fitnesses, hyperparameters, names, rng, threshold=EXPLOIT_THR
     other += other >= member  # Uniform over the other members.
   other_fitness = None if other is None else fitnesses[other]
   copy_from = None
-  if other is not None and (eligible is None or eligible[other]) and should_exploit(
-      fitnesses[member], other_fitness, threshold):
+  if other is not None and should_exploit(fitnesses[member], other_fitness, threshold):
     copy_from = other
   start = hyperparameters[member if copy_from is None else copy_from]
   return Decision(other=other, own_fitness=fitnesses[member], other_fitness=other_fitness,

@@ -376,12 +376,13 @@ class Population:
   def _evolve(self, member):
     settings = self.settings
     members = self.members
+    # A member without a checkpoint yet has nothing to copy: its fitness counts as unknown.
+    fitnesses = [pbt.fitness(m.episodes(), settings.multi_task)
+                 if latest_checkpoint(m.logdir) is not None else None for m in members]
     decision = pbt.evolve(
-        member.index, [pbt.fitness(m.episodes(), settings.multi_task) for m in members],
-        [m.hyperparameters for m in members], settings.adapted, self._rng,
-        threshold=settings.exploit_threshold, probability=settings.perturb_probability,
-        factor=settings.perturb_factor,
-        eligible=[latest_checkpoint(m.logdir) is not None for m in members])
+        member.index, fitnesses, [m.hyperparameters for m in members], settings.adapted,
+        self._rng, threshold=settings.exploit_threshold,
+        probability=settings.perturb_probability, factor=settings.perturb_factor)
     self._stop([member])
     member.process = None
     self._read_logs(member)

@@ -103,10 +103,6 @@ def test_evolve_picks_another_member_uniformly_and_copies_only_a_better_one():
   assert {c for c in copies if c is not None} == {1}
   assert copies.count(1) == int(counts[1])
 
-  # An ineligible member (e.g. no checkpoint yet) is never copied.
-  decision = pbt.evolve(0, [0.0, 100.0], hyperparameters[:2], pbt.ADAPTED,
-                        np.random.default_rng(0), eligible=[True, False])
-  assert decision.other == 1 and decision.copy_from is None
   # A population of one only explores.
   decision = pbt.evolve(0, [1.0], hyperparameters[:1], pbt.ADAPTED, np.random.default_rng(0))
   assert decision.other is None and decision.copy_from is None
