@@ -159,8 +159,11 @@ def copy_checkpoint(source_logdir, target_logdir, attempts=3):
       continue
     os.makedirs(target_dir, exist_ok=True)
     for name in os.listdir(target_dir):
-      if name.startswith("ckpt-") or name == CHECKPOINT_STATE_FILE:
-        os.remove(os.path.join(target_dir, name))
+      path = os.path.join(target_dir, name)
+      if os.path.isdir(path) and name.startswith("ckpt-"):  # A save cut short (*_temp).
+        shutil.rmtree(path)
+      elif name.startswith("ckpt-") or name == CHECKPOINT_STATE_FILE:
+        os.remove(path)
     try:
       for name in names + [SETTINGS_FILE]:
         source = os.path.join(source_dir, name)

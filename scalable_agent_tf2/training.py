@@ -350,7 +350,9 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
   except (KeyboardInterrupt, _Stopping) as interrupt:
     stop_reason = f"interrupted ({type(interrupt).__name__} {interrupt})".replace(" )", ")")
   finally:
-    signal.signal(signal.SIGTERM, previous_handler)
+    # A SIGTERM now (a second one, or one as the budget is reached) must not cut the final
+    # checkpoint short; the previous handler comes back once it is written.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stop_event.set()
     policy.close()  # Wakes actors waiting for an action.
     if server is not None:
@@ -365,6 +367,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
       if actor.ident is not None:
         actor.join(_JOIN_TIMEOUT_SECS)
     last_checkpoint = checkpointer.save(frames())
+    signal.signal(signal.SIGTERM, previous_handler)
     monitor.write(frames(), trajectories.qsize() / config.queue_capacity)
     print_fn(f"Stopped: {stop_reason}. Checkpoint {last_checkpoint} at {frames():,} frames.")
     if server is not None:

@@ -22,6 +22,8 @@ def main(argv):
   parser.add_argument("--learning_rate", type=float, required=True)
   parser.add_argument("--epsilon", type=float, required=True)
   parser.add_argument("--total_environment_frames", type=int, required=True)
+  parser.add_argument("--step_secs", type=float, default=0.01,
+                      help="Seconds per environment step (paces the member).")
   args = parser.parse_args(argv)
   # pylint: disable=g-import-not-at-top
   import toy_environment
@@ -37,7 +39,8 @@ def main(argv):
   network = networks.NetworkConfig(
       num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
       torso=networks.SHALLOW, use_lstm=False, use_instruction=False)
-  training.train(config, environment_constructor=toy_environment.environment_constructor(),
+  training.train(config, environment_constructor=toy_environment.environment_constructor(
+      step_secs=args.step_secs),
                  network_config=network, print_fn=lambda line: print(line, flush=True))
   return 0
 
