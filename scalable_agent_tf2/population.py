@@ -605,8 +605,11 @@ def main(argv=None):
     except (ValueError, KeyError) as error:
       print(f"error: {error!r}", file=sys.stderr)
       return 2
-    for record in curve:
-      print(json.dumps(record))
+    try:
+      for record in curve:
+        print(json.dumps(record))
+    except BrokenPipeError:  # E.g. piped into head.
+      sys.stderr.close()
     return 0
   if rest and rest[0] == "--":
     rest = rest[1:]
