@@ -234,6 +234,22 @@ def test_settings_follow_the_paper(tmp_path):
   assert "--logdir=/tmp/m3" in argv and "--seed=7" in argv
 
 
+def test_readme_population_commands_are_valid():
+  import re
+  import shlex
+  with open(os.path.join(os.path.dirname(TESTS_DIR), "README.md")) as f:
+    blocks = re.findall(r"```sh\n(.*?)```", f.read(), re.S)
+  commands = [line for block in blocks for line in block.splitlines()
+              if "-m scalable_agent_tf2.population" in line]
+  assert len(commands) >= 3
+  for command in commands:
+    argv = shlex.split(command)[3:]
+    split = argv.index("--")
+    args = population._parser().parse_args(argv[:split])
+    config, _ = population.settings_from_arguments(args, argv[split + 1:])
+    assert config.population_size == args.population_size
+
+
 @pytest.mark.timeout(600)
 def test_real_members_on_the_toy_task(tmp_path):
   """Two members train the toy task (tests/pbt_toy_member.py runs training.train): a member
