@@ -366,8 +366,10 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     for actor in actors:
       if actor.ident is not None:
         actor.join(_JOIN_TIMEOUT_SECS)
-    last_checkpoint = checkpointer.save(frames())
-    signal.signal(signal.SIGTERM, previous_handler)
+    try:
+      last_checkpoint = checkpointer.save(frames())
+    finally:
+      signal.signal(signal.SIGTERM, previous_handler)
     monitor.write(frames(), trajectories.qsize() / config.queue_capacity)
     print_fn(f"Stopped: {stop_reason}. Checkpoint {last_checkpoint} at {frames():,} frames.")
     if server is not None:
