@@ -137,7 +137,9 @@ def copy_checkpoint(source_logdir, target_logdir, attempts=3):
 
   The source may be training (and checkpointing) meanwhile: the files named by its state file
   are complete (TensorFlow writes the state file last) and survive several more saves
-  (CheckpointManager keeps 5); every copied file's SHA-256 is checked against its source.
+  (CheckpointManager keeps 5). The files are copied to a staging directory and every one's
+  SHA-256 is checked against its source before the target's own checkpoints are replaced, so
+  a failed copy leaves the target as it was.
 
   Returns:
     The copied checkpoint's frames.
@@ -147,15 +149,28 @@ def copy_checkpoint(source_logdir, target_logdir, attempts=3):
   """
   source_dir = os.path.join(source_logdir, CHECKPOINT_SUBDIR)
   target_dir = os.path.join(target_logdir, CHECKPOINT_SUBDIR)
+  staging = target_dir + ".incoming"
   error = None
   for _ in range(attempts):
     latest = latest_checkpoint(source_logdir)
     if latest is None:
       raise CopyError(f"No checkpoint in {source_dir} to copy.")
     prefix, frames = latest
-    names = sorted(n for n in os.listdir(source_dir) if n.startswith(prefix + "."))
-    if not any(n.endswith(".index") for n in names):
-      error = f"{prefix}.index missing in {source_dir}"
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    try:
+      names = sorted(n for n in os.listdir(source_dir) if n.startswith(prefix + "."))
+      if not any(n.endswith(".index") for n in names):
+        raise CopyError(f"{prefix}.index missing")
+      if os.path.exists(os.path.join(source_dir, SETTINGS_FILE)):
+        names.append(SETTINGS_FILE)
+      for name in names:
+        source = os.path.join(source_dir, name)
+        shutil.copyfile(source, os.path.join(staging, name))
+        if _sha256(source) != _sha256(os.path.join(staging, name)):
+          raise CopyError(f"{name} changed while it was copied")
+    except (OSError, CopyError) as failure:  # E.g. deleted by the source's manager meanwhile.
+      error = failure
       continue
     os.makedirs(target_dir, exist_ok=True)
     for name in os.listdir(target_dir):
@@ -164,22 +179,15 @@ def copy_checkpoint(source_logdir, target_logdir, attempts=3):
         shutil.rmtree(path)
       elif name.startswith("ckpt-") or name == CHECKPOINT_STATE_FILE:
         os.remove(path)
-    try:
-      for name in names + [SETTINGS_FILE]:
-        source = os.path.join(source_dir, name)
-        if name == SETTINGS_FILE and not os.path.exists(source):
-          continue
-        shutil.copyfile(source, os.path.join(target_dir, name))
-        if _sha256(source) != _sha256(os.path.join(target_dir, name)):
-          raise CopyError(f"{name} changed while it was copied")
-    except (OSError, CopyError) as failure:  # E.g. deleted by the source's manager meanwhile.
-      error = str(failure)
-      continue
+    for name in names:
+      os.replace(os.path.join(staging, name), os.path.join(target_dir, name))
+    os.rmdir(staging)
     state = os.path.join(target_dir, CHECKPOINT_STATE_FILE)
     with open(state + ".tmp", "w") as f:
       f.write(f'model_checkpoint_path: "{prefix}"\nall_model_checkpoint_paths: "{prefix}"\n')
     os.replace(state + ".tmp", state)
     return frames
+  shutil.rmtree(staging, ignore_errors=True)
   raise CopyError(f"Could not copy the checkpoint of {source_dir} intact: {error}.")
 
 
@@ -391,7 +399,16 @@ class Population:
     self._read_logs(member)
     if decision.copy_from is not None:
       parent = members[decision.copy_from]
-      frames = copy_checkpoint(parent.logdir, member.logdir)
+      try:
+        frames = copy_checkpoint(parent.logdir, member.logdir)
+      except CopyError as error:
+        self._print(f"[pbt] member {member.index}: {error} It keeps its own weights.")
+        decision = dataclasses.replace(decision, copy_from=None,
+                                       hyperparameters=pbt.perturb(
+                                           member.hyperparameters, settings.adapted,
+                                           self._rng, settings.perturb_probability,
+                                           settings.perturb_factor))
+    if decision.copy_from is not None:
       # Its recent episodes are now the parent's: the weights played them.
       member.recent = collections.deque(((f, l, r) for f, l, r in parent.recent if f <= frames),
                                         maxlen=settings.ready_episodes)
@@ -433,7 +450,10 @@ class Population:
       self._print(f"error: {error}")
       return 2
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, lambda *_: self.stop()) if in_main_thread else None
+    previous = {}
+    if in_main_thread:  # Signals end the loop between steps: an evolution step is never cut.
+      for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.signal(signum, lambda *_: self.stop())
     code = 0
     try:
       for member in self.members:
@@ -456,12 +476,10 @@ class Population:
               self.settings.ready_episodes):
             self._evolve(member)
       return code
-    except KeyboardInterrupt:
-      return 0
     finally:
       self._stop(self.members)
-      if in_main_thread:
-        signal.signal(signal.SIGTERM, previous)
+      for signum, handler in previous.items():
+        signal.signal(signum, handler)
       self._print(f"[pbt] stopped; lineage in {os.path.join(self.settings.logdir, pbt.LINEAGE_FILE)}.")
 
 

@@ -189,6 +189,34 @@ def test_copy_checkpoint_copies_a_real_checkpoint_intact(tmp_path):
   assert restored_learner.learning_rate.numpy() == np.float32(0.001)  # The source's.
   with pytest.raises(population.CopyError, match="No checkpoint"):
     population.copy_checkpoint(str(tmp_path / "none"), str(tmp_path / "b"))
+  # A source whose newest files are gone: the copy fails and the target keeps its own.
+  for name in os.listdir(tmp_path / "a" / "checkpoints"):
+    if name.startswith("ckpt-300."):
+      os.remove(tmp_path / "a" / "checkpoints" / name)
+  before = sorted(os.listdir(tmp_path / "b" / "checkpoints"))
+  with pytest.raises(population.CopyError, match="ckpt-300.index missing"):
+    population.copy_checkpoint(str(tmp_path / "a"), str(tmp_path / "b"))
+  assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == before
+  assert restored.restore().endswith("ckpt-300")
+
+
+def test_flags_hyperparameters_win_over_a_restored_checkpoint(tmp_path):
+  """A member restarted with new hyperparameters trains with them, not the checkpoint's."""
+  config = networks.atari_config(num_actions=3, frame_shape=(20, 20, 4))
+
+  def make(**hparams):
+    agent = networks.Agent(config, seed=0)
+    return learner_lib.Learner(agent, learner_lib.LearnerConfig(**hparams), jit_compile=False)
+
+  saved = make(learning_rate=0.001, entropy_cost=0.01, epsilon=0.1)
+  path = tf.train.Checkpoint(learner=saved).save(str(tmp_path / "ckpt"))
+  restored = make(learning_rate=0.0012, entropy_cost=0.012, epsilon=0.12)
+  tf.train.Checkpoint(learner=restored).restore(path).assert_existing_objects_matched()
+  assert restored.learning_rate.numpy() == np.float32(0.001)  # The checkpoint's values...
+  restored.use_config_hyperparameters()
+  assert restored.learning_rate.numpy() == np.float32(0.0012)  # ... until the flags' win.
+  assert restored.entropy_cost.numpy() == np.float32(0.012)
+  assert restored.optimizer.epsilon.numpy() == np.float32(0.12)
 
 
 def test_command_line_checks_its_flags_before_starting(tmp_path, capsys):
