@@ -61,6 +61,10 @@ flags.DEFINE_float("epsilon", None, "RMSProp epsilon. " + _PRESET)
 flags.DEFINE_float("max_grad_norm", None, "Global gradient-norm clip; 0 for none. " + _PRESET)
 flags.DEFINE_enum("off_policy_correction", None, ["vtrace", "one_step_is", "epsilon", "none"],
                   "Table 2's off-policy correction. " + _PRESET)
+flags.DEFINE_float("trust_region_threshold", None,
+                   "LASER's trust-region V-trace (Schmitt et al. 2019, section 4.3): steps "
+                   "whose KL(pi || pi_rho_bar) exceeds this are left out of the policy and "
+                   "value losses and cut the V-trace traces. Default: inf (off, plain IMPALA).")
 flags.DEFINE_enum("jit_compile", "auto", ["auto", "on", "off"],
                   "XLA-compile the learner update; auto: on GPUs only (faster on each).")
 flags.DEFINE_integer("intra_op_threads", 0,

@@ -51,6 +51,8 @@ class ExperimentConfig:
   epsilon: Optional[float] = None
   max_grad_norm: Optional[float] = None  # <= 0 turns clipping off.
   off_policy_correction: Optional[str] = None
+  # LASER's trust-region V-trace (Schmitt et al. 2019, section 4.3); inf (preset): off.
+  trust_region_threshold: Optional[float] = None
   jit_compile: str = "auto"
   # TensorFlow's threads per op (0: its default, one per core). See training.configure_threads.
   intra_op_threads: int = 0
@@ -95,7 +97,8 @@ class ExperimentConfig:
         momentum=self.momentum, epsilon=self.epsilon,
         reward_clipping=self.reward_clipping,
         max_grad_norm=self.max_grad_norm if self.max_grad_norm > 0 else None,
-        off_policy_correction=self.off_policy_correction)
+        off_policy_correction=self.off_policy_correction,
+        trust_region_threshold=self.trust_region_threshold)
 
   def network_config(self, num_actions):
     """The network for this run's levels."""

@@ -296,6 +296,9 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
                                   jit_compile=config.jit_compile_choice(), strategy=strategy)
     checkpointer = make_checkpointer(config, agent, learner)
     restored = checkpointer.restore()
+    # The flags' learning rate, entropy cost and RMSProp epsilon win over the checkpoint's
+    # (population-based training restarts members with changed ones, IMPALA Appendix F).
+    learner.use_config_hyperparameters()
     if restored:
       print_fn(f"Resumed from {restored} at {int(learner.num_env_frames.numpy()):,} frames.")
     return _run(config, agent, learner, checkpointer, first_env, environment_constructor,
@@ -425,7 +428,9 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
   except (KeyboardInterrupt, _Stopping) as interrupt:
     stop_reason = f"interrupted ({type(interrupt).__name__} {interrupt})".replace(" )", ")")
   finally:
-    signal.signal(signal.SIGTERM, previous_handler)
+    # A SIGTERM now (a second one, or one as the budget is reached) must not cut the final
+    # checkpoint short; the previous handler comes back once it is written.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stop_event.set()
     policy.close()  # Wakes actors waiting for an action.
     if server is not None:
@@ -436,7 +441,10 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     for thread in actors + helpers:
       if thread.ident is not None:
         thread.join(_JOIN_TIMEOUT_SECS)
-    last_checkpoint = checkpointer.save(frames())
+    try:
+      last_checkpoint = checkpointer.save(frames())
+    finally:
+      signal.signal(signal.SIGTERM, previous_handler)
     monitor.write(frames(), learner_queues.fill())
     accounts = _trajectory_accounts(actors, ledger, server,
                                     num_updates[0] * num_learners * config.batch_size)
