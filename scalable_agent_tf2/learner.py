@@ -24,6 +24,11 @@ from scalable_agent_tf2 import optimizers
 from scalable_agent_tf2 import vtrace
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
+# The learning algorithms: IMPALA (Espeholt et al., 2018) and IMPACT (Luo et al., 2020).
+IMPALA = "impala"
+IMPACT = "impact"
+ALGORITHMS = (IMPALA, IMPACT)
+
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
@@ -111,12 +116,12 @@ def atari_learner_config(**overrides):
 class ImpactConfig:
   """IMPACT's own hyperparameters. Defaults: the IMPACT paper's discrete-action settings.
 
-  The values it shares with IMPALA (learning rate 1e-4, gradient clipping 10, value
-  coefficient 1.0, entropy 0.01: IMPACT Table 1) are LearnerConfig's; config.py presets
-  them for --algorithm=impact.
+  The values it shares with IMPALA are LearnerConfig's: config.py presets Table 1's value
+  function coefficient 1.0 (baseline_cost) for --algorithm=impact and keeps the level's
+  learning rate, gradient clipping and entropy cost (see ImpactLearner).
 
   Attributes:
-    clip_epsilon: PPO's clipping epsilon of the surrogate ("Clip Parameter", Table 1: 0.3).
+    ppo_clip: PPO's clipping epsilon of the surrogate ("Clip Parameter", Table 1: 0.3).
     target_worker_clipping: rho of section 3.1; the ratio's denominator is
       max(pi_target, mu / rho) ("Target-Worker Clipping", Table 1: 2.0; rho >= 1).
     gae_lambda: lambda of the V-trace GAE-lambda advantages (section 3.1; Table 1: 0.995).
@@ -125,25 +130,25 @@ class ImpactConfig:
       many learner steps (Algorithm 1 line 11). Section 4.1.1: "Our primary benchmark for
       target update frequency is n = N K"; Table 1's N = 4, K = 2 give 8.
   """
-  clip_epsilon: float = 0.3
+  ppo_clip: float = 0.3
   target_worker_clipping: float = 2.0
   gae_lambda: float = 0.995
   kl_cost: float = 0.0
   target_update_period: int = 8
 
   def __post_init__(self):
-    if not 0.0 < self.clip_epsilon < 1.0:
-      raise ValueError(f"The IMPACT clip epsilon must be in (0, 1), got {self.clip_epsilon}.")
+    if not 0.0 < self.ppo_clip < 1.0:
+      raise ValueError(f"ppo_clip must be in (0, 1), got {self.ppo_clip}.")
     if not self.target_worker_clipping >= 1.0:
-      raise ValueError(f"The target-worker clipping rho must be >= 1 (IMPACT section 3.1), "
+      raise ValueError(f"target_worker_clipping (rho) must be >= 1 (IMPACT section 3.1), "
                        f"got {self.target_worker_clipping}.")
     if not 0.0 <= self.gae_lambda <= 1.0:
-      raise ValueError(f"The GAE lambda must be in [0, 1], got {self.gae_lambda}.")
+      raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}.")
     if not self.kl_cost >= 0.0:
-      raise ValueError(f"The KL cost must be non-negative, got {self.kl_cost}.")
+      raise ValueError(f"kl_cost must be non-negative, got {self.kl_cost}.")
     if int(self.target_update_period) != self.target_update_period or (
         self.target_update_period < 1):
-      raise ValueError(f"The target update period must be a positive integer, got "
+      raise ValueError(f"target_update_period must be a positive integer, got "
                        f"{self.target_update_period}.")
 
 
@@ -292,11 +297,19 @@ class ImpactLearner(Learner):
       enters the circular buffer (line 7; buffers.CircularBuffer, training.py);
     - update(B, those logits): r = pi / max(pi_target, mu / rho), PPO's clipped surrogate of
       r and the V-trace GAE-lambda advantages (pi_target against mu), the value loss against
-      V + A, the entropy bonus and kl_cost x KL(pi_target || pi), averaged over the batch's
-      T x B steps (line 8's 1/M), then the optimizer step (line 9) and, every
-      target_update_period steps, target <- learner (line 11). One tf.function.
+      V + A, the entropy bonus and kl_cost x KL(pi_target || pi) (line 8), then the
+      optimizer step (line 9) and, every target_update_period steps, target <- learner
+      (line 11). One tf.function.
   The target network starts equal to the learner (line 2). It and the step count are
   tf.Module attributes, so checkpoints carry them.
+
+  One departure, on purpose: the loss terms are summed over the batch's T x B steps, like
+  IMPALA's (the note under IMPALA's Table D.1), where Algorithm 1 averages them (1/M). The
+  optimizer is IMPALA's RMSProp with TF1 semantics, whose settings assume summed losses: its
+  mean square starts at 1, so the gradients of a mean (M = 640 times smaller) barely move the
+  parameters for hundreds of steps. Table 1's learning rate and gradient clipping were set
+  for RLlib's optimizer on mean losses; config.py keeps the level's IMPALA values for both
+  algorithms instead (as Table 1 gives IMPACT and IMPALA the same learning rate).
   """
 
   def __init__(self, agent, config, impact_config=ImpactConfig(), jit_compile=None,
@@ -357,8 +370,7 @@ class ImpactLearner(Learner):
         batch when it entered the circular buffer.
 
     Returns:
-      dict of scalars: as Learner.update (the loss terms are means over the T x B steps)
-      plus kl_loss, ppo_clipped_fraction (steps whose PPO clip is active),
+      dict of scalars: as Learner.update plus kl_loss, ppo_clipped_fraction (steps whose PPO clip is active),
       target_worker_clipped_fraction (steps where mu / rho > pi_target) and target_updated
       (whether the target network was refreshed after this step).
     """
@@ -376,19 +388,18 @@ class ImpactLearner(Learner):
   def _update(self, agent_state, env_outputs, agent_outputs, target_policy_logits,
               num_new_trajectories):
     config, impact = self.config, self.impact_config
-    rewards = env_outputs.reward
-    num_steps = tf.cast((tf.shape(rewards)[0] - 1) * tf.shape(rewards)[1], tf.float32)
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
-      sums, diagnostics = impact_loss_terms(learner_outputs, target_policy_logits,
-                                            env_outputs, agent_outputs, config, impact)
-      # Algorithm 1 line 8: means over the batch's M = T x B steps.
-      terms = {name: value / num_steps for name, value in sums.items()}
+      terms, diagnostics = impact_loss_terms(learner_outputs, target_policy_logits,
+                                             env_outputs, agent_outputs, config, impact)
+      # Summed over T and B like IMPALA's terms (Algorithm 1 line 8 averages: see the class
+      # docstring).
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
                     + self.entropy_cost * terms["entropy_loss"]
                     + impact.kl_cost * terms["kl_loss"])
     gradients = tape.gradient(total_loss, self._variables)
-    stats = self._apply(total_loss, terms, gradients, rewards, num_new_trajectories)
+    stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
+                        num_new_trajectories)
     self.num_updates.assign_add(1)
     target_updated = tf.cond(
         tf.equal(self.num_updates % impact.target_update_period, 0), self._copy_to_target,
@@ -450,7 +461,7 @@ def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config):
 def impact_loss_terms(learner_outputs, target_policy_logits, env_outputs, agent_outputs,
                       config, impact_config):
   """IMPACT's unweighted loss terms of one batch (IMPACT paper, Algorithm 1 line 8), summed
-  over T and B like impala_loss_terms (ImpactLearner divides them by T x B).
+  over T and B like impala_loss_terms (see ImpactLearner).
 
   Args:
     learner_outputs: networks.NetworkOutput of [T+1, B, ...] from the learner's unroll.
@@ -482,14 +493,14 @@ def impact_loss_terms(learner_outputs, target_policy_logits, env_outputs, agent_
                                        behaviour_log_probs, beta)
   terms = dict(
       pg_loss=losses.clipped_surrogate_loss(log_ratios, returns.pg_advantages,
-                                            impact_config.clip_epsilon),
+                                            impact_config.ppo_clip),
       baseline_loss=losses.baseline_loss(returns.vs - batch.values),
       entropy_loss=losses.entropy_loss(batch.learner_logits),
       kl_loss=losses.kl_divergence(target_logits, batch.learner_logits))
   fraction = lambda mask: tf.reduce_mean(tf.cast(mask, tf.float32))
   diagnostics = dict(
       ppo_clipped_fraction=fraction(
-          tf.abs(tf.exp(log_ratios) - 1.0) > impact_config.clip_epsilon),
+          tf.abs(tf.exp(log_ratios) - 1.0) > impact_config.ppo_clip),
       target_worker_clipped_fraction=fraction(
           tf.math.log(beta) + behaviour_log_probs > target_log_probs))
   return terms, diagnostics
