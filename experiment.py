@@ -3,6 +3,9 @@
     python experiment.py --mode=train --level_name=atari/pong --logdir=/tmp/pong
     python experiment.py --mode=test  --level_name=atari/pong --logdir=/tmp/pong
 
+--algorithm=impact trains with IMPACT (Luo et al., 2020) instead; --replay_fraction mixes
+experience replay into every batch (IMPALA section 5.2.2).
+
 --level_name takes a level ("atari/pong", "explore_goal_locations_small") or a suite
 ("atari57", "dmlab30"). Flags left unset take the paper's value for that level or suite
 (scalable_agent_tf2/config.py: Table G.1 for Atari, Table D.3 and the released code for

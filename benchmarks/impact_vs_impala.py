@@ -2,7 +2,7 @@
 by frames and by wall-clock time (the IMPACT paper's Figure 6, at this machine's scale).
 
     python benchmarks/impact_vs_impala.py --output_dir=/work/runs/impact_vs_impala
-    python benchmarks/impact_vs_impala.py --quick --output_dir=/tmp/impact_quick  # 2-minute check
+    python benchmarks/impact_vs_impala.py --quick --output_dir=/tmp/impact_quick  # a check
 
 Each algorithm runs with its own presets (config.py: Table G.1 for IMPALA; IMPACT's Table 1
 settings for --algorithm=impact) and the same game, batch, unroll, actors, seed and
@@ -40,7 +40,7 @@ def parse_args():
   parser.add_argument("--max_seconds", type=float, default=None,
                       help="Also stop each run after this many seconds (same wall clock).")
   parser.add_argument("--quick", action="store_true",
-                      help="A check of the whole script in about 2 minutes: pong, 8,000 "
+                      help="A check of the whole script in a few minutes: breakout, 8,000 "
                            "frames per run, 4 actors, batch 8.")
   parser.add_argument("--extra_flags", default="",
                       help="More experiment.py flags for both runs, e.g. '--batch_size=16'.")
@@ -53,7 +53,7 @@ def main():
                total_environment_frames=args.total_environment_frames,
                num_actors=args.num_actors, seed=args.seed, checkpoint_secs=3600, log_secs=10)
   if args.quick:
-    flags.update(level_name="atari/pong", total_environment_frames=8_000, num_actors=4,
+    flags.update(level_name="atari/breakout", total_environment_frames=8_000, num_actors=4,
                  batch_size=8, log_secs=2)
   for flag in args.extra_flags.split():
     name, value = flag.lstrip("-").split("=", 1)

@@ -183,10 +183,11 @@ def presets(level_name, algorithm=learner_lib.IMPALA):
   if algorithm == learner_lib.IMPACT:
     # IMPACT paper, Table 1 (discrete environments, IMPACT column): value function
     # coefficient 1.0, and IMPACT's own settings (ImpactConfig's defaults). Its learning rate
-    # (1e-4) and gradient clipping (10) were set for RLlib's optimizer on mean losses; ours
-    # are summed and trained with IMPALA's RMSProp, so the level's IMPALA values stay (Table
-    # 1 gives IMPACT and IMPALA the same learning rate; learner.ImpactLearner). So do the
-    # level's batch, unroll and reward clipping: IMPACT and IMPALA train on the same batches.
+    # (1e-4) and gradient clipping (10) go with averaged losses (Algorithm 1's 1/M) and an
+    # optimizer the paper does not name; ours are summed and trained with IMPALA's RMSProp,
+    # so the level's IMPALA values stay (Table 1 gives IMPACT and IMPALA the same learning
+    # rate; learner.ImpactLearner). So do the level's batch, unroll and reward clipping:
+    # IMPACT and IMPALA train on the same batches.
     impact = dataclasses.asdict(learner_lib.ImpactConfig())
     impact.pop("target_update_period")  # N x K, once N and K are known (resolve).
     values.update(baseline_cost=1.0, circular_buffer_size=IMPACT_CIRCULAR_BUFFER_SIZE,
