@@ -35,6 +35,9 @@ flags.DEFINE_string("level_name", "atari/pong",
                     "A level (atari/<game>, a DMLab-30 level) or a suite (atari57, dmlab30).")
 flags.DEFINE_integer("num_actors", None, "Actor threads, each with an environment process. "
                      + _PRESET)
+flags.DEFINE_bool("batched_inference", True,
+                  "Batch the actors' forward passes (dynamic_batching); false: each actor "
+                  "thread runs the network itself (Table 1's comparison).")
 flags.DEFINE_integer("batch_size", None, "Trajectories per learner update. " + _PRESET)
 flags.DEFINE_integer("unroll_length", None, "Agent steps per trajectory (T). " + _PRESET)
 flags.DEFINE_integer("num_action_repeats", None, "Environment frames per agent step. " + _PRESET)
@@ -42,6 +45,10 @@ flags.DEFINE_integer("queue_capacity", None, "Trajectories waiting for the learn
                      + _PRESET)
 flags.DEFINE_integer("total_environment_frames", None,
                      "Stop (and reach learning rate 0) after this many frames. " + _PRESET)
+flags.DEFINE_integer("num_learners", 1,
+                     "Synchronous learners (the paper's \"8 learners\"): one per GPU, else "
+                     "logical CPU devices; each trains on --batch_size trajectories of its "
+                     "own actors per update, gradients all-reduced.")
 flags.DEFINE_integer("seed", 1, "Seeds the network, environments and action sampling.")
 flags.DEFINE_enum("torso", None, ["shallow", "deep"], "Figure 3's network. " + _PRESET)
 flags.DEFINE_float("entropy_cost", None, "Entropy loss weight. " + _PRESET)

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 import dynamic_batching
 from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import profiling
 from scalable_agent_tf2.environments import EnvironmentProcessDied, EnvironmentProcessTimeout
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
@@ -49,42 +50,32 @@ def sample_action(policy_logits, rng):
   return int(np.argmax(policy_logits + rng.gumbel(size=policy_logits.shape)))
 
 
-class BatchedPolicy:
-  """The agent's acting step for one actor at a time, batched across actor threads.
+def _acting_step(agent):
+  """The agent's acting step on a batch: (prev_action [B], reward [B], done [B], frame
+  [B, H, W, C], instruction [B, 16] or (), core_state) -> (policy_logits [B, A], baseline [B],
+  new core_state)."""
+  use_instruction = agent.config.use_instruction
 
-  Each call is one actor's step (no batch dimension); dynamic_batching gathers the calls of
-  many threads into one forward pass on `device`. The agent's variables are read at every
-  pass, so actors always act with the learner's latest parameters.
-  """
+  def policy(prev_action, reward, done, frame, instruction, core_state):
+    if not use_instruction:
+      instruction = tf.zeros([tf.shape(frame)[0], networks.MAX_INSTRUCTION_WORDS], tf.int32)
+    env_output = EnvOutput(reward=reward, done=done,
+                           observation=Observation(frame=frame, instruction=instruction),
+                           episode_return=(), episode_step=())
+    add_time = lambda t: t[tf.newaxis]
+    output, core_state = agent.unroll(
+        add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)
+    return output.policy_logits[0], output.baseline[0], core_state
+  return policy
 
-  def __init__(self, agent, device=None, maximum_batch_size=1024, timeout_ms=100):
-    """Args:
-      agent: networks.Agent.
-      device: where the forward pass runs (the learner's device), e.g. "/cpu:0".
-      maximum_batch_size: most actors served by one pass.
-      timeout_ms: how long a pass waits for more callers once one is waiting (the released
-        code's dynamic_batching default, 100 ms; any waiting actor is served when the serving
-        thread is free, so this only bounds the latency of a lone caller).
-    """
+
+class _Policy:
+  """One actor's step (no batch dimension) through a batched step function `self._step`."""
+
+  def __init__(self, agent):
     self._config = agent.config
     self._initial_state = tf.nest.map_structure(lambda t: t.numpy()[0],
                                                 agent.initial_state(1))
-    use_instruction = agent.config.use_instruction
-
-    def policy(prev_action, reward, done, frame, instruction, core_state):
-      if not use_instruction:
-        instruction = tf.zeros([tf.shape(frame)[0], networks.MAX_INSTRUCTION_WORDS], tf.int32)
-      env_output = EnvOutput(reward=reward, done=done,
-                             observation=Observation(frame=frame, instruction=instruction),
-                             episode_return=(), episode_step=())
-      add_time = lambda t: t[tf.newaxis]
-      output, core_state = agent.unroll(
-          add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)
-      return output.policy_logits[0], output.baseline[0], core_state
-
-    self._batched = dynamic_batching.batch_fn_with_options(
-        minimum_batch_size=1, maximum_batch_size=maximum_batch_size, timeout_ms=timeout_ms,
-        device=device)(policy)
 
   def initial_state(self):
     """The core state at the start of an episode (numpy, no batch dimension)."""
@@ -103,15 +94,60 @@ class BatchedPolicy:
     """
     add_batch = lambda x: np.asarray(x)[np.newaxis]
     instruction = env_output.observation.instruction if self._config.use_instruction else ()
-    logits, baseline, core_state = self._batched(
+    logits, baseline, core_state = self._step(
         np.array([prev_action], np.int32), np.array([env_output.reward], np.float32),
         np.array([env_output.done]), env_output.observation.frame[np.newaxis],
         tf.nest.map_structure(add_batch, instruction),
         tf.nest.map_structure(add_batch, core_state))
-    return logits[0], baseline[0], tf.nest.map_structure(lambda x: x[0], core_state)
+    to_numpy = lambda x: x.numpy() if hasattr(x, "numpy") else x
+    return (to_numpy(logits)[0], to_numpy(baseline)[0],
+            tf.nest.map_structure(lambda x: to_numpy(x)[0], core_state))
 
   def close(self):
-    self._batched.close()
+    pass
+
+
+class BatchedPolicy(_Policy):
+  """The agent's acting step for one actor at a time, batched across actor threads.
+
+  Each call is one actor's step (no batch dimension); dynamic_batching gathers the calls of
+  many threads into one forward pass on `device`. The agent's variables are read at every
+  pass, so actors always act with the learner's latest parameters.
+  """
+
+  def __init__(self, agent, device=None, maximum_batch_size=1024, timeout_ms=100):
+    """Args:
+      agent: networks.Agent.
+      device: where the forward pass runs (the learner's device), e.g. "/cpu:0".
+      maximum_batch_size: most actors served by one pass.
+      timeout_ms: how long a pass waits for more callers once one is waiting (the released
+        code's dynamic_batching default, 100 ms; any waiting actor is served when the serving
+        thread is free, so this only bounds the latency of a lone caller).
+    """
+    super().__init__(agent)
+    self._step = dynamic_batching.batch_fn_with_options(
+        minimum_batch_size=1, maximum_batch_size=maximum_batch_size, timeout_ms=timeout_ms,
+        device=device)(_acting_step(agent))
+
+  def close(self):
+    self._step.close()
+
+
+class PerActorPolicy(_Policy):
+  """Each actor thread runs the forward pass itself, on a batch of one (no dynamic batching).
+
+  Table 1's comparison point for dynamic batching; same interface as BatchedPolicy.
+  """
+
+  def __init__(self, agent, device=None):
+    super().__init__(agent)
+    step = tf.function(_acting_step(agent))
+    device = device or "/cpu:0"
+
+    def on_device(*args):
+      with tf.device(device):
+        return step(*args)
+    self._step = on_device
 
 
 def encode_instruction(env_output):
@@ -270,6 +306,7 @@ class ActorThread(threading.Thread):
     self.num_trajectories = 0
 
   def run(self):
+    profiling.name_this_thread(self.name)
     loop = None
     try:
       loop = self._make_loop()

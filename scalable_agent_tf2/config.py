@@ -40,7 +40,12 @@ class ExperimentConfig:
   unroll_length: Optional[int] = None
   num_action_repeats: Optional[int] = None
   queue_capacity: Optional[int] = None
+  # False: every actor thread runs its own forward pass (Table 1's "without dynamic batching").
+  batched_inference: bool = True
   total_environment_frames: Optional[int] = None
+  # Synchronous data-parallel learners (Figure 1 right; Table 3's "8 learners"), each
+  # training on --batch_size trajectories from its own actors per update.
+  num_learners: int = 1
   seed: int = 1
   # Network.
   torso: Optional[str] = None
@@ -221,7 +226,7 @@ def resolve(config):
 
   for name in ("num_actors", "batch_size", "unroll_length", "num_action_repeats",
                "queue_capacity", "total_environment_frames", "width", "height",
-               "test_num_episodes"):
+               "test_num_episodes", "num_learners"):
     if getattr(config, name) < 1:
       raise ValueError(f"--{name} must be a positive integer, got {getattr(config, name)}.")
   for name in ("checkpoint_secs", "log_secs"):
@@ -235,6 +240,10 @@ def resolve(config):
   if config.is_atari and config.width != config.height:
     raise ValueError(f"Atari frames are square: --width ({config.width}) and --height "
                      f"({config.height}) must be equal.")
+  if config.num_actors < config.num_learners:
+    raise ValueError(f"Each learner trains on its own actors' trajectories: --num_actors "
+                     f"({config.num_actors}) must be at least --num_learners "
+                     f"({config.num_learners}).")
   if config.queue_capacity < config.batch_size:
     raise ValueError(f"--queue_capacity ({config.queue_capacity}) must hold at least one "
                      f"batch (--batch_size {config.batch_size}).")
@@ -242,6 +251,11 @@ def resolve(config):
     raise ValueError(f"--replay_capacity must be a positive integer, got "
                      f"{config.replay_capacity}.")
   buffers.num_replayed_per_batch(config.batch_size, config.replay_fraction)  # Checks it.
+  if config.num_learners > 1 and (config.replay_fraction > 0
+                                  or config.algorithm == learner_lib.IMPACT):
+    raise ValueError("--num_learners > 1 trains each learner on its own actors' "
+                     "trajectories; experience replay and --algorithm=impact are built for "
+                     "one learner so far. Use --num_learners=1.")
   if config.algorithm == learner_lib.IMPACT:
     for name in ("circular_buffer_size", "circular_buffer_max_uses"):
       if getattr(config, name) < 1:

@@ -17,6 +17,7 @@ Cluster layout (the standard TF_CONFIG format, or --cluster with the same "clust
      "task": {"type": "actor", "index": 0}}
 Only the learner listens (on its own address from the spec); actors only connect.
 """
+import collections
 import hashlib
 import json
 import os
@@ -30,7 +31,8 @@ from tensorflow.python.framework import errors as tf_errors  # Error code -> cla
 
 from scalable_agent_tf2 import actor as actor_lib
 
-PROTOCOL_VERSION = 1
+# 2: messages start with a MessageHeader (sender and sequence number), not a level index.
+PROTOCOL_VERSION = 2
 LEARNER_JOB, ACTOR_JOB = "learner", "actor"
 # Loopback: with no cluster given, nothing listens beyond this machine.
 DEFAULT_LEARNER_ADDRESS = "localhost:8001"
@@ -91,13 +93,29 @@ def task_from_environment(environ=None):
   return task.get("type"), task.get("index")
 
 
+class MessageHeader(collections.namedtuple(
+    "MessageHeader", "level_index actor_index incarnation sequence")):
+  """What precedes a trajectory on the wire: its level and who sent it.
+
+  actor_index: the global actor number (task * num_actors + thread); incarnation: a random
+  number drawn when the actor process starts; sequence: 0, 1, ... per actor thread. A message
+  that arrives twice (a send retried after a lost reply) repeats (actor_index, incarnation,
+  sequence) and is dropped by the learner's DeliveryLedger instead of being trained on twice.
+  """
+
+
 def wire_layout(signature):
-  """Flat TensorSpecs of what one trajectory message carries: (level index, trajectory).
+  """Flat TensorSpecs of one trajectory message: (MessageHeader as int64 [4], trajectory).
 
   Args:
     signature: training.trajectory_signature(...) (policy_version, state, env, agent outputs).
   """
-  return [tf.TensorSpec([], tf.int32)] + tf.nest.flatten(signature)
+  return [tf.TensorSpec([len(MessageHeader._fields)], tf.int64)] + tf.nest.flatten(signature)
+
+
+def new_incarnation():
+  """A random 62-bit number that tells this actor process's messages from its predecessor's."""
+  return int.from_bytes(os.urandom(8), "little") >> 2
 
 
 def fingerprint(layout, **settings):
@@ -107,9 +125,9 @@ def fingerprint(layout, **settings):
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def flatten_message(layout, level_index, trajectory):
-  """One trajectory as the flat list of numpy arrays of `layout` (wire_layout), in its dtypes."""
-  values = [level_index] + tf.nest.flatten(
+def flatten_message(layout, header, trajectory):
+  """(MessageHeader, Trajectory) as the flat list of numpy arrays of `layout` (wire_layout)."""
+  values = [list(header)] + tf.nest.flatten(
       (trajectory.policy_version, trajectory.agent_state, trajectory.env_outputs,
        trajectory.agent_outputs))
   return [np.asarray(value, spec.dtype.as_numpy_dtype) for value, spec in zip(values, layout)]
@@ -331,13 +349,16 @@ class LearnerClient:
     values = self._call("parameters", [])
     return int(values[0].numpy()), [v.numpy() for v in values[1:]]
 
-  def send_trajectory(self, level_index, trajectory):
+  def send_trajectory(self, header, trajectory):
     """Queues a trajectory on the learner (blocks while its queue is full).
+
+    Args:
+      header: MessageHeader (level and sender; the learner drops a repeated sequence number).
 
     Raises:
       PeerRejected: the learner refused it (its log says why).
     """
-    accepted = self._call("enqueue", flatten_message(self._layout, level_index, trajectory))
+    accepted = self._call("enqueue", flatten_message(self._layout, header, trajectory))
     if not bool(np.asarray(accepted)):
       raise PeerRejected("The learner refused a trajectory (see the learner's log).")
 
@@ -348,12 +369,80 @@ class LearnerClient:
 
 
 def unflatten_message(message, signature, levels):
-  """(level name, actor.Trajectory) from a message of wire_layout."""
+  """(MessageHeader, actor.Trajectory) from a message of wire_layout."""
+  header = MessageHeader(*(int(v) for v in message[0]))
   policy_version, agent_state, env_outputs, agent_outputs = tf.nest.pack_sequence_as(
       signature, message[1:])
-  return actor_lib.Trajectory(level_name=levels[int(message[0])],
-                              policy_version=int(policy_version), agent_state=agent_state,
-                              env_outputs=env_outputs, agent_outputs=agent_outputs)
+  return header, actor_lib.Trajectory(
+      level_name=levels[header.level_index], policy_version=int(policy_version),
+      agent_state=agent_state, env_outputs=env_outputs, agent_outputs=agent_outputs)
+
+
+class DeliveryLedger:
+  """The learner's account of who sent what: trajectories per actor process, duplicates.
+
+  `admit` is called once per arriving message, on one thread (the learner's pump).
+  """
+
+  def __init__(self, actors_per_process):
+    self._actors_per_process = actors_per_process
+    self._last_sequence = {}  # (actor_index, incarnation) -> highest sequence admitted.
+    self.received = collections.Counter()  # Actor process (task) -> trajectories admitted.
+    self.duplicates = collections.Counter()  # Actor process -> repeated messages dropped.
+
+  def task_of(self, header):
+    return header.actor_index // self._actors_per_process
+
+  def admit(self, header):
+    """True for a message seen for the first time; False for a repeat (to be dropped)."""
+    key = (header.actor_index, header.incarnation)
+    task = self.task_of(header)
+    if header.sequence <= self._last_sequence.get(key, -1):
+      self.duplicates[task] += 1
+      return False
+    self._last_sequence[key] = header.sequence
+    self.received[task] += 1
+    return True
+
+  @property
+  def total(self):
+    return sum(self.received.values())
+
+
+def learner_strategy(num_learners):
+  """None for one learner; else a MirroredStrategy over `num_learners` devices.
+
+  The paper's "8 learners" (Figure 1 right, Table 3) are synchronous learners on 8 GPUs: with
+  that many GPUs they are used; otherwise the CPU is split into `num_learners` logical devices
+  (same arithmetic, for testing and for CPU clusters). Must run before TensorFlow has
+  initialised its devices (before any variable or op).
+
+  Raises:
+    ValueError: num_learners < 1, or too few GPUs for the GPUs to be used and TensorFlow
+      already initialised.
+  """
+  if num_learners < 1:
+    raise ValueError(f"--num_learners must be at least 1, got {num_learners}.")
+  if num_learners == 1:
+    return None
+  gpus = tf.config.list_physical_devices("GPU")
+  if len(gpus) >= num_learners:
+    devices = [f"/gpu:{i}" for i in range(num_learners)]
+  elif gpus:
+    raise ValueError(f"--num_learners={num_learners} needs as many GPUs; this machine has "
+                     f"{len(gpus)}.")
+  else:
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+      tf.config.set_logical_device_configuration(
+          cpu, [tf.config.LogicalDeviceConfiguration()] * num_learners)
+    except RuntimeError as error:  # Already initialised: fine if the split is there.
+      if len(tf.config.list_logical_devices("CPU")) < num_learners:
+        raise ValueError(
+            f"--num_learners={num_learners} on the CPU needs the CPU split into "
+            f"{num_learners} logical devices before TensorFlow starts ({error}).") from error
+    devices = [f"/cpu:{i}" for i in range(num_learners)]
+  return tf.distribute.MirroredStrategy(devices)
 
 
 class ParameterSync:
@@ -388,6 +477,7 @@ class ParameterSync:
       return self.version
 
 
-__all__ = ["ClusterError", "LearnerClient", "LearnerUnavailable", "ParameterSync",
-           "PeerRejected", "TrajectoryServer", "fingerprint", "flatten_message",
-           "parse_cluster", "task_from_environment", "unflatten_message", "wire_layout"]
+__all__ = ["ClusterError", "DeliveryLedger", "LearnerClient", "LearnerUnavailable",
+           "MessageHeader", "ParameterSync", "PeerRejected", "TrajectoryServer", "fingerprint",
+           "flatten_message", "learner_strategy", "new_incarnation", "parse_cluster",
+           "task_from_environment", "unflatten_message", "wire_layout"]

@@ -31,6 +31,7 @@ from scalable_agent_tf2 import environments
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import monitoring
 from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import profiling
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
 # How long stopping threads may take before we give up on them (they are daemons).
@@ -67,16 +68,24 @@ def default_environment_constructor(config):
   return constructor
 
 
+def make_policy(config, agent, device):
+  """The actors' policy: batched across actor threads (default) or one forward pass each."""
+  if config.batched_inference:
+    return actor_lib.BatchedPolicy(agent, device=device)
+  return actor_lib.PerActorPolicy(agent, device=device)
+
+
 def start_environment(environment_constructor, level_name, seed, test_mode=False):
   """An environment in a subprocess."""
   constructor, kwargs = environment_constructor(level_name, seed, test_mode)
   return environments.EnvironmentProcess(constructor, kwargs=kwargs)
 
 
-def build_agent(config, environment_constructor, network_config=None):
+def build_agent(config, environment_constructor, network_config=None, strategy=None):
   """(agent, first environment) for a run: the network is sized by the first level's spec.
 
-  The environment (of levels[0], seed of actor 0) is returned for actor 0 to use.
+  The environment (of levels[0], seed of actor 0) is returned for actor 0 to use. With a
+  strategy (several learners) the agent's variables are mirrored on its devices.
   """
   env = start_environment(environment_constructor, config.levels[0],
                           derive_seed(config.seed, 0, 0))
@@ -87,7 +96,10 @@ def build_agent(config, environment_constructor, network_config=None):
     if tuple(spec.frame_shape) != tuple(network_config.frame_shape):
       raise ValueError(f"The environment's frames are {spec.frame_shape}, the network "
                        f"expects {network_config.frame_shape}.")
-    return networks.Agent(network_config, seed=config.seed), env
+    if strategy is None:
+      return networks.Agent(network_config, seed=config.seed), env
+    with strategy.scope():
+      return networks.Agent(network_config, seed=config.seed), env
   except BaseException:
     env.close()
     raise
@@ -144,6 +156,7 @@ def make_dataset(next_trajectory, signature, batch_size):
     agent_outputs [T+1, B, ...]).
   """
   def generate():
+    profiling.name_this_thread("input")  # A tf.data thread: the input pipeline's Python part.
     while True:
       trajectory = next_trajectory()
       if trajectory is None:
@@ -195,13 +208,14 @@ def with_replay(next_trajectory, config, signature, print_fn):
   return buffers.ReplayMixer(next_trajectory, replay, config.batch_size, num_replayed)
 
 
-def make_learner(config, agent):
-  """The run's learner: IMPALA's, or IMPACT's with --algorithm=impact."""
+def make_learner(config, agent, strategy=None):
+  """The run's learner: IMPALA's (on `strategy`'s devices with several learners), or IMPACT's
+  with --algorithm=impact (one learner: config.resolve checks)."""
   if config.algorithm == learner_lib.IMPACT:
     return learner_lib.ImpactLearner(agent, config.learner_config(), config.impact_config(),
                                      jit_compile=config.jit_compile_choice())
   return learner_lib.Learner(agent, config.learner_config(),
-                             jit_compile=config.jit_compile_choice())
+                             jit_compile=config.jit_compile_choice(), strategy=strategy)
 
 
 def learner_steps(dataset, learner, config):
@@ -214,7 +228,7 @@ def learner_steps(dataset, learner, config):
   it enters. Only a batch's first use brings new trajectories (and of those, not the
   replayed ones): frames are counted once.
   """
-  num_new = config.batch_size - config.num_replayed_per_batch
+  num_new = config.num_learners * config.batch_size - config.num_replayed_per_batch
   if config.algorithm != learner_lib.IMPACT:
     for policy_versions, *batch in dataset:
       yield policy_versions, batch, num_new
@@ -241,6 +255,51 @@ def make_checkpointer(config, agent, learner):
               "width": config.width, "height": config.height,
               "num_actions": agent.config.num_actions, "algorithm": config.algorithm}
   return checkpoints.Checkpointer(config.logdir, settings, agent=agent, learner=learner)
+
+
+class LearnerQueues:
+  """The trajectories waiting for the learners, one bounded queue per learner.
+
+  With several learners (Figure 1 right), learner r trains on the trajectories of actors
+  r, r + N, r + 2N, ...: `get` hands out B trajectories from learner 0's queue, then B from
+  learner 1's, and so on, so a dataset batching N * B in order gives learner r (which takes
+  slice r of the batch, learner.Learner) its own actors' trajectories. One learner: one FIFO
+  queue. Blocking calls give up (put -> False, get -> None) once `stop_event` is set.
+  """
+
+  def __init__(self, num_learners, capacity, batch_size, stop_event):
+    self._queues = [queue.Queue(maxsize=capacity) for _ in range(num_learners)]
+    self._capacity = capacity
+    self._batch_size = batch_size
+    self._stop_event = stop_event
+    self._taken = 0  # Only `get` (the dataset's one generator thread) changes it.
+
+  def put(self, trajectory, actor_index):
+    """Queues for learner actor_index % N; blocks while full; False if stopping."""
+    target = self._queues[actor_index % len(self._queues)]
+    while not self._stop_event.is_set():
+      try:
+        target.put(trajectory, timeout=0.1)
+        return True
+      except queue.Full:
+        pass
+    return False
+
+  def get(self):
+    """The next trajectory in batch order (see the class doc), or None once stopping."""
+    source = self._queues[(self._taken // self._batch_size) % len(self._queues)]
+    while not self._stop_event.is_set():
+      try:
+        trajectory = source.get(timeout=0.1)
+        self._taken += 1
+        return trajectory
+      except queue.Empty:
+        pass
+    return None
+
+  def fill(self):
+    """Fraction of the queues' capacity in use."""
+    return sum(q.qsize() for q in self._queues) / (len(self._queues) * self._capacity)
 
 
 class _Stopping(Exception):
@@ -276,21 +335,27 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
 
   Returns:
     dict: num_env_frames, num_updates, recent_returns (level -> mean of recent returns),
-    checkpoint (path of the last checkpoint written).
+    checkpoint (path of the last checkpoint written), trajectories: dict with produced
+    (delivered to the learner's queues: by local actors, or admitted from actor processes),
+    trained (in this run's updates), untrained (produced - trained: queued or prefetched at
+    the stop, never counted as frames), and for a cluster learner by_actor_process (actor
+    process -> trajectories admitted) and duplicates (repeated messages dropped).
 
   Raises:
     checkpoints.CheckpointError: unusable checkpoint (nothing is started).
     ActorFailed: an actor thread hit an error (a checkpoint is written first).
   """
+  # Several learners: the devices must be set up before TensorFlow initialises them.
+  strategy = distributed.learner_strategy(config.num_learners)
   environment_constructor = environment_constructor or default_environment_constructor(config)
   levels = config.levels
   for level in sorted(set(levels)):  # Unknown level, DMLab missing: fail before any work.
     environment_constructor(level, 0, False)
 
-  agent, first_env = build_agent(config, environment_constructor, network_config)
+  agent, first_env = build_agent(config, environment_constructor, network_config, strategy)
   closers = [first_env.close]
   try:
-    learner = make_learner(config, agent)
+    learner = make_learner(config, agent, strategy)
     checkpointer = make_checkpointer(config, agent, learner)
     restored = checkpointer.restore()
     if restored:
@@ -310,29 +375,16 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
   monitor = monitoring.Monitor(config.logdir, sorted(set(levels)),
                                config.total_environment_frames, print_fn=print_fn)
   closers.append(monitor.close)
-  policy = actor_lib.BatchedPolicy(agent, device=device)
+  policy = make_policy(config, agent, device)
   closers.append(policy.close)
   stop_event = threading.Event()
-  trajectories = queue.Queue(maxsize=config.queue_capacity)
+  num_learners = config.num_learners
+  learner_queues = LearnerQueues(num_learners, config.queue_capacity, config.batch_size,
+                                 stop_event)
   num_updates = [0]
+  trained = [0]  # New trajectories trained on (not replayed, not used again by IMPACT).
   update_lock = threading.Lock()  # Checkpoints never see half an update.
-
-  def put_trajectory(trajectory):
-    while not stop_event.is_set():
-      try:
-        trajectories.put(trajectory, timeout=0.1)
-        return True
-      except queue.Full:
-        pass
-    return False
-
-  def next_trajectory():
-    while not stop_event.is_set():
-      try:
-        return trajectories.get(timeout=0.1)
-      except queue.Empty:
-        pass
-    return None
+  put_trajectory, next_trajectory = learner_queues.put, learner_queues.get
 
   def make_loop(index):
     return actor_loop_factory(config, index, policy, environment_constructor, first_env, 0,
@@ -340,9 +392,11 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
 
   signature = trajectory_signature(agent.config, config.unroll_length, policy)
   server = None
+  ledger = None
   helpers = []
   if listen_address is None:
-    actors = [actor_lib.ActorThread(i, make_loop(i), config.unroll_length, put_trajectory,
+    actors = [actor_lib.ActorThread(i, make_loop(i), config.unroll_length,
+                                    lambda t, i=i: put_trajectory(t, i),
                                     lambda: num_updates[0], stop_event)
               for i in range(config.num_actors)]
   else:
@@ -352,13 +406,20 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
         wire_fingerprint(config, agent.config, signature), agent.trainable_variables,
         capacity=config.queue_capacity)
     closers.append(server.close)
+    ledger = distributed.DeliveryLedger(config.num_actors)
     print_fn(f"Learner listening on {listen_address}.")
 
-    def pump():  # Remote trajectories into the same queue local actors would use.
+    def pump():  # Remote trajectories into the queues local actors would use.
+      profiling.name_this_thread("pump")
       while True:
         message = server.dequeue()
-        if message is None or not put_trajectory(
-            distributed.unflatten_message(message, signature, levels)):
+        if message is None:
+          return
+        header, trajectory = distributed.unflatten_message(message, signature, levels)
+        if not ledger.admit(header):
+          print_fn(f"Dropped a repeated trajectory from actor {header.actor_index} "
+                   f"(sequence {header.sequence}): a send was retried after it arrived.")
+        elif not put_trajectory(trajectory, header.actor_index):
           return
     helpers.append(threading.Thread(target=pump, name="trajectory-pump", daemon=True))
 
@@ -371,17 +432,19 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
              f"used K = {config.circular_buffer_max_uses} times; target network refreshed "
              f"every {config.target_update_period} learner steps.")
   dataset = make_dataset(with_replay(next_trajectory, config, signature, print_fn), signature,
-                         config.batch_size)
+                         num_learners * config.batch_size)
   learner_error = []
   total_frames = config.total_environment_frames
 
   def learn():
+    profiling.name_this_thread("learner")
     try:
       with tf.device(device):
         for policy_versions, batch, num_new in learner_steps(dataset, learner, config):
           with update_lock:
             stats = learner.update(*batch, num_new_trajectories=num_new)
             num_updates[0] += 1
+            trained[0] += num_new
           if server is not None:  # Actor processes read it with the parameters.
             server.parameter_version.assign(num_updates[0])
           stats = {k: v.numpy() for k, v in stats.items()}
@@ -402,7 +465,8 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     if frames() >= total_frames:
       print_fn(f"Nothing to do: {frames():,} frames already reach --total_environment_frames.")
       return dict(num_env_frames=frames(), num_updates=0,
-                  recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint)
+                  recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint,
+                  trajectories=dict(produced=0, trained=0, untrained=0))
     monitor.start(frames())
     for thread in actors + helpers:
       thread.start()
@@ -420,7 +484,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
       if server is not None:
         record_remote_episodes()
       if now >= next_log:
-        monitor.write(frames(), trajectories.qsize() / config.queue_capacity)
+        monitor.write(frames(), learner_queues.fill())
         next_log = now + config.log_secs
       if now >= next_checkpoint:
         with update_lock:
@@ -436,16 +500,17 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     if server is not None:
       server.close()
       closed_at = time.monotonic()
-      left = server.size() + trajectories.qsize()
-      if left:
-        print_fn(f"{left} received trajectories were not trained on (not counted as frames).")
     if learner_thread.ident is not None:  # Started.
       learner_thread.join(_JOIN_TIMEOUT_SECS)
-    for actor in actors:
-      if actor.ident is not None:
-        actor.join(_JOIN_TIMEOUT_SECS)
+    for thread in actors + helpers:
+      if thread.ident is not None:
+        thread.join(_JOIN_TIMEOUT_SECS)
     last_checkpoint = checkpointer.save(frames())
-    monitor.write(frames(), trajectories.qsize() / config.queue_capacity)
+    monitor.write(frames(), learner_queues.fill())
+    accounts = _trajectory_accounts(actors, ledger, server,
+                                    trained[0])
+    for line in _account_lines(accounts):
+      print_fn(line)
     print_fn(f"Stopped: {stop_reason}. Checkpoint {last_checkpoint} at {frames():,} frames.")
     if server is not None:
       # Actor processes learn that training is over from their next send (the closed queue
@@ -460,7 +525,35 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
   if learner_error and not isinstance(learner_error[0], tf.errors.CancelledError):
     raise learner_error[0]
   return dict(num_env_frames=frames(), num_updates=num_updates[0],
-              recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint)
+              recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint,
+              trajectories=accounts)
+
+
+def _trajectory_accounts(actors, ledger, server, trained):
+  """Where this run's trajectories went (train's `trajectories` result)."""
+  if ledger is None:
+    produced = sum(a.num_trajectories for a in actors)
+    accounts = dict(produced=produced)
+  else:
+    # Still in the server's queue at the stop (arrived, never admitted or trained on).
+    accounts = dict(produced=ledger.total + server.size(),
+                    by_actor_process=dict(ledger.received),
+                    duplicates=dict(ledger.duplicates))
+  accounts.update(trained=trained, untrained=accounts["produced"] - trained)
+  return accounts
+
+
+def _account_lines(accounts):
+  lines = [f"Trajectories: {accounts['produced']} delivered, {accounts['trained']} trained on, "
+           f"{accounts['untrained']} not trained on (queued or prefetched at the stop; not "
+           f"counted as frames)."]
+  if "by_actor_process" in accounts:
+    for task in sorted(accounts["by_actor_process"]):
+      line = f"  actor process {task}: {accounts['by_actor_process'][task]} trajectories"
+      if accounts["duplicates"].get(task):
+        line += f", {accounts['duplicates'][task]} repeated messages dropped"
+      lines.append(line)
+  return lines
 
 
 # The learner is gone: it finished (its queue is closed: CancelledError) or did not come back
@@ -493,7 +586,7 @@ def run_actor_process(config, learner_address, task, environment_constructor=Non
   agent, first_env = build_agent(config, environment_constructor, network_config)
   closers = [first_env.close]
   try:
-    policy = actor_lib.BatchedPolicy(agent, device=learner_device())
+    policy = make_policy(config, agent, learner_device())
     closers.append(policy.close)
     signature = trajectory_signature(agent.config, config.unroll_length, policy)
     client = distributed.LearnerClient(
@@ -521,10 +614,15 @@ def _run_actors(config, levels, first_index, first_env, closers, policy, client,
     stop_event.set()
 
   delivered = []
+  incarnation = distributed.new_incarnation()
+  sequences = {}  # Actor index -> messages sent so far (its next sequence number).
 
-  def put_trajectory(trajectory):
+  def put_trajectory(trajectory, actor_index):
+    header = distributed.MessageHeader(levels.index(trajectory.level_name), actor_index,
+                                       incarnation, sequences.get(actor_index, 0))
     try:
-      client.send_trajectory(levels.index(trajectory.level_name), trajectory)
+      client.send_trajectory(header, trajectory)
+      sequences[actor_index] = header.sequence + 1
       if not delivered:
         delivered.append(True)
         print_fn(f"Actor process {first_index // config.num_actors}: first trajectory "
@@ -552,8 +650,9 @@ def _run_actors(config, levels, first_index, first_env, closers, policy, client,
         config, index, policy, environment_constructor, first_env, first_index,
         report_episode, lambda lvl, e: print_fn(f"Environment for {lvl} restarted: {e}"))
 
-  actors = [actor_lib.ActorThread(i, make_loop(i), config.unroll_length, put_trajectory,
-                                  policy_version, stop_event)
+  actors = [actor_lib.ActorThread(i, make_loop(i), config.unroll_length,
+                                  lambda t, i=i: put_trajectory(t, i), policy_version,
+                                  stop_event)
             for i in range(first_index, first_index + config.num_actors)]
   previous_handler = signal.signal(signal.SIGTERM, _raise_stopping)
   stop_reason = "learner gone"

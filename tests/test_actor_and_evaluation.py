@@ -151,3 +151,31 @@ def test_training_summary_of_human_normalised_scores():
   assert summary["mean_capped"] == pytest.approx(50.0)  # min(1, 2) and 0.
   assert summary["mean"] == pytest.approx(100.0)
   assert monitoring.human_normalized_summary({"toy": 1.0}) == {}
+
+
+@pytest.mark.parametrize("use_lstm", [False, True])
+def test_per_actor_policy_acts_like_the_batched_one(use_lstm):
+  config = networks.NetworkConfig(num_actions=4, frame_shape=(20, 20, 2), torso="shallow",
+                                  use_lstm=use_lstm, use_instruction=False)
+  agent = networks.Agent(config, seed=5)
+  batched, direct = actor.BatchedPolicy(agent), actor.PerActorPolicy(agent)
+  try:
+    rng = np.random.default_rng(0)
+    states = [batched.initial_state(), direct.initial_state()]
+    for step in range(3):
+      env_output = actor.encode_instruction(base.make_env_output(
+          1.0, step == 0, rng.integers(0, 255, (20, 20, 2), dtype=np.uint8), "", 0.0, step))
+      outputs = [policy(2, env_output, state)
+                 for policy, state in zip((batched, direct), states)]
+      (logits_a, value_a, state_a), (logits_b, value_b, state_b) = outputs
+      assert logits_a.shape == (4,) and np.ndim(value_b) == 0
+      np.testing.assert_allclose(logits_a, logits_b, rtol=1e-5, atol=1e-5)
+      np.testing.assert_allclose(value_a, value_b, rtol=1e-5, atol=1e-5)
+      for a, b in zip(np.asarray(state_a, dtype=object).ravel(),
+                      np.asarray(state_b, dtype=object).ravel()):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   rtol=1e-5, atol=1e-5)
+      states = [state_a, state_b]
+  finally:
+    batched.close()
+    direct.close()

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+import test_training
 import toy_environment
 from scalable_agent_tf2 import actor
 from scalable_agent_tf2 import distributed
@@ -40,7 +41,7 @@ LEARNER_SCRIPT = textwrap.dedent("""
         message = server.dequeue()
         if message is None:
           return
-        print("trajectory", int(message[0]), message[-1].shape, flush=True)
+        print("trajectory", int(message[0][0]), message[-1].shape, flush=True)
     threading.Thread(target=drain, daemon=True).start()
     sys.stdin.read()
     server.close()
@@ -120,13 +121,14 @@ def test_actor_client_sends_trajectories_and_reads_parameters(learner_process):
   assert [v.shape for v in values] == [tuple(v.shape) for v in agent.trainable_variables]
   np.testing.assert_array_equal(values[0], agent.trainable_variables[0].numpy())
 
+  header = lambda level_index, sequence: distributed.MessageHeader(level_index, 3, 77, sequence)
   for level_index in (0, 1):
-    client.send_trajectory(level_index, toy_trajectory())
+    client.send_trajectory(header(level_index, level_index), toy_trajectory())
   client.report_episode(1, 7.5, 10)
   # A malformed trajectory is refused, logged by the learner, and the learner carries on.
   with pytest.raises(distributed.PeerRejected, match="refused a trajectory"):
-    client.send_trajectory(0, toy_trajectory(frame_shape=(20, 21, 1)))
-  client.send_trajectory(2, toy_trajectory())
+    client.send_trajectory(header(0, 2), toy_trajectory(frame_shape=(20, 21, 1)))
+  client.send_trajectory(header(2, 3), toy_trajectory())
 
   # A peer with another layout is refused at hello.
   with pytest.raises(distributed.PeerRejected, match="layout fingerprint"):
@@ -144,8 +146,55 @@ def test_actor_client_sends_trajectories_and_reads_parameters(learner_process):
   assert [line.split()[1] for line in lines if line.startswith("trajectory")] == ["0", "1", "2"]
   assert "episodes [(1, 7.5, 10)]" in output
   assert "refused a trajectory" in errors
-  assert "Learner: peer stranger refused: protocol 1 (learner 1), layout fingerprint 0123456789abcdef" in errors
+  assert "Learner: peer stranger refused: protocol 2 (learner 2), layout fingerprint 0123456789abcdef" in errors
   assert process.returncode == 0
+
+
+def _listening_sockets(pid):
+  """[(ip bytes hex, port)] of the TCP sockets process `pid` listens on (from /proc)."""
+  inodes = set()
+  for fd in os.listdir(f"/proc/{pid}/fd"):
+    target = os.readlink(f"/proc/{pid}/fd/{fd}") if os.path.exists(f"/proc/{pid}/fd/{fd}") else ""
+    if target.startswith("socket:["):
+      inodes.add(target[8:-1])
+  found = []
+  for table in ("tcp", "tcp6"):
+    with open(f"/proc/{pid}/net/{table}") as f:
+      for line in f.readlines()[1:]:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == "0A" and inode in inodes:  # 0A: LISTEN.
+          address, port = local.split(":")
+          found.append((address, int(port, 16)))
+  return found
+
+
+def test_the_learner_listens_only_on_its_loopback_address(learner_process):
+  address, process = learner_process
+  port = int(address.split(":")[1])
+  sockets = _listening_sockets(process.pid)
+  # IPv4 127.0.0.1 (0100007F), possibly as an IPv4-mapped IPv6 address.
+  assert len(sockets) == 1 and sockets[0][1] == port, sockets
+  assert sockets[0][0] in ("0100007F", "0000000000000000FFFF00000100007F"), sockets
+
+
+def test_message_round_trip_and_the_ledger_drops_repeats_per_sender():
+  signature = training.trajectory_signature(TOY_NETWORK, UNROLL_LENGTH, _NoPolicy())
+  header = distributed.MessageHeader(level_index=1, actor_index=5, incarnation=2**61 + 3,
+                                     sequence=9)
+  message = distributed.flatten_message(layout(), header, toy_trajectory())
+  back, trajectory = distributed.unflatten_message(message, signature, ["a", "b"])
+  assert back == header and trajectory.level_name == "b" and trajectory.policy_version == 2
+
+  ledger = distributed.DeliveryLedger(actors_per_process=4)
+  sent = lambda actor, incarnation, sequence: ledger.admit(
+      distributed.MessageHeader(0, actor, incarnation, sequence))
+  assert sent(5, 1, 0) and sent(5, 1, 1) and sent(0, 1, 0)
+  assert not sent(5, 1, 1)  # A retried send that had arrived: dropped.
+  assert not sent(5, 1, 0)
+  assert sent(5, 2, 0)  # A restarted actor process (new incarnation) starts again at 0.
+  assert ledger.received == {1: 3, 0: 1} and ledger.duplicates == {1: 2}
+  assert ledger.total == 4
 
 
 def test_no_learner_is_a_clear_error_after_bounded_retries():
@@ -166,6 +215,7 @@ CLUSTER_SCRIPT = textwrap.dedent("""
       result = training.train(config, environment_constructor=toy_environment.environment_constructor(),
                               network_config=t.TOY_NETWORK, listen_address={address!r})
       print("learner done", result["num_env_frames"], flush=True)
+      print("accounts", result["trajectories"], flush=True)
     else:
       result = training.run_actor_process(
           config, {address!r}, task={task}, network_config=t.TOY_NETWORK,
@@ -216,6 +266,15 @@ def test_learner_trains_on_two_actor_processes_and_survives_a_killed_one(tmp_pat
     assert "learner done" in learner_output
     frames = int(learner_output.split("learner done")[1].split()[0])
     assert frames >= 60_000
+    # Both actor processes are accounted for; every trajectory trained on is counted as
+    # frames once, the rest is reported as not trained on.
+    accounts = eval(learner_output.split("accounts")[1].splitlines()[0])  # Our own print.
+    assert set(accounts["by_actor_process"]) == {0, 1}, accounts
+    assert accounts["duplicates"] == {}
+    assert accounts["trained"] + accounts["untrained"] == accounts["produced"]
+    config = test_training.toy_config(str(tmp_path), total_frames=1, num_actors=2)
+    assert frames == accounts["trained"] * config.unroll_length * config.num_action_repeats
+    assert "actor process 1:" in learner_output
     rest, _ = actors[0].communicate(timeout=120)
     survivor_output = "".join(outputs[0]) + rest
     assert actors[0].returncode == 0, survivor_output[-3000:]

@@ -5,9 +5,14 @@ import subprocess
 import sys
 import textwrap
 
+import threading
+
 import pytest
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from scalable_agent_tf2 import training
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(TESTS_DIR)
 
 # Logical devices must be configured before TensorFlow starts: a fresh process.
 SCRIPT = textwrap.dedent("""
@@ -65,3 +70,50 @@ def test_two_learners_equal_one_learner_on_the_whole_batch(torso, clip):
                                                              clip=clip)],
                        capture_output=True, text=True, timeout=280)
   assert run.returncode == 0 and "equal" in run.stdout, run.stderr[-4000:]
+
+
+def test_each_learner_gets_its_own_actors_slice_of_the_batch():
+  queues = training.LearnerQueues(num_learners=2, capacity=10, batch_size=3,
+                                  stop_event=threading.Event())
+  for step in range(3):
+    for actor_index in range(4):  # Actors 0, 2 feed learner 0; actors 1, 3 learner 1.
+      assert queues.put((actor_index, step), actor_index)
+  assert queues.fill() == 12 / 20
+  batch = [queues.get() for _ in range(6)]  # What the dataset batches as 2 * B.
+  assert [actor % 2 for actor, _ in batch] == [0, 0, 0, 1, 1, 1]
+  assert batch[:3] == [(0, 0), (2, 0), (0, 1)]  # Each learner's queue is first in, first out.
+  stop = threading.Event()
+  stop.set()
+  stopped = training.LearnerQueues(1, 1, 1, stop)
+  assert stopped.get() is None and not stopped.put("t", 0)
+
+
+TRAIN_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path[:0] = [{tests!r}, {repo!r}]
+    import test_training as t
+    config = t.toy_config({logdir!r}, total_frames={frames}, num_actors=4, batch_size=4,
+                          num_learners={learners}, checkpoint_secs=600)
+    result = t.train_toy(config, lines=[])
+    print("result", result["num_updates"], result["num_env_frames"], flush=True)
+""")
+
+
+@pytest.mark.timeout(400)
+def test_training_with_two_learners_and_resuming_with_one(tmp_path):
+  # Two learners: every update trains on 2 x B trajectories (frames counted once each).
+  frames_per_update = 2 * 4 * 10 * 4  # learners x B x T x action repeats (toy_config).
+  outputs = []
+  for learners, frames in ((2, 5 * frames_per_update), (1, 7 * frames_per_update)):
+    script = TRAIN_SCRIPT.format(tests=TESTS_DIR, repo=REPO_DIR, logdir=str(tmp_path),
+                                 frames=frames, learners=learners)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=380)
+    assert run.returncode == 0, run.stderr[-4000:]
+    outputs.append(run.stdout.split("result")[1].split())
+  updates, frames = map(int, outputs[0])
+  assert updates == 5 and frames == 5 * frames_per_update
+  # The mirrored variables' checkpoint restores into a single learner, which carries on
+  # from 5 updates' frames with batches half the size.
+  updates, frames = map(int, outputs[1])
+  assert frames >= 7 * frames_per_update and updates == 4, outputs[1]

@@ -1,0 +1,426 @@
+"""The paper's Table 1 on this machine: environment frames/s of IMPALA and its baselines.
+
+For each level (Atari Pong, B=32, T=20, Table G.1; with DeepMind Lab installed also
+seekavoid_arena_01 and rooms_keys_doors_puzzle, B=32, T=100, Table 1), each network (shallow,
+deep) and each --num_actors, back to back in one invocation:
+  (a) environments alone: one thread per environment process, uniformly random actions (the
+      ceiling of the acting side);
+  (b) IMPALA, dynamic batching: `experiment.py --mode=train` (the actors' forward passes
+      batched by dynamic_batching);
+  (c) IMPALA, each actor calling the network itself (`--nobatched_inference`);
+  (d) a batched synchronous baseline (A2C-style, Table 1's "Batched A2C (sync step)"): the
+      environments step in lock-step with one batched forward pass per step, and the update
+      runs after every T steps of all B environments, with nothing overlapping.
+Each rate is the median of the frames/s of 5-second intervals after a warm-up.
+
+Each alone, it also measures the core-seconds per environment frame of: environment stepping
+(one environment in this process, random actions), acting inference (the acting network's
+forward pass on a batch of --inference_batch, no environment), the learner update (batches of
+B x T). The compute-bound limit is cores / (their sum): what the machine could do if it did
+nothing else; every variant is reported as a fraction of it. For (b) the run is profiled per
+stage (CPU of each group of threads, and of the environment processes; scalable_agent_tf2/
+profiling.py).
+
+Usage:
+  python benchmarks/throughput.py                  # the full table (about 40 minutes here)
+  python benchmarks/throughput.py --quick          # about 2 minutes: Pong, shallow, (a)+(b)
+  python benchmarks/throughput.py --levels atari/pong --torsos shallow --num_actors 16,32 \
+      --variants a,b,c,d --seconds 60 --warmup 25 --output /tmp/table1.md
+Prints Markdown (and writes it to --output when given).
+"""
+import argparse
+import concurrent.futures
+import dataclasses
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_DIR)
+
+# pylint: disable=g-import-not-at-top
+import tensorflow as tf
+
+from scalable_agent_tf2 import actor as actor_lib
+from scalable_agent_tf2 import config as config_lib
+from scalable_agent_tf2 import learner as learner_lib
+from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import profiling
+from scalable_agent_tf2 import training
+from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
+
+# Table 1's tasks: an Atari game (Table G.1: B=32, T=20) and two DMLab levels (B=32, T=100).
+ATARI_LEVELS = ("atari/pong",)
+DMLAB_LEVELS = ("seekavoid_arena_01", "rooms_keys_doors_puzzle")
+INTERVAL_SECS = 5.0
+VARIANT_NAMES = {
+    "a": "(a) environments alone, random actions",
+    "b": "(b) IMPALA, dynamic batching",
+    "c": "(c) IMPALA, each actor calls the network",
+    "d": "(d) batched synchronous (A2C-style, sync step)",
+}
+
+
+def level_config(level, torso, num_actors, logdir="/tmp/unused"):
+  """The resolved experiment config of a benchmark run (the level's presets otherwise)."""
+  return config_lib.resolve(config_lib.ExperimentConfig(
+      level_name=level, torso=torso, num_actors=num_actors, batch_size=32, logdir=logdir,
+      total_environment_frames=10**9))
+
+
+def steady_rate(samples, warmup):
+  """Median frames/s over the intervals of [(time, frames)] that start after `warmup` s."""
+  start = samples[0][0]
+  rates = [(f1 - f0) / (t1 - t0) for (t0, f0), (t1, f1) in zip(samples, samples[1:])
+           if t0 - start >= warmup and t1 > t0]
+  if not rates:
+    raise RuntimeError("The run was too short for its warm-up; raise --seconds.")
+  return statistics.median(rates)
+
+
+def _sample_until(frames_so_far, seconds):
+  """[(time, frames)] every INTERVAL_SECS for `seconds` from a callable() -> frames."""
+  samples = [(time.monotonic(), frames_so_far())]
+  deadline = samples[0][0] + seconds
+  while time.monotonic() < deadline:
+    time.sleep(min(INTERVAL_SECS, max(0.0, deadline - time.monotonic())))
+    samples.append((time.monotonic(), frames_so_far()))
+  return samples
+
+
+# ---------------------------------------------------------------------------------------
+# Costs, each alone (core-seconds per environment frame).
+
+def environment_cost(config, seconds):
+  """Core-seconds per frame of one environment stepped in this process, random actions."""
+  constructor, kwargs = training.default_environment_constructor(config)(
+      config.levels[0], 0, False)
+  env = constructor(**kwargs)
+  rng = np.random.default_rng(0)
+  env.initial()
+  steps = 0
+  start_cpu, deadline = time.process_time(), time.monotonic() + seconds
+  while time.monotonic() < deadline:
+    env.step(int(rng.integers(env.spec.num_actions)))
+    steps += 1
+  cpu = time.process_time() - start_cpu
+  env.close()
+  return cpu / (steps * config.num_action_repeats)
+
+
+def _network_config(config):
+  constructor, kwargs = training.default_environment_constructor(config)(
+      config.levels[0], 0, False)
+  env = constructor(**kwargs)
+  num_actions = env.spec.num_actions
+  env.close()
+  return config.network_config(num_actions)
+
+
+def inference_cost(config, network_config, batch_size, seconds):
+  """Core-seconds per frame of the acting forward pass on batches of `batch_size`."""
+  agent = networks.Agent(network_config, seed=0)
+  step = tf.function(actor_lib._acting_step(agent))  # pylint: disable=protected-access
+  rng = np.random.default_rng(0)
+  inputs = (np.zeros(batch_size, np.int32), np.zeros(batch_size, np.float32),
+            np.zeros(batch_size, bool),
+            rng.integers(0, 256, (batch_size,) + tuple(network_config.frame_shape),
+                         dtype=np.uint8),
+            np.zeros((batch_size, networks.MAX_INSTRUCTION_WORDS), np.int32)
+            if network_config.use_instruction else (),
+            agent.initial_state(batch_size))
+  step(*inputs)  # Trace.
+  calls = 0
+  start_cpu, deadline = time.process_time(), time.monotonic() + seconds
+  while time.monotonic() < deadline:
+    tf.nest.map_structure(lambda t: t.numpy(), step(*inputs))
+    calls += 1
+  return (time.process_time() - start_cpu) / (calls * batch_size * config.num_action_repeats)
+
+
+def _random_batch(network_config, config, rng):
+  from scalable_agent_tf2 import testing_utils  # pylint: disable=g-import-not-at-top
+  return testing_utils.random_learner_batch(
+      network_config, unroll_length=config.unroll_length, batch_size=config.batch_size,
+      seed=int(rng.integers(1 << 30)))
+
+
+def learner_cost(config, network_config, seconds):
+  """Core-seconds per frame of the learner update (B x T x action repeats frames each)."""
+  agent = networks.Agent(network_config, seed=0)
+  learner = learner_lib.Learner(agent, config.learner_config(),
+                                jit_compile=config.jit_compile_choice())
+  rng = np.random.default_rng(0)
+  env_outputs, agent_outputs = _random_batch(network_config, config, rng)
+  state = agent.initial_state(config.batch_size)
+  learner.update(state, env_outputs, agent_outputs)  # Trace.
+  updates = 0
+  start_cpu, start = time.process_time(), time.monotonic()
+  while updates < 2 or time.monotonic() - start < seconds:
+    learner.update(state, env_outputs, agent_outputs)["total_loss"].numpy()
+    updates += 1
+  frames = updates * config.batch_size * config.unroll_length * config.num_action_repeats
+  return (time.process_time() - start_cpu) / frames
+
+
+# ---------------------------------------------------------------------------------------
+# Variants.
+
+def run_environments_alone(config, seconds, warmup):
+  """(a): one thread per environment process, random actions; frames/s."""
+  make = training.default_environment_constructor(config)
+  envs = [training.start_environment(make, config.levels[i % len(config.levels)], i)
+          for i in range(config.num_actors)]
+  stop = threading.Event()
+  steps = [0] * len(envs)
+
+  def play(index):
+    env, rng = envs[index], np.random.default_rng(index)
+    env.initial()
+    while not stop.is_set():
+      env.step(int(rng.integers(env.spec.num_actions)))
+      steps[index] += 1
+  threads = [threading.Thread(target=play, args=(i,), daemon=True) for i in range(len(envs))]
+  for thread in threads:
+    thread.start()
+  try:
+    samples = _sample_until(lambda: sum(steps) * config.num_action_repeats, seconds)
+  finally:
+    stop.set()
+    for thread in threads:
+      thread.join(30)
+    for env in envs:
+      env.close()
+  return steady_rate(samples, warmup), None
+
+
+def run_training(config, seconds, warmup, batched_inference, num_cores):
+  """(b) or (c): experiment.py training; (frames/s, per-stage profile rows or None)."""
+  with tempfile.TemporaryDirectory() as logdir:
+    flags = [f"--level_name={config.level_name}", f"--torso={config.torso}",
+             f"--num_actors={config.num_actors}", f"--batch_size={config.batch_size}",
+             f"--unroll_length={config.unroll_length}",
+             "--total_environment_frames=1000000000", f"--log_secs={INTERVAL_SECS}",
+             "--checkpoint_secs=1000000", f"--logdir={logdir}",
+             f"--{'' if batched_inference else 'no'}batched_inference"]
+    process = subprocess.Popen([sys.executable, "experiment.py", "--mode=train"] + flags,
+                               cwd=REPO_DIR, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    sampler = profiling.CpuSampler(process.pid)
+    log_path = os.path.join(logdir, "log.jsonl")
+    try:
+      while not os.path.exists(log_path):  # Start-up (TensorFlow, environments) is not
+        if process.poll() is not None:    # training time: the clock starts at the first log.
+          raise RuntimeError(f"Training exited early: {process.stderr.read()[-2000:]}")
+        time.sleep(0.5)
+      time.sleep(warmup)
+      sampler.start()
+      frames_before = _latest_frames(log_path)
+      time.sleep(max(seconds - warmup, 4 * INTERVAL_SECS))
+      wall, groups = sampler.stop()
+      profile = profiling.format_profile(wall, groups, num_cores,
+                                         _latest_frames(log_path) - frames_before)
+    finally:
+      process.send_signal(signal.SIGINT)
+      try:
+        _, errors = process.communicate(timeout=180)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        _, errors = process.communicate()
+    if process.returncode not in (0, -signal.SIGINT):
+      raise RuntimeError(f"Training failed ({process.returncode}): {errors[-2000:]}")
+    with open(log_path) as f:
+      records = [json.loads(line) for line in f]
+  samples = [(r["time"], r["frames"]) for r in records if r.get("kind") == "progress"]
+  return steady_rate(samples, warmup), profile
+
+
+def _latest_frames(log_path):
+  frames = 0
+  with open(log_path) as f:
+    for line in f:
+      record = json.loads(line)
+      if record.get("kind") == "progress":
+        frames = record["frames"]
+  return frames
+
+
+def run_synchronous(config, network_config, seconds, warmup):
+  """(d): B environments in lock-step, one forward pass per step, an update every T steps."""
+  batch, unroll = config.batch_size, config.unroll_length
+  make = training.default_environment_constructor(config)
+  envs = [training.start_environment(make, config.levels[i % len(config.levels)], i)
+          for i in range(batch)]
+  pool = concurrent.futures.ThreadPoolExecutor(batch)
+  try:
+    agent = networks.Agent(network_config, seed=0)
+    learner = learner_lib.Learner(agent, config.learner_config(),
+                                  jit_compile=config.jit_compile_choice())
+    step = tf.function(actor_lib._acting_step(agent))  # pylint: disable=protected-access
+    rng = np.random.default_rng(0)
+    outputs = list(pool.map(lambda env: actor_lib.encode_instruction(env.initial()), envs))
+    stack = lambda *xs: np.stack(xs)
+    actions = np.zeros(batch, np.int32)
+    logits = np.zeros((batch, network_config.num_actions), np.float32)
+    baselines = np.zeros(batch, np.float32)
+    state = agent.initial_state(batch)
+    frames = [0]
+    stop_at = time.monotonic() + seconds
+
+    def env_batch(outs):
+      return tf.nest.map_structure(stack, *outs)
+    samples = [(time.monotonic(), 0)]
+    while time.monotonic() < stop_at:
+      initial_state = state
+      env_steps = [env_batch(outputs)]
+      agent_steps = [AgentOutput(action=actions, policy_logits=logits, baseline=baselines)]
+      for _ in range(unroll):
+        current = env_steps[-1]
+        instruction = (current.observation.instruction if network_config.use_instruction
+                       else ())
+        logits, baselines, state = step(actions, current.reward.astype(np.float32),
+                                        current.done, current.observation.frame,
+                                        instruction, state)
+        logits, baselines = logits.numpy(), baselines.numpy()
+        actions = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1).astype(np.int32)
+        outputs = list(pool.map(lambda pair: actor_lib.encode_instruction(
+            pair[0].step(int(pair[1]))), zip(envs, actions)))
+        env_steps.append(env_batch(outputs))
+        agent_steps.append(AgentOutput(action=actions, policy_logits=logits,
+                                       baseline=baselines))
+      env_outputs = tf.nest.map_structure(stack, *env_steps)
+      env_outputs = env_outputs._replace(observation=env_outputs.observation._replace(
+          instruction=(env_outputs.observation.instruction if network_config.use_instruction
+                       else np.zeros(env_outputs.reward.shape + (networks.MAX_INSTRUCTION_WORDS,),
+                                     np.int32))))
+      learner.update(initial_state, env_outputs,
+                     tf.nest.map_structure(stack, *agent_steps))["total_loss"].numpy()
+      frames[0] += batch * unroll * config.num_action_repeats
+      now = time.monotonic()
+      if now - samples[-1][0] >= INTERVAL_SECS:
+        samples.append((now, frames[0]))
+    return steady_rate(samples, warmup), None
+  finally:
+    pool.shutdown(wait=False)
+    for env in envs:
+      env.close()
+
+
+# ---------------------------------------------------------------------------------------
+
+def machine_description():
+  model = "unknown CPU"
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          model = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+  gpus = len(tf.config.list_physical_devices("GPU"))
+  return (f"{os.cpu_count()} cores ({model}), {memory:.0f} GiB, {gpus} GPU(s); Python "
+          f"{platform.python_version()}, TensorFlow {tf.__version__}, NumPy {np.__version__}")
+
+
+def dmlab_available():
+  try:
+    import deepmind_lab  # pylint: disable=g-import-not-at-top,unused-import
+    return True
+  except ImportError:
+    return False
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--quick", action="store_true",
+                      help="About 2 minutes: Pong, shallow, 16 actors, variants a and b.")
+  parser.add_argument("--levels", default=None,
+                      help="Comma-separated; default Pong (+ the DMLab tasks if installed).")
+  parser.add_argument("--torsos", default="shallow,deep")
+  parser.add_argument("--num_actors", default="16,32",
+                      help="Comma-separated sweep for (a)-(c); (d) uses B environments.")
+  parser.add_argument("--variants", default="a,b,c,d")
+  parser.add_argument("--seconds", type=float, default=75.0, help="Length of each run.")
+  parser.add_argument("--warmup", type=float, default=30.0,
+                      help="Seconds of each run left out of its rate.")
+  parser.add_argument("--cost_seconds", type=float, default=10.0,
+                      help="Length of each cost measurement.")
+  parser.add_argument("--inference_batch", type=int, default=16,
+                      help="Batch of the acting forward pass in the inference cost.")
+  parser.add_argument("--output", default="", help="Also write the Markdown here.")
+  args = parser.parse_args()
+  if args.quick:
+    args.levels, args.torsos, args.num_actors, args.variants = "atari/pong", "shallow", "16", "a,b"
+    args.seconds, args.warmup, args.cost_seconds = 40.0, 15.0, 5.0
+  if args.levels is None:
+    args.levels = ",".join(ATARI_LEVELS + (DMLAB_LEVELS if dmlab_available() else ()))
+  levels = args.levels.split(",")
+  torsos = args.torsos.split(",")
+  actor_counts = [int(n) for n in args.num_actors.split(",")]
+  variants = args.variants.split(",")
+  cores = os.cpu_count()
+
+  lines = [f"Machine: {machine_description()}.", "",
+           f"Command: `python benchmarks/throughput.py {' '.join(sys.argv[1:])}`", ""]
+  if not dmlab_available():
+    lines += ["DeepMind Lab is not installed: its tasks (seekavoid_arena_01, "
+              "rooms_keys_doors_puzzle) are left out.", ""]
+  profiles = []
+  log = lambda text: print(text, file=sys.stderr, flush=True)
+  for level in levels:
+    for torso in torsos:
+      base = level_config(level, torso, actor_counts[0])
+      network_config = _network_config(base)
+      costs = dict(environment=environment_cost(base, args.cost_seconds),
+                   inference=inference_cost(base, network_config, args.inference_batch,
+                                            args.cost_seconds),
+                   learner=learner_cost(base, network_config, args.cost_seconds))
+      limit = cores / sum(costs.values())
+      log(f"{level} {torso}: costs {costs}, limit {limit:,.0f}")
+      lines += [f"### {level}, {torso} network, B={base.batch_size}, T={base.unroll_length}", "",
+                "Core-microseconds per environment frame, each alone: environment "
+                f"{1e6 * costs['environment']:.1f}, acting inference (batch "
+                f"{args.inference_batch}) {1e6 * costs['inference']:.1f}, learner update "
+                f"{1e6 * costs['learner']:.1f}. Compute-bound limit: {cores} cores / "
+                f"{1e6 * sum(costs.values()):.1f} us = **{limit:,.0f} frames/s**.", "",
+                "| variant | actors | frames/s | of the limit |", "|---|---:|---:|---:|"]
+      for variant in variants:
+        counts = [base.batch_size] if variant == "d" else actor_counts
+        for count in counts:
+          config = dataclasses.replace(base, num_actors=count)
+          if variant == "a":
+            fps, profile = run_environments_alone(config, args.seconds, args.warmup)
+          elif variant in ("b", "c"):
+            fps, profile = run_training(config, args.seconds, args.warmup, variant == "b",
+                                        cores)
+          elif variant == "d":
+            fps, profile = run_synchronous(config, network_config, args.seconds, args.warmup)
+          else:
+            raise SystemExit(f"Unknown variant {variant!r}; use a, b, c, d.")
+          log(f"  {VARIANT_NAMES[variant]}, {count} actors: {fps:,.0f} frames/s")
+          lines.append(f"| {VARIANT_NAMES[variant]} | {count} | {fps:,.0f} | "
+                       f"{fps / limit:.0%} |")
+          if profile:
+            profiles += ["", f"Profile of {VARIANT_NAMES[variant]}, {level}, {torso}, "
+                         f"{count} actors (steady state):", ""] + profile
+      lines.append("")
+  text = "\n".join(lines + profiles) + "\n"
+  print(text)
+  if args.output:
+    with open(args.output, "w") as f:
+      f.write(text)
+
+
+if __name__ == "__main__":
+  main()
