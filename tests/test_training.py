@@ -164,6 +164,7 @@ def test_replay_and_the_off_policy_correction_reach_the_learner(tmp_path, monkey
   assert made[0].config.off_policy_correction == "epsilon"
   # Only online trajectories are new frames: 4 x 10 steps x 4 repeats per update.
   assert result["num_env_frames"] == 1_600 and result["num_updates"] == 1_600 // 160
+  assert result["trajectories"]["trained"] == 4 * result["num_updates"]
   bytes_per_trajectory = training.trajectory_nbytes(training.trajectory_signature(
       TOY_NETWORK, 10, type("P", (), {"initial_state": lambda self: ()})()))
   assert any(f"4 of each batch of 8 trajectories drawn uniformly from the last 30 (FIFO); "
@@ -199,6 +200,7 @@ def test_impact_uses_each_batch_k_times_and_checkpoints_its_target_network(tmp_p
   # are the first uses of batches 1-4, steps 5-8 their second, step 9 the first of batch 5.
   first = train_toy(toy_config(tmp_path, total_frames=1_600, algorithm="impact"), lines=lines)
   assert first["num_env_frames"] == 1_600 and first["num_updates"] == 9
+  assert first["trajectories"]["trained"] == 5 * 8  # Batches counted once.
   learner = made[0]
   assert isinstance(learner, learner_lib.ImpactLearner)
   assert learner.impact_config.target_update_period == 8  # N x K (section 4.1.1).
@@ -380,6 +382,9 @@ def test_presets_follow_the_paper_and_flags_win():
     config_lib.resolve(config_lib.ExperimentConfig(algorithm="ppo"))
   with pytest.raises(ValueError, match="--replay_capacity"):
     config_lib.resolve(config_lib.ExperimentConfig(replay_fraction=0.5, replay_capacity=0))
+  for refused in (dict(replay_fraction=0.5), dict(algorithm="impact")):
+    with pytest.raises(ValueError, match="--num_learners=1"):
+      config_lib.resolve(config_lib.ExperimentConfig(num_learners=2, **refused))
   with pytest.raises(ValueError, match="--mode"):
     config_lib.resolve(config_lib.ExperimentConfig(mode="play"))
   with pytest.raises(ValueError, match="square"):
