@@ -147,8 +147,8 @@ def _spy_on_learner(monkeypatch):
   made = []
   make_learner = training.make_learner
 
-  def spy(config, agent):
-    made.append(make_learner(config, agent))
+  def spy(config, agent, strategy=None):
+    made.append(make_learner(config, agent, strategy))
     return made[-1]
   monkeypatch.setattr(training, "make_learner", spy)
   return made
