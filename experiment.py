@@ -3,6 +3,9 @@
     python experiment.py --mode=train --level_name=atari/pong --logdir=/tmp/pong
     python experiment.py --mode=test  --level_name=atari/pong --logdir=/tmp/pong
 
+--algorithm=impact trains with IMPACT (Luo et al., 2020) instead; --replay_fraction mixes
+experience replay into every batch (IMPALA section 5.2.2).
+
 --level_name takes a level ("atari/pong", "explore_goal_locations_small") or a suite
 ("atari57", "dmlab30"). Flags left unset take the paper's value for that level or suite
 (scalable_agent_tf2/config.py: Table G.1 for Atari, Table D.3 and the released code for
@@ -70,6 +73,32 @@ flags.DEFINE_enum("jit_compile", "auto", ["auto", "on", "off"],
 flags.DEFINE_integer("intra_op_threads", 0,
                      "TensorFlow threads per op; 0: TensorFlow's default (one per core). "
                      "See benchmarks/RESULTS.md, \"Throughput\".")
+flags.DEFINE_enum("algorithm", "impala", ["impala", "impact"],
+                  "impala, or impact (Luo et al., 2020: target network, circular buffer, "
+                  "clipped target-worker surrogate; presets from its Table 1).")
+# Experience replay (IMPALA section 5.2.2, Table D.3).
+flags.DEFINE_float("replay_fraction", 0.0,
+                   "Share of each batch drawn uniformly from experience replay, in [0, 1); "
+                   "0: no replay (the default). The paper's Table 2 'with replay': 0.5.")
+flags.DEFINE_integer("replay_capacity", 10_000,
+                     "Replay capacity in trajectories, oldest removed first (Table D.3: "
+                     "10,000). Memory: capacity x bytes per trajectory, printed at start.")
+# IMPACT (--algorithm=impact only; defaults: the IMPACT paper's Table 1, discrete actions).
+_IMPACT = "IMPACT only; default: Table 1's "
+flags.DEFINE_integer("target_update_period", None,
+                     "Learner steps between target-network refreshes. IMPACT only; default: "
+                     "circular_buffer_size x circular_buffer_max_uses (section 4.1.1).")
+flags.DEFINE_integer("circular_buffer_size", None, "N, batches in the circular buffer. "
+                     + _IMPACT + "4.")
+flags.DEFINE_integer("circular_buffer_max_uses", None, "K, learner steps on each batch "
+                     "before it is dropped. " + _IMPACT + "2.")
+flags.DEFINE_float("ppo_clip", None, "PPO's clipping epsilon of the surrogate. " + _IMPACT
+                   + "0.3.")
+flags.DEFINE_float("target_worker_clipping", None,
+                   "rho: ratio pi / max(pi_target, mu / rho). " + _IMPACT + "2.0.")
+flags.DEFINE_float("gae_lambda", None, "lambda of the V-trace GAE advantages. " + _IMPACT
+                   + "0.995.")
+flags.DEFINE_float("kl_cost", None, "Weight of KL(pi_target || pi). " + _IMPACT + "0.0.")
 flags.DEFINE_integer("width", None, "Frame width. " + _PRESET)
 flags.DEFINE_integer("height", None, "Frame height. " + _PRESET)
 flags.DEFINE_string("dataset_path", "", "DMLab: directory of the Brady et al. images.")

@@ -13,7 +13,10 @@ CHECKPOINT_SUBDIR = "checkpoints"
 SETTINGS_FILE = "settings.json"
 # Settings that fix the shapes of the checkpointed variables: resuming with other values
 # cannot work. Everything else (learning rate, number of actors, ...) may change on resume.
-SHAPE_SETTINGS = ("level_name", "torso", "width", "height")
+# The algorithm fixes which variables exist (IMPACT's target network).
+SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm")
+# What a settings file written before a setting was stored means by its absence.
+_SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala"}
 
 
 class CheckpointError(RuntimeError):
@@ -51,6 +54,7 @@ class Checkpointer:
         stored = json.load(f)
     except (OSError, ValueError) as error:
       raise CheckpointError(f"Cannot read {path} ({error}). Fix or delete that file.") from error
+    stored = {**_SETTINGS_BEFORE_THEY_WERE_STORED, **stored}
     different = {k: (stored.get(k), self._settings.get(k)) for k in SHAPE_SETTINGS
                  if k in stored and stored.get(k) != self._settings.get(k)}
     if different:

@@ -8,12 +8,21 @@ import dataclasses
 import json
 from typing import Optional
 
+from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import suites
 
 TRAIN, TEST = "train", "test"
 JIT_COMPILE_CHOICES = ("auto", "on", "off")
+# IMPACT's settings (fields of ExperimentConfig and learner.ImpactConfig); they mean nothing
+# to IMPALA, so setting one without --algorithm=impact is an error.
+IMPACT_FIELDS = ("target_update_period", "circular_buffer_size", "circular_buffer_max_uses",
+                 "ppo_clip", "target_worker_clipping", "gae_lambda", "kl_cost")
+# IMPACT paper, Table 1 (discrete environments): "Minibatch Buffer Size (N)" 4 and "Num SGD
+# Iterations (K)" 2 (the text, section 4.3, reports N = 1, K = 2 as the best discrete setting).
+IMPACT_CIRCULAR_BUFFER_SIZE = 4
+IMPACT_CIRCULAR_BUFFER_MAX_USES = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +65,19 @@ class ExperimentConfig:
   jit_compile: str = "auto"
   # TensorFlow's threads per op (0: its default, one per core). See training.configure_threads.
   intra_op_threads: int = 0
+  # Algorithm: IMPALA, or IMPACT (Luo et al., 2020) with the IMPACT settings below.
+  algorithm: str = learner_lib.IMPALA
+  # Experience replay (IMPALA section 5.2.2, Table D.3); fraction 0: none.
+  replay_fraction: float = 0.0
+  replay_capacity: int = buffers.DEFAULT_REPLAY_CAPACITY
+  # IMPACT (IMPACT_FIELDS; None: Table 1's values, the target period N x K).
+  target_update_period: Optional[int] = None
+  circular_buffer_size: Optional[int] = None
+  circular_buffer_max_uses: Optional[int] = None
+  ppo_clip: Optional[float] = None
+  target_worker_clipping: Optional[float] = None
+  gae_lambda: Optional[float] = None
+  kl_cost: Optional[float] = None
   # Environments.
   width: Optional[int] = None
   height: Optional[int] = None
@@ -100,6 +122,18 @@ class ExperimentConfig:
         off_policy_correction=self.off_policy_correction,
         trust_region_threshold=self.trust_region_threshold)
 
+  def impact_config(self):
+    """IMPACT's own hyperparameters (--algorithm=impact)."""
+    return learner_lib.ImpactConfig(
+        ppo_clip=self.ppo_clip, target_worker_clipping=self.target_worker_clipping,
+        gae_lambda=self.gae_lambda, kl_cost=self.kl_cost,
+        target_update_period=self.target_update_period)
+
+  @property
+  def num_replayed_per_batch(self):
+    """Trajectories of each batch drawn from replay (0 without replay)."""
+    return buffers.num_replayed_per_batch(self.batch_size, self.replay_fraction)
+
   def network_config(self, num_actions):
     """The network for this run's levels."""
     if self.is_atari:
@@ -123,8 +157,9 @@ class ExperimentConfig:
     return {"auto": None, "on": True, "off": False}[self.jit_compile]
 
 
-def presets(level_name):
-  """The paper's settings for a level or suite (SPEC.md "Hyperparameters").
+def presets(level_name, algorithm=learner_lib.IMPALA):
+  """The paper's settings for a level or suite (SPEC.md "Hyperparameters"), for IMPALA or
+  IMPACT (IMPACT paper, Table 1).
 
   Raises:
     ValueError: unknown level name (the message lists the valid ones).
@@ -155,6 +190,18 @@ def presets(level_name):
   values["queue_capacity"] = 4 * values["batch_size"]
   values.pop("clip_rho_threshold"), values.pop("clip_pg_rho_threshold")
   values.pop("clip_c_threshold"), values.pop("vtrace_lambda")
+  if algorithm == learner_lib.IMPACT:
+    # IMPACT paper, Table 1 (discrete environments, IMPACT column): value function
+    # coefficient 1.0, and IMPACT's own settings (ImpactConfig's defaults). Its learning rate
+    # (1e-4) and gradient clipping (10) go with averaged losses (Algorithm 1's 1/M) and an
+    # optimizer the paper does not name; ours are summed and trained with IMPALA's RMSProp,
+    # so the level's IMPALA values stay (Table 1 gives IMPACT and IMPALA the same learning
+    # rate; learner.ImpactLearner). So do the level's batch, unroll and reward clipping:
+    # IMPACT and IMPALA train on the same batches.
+    impact = dataclasses.asdict(learner_lib.ImpactConfig())
+    impact.pop("target_update_period")  # N x K, once N and K are known (resolve).
+    values.update(baseline_cost=1.0, circular_buffer_size=IMPACT_CIRCULAR_BUFFER_SIZE,
+                  circular_buffer_max_uses=IMPACT_CIRCULAR_BUFFER_MAX_USES, **impact)
   return values
 
 
@@ -166,10 +213,21 @@ def resolve(config):
   """
   if config.mode not in (TRAIN, TEST):
     raise ValueError(f"--mode must be {TRAIN!r} or {TEST!r}, got {config.mode!r}.")
-  values = presets(config.level_name)
+  if config.algorithm not in learner_lib.ALGORITHMS:
+    raise ValueError(f"--algorithm must be one of {learner_lib.ALGORITHMS}, got "
+                     f"{config.algorithm!r}.")
   given = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
+  if config.algorithm == learner_lib.IMPACT:
+    if given.get("off_policy_correction", "vtrace") != "vtrace":
+      raise ValueError("--off_policy_correction is IMPALA's (Table 2); IMPACT corrects with "
+                       "its clipped target-worker ratio. Drop one of the two flags.")
+  else:
+    for name in IMPACT_FIELDS:
+      if name in given:
+        raise ValueError(f"--{name} is an IMPACT setting: add --algorithm=impact.")
+  values = presets(config.level_name, config.algorithm)
   values.update(given)
-  config = ExperimentConfig(**{f.name: values[f.name] for f in dataclasses.fields(config)})
+  config = ExperimentConfig(**{f.name: values.get(f.name) for f in dataclasses.fields(config)})
 
   for name in ("num_actors", "batch_size", "unroll_length", "num_action_repeats",
                "queue_capacity", "total_environment_frames", "width", "height",
@@ -196,6 +254,25 @@ def resolve(config):
   if config.queue_capacity < config.batch_size:
     raise ValueError(f"--queue_capacity ({config.queue_capacity}) must hold at least one "
                      f"batch (--batch_size {config.batch_size}).")
+  if config.replay_capacity < 1:
+    raise ValueError(f"--replay_capacity must be a positive integer, got "
+                     f"{config.replay_capacity}.")
+  buffers.num_replayed_per_batch(config.batch_size, config.replay_fraction)  # Checks it.
+  if config.num_learners > 1 and (config.replay_fraction > 0
+                                  or config.algorithm == learner_lib.IMPACT):
+    raise ValueError("--num_learners > 1 trains each learner on its own actors' "
+                     "trajectories; experience replay and --algorithm=impact are built for "
+                     "one learner so far. Use --num_learners=1.")
+  if config.algorithm == learner_lib.IMPACT:
+    for name in ("circular_buffer_size", "circular_buffer_max_uses"):
+      if getattr(config, name) < 1:
+        raise ValueError(f"--{name} must be a positive integer, got {getattr(config, name)}.")
+    if config.target_update_period is None:
+      # IMPACT section 4.1.1: "Our primary benchmark for target update frequency is n = N K".
+      config = dataclasses.replace(
+          config,
+          target_update_period=config.circular_buffer_size * config.circular_buffer_max_uses)
+    config.impact_config()  # Checks IMPACT's values.
   # The learner checks its own values (reward clipping, off-policy correction, learning
   # rate, discounting, ...).
   config.learner_config()

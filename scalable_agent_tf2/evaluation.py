@@ -20,7 +20,6 @@ import threading
 import numpy as np
 
 from scalable_agent_tf2 import actor as actor_lib
-from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import suites
 from scalable_agent_tf2 import training
 
@@ -188,7 +187,7 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
     environment_constructor(level, 0, True)
   agent, probe_env = training.build_agent(config, environment_constructor, network_config)
   probe_env.close()
-  learner = learner_lib.Learner(agent, config.learner_config(), jit_compile=False)
+  learner = training.make_learner(config, agent)  # What the checkpoint holds (no update).
   checkpointer = training.make_checkpointer(config, agent, learner)
   path = checkpointer.restore(required=True)
   frames = int(learner.num_env_frames.numpy())

@@ -2,12 +2,16 @@
 
     unroll the network over [T+1, B] -> V-trace -> losses -> gradients -> (clip) -> RMSProp
 
+`Learner` is IMPALA's; `ImpactLearner` is IMPACT's (Luo et al., 2020): the same step with a
+target network and the clipped target-worker surrogate.
+
 The indexing follows the released code's actor loop: step t of a trajectory holds the agent
 output whose action was taken at observation t-1 and the environment output that action led
 to. So, for t = 0..T-1, the action taken at observation t is agent_outputs.action[t+1], its
 reward env_outputs.reward[t+1], and the learner's policy and value at observation t come from
 unrolling over all T+1 observations; V(x_T) bootstraps.
 """
+import collections
 import contextlib
 import dataclasses
 import math
@@ -20,6 +24,11 @@ from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import optimizers
 from scalable_agent_tf2 import vtrace
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
+
+# The learning algorithms: IMPALA (Espeholt et al., 2018) and IMPACT (Luo et al., 2020).
+IMPALA = "impala"
+IMPACT = "impact"
+ALGORITHMS = (IMPALA, IMPACT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +128,46 @@ def atari_learner_config(**overrides):
   return LearnerConfig(**values)
 
 
+@dataclasses.dataclass(frozen=True)
+class ImpactConfig:
+  """IMPACT's own hyperparameters. Defaults: the IMPACT paper's discrete-action settings.
+
+  The values it shares with IMPALA are LearnerConfig's: config.py presets Table 1's value
+  function coefficient 1.0 (baseline_cost) for --algorithm=impact and keeps the level's
+  learning rate, gradient clipping and entropy cost (see ImpactLearner).
+
+  Attributes:
+    ppo_clip: PPO's clipping epsilon of the surrogate ("Clip Parameter", Table 1: 0.3).
+    target_worker_clipping: rho of section 3.1; the ratio's denominator is
+      max(pi_target, mu / rho) ("Target-Worker Clipping", Table 1: 2.0; rho >= 1).
+    gae_lambda: lambda of the V-trace GAE-lambda advantages (section 3.1; Table 1: 0.995).
+    kl_cost: weight of KL(pi_target || pi) (Algorithm 1 line 8; "KL Coeff", Table 1: 0.0).
+    target_update_period: the target network is set to the learner's parameters every this
+      many learner steps (Algorithm 1 line 11). Section 4.1.1: "Our primary benchmark for
+      target update frequency is n = N K"; Table 1's N = 4, K = 2 give 8.
+  """
+  ppo_clip: float = 0.3
+  target_worker_clipping: float = 2.0
+  gae_lambda: float = 0.995
+  kl_cost: float = 0.0
+  target_update_period: int = 8
+
+  def __post_init__(self):
+    if not 0.0 < self.ppo_clip < 1.0:
+      raise ValueError(f"ppo_clip must be in (0, 1), got {self.ppo_clip}.")
+    if not self.target_worker_clipping >= 1.0:
+      raise ValueError(f"target_worker_clipping (rho) must be >= 1 (IMPACT section 3.1), "
+                       f"got {self.target_worker_clipping}.")
+    if not 0.0 <= self.gae_lambda <= 1.0:
+      raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}.")
+    if not self.kl_cost >= 0.0:
+      raise ValueError(f"kl_cost must be non-negative, got {self.kl_cost}.")
+    if int(self.target_update_period) != self.target_update_period or (
+        self.target_update_period < 1):
+      raise ValueError(f"target_update_period must be a positive integer, got "
+                       f"{self.target_update_period}.")
+
+
 def default_jit_compile():
   """XLA where it is the fast path: on a GPU. On CPUs, TensorFlow's own (oneDNN) kernels run
   the update 2-3x faster than XLA's CPU backend (benchmarks/RESULTS.md, "Learner update")."""
@@ -179,7 +228,7 @@ class Learner(tf.Module):
     self.entropy_cost.assign(self.config.entropy_cost)
     self.optimizer.epsilon.assign(self.config.epsilon)
 
-  def update(self, agent_state, env_outputs, agent_outputs):
+  def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None):
     """One learner step on a batch of trajectories.
 
     Args:
@@ -188,6 +237,9 @@ class Learner(tf.Module):
       env_outputs: EnvOutput of [T+1, B, ...] tensors; observation.instruction holds word
         ids (networks.hash_instructions) when the agent uses language.
       agent_outputs: AgentOutput of [T+1, B, ...] tensors from the actors.
+      num_new_trajectories: how many of the B trajectories are new environment experience
+        (the rest were trained on before: replayed); None means all B. Only new ones count
+        as environment frames (the frame budget and the learning-rate schedule).
 
     Returns:
       dict of scalars: total_loss, pg_loss, baseline_loss, entropy_loss, learning_rate (the
@@ -196,13 +248,14 @@ class Learner(tf.Module):
     """
     env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
                                              agent_outputs)
+    num_new = _num_new_trajectories(num_new_trajectories, env_outputs)
     if self.strategy is not None:
       replicas = self.strategy.num_replicas_in_sync
       batch_size = env_outputs.reward.shape[1]
       if batch_size is not None and batch_size % replicas:
         raise ValueError(f"The batch size {batch_size} must be a multiple of the number of "
                          f"learners ({replicas}): each takes an equal slice.")
-    return self._compiled_update(agent_state, env_outputs, agent_outputs)
+    return self._compiled_update(agent_state, env_outputs, agent_outputs, num_new)
 
   def _loss_and_gradients(self, agent_state, env_outputs, agent_outputs):
     """(total loss, loss terms, gradients) of one batch (losses summed over T and B)."""
@@ -214,12 +267,14 @@ class Learner(tf.Module):
                     + self.entropy_cost * terms["entropy_loss"])
     return total_loss, terms, tape.gradient(total_loss, self._variables)
 
-  def _update(self, agent_state, env_outputs, agent_outputs):
+  def _update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories):
     total_loss, terms, gradients = self._loss_and_gradients(agent_state, env_outputs,
                                                             agent_outputs)
-    return self._apply(total_loss, terms, gradients, env_outputs.reward)
+    return self._apply(total_loss, terms, gradients, env_outputs.reward,
+                       num_new_trajectories)
 
-  def _distributed_update(self, agent_state, env_outputs, agent_outputs):
+  def _distributed_update(self, agent_state, env_outputs, agent_outputs,
+                          num_new_trajectories):
     """The update with the batch split over the strategy's replicas (see __init__)."""
     strategy = self.strategy
 
@@ -238,13 +293,13 @@ class Learner(tf.Module):
     total_loss, terms, gradients = tf.nest.map_structure(
         lambda value: strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None),
         per_replica)
-    return self._apply(total_loss, terms, gradients, env_outputs.reward)
+    return self._apply(total_loss, terms, gradients, env_outputs.reward,
+                       num_new_trajectories)
 
-  def _apply(self, total_loss, terms, gradients, rewards):
+  def _apply(self, total_loss, terms, gradients, rewards, num_new_trajectories):
     """Clips, applies RMSProp, counts frames; returns the update's statistics."""
     config = self.config
-    unroll_length = tf.shape(rewards)[0] - 1
-    batch_size = tf.shape(rewards)[1]
+    unroll_length = tf.cast(tf.shape(rewards)[0] - 1, tf.int64)
     # The released code computes the rate from the frames BEFORE this update.
     learning_rate = optimizers.linear_decay(self.learning_rate, self.num_env_frames,
                                             config.total_environment_frames)
@@ -253,10 +308,152 @@ class Learner(tf.Module):
       gradients, _ = tf.clip_by_global_norm(gradients, config.max_grad_norm,
                                             use_norm=grad_norm)
     self.optimizer.apply_gradients(gradients, learning_rate)
-    frames = tf.cast(unroll_length * batch_size * config.num_action_repeats, tf.int64)
-    self.num_env_frames.assign_add(frames)
+    self.num_env_frames.assign_add(
+        unroll_length * num_new_trajectories * config.num_action_repeats)
     return dict(total_loss=total_loss, learning_rate=learning_rate, grad_norm=grad_norm,
                 num_env_frames=self.num_env_frames.read_value(), **terms)
+
+
+class ImpactLearner(Learner):
+  """IMPACT's learner (IMPACT paper, Algorithm 1): a target network and the clipped
+  target-worker surrogate with V-trace GAE-lambda advantages.
+
+  One step on a batch B (Algorithm 1 lines 6-11):
+    - target_policy_logits(B): the target network's policy on B, computed once, when B
+      enters the circular buffer (line 7; buffers.CircularBuffer, training.py);
+    - update(B, those logits): r = pi / max(pi_target, mu / rho), PPO's clipped surrogate of
+      r and the V-trace GAE-lambda advantages (pi_target against mu), the value loss against
+      V + A, the entropy bonus and kl_cost x KL(pi_target || pi) (line 8), then the
+      optimizer step (line 9) and, every target_update_period steps, target <- learner
+      (line 11). One tf.function.
+  The target network starts equal to the learner (line 2). It and the step count are
+  tf.Module attributes, so checkpoints carry them.
+
+  One departure, on purpose: the loss terms are summed over the batch's T x B steps, like
+  IMPALA's (the note under IMPALA's Table D.1), where Algorithm 1 averages them (1/M). The
+  optimizer is IMPALA's RMSProp with TF1 semantics, whose settings assume summed losses: its
+  mean square starts at 1, so the gradients of a mean (M = 640 times smaller) barely move the
+  parameters for hundreds of steps. Table 1's learning rate and gradient clipping go with
+  averaged losses and an optimizer the paper does not name; config.py keeps the level's
+  IMPALA values for both algorithms instead (as Table 1 gives IMPACT and IMPALA the same
+  learning rate). On the toy task of tests/, averaged losses with Table 1's values did not
+  learn in 100k frames; summed ones with the level's values learn it in about 20k.
+  """
+
+  def __init__(self, agent, config, impact_config=ImpactConfig(), jit_compile=None,
+               name="learner"):
+    """Args:
+      agent: a networks.Agent (trained in place).
+      config: a LearnerConfig (optimizer, discounting, reward clipping, baseline and
+        entropy costs, V-trace truncation levels).
+      impact_config: an ImpactConfig.
+      jit_compile: compile the update with XLA; None chooses default_jit_compile().
+      name: module name.
+    """
+    super().__init__(agent, config, jit_compile=jit_compile, name=name)
+    self.impact_config = impact_config
+    with self.name_scope:
+      self.target_agent = networks.Agent(agent.config, name="target_agent")
+      # Learner steps so far: the target network is refreshed when it is a multiple of the
+      # period.
+      self.num_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="num_updates")
+    self._target_variables = tuple(self.target_agent.trainable_variables)
+    for source, target in zip(self._variables, self._target_variables):
+      if source.shape != target.shape:
+        raise ValueError(f"Target network variable {target.name} {target.shape} does not "
+                         f"match {source.name} {source.shape}.")
+    self._copy_to_target()  # Algorithm 1 line 2.
+    self._compiled_target_logits = tf.function(self._target_logits,
+                                               jit_compile=self.jit_compile)
+
+  def _copy_to_target(self):
+    for source, target in zip(self._variables, self._target_variables):
+      target.assign(source)
+    return tf.constant(True)
+
+  def target_policy_logits(self, agent_state, env_outputs, agent_outputs):
+    """The target network's policy logits on a batch (Algorithm 1 line 7).
+
+    Args: as `update`'s first three.
+
+    Returns:
+      float32 [T+1, B, NUM_ACTIONS], from the target network unrolled from agent_state.
+    """
+    env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
+                                             agent_outputs)
+    return self._compiled_target_logits(agent_state, env_outputs, agent_outputs.action)
+
+  def _target_logits(self, agent_state, env_outputs, actions):
+    outputs, _ = self.target_agent.unroll(actions, env_outputs, agent_state)
+    return outputs.policy_logits
+
+  def update(self, agent_state, env_outputs, agent_outputs, target_policy_logits,
+             num_new_trajectories=None):
+    """One IMPACT step (Algorithm 1 lines 8, 9, 11).
+
+    Args:
+      agent_state, env_outputs, agent_outputs, num_new_trajectories: as Learner.update
+        (a batch used again in the circular buffer brings 0 new trajectories).
+      target_policy_logits: float32 [T+1, B, NUM_ACTIONS], target_policy_logits() of this
+        batch when it entered the circular buffer.
+
+    Returns:
+      dict of scalars: as Learner.update plus kl_loss, ppo_clipped_fraction (steps whose PPO clip is active),
+      target_worker_clipped_fraction (steps where mu / rho > pi_target) and target_updated
+      (whether the target network was refreshed after this step).
+    """
+    env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
+                                             agent_outputs)
+    target_policy_logits = tf.convert_to_tensor(target_policy_logits, tf.float32)
+    if not target_policy_logits.shape.is_compatible_with(agent_outputs.policy_logits.shape):
+      raise ValueError(f"target_policy_logits has shape {target_policy_logits.shape}, "
+                       f"expected {agent_outputs.policy_logits.shape} (like "
+                       f"agent_outputs.policy_logits).")
+    num_new = _num_new_trajectories(num_new_trajectories, env_outputs)
+    return self._compiled_update(agent_state, env_outputs, agent_outputs,
+                                 target_policy_logits, num_new)
+
+  def _update(self, agent_state, env_outputs, agent_outputs, target_policy_logits,
+              num_new_trajectories):
+    config, impact = self.config, self.impact_config
+    with tf.GradientTape() as tape:
+      learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
+      terms, diagnostics = impact_loss_terms(learner_outputs, target_policy_logits,
+                                             env_outputs, agent_outputs, config, impact)
+      # Summed over T and B like IMPALA's terms (Algorithm 1 line 8 averages: see the class
+      # docstring).
+      total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
+                    + self.entropy_cost * terms["entropy_loss"]
+                    + impact.kl_cost * terms["kl_loss"])
+    gradients = tape.gradient(total_loss, self._variables)
+    stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
+                        num_new_trajectories)
+    self.num_updates.assign_add(1)
+    target_updated = tf.cond(
+        tf.equal(self.num_updates % impact.target_update_period, 0), self._copy_to_target,
+        lambda: tf.constant(False))
+    return dict(stats, target_updated=target_updated, **diagnostics)
+
+
+_Aligned = collections.namedtuple(
+    "_Aligned", "learner_logits values bootstrap_value actions behaviour_logits rewards "
+    "discounts")
+
+
+def _aligned(learner_outputs, env_outputs, agent_outputs, config):
+  """A batch aligned to "observation t, the action taken there, its reward", t = 0..T-1
+  (module docstring): logits and actions [T, B(, A)], values, rewards (clipped), discounts
+  [T, B] (0 after an episode's end), bootstrap value V(x_T) [B]."""
+  return _Aligned(
+      learner_logits=learner_outputs.policy_logits[:-1],
+      values=learner_outputs.baseline[:-1],
+      bootstrap_value=learner_outputs.baseline[-1],
+      actions=agent_outputs.action[1:],
+      behaviour_logits=agent_outputs.policy_logits[1:],
+      rewards=losses.clip_rewards(env_outputs.reward[1:], config.reward_clipping),
+      # No bootstrapping across an episode boundary.
+      discounts=tf.cast(~tf.cast(env_outputs.done[1:], tf.bool), tf.float32)
+      * config.discounting)
 
 
 def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config):
@@ -274,20 +471,12 @@ def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config):
      baseline losses; the entropy term keeps every step), the vtrace.VTraceFromLogitsReturns
      they were computed from ([T, B] each)).
   """
-  bootstrap_value = learner_outputs.baseline[-1]
-  # Align to "observation t, action taken there, its reward" for t = 0..T-1 (module doc).
-  target_logits = learner_outputs.policy_logits[:-1]
-  values = learner_outputs.baseline[:-1]
-  actions = agent_outputs.action[1:]
-  behaviour_logits = agent_outputs.policy_logits[1:]
-  rewards = losses.clip_rewards(env_outputs.reward[1:], config.reward_clipping)
-  # No bootstrapping across an episode boundary.
-  discounts = tf.cast(~tf.cast(env_outputs.done[1:], tf.bool), tf.float32) * config.discounting
-
+  batch = _aligned(learner_outputs, env_outputs, agent_outputs, config)
   returns = vtrace.from_logits(
-      behaviour_policy_logits=behaviour_logits, target_policy_logits=target_logits,
-      actions=actions, discounts=discounts, rewards=rewards, values=values,
-      bootstrap_value=bootstrap_value, clip_rho_threshold=config.clip_rho_threshold,
+      behaviour_policy_logits=batch.behaviour_logits,
+      target_policy_logits=batch.learner_logits, actions=batch.actions,
+      discounts=batch.discounts, rewards=batch.rewards, values=batch.values,
+      bootstrap_value=batch.bootstrap_value, clip_rho_threshold=config.clip_rho_threshold,
       clip_pg_rho_threshold=config.clip_pg_rho_threshold,
       clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
       off_policy_correction=config.off_policy_correction,
@@ -299,11 +488,70 @@ def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config):
   terms = dict(
       pg_loss=losses.policy_gradient_loss(returns.target_action_log_probs,
                                           returns.pg_advantages, mask),
-      baseline_loss=losses.baseline_loss(returns.vs - values, mask),
-      entropy_loss=losses.entropy_loss(target_logits))
+      baseline_loss=losses.baseline_loss(returns.vs - batch.values, mask),
+      entropy_loss=losses.entropy_loss(batch.learner_logits))
   if mask is not None:
     terms["trust_region_rejected"] = tf.reduce_sum(1.0 - mask)
   return terms, returns
+
+
+def impact_loss_terms(learner_outputs, target_policy_logits, env_outputs, agent_outputs,
+                      config, impact_config):
+  """IMPACT's unweighted loss terms of one batch (IMPACT paper, Algorithm 1 line 8), summed
+  over T and B like impala_loss_terms (see ImpactLearner).
+
+  Args:
+    learner_outputs: networks.NetworkOutput of [T+1, B, ...] from the learner's unroll.
+    target_policy_logits: float32 [T+1, B, NUM_ACTIONS], the target network's (constant).
+    env_outputs: EnvOutput of [T+1, B, ...].
+    agent_outputs: AgentOutput of [T+1, B, ...] (the workers' policy mu).
+    config: LearnerConfig (reward clipping, discounting, rho_bar and c_bar of the advantages).
+    impact_config: ImpactConfig.
+
+  Returns:
+    (dict of float32 scalars: pg_loss (the clipped surrogate of r = pi / max(pi_target,
+     mu / rho) and the V-trace GAE-lambda advantages of pi_target against mu), baseline_loss
+     (0.5 sum (V + A - V(x))^2, section 3.1's value target), entropy_loss (sum pi log pi),
+     kl_loss (sum KL(pi_target || pi));
+     dict of float32 scalars: ppo_clipped_fraction, target_worker_clipped_fraction).
+  """
+  batch = _aligned(learner_outputs, env_outputs, agent_outputs, config)
+  target_logits = tf.stop_gradient(target_policy_logits[:-1])
+  log_probs = lambda logits: vtrace.log_probs_from_logits_and_actions(logits, batch.actions)
+  action_log_probs = log_probs(batch.learner_logits)
+  target_log_probs = log_probs(target_logits)
+  behaviour_log_probs = log_probs(batch.behaviour_logits)
+  returns = vtrace.gae_from_importance_weights(
+      target_log_probs - behaviour_log_probs, batch.discounts, batch.rewards, batch.values,
+      batch.bootstrap_value, lambda_=impact_config.gae_lambda,
+      clip_rho_threshold=config.clip_rho_threshold, clip_c_threshold=config.clip_c_threshold)
+  beta = 1.0 / impact_config.target_worker_clipping  # Section 3.1: beta = 1 / rho.
+  log_ratios = losses.impact_log_ratio(action_log_probs, target_log_probs,
+                                       behaviour_log_probs, beta)
+  terms = dict(
+      pg_loss=losses.clipped_surrogate_loss(log_ratios, returns.pg_advantages,
+                                            impact_config.ppo_clip),
+      baseline_loss=losses.baseline_loss(returns.vs - batch.values),
+      entropy_loss=losses.entropy_loss(batch.learner_logits),
+      kl_loss=losses.kl_divergence(target_logits, batch.learner_logits))
+  fraction = lambda mask: tf.reduce_mean(tf.cast(mask, tf.float32))
+  diagnostics = dict(
+      ppo_clipped_fraction=fraction(
+          tf.abs(tf.exp(log_ratios) - 1.0) > impact_config.ppo_clip),
+      target_worker_clipped_fraction=fraction(
+          tf.math.log(beta) + behaviour_log_probs > target_log_probs))
+  return terms, diagnostics
+
+
+def _num_new_trajectories(num_new_trajectories, env_outputs):
+  """int64 scalar: the batch's new trajectories (None: all B), checked against B."""
+  if num_new_trajectories is None:
+    return tf.cast(tf.shape(env_outputs.reward)[1], tf.int64)
+  batch_size = env_outputs.reward.shape[1]
+  if batch_size is not None and not 0 <= int(num_new_trajectories) <= batch_size:
+    raise ValueError(f"num_new_trajectories must be in [0, {batch_size}] (the batch size), "
+                     f"got {num_new_trajectories}.")
+  return tf.constant(int(num_new_trajectories), tf.int64)
 
 
 def check_batch(network_config, agent_state, env_outputs, agent_outputs):

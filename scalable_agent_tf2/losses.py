@@ -1,4 +1,5 @@
-"""IMPALA's loss terms (section 4.2) and reward clipping (Appendix D, Figure D.1).
+"""IMPALA's loss terms (section 4.2), reward clipping (Appendix D, Figure D.1) and IMPACT's
+clipped target-worker surrogate (IMPACT paper, section 3.1).
 
 The losses are SUMMED over time and batch, as in the released code (deepmind/scalable_agent,
 experiment.py) and the note under the paper's Table D.1; the hyperparameters of Tables D.1,
@@ -93,3 +94,65 @@ def entropy_loss(policy_logits):
   """
   log_policy = tf.nn.log_softmax(policy_logits)
   return tf.reduce_sum(tf.exp(log_policy) * log_policy)
+
+
+def impact_log_ratio(action_log_probs, target_action_log_probs, behaviour_action_log_probs,
+                     beta):
+  """log of IMPACT's clipped target-worker ratio r = pi / max(pi_target, beta * mu).
+
+  IMPACT section 3.1 (J_AIS) and Figure 3's R3, with beta = 1 / rho (rho: Table 1's
+  "Target-Worker Clipping", 2.0). Where pi_target >= beta * mu this is PPO's
+  pi / pi_target; where the worker made the action much likelier than the target network
+  (mu > pi_target / beta), the denominator is beta * mu instead.
+
+  Args:
+    action_log_probs: float32 [T, B], log pi(a_t|x_t) under the learner's parameters
+      (gradients flow through this only).
+    target_action_log_probs: float32 [T, B], log pi_target(a_t|x_t) (target network).
+    behaviour_action_log_probs: float32 [T, B], log mu(a_t|x_t) (the worker's policy).
+    beta: float in (0, 1].
+
+  Returns:
+    float32 [T, B].
+  """
+  action_log_probs = tf.convert_to_tensor(action_log_probs, tf.float32)
+  log_denominator = tf.maximum(
+      tf.convert_to_tensor(target_action_log_probs, tf.float32),
+      tf.math.log(tf.constant(beta, tf.float32))
+      + tf.convert_to_tensor(behaviour_action_log_probs, tf.float32))
+  return action_log_probs - tf.stop_gradient(log_denominator)
+
+
+def clipped_surrogate_loss(log_ratios, advantages, clip_epsilon):
+  """PPO's clipped surrogate, as IMPACT uses it (section 4.1, "we truncate all three ratios
+  with PPO's clipping function"; Appendix E): -sum_t,b min(r A, clip(r, 1 - eps, 1 + eps) A).
+
+  Args:
+    log_ratios: float32 [T, B], log r (e.g. impact_log_ratio); gradients flow through it.
+    advantages: float32 [T, B], held constant (e.g. V-trace GAE-lambda advantages).
+    clip_epsilon: PPO's epsilon (IMPACT Table 1, discrete: 0.3).
+
+  Returns:
+    float32 scalar (summed over T and B, like the IMPALA terms above).
+  """
+  ratios = tf.exp(log_ratios)
+  advantages = tf.stop_gradient(tf.convert_to_tensor(advantages, tf.float32))
+  surrogate = tf.minimum(ratios * advantages,
+                         tf.clip_by_value(ratios, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
+                         * advantages)
+  return -tf.reduce_sum(surrogate)
+
+
+def kl_divergence(p_logits, q_logits):
+  """sum_t,b KL(p || q) = sum_t,b sum_a p (log p - log q), for IMPACT's KL(pi_target, pi)
+  term (Algorithm 1 line 8; weight 0 on discrete tasks, Table 1).
+
+  Args:
+    p_logits: float32 [T, B, NUM_ACTIONS], held constant (the target network's).
+    q_logits: float32 [T, B, NUM_ACTIONS] (the learner's; gradients flow through these).
+
+  Returns:
+    float32 scalar.
+  """
+  log_p = tf.stop_gradient(tf.nn.log_softmax(p_logits))
+  return tf.reduce_sum(tf.exp(log_p) * (log_p - tf.nn.log_softmax(q_logits)))

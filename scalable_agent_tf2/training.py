@@ -3,7 +3,9 @@
     actor threads (--num_actors), each with its environment in a subprocess
       -> one batched forward pass for all of them (dynamic_batching, learner's device)
       -> unrolls of --unroll_length on a bounded queue
+      [-> with --replay_fraction > 0: a share of each batch drawn from experience replay]
       -> tf.data: batch --batch_size trajectories, time-major, prefetch the next batch
+      [-> with --algorithm=impact: the circular buffer, each batch used K times]
       -> the learner's compiled update (learner.py)
 
 Threads: actor threads; a learner thread running updates; the main thread supervises (console,
@@ -12,6 +14,7 @@ SIGINT/SIGTERM). Training stops at --total_environment_frames, at a signal, or w
 fails with an error other than an environment crash (those are restarted and logged); a
 checkpoint is written in every case.
 """
+import os
 import queue
 import signal
 import threading
@@ -21,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from scalable_agent_tf2 import actor as actor_lib
+from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import checkpoints
 from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import environments
@@ -32,6 +36,8 @@ from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
 # How long stopping threads may take before we give up on them (they are daemons).
 _JOIN_TIMEOUT_SECS = 60.0
+# Seeds the replay buffer's sampling, apart from the actors' seeds (derive_seed(seed, index)).
+_REPLAY_SEED_TAG = 1_000_003
 # A finished learner keeps answering this long, so its actor processes hear that it is done
 # (an unroll of an actor thread takes well under this) instead of waiting to reconnect.
 _ACTOR_NOTICE_SECS = 5.0
@@ -185,11 +191,85 @@ def make_dataset(next_trajectory, signature, batch_size):
           .prefetch(1))
 
 
+def trajectory_nbytes(signature):
+  """Bytes of one trajectory of `signature` (what replay stores per trajectory)."""
+  return sum(int(np.prod(spec.shape)) * spec.dtype.size for spec in tf.nest.flatten(signature))
+
+
+def with_replay(next_trajectory, config, signature, print_fn):
+  """next_trajectory, or with --replay_fraction > 0 a buffers.ReplayMixer over it.
+
+  IMPALA section 5.2.2: each batch draws round(fraction x batch size) trajectories uniformly
+  from a replay of the last --replay_capacity online trajectories (Table D.3: 10,000, FIFO).
+  Replayed trajectories keep their behaviour policy and initial core state. Prints the memory
+  bound (capacity x bytes per trajectory).
+  """
+  num_replayed = config.num_replayed_per_batch
+  if not num_replayed:
+    return next_trajectory  # The pipeline as it is, untouched.
+  capacity = config.replay_capacity
+  nbytes = trajectory_nbytes(signature)
+  print_fn(f"Experience replay (IMPALA 5.2.2): {num_replayed} of each batch of "
+           f"{config.batch_size} trajectories drawn uniformly from the last {capacity:,} "
+           f"(FIFO); memory at most {capacity:,} x {nbytes:,} bytes = "
+           f"{capacity * nbytes / 1e9:.2f} GB.")
+  try:
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+  except (ValueError, OSError, AttributeError):
+    physical = None
+  if physical and capacity * nbytes > 0.8 * physical:
+    print_fn(f"Warning: a full replay ({capacity * nbytes / 1e9:.1f} GB) would take more than "
+             f"80% of this machine's {physical / 1e9:.1f} GB; lower --replay_capacity.")
+  replay = buffers.ReplayBuffer(capacity, seed=derive_seed(config.seed, _REPLAY_SEED_TAG))
+  return buffers.ReplayMixer(next_trajectory, replay, config.batch_size, num_replayed)
+
+
+def make_learner(config, agent, strategy=None):
+  """The run's learner: IMPALA's (on `strategy`'s devices with several learners), or IMPACT's
+  with --algorithm=impact (one learner: config.resolve checks)."""
+  if config.algorithm == learner_lib.IMPACT:
+    return learner_lib.ImpactLearner(agent, config.learner_config(), config.impact_config(),
+                                     jit_compile=config.jit_compile_choice())
+  return learner_lib.Learner(agent, config.learner_config(),
+                             jit_compile=config.jit_compile_choice(), strategy=strategy)
+
+
+def learner_steps(dataset, learner, config):
+  """The learner's steps: (policy_versions [B], arguments of learner.update, number of new
+  trajectories in the batch).
+
+  IMPALA: one step per batch. IMPACT (Algorithm 1 lines 6, 7, 10): batches pass through a
+  buffers.CircularBuffer of --circular_buffer_size batches, each used
+  --circular_buffer_max_uses times; the target network's policy is evaluated on a batch when
+  it enters. Only a batch's first use brings new trajectories (and of those, not the
+  replayed ones): frames are counted once.
+  """
+  num_new = config.num_learners * config.batch_size - config.num_replayed_per_batch
+  if config.algorithm != learner_lib.IMPACT:
+    for policy_versions, *batch in dataset:
+      yield policy_versions, batch, num_new
+    return
+  ring = buffers.CircularBuffer(config.circular_buffer_size, config.circular_buffer_max_uses)
+  batches = iter(dataset)
+
+  def enter():
+    batch = next(batches, None)
+    if batch is None:
+      return None
+    policy_versions, *inputs = batch
+    return policy_versions, inputs + [learner.target_policy_logits(*inputs)]
+
+  while (step := ring.next(enter)) is not None:
+    (policy_versions, inputs), use = step
+    yield policy_versions, inputs, num_new if use == 0 else 0
+
+
 def make_checkpointer(config, agent, learner):
-  """The run's checkpoints: the agent and the learner (optimizer slots, frame count)."""
+  """The run's checkpoints: the agent and the learner (optimizer slots, frame count; IMPACT's
+  target network and step count)."""
   settings = {"level_name": config.level_name, "torso": agent.config.torso,
               "width": config.width, "height": config.height,
-              "num_actions": agent.config.num_actions}
+              "num_actions": agent.config.num_actions, "algorithm": config.algorithm}
   return checkpoints.Checkpointer(config.logdir, settings, agent=agent, learner=learner)
 
 
@@ -292,8 +372,7 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
   agent, first_env = build_agent(config, environment_constructor, network_config, strategy)
   closers = [first_env.close]
   try:
-    learner = learner_lib.Learner(agent, config.learner_config(),
-                                  jit_compile=config.jit_compile_choice(), strategy=strategy)
+    learner = make_learner(config, agent, strategy)
     checkpointer = make_checkpointer(config, agent, learner)
     restored = checkpointer.restore()
     # The flags' learning rate, entropy cost and RMSProp epsilon win over the checkpoint's
@@ -323,6 +402,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
   learner_queues = LearnerQueues(num_learners, config.queue_capacity, config.batch_size,
                                  stop_event)
   num_updates = [0]
+  trained = [0]  # New trajectories trained on (not replayed, not used again by IMPACT).
   update_lock = threading.Lock()  # Checkpoints never see half an update.
   put_trajectory, next_trajectory = learner_queues.put, learner_queues.get
 
@@ -367,7 +447,12 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     for level_index, episode_return, episode_step in server.dequeue_episodes():
       if 0 <= level_index < len(levels):
         monitor.record_episode(levels[level_index], episode_return, episode_step)
-  dataset = make_dataset(next_trajectory, signature, num_learners * config.batch_size)
+  if config.algorithm == learner_lib.IMPACT:
+    print_fn(f"IMPACT: circular buffer of N = {config.circular_buffer_size} batch(es), each "
+             f"used K = {config.circular_buffer_max_uses} times; target network refreshed "
+             f"every {config.target_update_period} learner steps.")
+  dataset = make_dataset(with_replay(next_trajectory, config, signature, print_fn), signature,
+                         num_learners * config.batch_size)
   learner_error = []
   total_frames = config.total_environment_frames
 
@@ -375,10 +460,11 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     profiling.name_this_thread("learner")
     try:
       with tf.device(device):
-        for policy_versions, agent_state, env_outputs, agent_outputs in dataset:
+        for policy_versions, batch, num_new in learner_steps(dataset, learner, config):
           with update_lock:
-            stats = learner.update(agent_state, env_outputs, agent_outputs)
+            stats = learner.update(*batch, num_new_trajectories=num_new)
             num_updates[0] += 1
+            trained[0] += num_new
           if server is not None:  # Actor processes read it with the parameters.
             server.parameter_version.assign(num_updates[0])
           stats = {k: v.numpy() for k, v in stats.items()}
@@ -447,7 +533,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
       signal.signal(signal.SIGTERM, previous_handler)
     monitor.write(frames(), learner_queues.fill())
     accounts = _trajectory_accounts(actors, ledger, server,
-                                    num_updates[0] * num_learners * config.batch_size)
+                                    trained[0])
     for line in _account_lines(accounts):
       print_fn(line)
     print_fn(f"Stopped: {stop_reason}. Checkpoint {last_checkpoint} at {frames():,} frames.")

@@ -267,6 +267,36 @@ def trust_region_mask(kl, threshold):
   return tf.cast(tf.convert_to_tensor(kl, tf.float32) <= threshold, tf.float32)
 
 
+def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
+                                lambda_, clip_rho_threshold=1.0, clip_c_threshold=1.0,
+                                name="vtrace_gae_from_importance_weights"):
+  r"""IMPACT's V-trace GAE-lambda advantages (IMPACT paper, section 3.1, after Han & Sung).
+
+      A_t = sum_{i=t}^{T-1} (prod_{j=t}^{i-1} lambda gamma_j c_j) delta_i V,
+      delta_i V = rho_i (r_i + gamma_i V(x_{i+1}) - V(x_i)),
+  with rho_i = min(rho_bar, pi/mu), c_j = min(c_bar, pi/mu) and V(x_T) = bootstrap_value.
+  This is V-trace's v_t - V(x_t) with Remark 2's lambda, so the value target is v_t = V(x_t)
+  + A_t. IMPACT takes pi = the target network's policy and mu = the worker's.
+
+  Args:
+    log_rhos: float32 [T, B], log(pi(a_t|x_t) / mu(a_t|x_t)).
+    discounts, rewards, values, bootstrap_value: as in `from_importance_weights`.
+    lambda_: GAE's lambda (IMPACT Table 1, discrete: 0.995).
+    clip_rho_threshold: rho_bar, or None. clip_c_threshold: c_bar, or None.
+    name: name scope.
+
+  Returns:
+    VTraceReturns(vs float32 [T, B], pg_advantages float32 [T, B] = A_t), gradient-free.
+  """
+  with tf.name_scope(name):
+    values = tf.convert_to_tensor(values, dtype=tf.float32)
+    returns = from_importance_weights(
+        log_rhos, discounts, rewards, values, bootstrap_value,
+        clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=None,
+        clip_c_threshold=clip_c_threshold, lambda_=lambda_)
+    return VTraceReturns(vs=returns.vs, pg_advantages=tf.stop_gradient(returns.vs - values))
+
+
 def _truncate(weights, threshold):
   """min(threshold, weights), or the weights themselves when threshold is None."""
   return weights if threshold is None else tf.minimum(threshold, weights)

@@ -108,3 +108,64 @@ def test_rmsprop_rejects_mismatched_gradients():
 def test_linear_decay():
   lr = [float(optimizers.linear_decay(0.5, frames, 1000)) for frames in (0, 250, 1000, 5000)]
   np.testing.assert_allclose(lr, [0.5, 0.375, 0.0, 0.0], rtol=1e-6)
+
+
+def _numpy_impact_loss_and_gradient(log_pi, log_target, log_mu, advantages, beta, epsilon):
+  """IMPACT section 3.1 / 4.1 written out: r = pi / max(pi_target, beta mu), the loss
+  -sum min(r A, clip(r, 1-eps, 1+eps) A) and its gradient with respect to log pi."""
+  pi, target, mu = np.exp(log_pi), np.exp(log_target), np.exp(log_mu)
+  ratio = pi / np.maximum(target, beta * mu)
+  unclipped, clipped = ratio * advantages, np.clip(ratio, 1 - epsilon, 1 + epsilon) * advantages
+  loss = -np.minimum(unclipped, clipped).sum()
+  # d(r A)/d log pi = r A; where PPO's clip is active the clipped term is the minimum and
+  # its gradient is 0.
+  clip_active = ((advantages > 0) & (ratio > 1 + epsilon)) | (
+      (advantages < 0) & (ratio < 1 - epsilon))
+  return loss, np.where(clip_active, 0.0, -ratio * advantages)
+
+
+def test_impact_surrogate_matches_numpy():
+  rng = np.random.default_rng(7)
+  T, B, beta, epsilon = 6, 5, 0.5, 0.3
+  log_pi, log_target, log_mu = (np.log(rng.uniform(0.05, 1.0, (T, B))).astype(np.float32)
+                                for _ in range(3))
+  advantages = rng.normal(size=(T, B)).astype(np.float32)
+  want_loss, want_grad = _numpy_impact_loss_and_gradient(log_pi, log_target, log_mu,
+                                                         advantages, beta, epsilon)
+  log_pi_var = tf.Variable(log_pi)
+  with tf.GradientTape() as tape:
+    log_ratios = losses.impact_log_ratio(log_pi_var, log_target, log_mu, beta)
+    loss = losses.clipped_surrogate_loss(log_ratios, advantages, epsilon)
+  np.testing.assert_allclose(loss.numpy(), want_loss, rtol=1e-5)
+  np.testing.assert_allclose(tape.gradient(loss, log_pi_var).numpy(), want_grad, rtol=1e-5,
+                             atol=1e-6)
+  # The random draw exercises both clippings.
+  ratio = np.exp(log_pi) / np.maximum(np.exp(log_target), beta * np.exp(log_mu))
+  assert (beta * np.exp(log_mu) > np.exp(log_target)).any()
+  assert (ratio > 1 + epsilon).any() and (ratio < 1 - epsilon).any()
+
+
+def test_impact_surrogate_with_the_target_equal_to_the_learner_is_the_policy_gradient():
+  """pi_target = pi and beta mu < pi: r = 1 (no clipping), and the gradient is that of
+  IMPALA's -sum log pi A (section 4.2)."""
+  rng = np.random.default_rng(8)
+  log_pi = np.log(rng.uniform(0.2, 1.0, (4, 3))).astype(np.float32)
+  log_mu = log_pi + rng.uniform(-0.5, 0.5, (4, 3)).astype(np.float32)  # beta mu < pi.
+  advantages = rng.normal(size=(4, 3)).astype(np.float32)
+  variable = tf.Variable(log_pi)
+  with tf.GradientTape(persistent=True) as tape:
+    surrogate = losses.clipped_surrogate_loss(
+        losses.impact_log_ratio(variable, log_pi, log_mu, beta=0.5), advantages, 0.3)
+    policy_gradient = losses.policy_gradient_loss(variable, advantages)
+  np.testing.assert_allclose(tape.gradient(surrogate, variable).numpy(),
+                             tape.gradient(policy_gradient, variable).numpy(), rtol=1e-6)
+
+
+def test_kl_divergence_matches_numpy():
+  rng = np.random.default_rng(9)
+  p_logits, q_logits = (rng.normal(size=(3, 2, 4)).astype(np.float32) for _ in range(2))
+  softmax = lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True)
+  p, q = softmax(p_logits), softmax(q_logits)
+  np.testing.assert_allclose(losses.kl_divergence(p_logits, q_logits).numpy(),
+                             (p * np.log(p / q)).sum(), rtol=1e-5)
+  assert abs(float(losses.kl_divergence(p_logits, p_logits))) < 1e-5

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import toy_environment
+from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import checkpoints
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import evaluation
@@ -76,6 +77,15 @@ def test_pipeline_learns_the_toy_task_and_logs_it(tmp_path):
   assert os.path.exists(result["checkpoint"] + ".index")
 
 
+@pytest.mark.timeout(300)
+def test_impact_learns_the_toy_task(tmp_path):
+  # The same delayed-reward task as above, with IMPACT's presets (N = 4, K = 2, target
+  # period 8, clipped target-worker surrogate, V-trace GAE-lambda advantages).
+  result = train_toy(toy_config(tmp_path, total_frames=50_000, reward_clipping="none",
+                                algorithm="impact"), delayed_reward=True)
+  assert result["recent_returns"][toy_environment.LEVEL_NAME] >= 9.0
+
+
 def test_rerun_resumes_at_the_same_frames_optimizer_state_and_learning_rate(tmp_path):
   first = train_toy(toy_config(tmp_path, total_frames=2_000))
   saved = tf.train.load_checkpoint(first["checkpoint"])
@@ -130,6 +140,92 @@ def test_corrupt_or_incompatible_checkpoint_is_a_clear_error(tmp_path):
   os.remove(os.path.join(other, checkpoints.CHECKPOINT_SUBDIR, "checkpoint"))
   with pytest.raises(checkpoints.CheckpointError, match="not starting over"):
     train_toy(toy_config(other, total_frames=1_600))
+
+
+def _spy_on_learner(monkeypatch):
+  """Records the learner training.train builds."""
+  made = []
+  make_learner = training.make_learner
+
+  def spy(config, agent, strategy=None):
+    made.append(make_learner(config, agent, strategy))
+    return made[-1]
+  monkeypatch.setattr(training, "make_learner", spy)
+  return made
+
+
+def test_replay_and_the_off_policy_correction_reach_the_learner(tmp_path, monkeypatch):
+  made = _spy_on_learner(monkeypatch)
+  lines = []
+  # Batch 8, replay fraction 0.5: 4 online trajectories per update (IMPALA section 5.2.2).
+  config = toy_config(tmp_path, total_frames=1_600, replay_fraction=0.5, replay_capacity=30,
+                      off_policy_correction="epsilon")
+  result = train_toy(config, lines=lines)
+  assert made[0].config.off_policy_correction == "epsilon"
+  # Only online trajectories are new frames: 4 x 10 steps x 4 repeats per update.
+  assert result["num_env_frames"] == 1_600 and result["num_updates"] == 1_600 // 160
+  assert result["trajectories"]["trained"] == 4 * result["num_updates"]
+  bytes_per_trajectory = training.trajectory_nbytes(training.trajectory_signature(
+      TOY_NETWORK, 10, type("P", (), {"initial_state": lambda self: ()})()))
+  assert any(f"4 of each batch of 8 trajectories drawn uniformly from the last 30 (FIFO); "
+             f"memory at most 30 x {bytes_per_trajectory:,} bytes" in line
+             for line in lines), lines
+  # Without replay the pipeline is the one it always was: no mixer in between.
+  no_replay = toy_config(tmp_path, total_frames=1_600)
+  source = lambda: None
+  assert training.with_replay(source, no_replay, None, print) is source
+  mixed = training.with_replay(source, config, training.trajectory_signature(
+      TOY_NETWORK, 10, type("P", (), {"initial_state": lambda self: ()})()), lambda line: None)
+  assert isinstance(mixed, buffers.ReplayMixer)
+
+
+@pytest.mark.parametrize("correction", ["vtrace", "one_step_is", "epsilon", "none"])
+def test_off_policy_correction_flag_reaches_the_learner(correction):
+  import experiment  # pylint: disable=g-import-not-at-top
+  experiment.FLAGS.unparse_flags()
+  experiment.FLAGS(["experiment.py", f"--off_policy_correction={correction}"])
+  try:
+    config = experiment.config_from_flags()
+  finally:
+    experiment.FLAGS.unparse_flags()
+  agent = networks.Agent(TOY_NETWORK)
+  assert training.make_learner(config, agent).config.off_policy_correction == correction
+
+
+def test_impact_uses_each_batch_k_times_and_checkpoints_its_target_network(tmp_path,
+                                                                           monkeypatch):
+  made = _spy_on_learner(monkeypatch)
+  lines = []
+  # Batches of 8 x 10 steps x 4 repeats = 320 frames; N = 4, K = 2 (IMPACT Table 1): steps 1-4
+  # are the first uses of batches 1-4, steps 5-8 their second, step 9 the first of batch 5.
+  first = train_toy(toy_config(tmp_path, total_frames=1_600, algorithm="impact"), lines=lines)
+  assert first["num_env_frames"] == 1_600 and first["num_updates"] == 9
+  assert first["trajectories"]["trained"] == 5 * 8  # Batches counted once.
+  learner = made[0]
+  assert isinstance(learner, learner_lib.ImpactLearner)
+  assert learner.impact_config.target_update_period == 8  # N x K (section 4.1.1).
+  assert any("circular buffer of N = 4 batch(es), each used K = 2 times" in line
+             for line in lines)
+  saved = learner_lib.ImpactLearner(networks.Agent(TOY_NETWORK), learner.config,
+                                    learner.impact_config, jit_compile=False)
+  tf.train.Checkpoint(agent=saved.agent, learner=saved).restore(
+      first["checkpoint"]).assert_existing_objects_matched()
+  assert int(saved.num_updates.numpy()) == 9
+  equal = lambda xs, ys: all(np.array_equal(x.numpy(), y.numpy()) for x, y in zip(xs, ys))
+  # Refreshed at step 8, then the learner moved on at step 9.
+  assert not equal(saved._target_variables, saved.agent.trainable_variables)
+
+  # Resumed: 2 more batches (the circular buffer starts empty), steps 10 and 11, no target
+  # refresh (the next is at step 16): the target network is the checkpoint's.
+  second = train_toy(toy_config(tmp_path, total_frames=2_000, algorithm="impact"))
+  assert (second["num_env_frames"], second["num_updates"]) == (2_240, 2)
+  resumed = made[1]
+  assert int(resumed.num_updates.numpy()) == 11
+  assert equal(resumed._target_variables, saved._target_variables)
+  assert not equal(resumed.agent.trainable_variables, saved.agent.trainable_variables)
+
+  with pytest.raises(checkpoints.CheckpointError, match="--algorithm: checkpoint 'impact'"):
+    train_toy(toy_config(tmp_path, total_frames=4_000))
 
 
 def test_crashed_environment_process_is_restarted_and_training_goes_on(tmp_path):
@@ -192,6 +288,8 @@ def _experiment(*flags, **kwargs):
     (["--num_learners=0"], "--num_learners must be a positive integer"),
     (["--num_learners=3", "--num_actors=2"], "must be at least --num_learners"),
     (["--intra_op_threads=-1"], "--intra_op_threads must be >= 0"),
+    (["--replay_fraction=1.0"], "online data must keep flowing"),
+    (["--ppo_clip=0.2"], "--ppo_clip is an IMPACT setting: add --algorithm=impact"),
 ])
 def test_bad_flags_fail_before_any_work(tmp_path, flags, message):
   run = _experiment("--mode=train", f"--logdir={tmp_path}", *flags)
@@ -266,6 +364,30 @@ def test_presets_follow_the_paper_and_flags_win():
   overridden = config_lib.resolve(config_lib.ExperimentConfig(
       level_name="atari/pong", learning_rate=0.01, num_actors=3))
   assert (overridden.learning_rate, overridden.num_actors) == (0.01, 3)
+  # IMPACT's presets (IMPACT paper, Table 1; the optimizer's are the level's); IMPALA's stay
+  # Table G.1's.
+  impact = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari/pong",
+                                                          algorithm="impact"))
+  assert (impact.learning_rate, impact.max_grad_norm, impact.baseline_cost,
+          impact.entropy_cost, impact.ppo_clip, impact.target_worker_clipping,
+          impact.gae_lambda, impact.kl_cost, impact.circular_buffer_size,
+          impact.circular_buffer_max_uses, impact.target_update_period) == (
+              0.0006, 40.0, 1.0, 0.01, 0.3, 2.0, 0.995, 0.0, 4, 2, 8)
+  assert (impact.unroll_length, impact.batch_size) == (pong.unroll_length, pong.batch_size)
+  assert (pong.algorithm, pong.baseline_cost, pong.replay_fraction, pong.replay_capacity,
+          pong.target_update_period) == ("impala", 0.5, 0.0, 10_000, None)
+  assert config_lib.resolve(config_lib.ExperimentConfig(
+      algorithm="impact", circular_buffer_size=1)).target_update_period == 2
+  with pytest.raises(ValueError, match="IMPACT corrects"):
+    config_lib.resolve(config_lib.ExperimentConfig(algorithm="impact",
+                                                   off_policy_correction="none"))
+  with pytest.raises(ValueError, match="--algorithm must be one of"):
+    config_lib.resolve(config_lib.ExperimentConfig(algorithm="ppo"))
+  with pytest.raises(ValueError, match="--replay_capacity"):
+    config_lib.resolve(config_lib.ExperimentConfig(replay_fraction=0.5, replay_capacity=0))
+  for refused in (dict(replay_fraction=0.5), dict(algorithm="impact")):
+    with pytest.raises(ValueError, match="--num_learners=1"):
+      config_lib.resolve(config_lib.ExperimentConfig(num_learners=2, **refused))
   with pytest.raises(ValueError, match="--mode"):
     config_lib.resolve(config_lib.ExperimentConfig(mode="play"))
   with pytest.raises(ValueError, match="square"):

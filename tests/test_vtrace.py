@@ -192,3 +192,30 @@ def test_bad_inputs_are_clear_errors():
   with pytest.raises(ValueError, match="bootstrap_value"):
     vtrace.from_importance_weights(np.zeros((4, 2)), discounts, rewards, values,
                                    np.zeros(3))
+
+
+@pytest.mark.parametrize("lambda_,rho_bar,c_bar", [(0.995, 1.0, 1.0), (0.9, 2.0, 0.5),
+                                                   (1.0, None, None)])
+def test_impact_gae_advantages_match_the_paper_formula(lambda_, rho_bar, c_bar):
+  """IMPACT section 3.1: A_t = sum_{i>=t} (lambda gamma)^{i-t} (prod_{j=t}^{i-1} c_j) delta_i V,
+  delta_i V = rho_i (r_i + gamma V(x_{i+1}) - V(x_i)), summed term by term (per-step discounts
+  gamma_j, zero at episode ends)."""
+  rng = np.random.default_rng(11)
+  T, B = 7, 3
+  log_rhos = rng.normal(size=(T, B)).astype(np.float32)
+  _, _, _, discounts, rewards, values, bootstrap = _random_inputs(rng, T, B)
+  ratios = np.exp(log_rhos)
+  rho = ratios if rho_bar is None else np.minimum(rho_bar, ratios)
+  c = ratios if c_bar is None else np.minimum(c_bar, ratios)
+  next_values = np.concatenate([values[1:], bootstrap[None]], 0)
+  deltas = rho * (rewards + discounts * next_values - values)
+  want = np.zeros((T, B))
+  for t in range(T):
+    for i in range(t, T):
+      weight = np.prod([lambda_ * discounts[j] * c[j] for j in range(t, i)], axis=0)
+      want[t] += weight * deltas[i]
+  got = vtrace.gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap,
+                                           lambda_, clip_rho_threshold=rho_bar,
+                                           clip_c_threshold=c_bar)
+  np.testing.assert_allclose(got.pg_advantages.numpy(), want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.vs.numpy(), values + want, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,123 @@
+"""Shared by the study benchmarks (table2.py, impact_vs_impala.py): run experiment.py training
+runs one after another, read their log.jsonl, summarise and plot them.
+
+Each run is `python experiment.py --mode=train ...` in its own process, so the exact command
+of every number is on record (RUN_FILE in its logdir: command, start and end time, exit code).
+"""
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import plot_learning_curve  # benchmarks/, next to this file.
+
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_FILE = "run.json"
+# "Final return": the mean of the last this many training episodes (monitoring.py's recent
+# returns use 100 too).
+FINAL_EPISODES = 100
+
+
+def experiment_command(logdir, **flags):
+  """argv of an experiment.py training run with these flags (values as given)."""
+  return ([sys.executable, os.path.join(REPO_DIR, "experiment.py"), "--mode=train",
+           f"--logdir={logdir}"] + [f"--{name}={value}" for name, value in flags.items()])
+
+
+def printable(command):
+  """The command as one would type it in the repository's directory."""
+  argv = ["python", os.path.relpath(command[1], REPO_DIR)] + command[2:]
+  return " ".join(shlex.quote(a) for a in argv)
+
+
+def run(command, logdir, max_seconds=None, print_fn=print):
+  """Runs one training command to its end (or SIGTERM after max_seconds: it stops with a
+  checkpoint); console output goes to logdir/console.txt. Returns the RUN_FILE record."""
+  os.makedirs(logdir, exist_ok=True)
+  print_fn(f"$ {printable(command)}")
+  record = dict(command=printable(command), start=time.time())
+  with open(os.path.join(logdir, "console.txt"), "a") as console:
+    process = subprocess.Popen(command, cwd=REPO_DIR, stdout=console, stderr=subprocess.STDOUT)
+    try:
+      process.wait(timeout=max_seconds)
+    except subprocess.TimeoutExpired:
+      process.send_signal(signal.SIGTERM)
+      process.wait()
+      record["stopped_after_seconds"] = max_seconds
+  record.update(end=time.time(), returncode=process.returncode)
+  with open(os.path.join(logdir, RUN_FILE), "w") as f:
+    json.dump(record, f, indent=2)
+  if process.returncode != 0:
+    raise RuntimeError(f"{record['command']} exited with {process.returncode}; see "
+                       f"{os.path.join(logdir, 'console.txt')}.")
+  print_fn(f"  done in {record['end'] - record['start']:.0f} s")
+  return record
+
+
+def _records(logdir, kind):
+  with open(os.path.join(logdir, "log.jsonl")) as f:
+    return [r for r in map(json.loads, f) if r.get("kind") == kind]
+
+
+def summary(logdir):
+  """dict of one finished run: frames, wall_seconds, frames_per_second (whole run), updates,
+  episodes, final_return (mean of the last FINAL_EPISODES episodes; None without episodes),
+  and curves: frames [N], seconds [N] (since the command started) and returns [N] of the
+  episodes, in order."""
+  with open(os.path.join(logdir, RUN_FILE)) as f:
+    record = json.load(f)
+  progress = _records(logdir, "progress")
+  episodes = plot_learning_curve.read_episodes(logdir)
+  frames, returns = (np.concatenate([e[i] for e in episodes.values()]) if episodes
+                     else np.zeros(0) for i in (0, 1))
+  progress_frames = np.array([p["frames"] for p in progress], np.float64)
+  progress_seconds = np.array([p["time"] for p in progress]) - record["start"]
+  # An episode is logged with the frame count of the progress record written with it.
+  seconds = (np.interp(frames, progress_frames, progress_seconds) if len(progress)
+             else np.zeros_like(frames))
+  wall = record["end"] - record["start"]
+  last = progress[-1] if progress else {}
+  return dict(
+      command=record["command"], frames=int(last.get("frames", 0)), wall_seconds=wall,
+      frames_per_second=last.get("frames", 0) / wall if wall > 0 else 0.0,
+      updates=int(last.get("updates", 0)), episodes=len(returns),
+      final_return=float(np.mean(returns[-FINAL_EPISODES:])) if len(returns) else None,
+      curves=dict(frames=frames, seconds=seconds, returns=returns))
+
+
+def return_at(curves, key, value):
+  """Mean of the last FINAL_EPISODES episode returns logged at or before curves[key] <=
+  value (e.g. key="seconds": the return a run had reached after `value` seconds)."""
+  mask = curves[key] <= value
+  if not mask.any():
+    return None
+  return float(np.mean(curves["returns"][mask][-FINAL_EPISODES:]))
+
+
+def fmt(value, digits=1):
+  return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def plot_curves(axes, curves, key, label, scale=1.0, **style):
+  """Running mean (FINAL_EPISODES) of the episode returns against curves[key] / scale."""
+  if len(curves["returns"]):
+    axes.plot(curves[key] / scale,
+              plot_learning_curve.running_mean(curves["returns"], FINAL_EPISODES),
+              label=label, **style)
+
+
+def machine_description():
+  """One line: CPU model, core count, memory (for the results' headers)."""
+  model = "unknown CPU"
+  try:
+    with open("/proc/cpuinfo") as f:
+      model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+  except (OSError, StopIteration):
+    pass
+  memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+  return f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB"

@@ -1,0 +1,150 @@
+"""IMPALA's Table 2 at this machine's scale: four off-policy corrections, without and with
+experience replay, on a few Atari games, each run with the same frame budget.
+
+    python benchmarks/table2.py --output_dir=/work/runs/table2
+    python benchmarks/table2.py --quick --output_dir=/tmp/table2_quick   # a check of the script
+
+The paper (section 5.2.2, Table 2) trains the shallow network on 5 DeepMind Lab tasks for 1e9
+frames, 24 hyperparameter samples per cell, and reports the mean final return of the 3 best;
+"with replay" draws 50% of each batch uniformly from a 10,000-trajectory replay (Table D.3).
+Here: Atari games (DeepMind Lab cannot be installed on this machine), Table G.1's
+hyperparameters (one setting, one seed per cell), --total_environment_frames per run. Every
+run is `python experiment.py` with --off_policy_correction and --replay_fraction; its command
+is in <output_dir>/commands.txt and its logdir's run.json.
+
+Writes <output_dir>/table2.md (the table: final return = mean of the last 100 training
+episodes), table2.json, and table2_<game>.png (learning curves: one colour per correction,
+solid without replay, dashed with replay). Reruns resume unfinished runs (experiment.py's
+checkpoints) and only summarise finished ones.
+"""
+import argparse
+import json
+import os
+
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# Table 2's rows, in the paper's order (section 5.2.2).
+CORRECTIONS = ("vtrace", "one_step_is", "epsilon", "none")
+CORRECTION_NAMES = {"vtrace": "V-trace", "one_step_is": "1-Step", "epsilon": "ε-correction",
+                    "none": "No-correction"}
+# Section 5.2.2: "we draw 50% of the items in each batch uniformly at random from the replay
+# buffer".
+REPLAY_FRACTION = 0.5
+REPLAY_SETTINGS = (("without", 0.0), ("with", REPLAY_FRACTION))
+
+
+def parse_args():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--output_dir", required=True)
+  parser.add_argument("--games", default="breakout,space_invaders,qbert",
+                      help="Comma-separated Atari games (atari/<game>).")
+  parser.add_argument("--total_environment_frames", type=int, default=3_000_000,
+                      help="Frame budget of every run (the same for all cells).")
+  parser.add_argument("--num_actors", type=int, default=16)
+  parser.add_argument("--seed", type=int, default=1)
+  parser.add_argument("--replay_capacity", type=int, default=10_000,
+                      help="Table D.3: 10,000 trajectories.")
+  parser.add_argument("--corrections", default=",".join(CORRECTIONS))
+  parser.add_argument("--max_seconds", type=float, default=None,
+                      help="Stop a run after this many seconds (with a checkpoint).")
+  parser.add_argument("--quick", action="store_true",
+                      help="A check of the whole script in a few minutes: breakout, 8,000 "
+                           "frames per run, 4 actors, batch 8, replay capacity 100.")
+  parser.add_argument("--extra_flags", default="",
+                      help="More experiment.py flags for every run, e.g. '--batch_size=16'.")
+  return parser.parse_args()
+
+
+def run_flags(args):
+  """experiment.py flags shared by every run."""
+  flags = dict(total_environment_frames=args.total_environment_frames,
+               num_actors=args.num_actors, seed=args.seed, checkpoint_secs=3600, log_secs=10)
+  if args.quick:
+    flags.update(batch_size=8, log_secs=2)
+  for flag in args.extra_flags.split():
+    name, value = flag.lstrip("-").split("=", 1)
+    flags[name] = value
+  return flags
+
+
+def main():
+  args = parse_args()
+  if args.quick:
+    args.games, args.total_environment_frames, args.num_actors = "breakout", 8_000, 4
+    args.replay_capacity = 100
+  games = args.games.split(",")
+  corrections = args.corrections.split(",")
+  os.makedirs(args.output_dir, exist_ok=True)
+  commands = open(os.path.join(args.output_dir, "commands.txt"), "a")
+  log = lambda line: (print(line, flush=True), commands.write(line + "\n"), commands.flush())
+
+  results = {}
+  for game in games:
+    for replay, fraction in REPLAY_SETTINGS:
+      for correction in corrections:
+        logdir = os.path.join(args.output_dir, "runs", game, f"{replay}_replay", correction)
+        flags = dict(level_name=f"atari/{game}", off_policy_correction=correction,
+                     **run_flags(args))
+        if fraction:
+          flags.update(replay_fraction=fraction, replay_capacity=args.replay_capacity)
+        runs.run(runs.experiment_command(logdir, **flags), logdir, args.max_seconds, log)
+        results[(game, replay, correction)] = runs.summary(logdir)
+  commands.close()
+  write_table(args, games, corrections, results)
+  plot(args, games, corrections, results)
+
+
+def write_table(args, games, corrections, results):
+  lines = [f"Final return (mean of the last {runs.FINAL_EPISODES} training episodes) after "
+           f"{args.total_environment_frames:,} frames per run; machine: "
+           f"{runs.machine_description()}.", "",
+           "| | " + " | ".join(games) + " |", "|---|" + "---:|" * len(games)]
+  for replay, _ in REPLAY_SETTINGS:
+    lines.append(f"| **{replay.capitalize()} replay** |" + " |" * len(games))
+    for correction in corrections:
+      cells = [runs.fmt(results[(g, replay, correction)]["final_return"]) for g in games]
+      lines.append(f"| {CORRECTION_NAMES[correction]} | " + " | ".join(cells) + " |")
+  lines += ["", "| game | replay | correction | frames | updates | episodes | wall (s) | "
+            "frames/s |", "|---|---|---|---:|---:|---:|---:|---:|"]
+  for (game, replay, correction), s in results.items():
+    lines.append(f"| {game} | {replay} | {correction} | {s['frames']:,} | {s['updates']:,} | "
+                 f"{s['episodes']:,} | {s['wall_seconds']:.0f} | "
+                 f"{s['frames_per_second']:,.0f} |")
+  text = "\n".join(lines) + "\n"
+  with open(os.path.join(args.output_dir, "table2.md"), "w") as f:
+    f.write(text)
+  with open(os.path.join(args.output_dir, "table2.json"), "w") as f:
+    json.dump([dict(game=g, replay=r, correction=c,
+                    **{k: v for k, v in s.items() if k != "curves"})
+               for (g, r, c), s in results.items()], f, indent=2)
+  print(text)
+
+
+def plot(args, games, corrections, results):
+  colours = dict(zip(CORRECTIONS, ("C0", "C1", "C2", "C3")))
+  for game in games:
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    for replay, _ in REPLAY_SETTINGS:
+      for correction in corrections:
+        runs.plot_curves(axes, results[(game, replay, correction)]["curves"], "frames",
+                         f"{CORRECTION_NAMES[correction]}, {replay} replay", scale=1e6,
+                         color=colours[correction],
+                         linestyle="-" if replay == "without" else "--")
+    axes.set_xlabel("environment frames (millions)")
+    axes.set_ylabel(f"episode return (mean of last {runs.FINAL_EPISODES})")
+    axes.set_title(f"atari/{game}: off-policy corrections without / with replay (Table 2)")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    path = os.path.join(args.output_dir, f"table2_{game}.png")
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    print(f"Wrote {path}")
+
+
+if __name__ == "__main__":
+  main()

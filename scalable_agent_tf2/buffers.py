@@ -1,0 +1,209 @@
+"""Learner-side buffers: IMPALA's experience replay and IMPACT's circular buffer.
+
+    ReplayBuffer    IMPALA section 5.2.2 / Table D.3: trajectories, fixed capacity (10,000),
+                    uniform sampling, first-in-first-out removal.
+    ReplayMixer     draws a fixed number of each batch's trajectories from a ReplayBuffer and
+                    the rest from the online stream (section 5.2.2: "50% of the items in each
+                    batch").
+    CircularBuffer  IMPACT section 3.2 / Figure 4a: N batches, each traversed at most K times,
+                    then replaced by a new batch.
+
+Plain Python and numpy: the items are whatever the caller stores (trajectories, batches) and
+are kept by reference, never copied. Every method is thread-safe.
+"""
+import threading
+
+import numpy as np
+
+# IMPALA Table D.3, "Experience Replay (in Section 5.2.2)": capacity 10,000 trajectories.
+DEFAULT_REPLAY_CAPACITY = 10_000
+# IMPALA section 5.2.2: "we draw 50% of the items in each batch uniformly at random from the
+# replay buffer".
+PAPER_REPLAY_FRACTION = 0.5
+
+
+class ReplayBuffer:
+  """A fixed-capacity store of items with uniform sampling and first-in-first-out removal."""
+
+  def __init__(self, capacity=DEFAULT_REPLAY_CAPACITY, seed=0):
+    """Args:
+      capacity: most items held; adding to a full buffer removes the oldest item.
+      seed: seeds the sampling (numpy Generator).
+    """
+    if int(capacity) != capacity or capacity < 1:
+      raise ValueError(f"The replay capacity must be a positive integer, got {capacity}.")
+    self._capacity = int(capacity)
+    self._items = [None] * self._capacity
+    self._next = 0     # Slot the next item goes to; once full, the oldest item's slot.
+    self._size = 0
+    self._num_added = 0
+    self._rng = np.random.default_rng(seed)
+    self._lock = threading.Lock()
+
+  @property
+  def capacity(self):
+    return self._capacity
+
+  @property
+  def num_added(self):
+    """Items added since creation (including those removed since)."""
+    with self._lock:
+      return self._num_added
+
+  def __len__(self):
+    with self._lock:
+      return self._size
+
+  def add(self, item):
+    """Stores `item`; when full, first removes the oldest item (FIFO)."""
+    with self._lock:
+      self._items[self._next] = item
+      self._next = (self._next + 1) % self._capacity
+      self._size = min(self._size + 1, self._capacity)
+      self._num_added += 1
+
+  def sample(self):
+    """One stored item, each with probability 1 / len(self) (uniform, with replacement).
+
+    Raises:
+      IndexError: the buffer is empty.
+    """
+    with self._lock:
+      if not self._size:
+        raise IndexError("Cannot sample from an empty replay buffer.")
+      return self._items[int(self._rng.integers(self._size))]
+
+  def items(self):
+    """The stored items, oldest first."""
+    with self._lock:
+      if self._size < self._capacity:
+        return list(self._items[:self._size])
+      return self._items[self._next:] + self._items[:self._next]
+
+
+def num_replayed_per_batch(batch_size, replay_fraction):
+  """How many of each batch's `batch_size` items come from replay: round(fraction x size).
+
+  Raises:
+    ValueError: the fraction is outside [0, 1), or it rounds to a batch with no replayed or
+      no online item (online data must keep flowing; a positive fraction must replay).
+  """
+  if not 0.0 <= replay_fraction < 1.0:
+    raise ValueError(f"--replay_fraction must be in [0, 1), got {replay_fraction}: online "
+                     f"data must keep flowing into every batch (the paper's 0.5 draws half "
+                     f"of each batch from replay).")
+  num_replayed = int(round(replay_fraction * batch_size))
+  if replay_fraction > 0 and num_replayed == 0:
+    raise ValueError(f"--replay_fraction {replay_fraction} of --batch_size {batch_size} "
+                     f"rounds to no replayed trajectory; use a larger fraction or batch.")
+  if num_replayed >= batch_size:
+    raise ValueError(f"--replay_fraction {replay_fraction} of --batch_size {batch_size} "
+                     f"leaves no online trajectory in a batch; online data must keep flowing.")
+  return num_replayed
+
+
+class ReplayMixer:
+  """callable() -> the next item of a batch stream mixing online and replayed items.
+
+  Batches are consecutive groups of `batch_size` calls. In each, the first
+  batch_size - num_replayed items come from `next_online` (and are added to the buffer), the
+  last num_replayed are sampled uniformly from the buffer. The online items of a batch are
+  in the buffer before its replayed ones are drawn, so the buffer is never empty when sampled
+  and every batch has exactly num_replayed replayed items. Replayed items are the stored
+  objects themselves: a trajectory keeps its behaviour policy and initial core state.
+  """
+
+  def __init__(self, next_online, buffer, batch_size, num_replayed):
+    """Args:
+      next_online: callable() -> the next online item, or None when the stream ends (the
+        mixer then returns None too).
+      buffer: a ReplayBuffer.
+      batch_size: items per batch.
+      num_replayed: replayed items per batch, 0 < num_replayed < batch_size.
+    """
+    if not 0 < num_replayed < batch_size:
+      raise ValueError(f"num_replayed must be in (0, batch_size = {batch_size}), got "
+                       f"{num_replayed}.")
+    self._next_online = next_online
+    self._buffer = buffer
+    self._num_online = batch_size - num_replayed
+    self._batch_size = batch_size
+    self._position = 0  # Within the current batch.
+    self._lock = threading.Lock()
+
+  def __call__(self):
+    with self._lock:
+      if self._position < self._num_online:
+        item = self._next_online()
+        if item is None:
+          return None
+        self._buffer.add(item)
+      else:
+        item = self._buffer.sample()
+      self._position = (self._position + 1) % self._batch_size
+      return item
+
+
+class CircularBuffer:
+  """IMPACT's circular buffer C(N, K) (section 3.2, Figure 4a; Algorithm 1 lines 6, 7, 10).
+
+  N slots visited in turn. A slot whose batch has been used K times (or that is empty) takes
+  a new batch from `fetch` when it is visited; its batch is then returned, and dropped after
+  its K-th use. So every batch is used exactly K times (until the stream ends), N batches
+  at most are held, and with N = K = 1 every batch is used once, as in IMPALA. The order for
+  N = 2, K = 2 is b0 b1 b0 b1 b2 b3 b2 b3 ...
+  """
+
+  def __init__(self, num_batches, max_uses):
+    """Args:
+      num_batches: N, the number of slots.
+      max_uses: K, how often each batch is used.
+    """
+    for name, value in (("num_batches", num_batches), ("max_uses", max_uses)):
+      if int(value) != value or value < 1:
+        raise ValueError(f"The circular buffer's {name} must be a positive integer, got "
+                         f"{value}.")
+    self._num_batches = int(num_batches)
+    self._max_uses = int(max_uses)
+    self._items = [None] * self._num_batches
+    self._uses_left = [0] * self._num_batches
+    self._slot = 0
+    self._lock = threading.Lock()
+
+  @property
+  def num_batches(self):
+    return self._num_batches
+
+  @property
+  def max_uses(self):
+    return self._max_uses
+
+  def next(self, fetch):
+    """(batch, use) for the next learner step, or None when `fetch` has no new batch.
+
+    Args:
+      fetch: callable() -> a new batch or None (end of stream); called when the visited
+        slot needs a new batch (Algorithm 1 line 7 evaluates the target network there).
+
+    Returns:
+      (batch, use): use counts from 0 (the batch's first use) to K - 1 (its last).
+    """
+    with self._lock:
+      slot = self._slot
+      if self._uses_left[slot] == 0:
+        item = fetch()
+        if item is None:
+          return None
+        self._items[slot], self._uses_left[slot] = item, self._max_uses
+      item = self._items[slot]
+      use = self._max_uses - self._uses_left[slot]
+      self._uses_left[slot] -= 1
+      if self._uses_left[slot] == 0:
+        self._items[slot] = None  # Used K times: dropped (Algorithm 1 line 10).
+      self._slot = (slot + 1) % self._num_batches
+      return item, use
+
+  def held(self):
+    """The batches held now (those with uses left), in slot order."""
+    with self._lock:
+      return [item for item, left in zip(self._items, self._uses_left) if left]

@@ -1,0 +1,178 @@
+"""IMPACT's learner: target network period, equivalence with IMPALA's policy gradient, XLA,
+frame counting, checkpointing of the target network."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from scalable_agent_tf2 import learner
+from scalable_agent_tf2 import losses
+from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import testing_utils
+
+# Small networks keep these fast: an LSTM agent (agent_state matters) and a feed-forward one.
+LSTM_SMALL = networks.dmlab_config(networks.SHALLOW, num_actions=5, frame_shape=(20, 24, 3))
+FF_SMALL = networks.atari_config(num_actions=4, torso=networks.SHALLOW,
+                                 frame_shape=(20, 20, 4))
+HPARAMS = dict(learning_rate=0.01, total_environment_frames=10**9,
+               reward_clipping=losses.ABS_ONE)
+
+
+def _impact(config, jit_compile=False, seed=0, impact_config=learner.ImpactConfig(), **hparams):
+  agent = networks.Agent(config, seed=seed)
+  return learner.ImpactLearner(agent, learner.LearnerConfig(**{**HPARAMS, **hparams}),
+                               impact_config, jit_compile=jit_compile)
+
+
+def _values(variables):
+  return [v.numpy().copy() for v in variables]
+
+
+def _equal(a, b):
+  return all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_target_network_starts_equal_and_changes_only_on_its_period():
+  period = 3
+  update = _impact(FF_SMALL, impact_config=learner.ImpactConfig(target_update_period=period))
+  agent_vars, target_vars = update.agent.trainable_variables, update._target_variables
+  assert _equal(_values(agent_vars), _values(target_vars))  # Algorithm 1 line 2.
+  env_outputs, agent_outputs = testing_utils.random_learner_batch(FF_SMALL, 4, 3, seed=1)
+  previous_target = _values(target_vars)
+  for step in range(1, 8):
+    target_logits = update.target_policy_logits((), env_outputs, agent_outputs)
+    stats = update.update((), env_outputs, agent_outputs, target_logits)
+    now_target, now_agent = _values(target_vars), _values(agent_vars)
+    if step % period == 0:
+      assert bool(stats["target_updated"]), step
+      assert _equal(now_target, now_agent), step  # Refreshed to the learner's parameters.
+      assert not _equal(now_target, previous_target), step
+    else:
+      assert not bool(stats["target_updated"]), step
+      assert _equal(now_target, previous_target), step  # Untouched between periods.
+      assert not _equal(now_target, now_agent), step
+    previous_target = now_target
+  assert int(update.num_updates.numpy()) == 7
+
+
+def _near_on_policy_batch(agent, T, B, seed):
+  """A batch whose behaviour logits are the agent's own plus noise: pi/mu in (1/2, 2), so
+  neither IMPACT's target-worker clipping nor (at pi_target = pi) PPO's clip is active."""
+  env_outputs, agent_outputs = testing_utils.random_learner_batch(agent.config, T, B, seed)
+  state = agent.initial_state(B)
+  outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
+  noise = np.random.default_rng(seed).uniform(-0.3, 0.3, outputs.policy_logits.shape)
+  return state, env_outputs, agent_outputs._replace(
+      policy_logits=(outputs.policy_logits.numpy() + noise).astype(np.float32))
+
+
+def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas():
+  """K = 1, N = 1, target = learner (period 1), lambda = 1, no clipping active: the gradient
+  of IMPACT's surrogate equals that of IMPALA's importance-weighted policy gradient
+  -sum rho_s log pi(a_s|x_s) (r_s + gamma v_{s+1} - V(x_s)) (section 4.2), and so does the
+  gradient of the whole loss (same value targets and entropy term)."""
+  T, B = 6, 3
+  impact_config = learner.ImpactConfig(gae_lambda=1.0, target_update_period=1)
+  update = _impact(LSTM_SMALL, seed=5, impact_config=impact_config)
+  agent, config = update.agent, update.config
+  for seed in range(2):  # The second batch: after one update and its target refresh.
+    state, env_outputs, agent_outputs = _near_on_policy_batch(agent, T, B, seed=seed)
+    target_logits = update.target_policy_logits(state, env_outputs, agent_outputs)
+    with tf.GradientTape(persistent=True) as tape:
+      outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
+      impact_terms, diagnostics = learner.impact_loss_terms(
+          outputs, target_logits, env_outputs, agent_outputs, config, impact_config)
+      impala_terms, impala_returns = learner.impala_loss_terms(outputs, env_outputs,
+                                                               agent_outputs, config)
+      impact_total = (impact_terms["pg_loss"] + config.baseline_cost
+                      * impact_terms["baseline_loss"] + config.entropy_cost
+                      * impact_terms["entropy_loss"])
+      impala_total = (impala_terms["pg_loss"] + config.baseline_cost
+                      * impala_terms["baseline_loss"] + config.entropy_cost
+                      * impala_terms["entropy_loss"])
+    assert float(diagnostics["target_worker_clipped_fraction"]) == 0.0
+    assert float(diagnostics["ppo_clipped_fraction"]) == 0.0
+    # IMPALA's importance weights are really at work: some pi/mu are truncated at 1.
+    log_rhos = impala_returns.log_rhos.numpy()
+    assert (log_rhos > 0).any() and (log_rhos < 0).any()
+    gradient = lambda loss: [tf.convert_to_tensor(g).numpy() for g in tape.gradient(
+        loss, agent.trainable_variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)]
+    for impact_loss, impala_loss in [(impact_terms["pg_loss"], impala_terms["pg_loss"]),
+                                     (impact_total, impala_total)]:
+      for got, want in zip(gradient(impact_loss), gradient(impala_loss)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    for name in ("baseline_loss", "entropy_loss"):  # Same value targets, same entropy.
+      np.testing.assert_allclose(impact_terms[name].numpy(), impala_terms[name].numpy(),
+                                 rtol=1e-5, atol=1e-6, err_msg=name)
+    assert abs(float(impact_terms["kl_loss"])) < 1e-4
+
+    stats = update.update(state, env_outputs, agent_outputs, target_logits)
+    np.testing.assert_allclose(float(stats["total_loss"]), float(impact_total), rtol=1e-5)
+    assert _equal(_values(update._target_variables), _values(agent.trainable_variables))
+
+
+def test_compiled_impact_update_equals_uncompiled():
+  impact_config = learner.ImpactConfig(target_update_period=2)
+  compiled = _impact(FF_SMALL, jit_compile=True, impact_config=impact_config, max_grad_norm=10.0)
+  plain = _impact(FF_SMALL, jit_compile=False, impact_config=impact_config, max_grad_norm=10.0)
+  env_outputs, agent_outputs = testing_utils.random_learner_batch(FF_SMALL, 4, 3, seed=3)
+  for _ in range(3):  # Both branches of the target refresh.
+    got = compiled.update((), env_outputs, agent_outputs,
+                          compiled.target_policy_logits((), env_outputs, agent_outputs))
+    want = plain.update((), env_outputs, agent_outputs,
+                        plain.target_policy_logits((), env_outputs, agent_outputs))
+    for key in want:
+      np.testing.assert_allclose(np.float32(got[key]), np.float32(want[key]), rtol=1e-4,
+                                 atol=1e-4, err_msg=key)
+  for a, b in zip(compiled._target_variables + compiled._variables,
+                  plain._target_variables + plain._variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5, err_msg=a.name)
+  assert compiled._compiled_update.experimental_get_tracing_count() == 1
+
+
+def test_only_new_trajectories_count_as_frames():
+  T, B = 4, 3
+  env_outputs, agent_outputs = testing_utils.random_learner_batch(FF_SMALL, T, B)
+  impala = learner.Learner(networks.Agent(FF_SMALL), learner.LearnerConfig(**HPARAMS),
+                           jit_compile=False)
+  impact = _impact(FF_SMALL)
+  target_logits = impact.target_policy_logits((), env_outputs, agent_outputs)
+  steps = [(impala.update, ()), (impact.update, (target_logits,))]
+  for update, extra in steps:
+    frames = [int(update((), env_outputs, agent_outputs, *extra,
+                         num_new_trajectories=n)["num_env_frames"]) for n in (None, 0, 2)]
+    assert frames == [T * B * 4, T * B * 4, T * B * 4 + T * 2 * 4]  # 4 action repeats.
+    with pytest.raises(ValueError, match="num_new_trajectories"):
+      update((), env_outputs, agent_outputs, *extra, num_new_trajectories=4)
+  assert impala._compiled_update.experimental_get_tracing_count() == 1
+
+
+def test_wrong_target_logits_and_bad_hyperparameters_are_clear_errors():
+  update = _impact(FF_SMALL)
+  env_outputs, agent_outputs = testing_utils.random_learner_batch(FF_SMALL, 3, 2)
+  with pytest.raises(ValueError, match="target_policy_logits"):
+    update.update((), env_outputs, agent_outputs, np.zeros((4, 2, 3), np.float32))
+  for field, value, message in [("ppo_clip", 0.0, "ppo_clip"),
+                                ("target_worker_clipping", 0.5, "must be >= 1"),
+                                ("gae_lambda", 1.5, "gae_lambda"), ("kl_cost", -1.0, "kl_cost"),
+                                ("target_update_period", 0, "target_update_period")]:
+    with pytest.raises(ValueError, match=message):
+      learner.ImpactConfig(**{field: value})
+
+
+def test_checkpoint_carries_the_target_network_and_step_count(tmp_path):
+  update = _impact(FF_SMALL, impact_config=learner.ImpactConfig(target_update_period=2))
+  env_outputs, agent_outputs = testing_utils.random_learner_batch(FF_SMALL, 3, 2)
+  for _ in range(3):  # The target was refreshed at step 2; the learner moved on after.
+    update.update((), env_outputs, agent_outputs,
+                  update.target_policy_logits((), env_outputs, agent_outputs))
+  path = tf.train.Checkpoint(agent=update.agent, learner=update).save(str(tmp_path / "ckpt"))
+  names = [name for name, _ in tf.train.list_variables(path)]
+  assert any("target_agent" in name for name in names), names
+
+  restored = _impact(FF_SMALL, seed=9)
+  tf.train.Checkpoint(agent=restored.agent, learner=restored).restore(
+      path).assert_existing_objects_matched()
+  assert int(restored.num_updates.numpy()) == 3
+  assert _equal(_values(restored._target_variables), _values(update._target_variables))
+  assert not _equal(_values(restored._target_variables),
+                    _values(restored.agent.trainable_variables))
