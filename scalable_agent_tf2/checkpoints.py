@@ -55,8 +55,9 @@ class Checkpointer:
     except (OSError, ValueError) as error:
       raise CheckpointError(f"Cannot read {path} ({error}). Fix or delete that file.") from error
     stored = {**_SETTINGS_BEFORE_THEY_WERE_STORED, **stored}
-    different = {k: (stored.get(k), self._settings.get(k)) for k in SHAPE_SETTINGS
-                 if k in stored and stored.get(k) != self._settings.get(k)}
+    current = {**_SETTINGS_BEFORE_THEY_WERE_STORED, **self._settings}  # Same defaults.
+    different = {k: (stored.get(k), current.get(k)) for k in SHAPE_SETTINGS
+                 if k in stored and stored.get(k) != current.get(k)}
     if different:
       details = ", ".join(f"--{k}: checkpoint {old!r}, now {new!r}"
                           for k, (old, new) in different.items())

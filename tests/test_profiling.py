@@ -1,0 +1,38 @@
+"""The per-stage CPU profile: thread names in /proc and core-seconds per group of threads."""
+import os
+import threading
+import time
+
+from scalable_agent_tf2 import profiling
+
+
+def test_group_of_strips_the_thread_number():
+  assert profiling.group_of("actor-12") == "actor"
+  assert profiling.group_of("tf_Compute") == "tf_Compute"
+  assert profiling.group_of("learner") == "learner"
+
+
+def test_named_threads_show_in_proc_and_their_cpu_is_grouped():
+  stop = threading.Event()
+
+  def spin(name):
+    profiling.name_this_thread(name)
+    while not stop.is_set():
+      sum(range(1000))
+  threads = [threading.Thread(target=spin, args=(f"burner-{i}",)) for i in range(2)]
+  sampler = profiling.CpuSampler(os.getpid())
+  sampler.start()
+  for thread in threads:
+    thread.start()
+  time.sleep(1.0)
+  names = {key[2] for key in profiling.thread_cpu_seconds(os.getpid())}
+  wall, groups = sampler.stop()
+  stop.set()
+  for thread in threads:
+    thread.join()
+  assert {"burner-0", "burner-1"} <= names
+  assert groups["burner"] > 0.2  # Two spinning threads for a second (shared with the GIL).
+  assert 0.9 < wall < 5.0
+  rows = profiling.format_profile(wall, groups, num_cores=2, frames=1000)
+  assert rows[0].startswith("| stage") and any(row.startswith("| burner |") for row in rows)
+  assert rows[-1].startswith("| idle |")
