@@ -64,6 +64,10 @@ flags.DEFINE_float("epsilon", None, "RMSProp epsilon. " + _PRESET)
 flags.DEFINE_float("max_grad_norm", None, "Global gradient-norm clip; 0 for none. " + _PRESET)
 flags.DEFINE_enum("off_policy_correction", None, ["vtrace", "one_step_is", "epsilon", "none"],
                   "Table 2's off-policy correction. " + _PRESET)
+flags.DEFINE_float("trust_region_threshold", None,
+                   "LASER's trust-region V-trace (Schmitt et al. 2019, section 4.3): steps "
+                   "whose KL(pi || pi_rho_bar) exceeds this are left out of the policy and "
+                   "value losses and cut the V-trace traces. Default: inf (off, plain IMPALA).")
 flags.DEFINE_enum("jit_compile", "auto", ["auto", "on", "off"],
                   "XLA-compile the learner update; auto: on GPUs only (faster on each).")
 flags.DEFINE_enum("algorithm", "impala", ["impala", "impact"],
@@ -92,6 +96,9 @@ flags.DEFINE_float("target_worker_clipping", None,
 flags.DEFINE_float("gae_lambda", None, "lambda of the V-trace GAE advantages. " + _IMPACT
                    + "0.995.")
 flags.DEFINE_float("kl_cost", None, "Weight of KL(pi_target || pi). " + _IMPACT + "0.0.")
+flags.DEFINE_integer("intra_op_threads", 0,
+                     "TensorFlow threads per op; 0: TensorFlow's default (one per core). "
+                     "See benchmarks/RESULTS.md, \"Throughput\".")
 flags.DEFINE_integer("width", None, "Frame width. " + _PRESET)
 flags.DEFINE_integer("height", None, "Frame height. " + _PRESET)
 flags.DEFINE_string("dataset_path", "", "DMLab: directory of the Brady et al. images.")

@@ -71,7 +71,7 @@ def run_variant(variant, num_actors, seconds, warmup):
     finally:
       # The trainer (or the launcher, for its cluster) stops cleanly on it; the environment
       # processes go with their parent.
-      process.send_signal(signal.SIGINT)
+      process.send_signal(signal.SIGTERM)
       try:
         process.wait(120)
       except subprocess.TimeoutExpired:

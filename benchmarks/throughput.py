@@ -230,13 +230,13 @@ def run_training(config, seconds, warmup, batched_inference, num_cores):
       profile = profiling.format_profile(wall, groups, num_cores,
                                          _latest_frames(log_path) - frames_before)
     finally:
-      process.send_signal(signal.SIGINT)
+      process.send_signal(signal.SIGTERM)
       try:
         _, errors = process.communicate(timeout=180)
       except subprocess.TimeoutExpired:
         process.kill()
         _, errors = process.communicate()
-    if process.returncode not in (0, -signal.SIGINT):
+    if process.returncode not in (0, -signal.SIGTERM):
       raise RuntimeError(f"Training failed ({process.returncode}): {errors[-2000:]}")
     with open(log_path) as f:
       records = [json.loads(line) for line in f]
@@ -276,8 +276,11 @@ def run_synchronous(config, network_config, seconds, warmup):
     frames = [0]
     stop_at = time.monotonic() + seconds
 
-    def env_batch(outs):
-      return tf.nest.map_structure(stack, *outs)
+    def env_batch(outs):  # In the dtypes of training.trajectory_signature.
+      batched = tf.nest.map_structure(stack, *outs)
+      return batched._replace(reward=batched.reward.astype(np.float32),
+                              episode_return=batched.episode_return.astype(np.float32),
+                              episode_step=batched.episode_step.astype(np.int32))
     samples = [(time.monotonic(), 0)]
     while time.monotonic() < stop_at:
       initial_state = state

@@ -60,6 +60,8 @@ class ExperimentConfig:
   epsilon: Optional[float] = None
   max_grad_norm: Optional[float] = None  # <= 0 turns clipping off.
   off_policy_correction: Optional[str] = None
+  # LASER's trust-region V-trace (Schmitt et al. 2019, section 4.3); inf (preset): off.
+  trust_region_threshold: Optional[float] = None
   jit_compile: str = "auto"
   # Algorithm: IMPALA, or IMPACT (Luo et al., 2020) with the IMPACT settings below.
   algorithm: str = learner_lib.IMPALA
@@ -74,6 +76,8 @@ class ExperimentConfig:
   target_worker_clipping: Optional[float] = None
   gae_lambda: Optional[float] = None
   kl_cost: Optional[float] = None
+  # TensorFlow's threads per op (0: its default, one per core). See training.configure_threads.
+  intra_op_threads: int = 0
   # Environments.
   width: Optional[int] = None
   height: Optional[int] = None
@@ -115,7 +119,8 @@ class ExperimentConfig:
         momentum=self.momentum, epsilon=self.epsilon,
         reward_clipping=self.reward_clipping,
         max_grad_norm=self.max_grad_norm if self.max_grad_norm > 0 else None,
-        off_policy_correction=self.off_policy_correction)
+        off_policy_correction=self.off_policy_correction,
+        trust_region_threshold=self.trust_region_threshold)
 
   def impact_config(self):
     """IMPACT's own hyperparameters (--algorithm=impact)."""
@@ -229,6 +234,8 @@ def resolve(config):
                "test_num_episodes", "num_learners"):
     if getattr(config, name) < 1:
       raise ValueError(f"--{name} must be a positive integer, got {getattr(config, name)}.")
+  if config.intra_op_threads < 0:
+    raise ValueError(f"--intra_op_threads must be >= 0, got {config.intra_op_threads}.")
   for name in ("checkpoint_secs", "log_secs"):
     if getattr(config, name) <= 0:
       raise ValueError(f"--{name} must be positive, got {getattr(config, name)}.")

@@ -179,6 +179,7 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
   Raises:
     checkpoints.CheckpointError: no usable checkpoint in logdir.
   """
+  training.configure_threads(config)
   environment_constructor = (environment_constructor
                              or training.default_environment_constructor(config))
   levels = config.levels

@@ -14,6 +14,7 @@ unrolling over all T+1 observations; V(x_T) bootstraps.
 import collections
 import contextlib
 import dataclasses
+import math
 from typing import Optional
 
 import tensorflow as tf
@@ -54,6 +55,9 @@ class LearnerConfig:
       levels, 1 (section 5.2.1).
     vtrace_lambda: Remark 2's lambda, 1.
     off_policy_correction: one of vtrace.OFF_POLICY_CORRECTIONS (Table 2).
+    trust_region_threshold: LASER's trust-region V-trace (Schmitt et al. 2019, section 4.3):
+      steps whose KL(pi || pi_rho_bar) exceeds this are left out of the policy-gradient and
+      baseline losses and cut the V-trace traces. math.inf (default): off, plain IMPALA.
   """
   discounting: float = 0.99
   baseline_cost: float = 0.5
@@ -71,6 +75,7 @@ class LearnerConfig:
   clip_c_threshold: Optional[float] = 1.0
   vtrace_lambda: float = 1.0
   off_policy_correction: str = vtrace.VTRACE
+  trust_region_threshold: float = math.inf
 
   def __post_init__(self):
     if self.reward_clipping not in losses.REWARD_CLIPPING_MODES:
@@ -89,6 +94,17 @@ class LearnerConfig:
       raise ValueError(f"discounting must be in [0, 1], got {self.discounting}.")
     if self.max_grad_norm is not None and self.max_grad_norm <= 0:
       raise ValueError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}.")
+    if math.isnan(self.trust_region_threshold) or self.trust_region_threshold < 0:
+      raise ValueError(f"trust_region_threshold must be >= 0 (inf: off), got "
+                       f"{self.trust_region_threshold}.")
+    if self.uses_trust_region and self.off_policy_correction != vtrace.VTRACE:
+      raise ValueError(f"The trust region (trust_region_threshold="
+                       f"{self.trust_region_threshold}) needs off_policy_correction="
+                       f"'vtrace', got {self.off_policy_correction!r}.")
+
+  @property
+  def uses_trust_region(self):
+    return not math.isinf(self.trust_region_threshold)
 
 
 def dmlab_learner_config(multi_task=True, **overrides):
@@ -203,6 +219,15 @@ class Learner(tf.Module):
       self._replica_gradients = tf.function(self._loss_and_gradients, jit_compile=jit_compile)
       self._compiled_update = tf.function(self._distributed_update)
 
+  def use_config_hyperparameters(self):
+    """Sets the hyperparameters held in variables (learning rate, entropy cost, RMSProp
+    epsilon) to this learner's config. Training calls it after restoring a checkpoint, so the
+    flags of the run win over the values saved with the checkpoint: population-based training
+    (IMPALA Appendix F) restarts a member from a checkpoint with changed hyperparameters."""
+    self.learning_rate.assign(self.config.learning_rate)
+    self.entropy_cost.assign(self.config.entropy_cost)
+    self.optimizer.epsilon.assign(self.config.epsilon)
+
   def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None):
     """One learner step on a batch of trajectories.
 
@@ -218,7 +243,8 @@ class Learner(tf.Module):
 
     Returns:
       dict of scalars: total_loss, pg_loss, baseline_loss, entropy_loss, learning_rate (the
-      one used for this step), grad_norm (before clipping), num_env_frames (after the step).
+      one used for this step), grad_norm (before clipping), num_env_frames (after the step);
+      with a trust region also trust_region_rejected (number of rejected steps).
     """
     env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
                                              agent_outputs)
@@ -440,8 +466,10 @@ def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config):
     config: LearnerConfig.
 
   Returns:
-    (dict with float32 scalars pg_loss, baseline_loss, entropy_loss (sums over T and B),
-     the vtrace.VTraceFromLogitsReturns they were computed from ([T, B] each)).
+    (dict with float32 scalars pg_loss, baseline_loss, entropy_loss (sums over T and B) and,
+     with a trust region, trust_region_rejected (steps left out of the policy-gradient and
+     baseline losses; the entropy term keeps every step), the vtrace.VTraceFromLogitsReturns
+     they were computed from ([T, B] each)).
   """
   batch = _aligned(learner_outputs, env_outputs, agent_outputs, config)
   returns = vtrace.from_logits(
@@ -451,12 +479,19 @@ def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config):
       bootstrap_value=batch.bootstrap_value, clip_rho_threshold=config.clip_rho_threshold,
       clip_pg_rho_threshold=config.clip_pg_rho_threshold,
       clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
-      off_policy_correction=config.off_policy_correction)
+      off_policy_correction=config.off_policy_correction,
+      trust_region_threshold=(config.trust_region_threshold if config.uses_trust_region
+                              else None))
+  # LASER section 4.3: rejected transitions count for neither the policy nor the value
+  # gradient. (Without a trust region, mask None: exactly IMPALA's graph.)
+  mask = returns.trust_region_mask if config.uses_trust_region else None
   terms = dict(
       pg_loss=losses.policy_gradient_loss(returns.target_action_log_probs,
-                                          returns.pg_advantages),
-      baseline_loss=losses.baseline_loss(returns.vs - batch.values),
+                                          returns.pg_advantages, mask),
+      baseline_loss=losses.baseline_loss(returns.vs - batch.values, mask),
       entropy_loss=losses.entropy_loss(batch.learner_logits))
+  if mask is not None:
+    terms["trust_region_rejected"] = tf.reduce_sum(1.0 - mask)
   return terms, returns
 
 

@@ -46,30 +46,41 @@ def clip_rewards(rewards, mode):
       f"Unknown reward clipping {mode!r}; expected one of {REWARD_CLIPPING_MODES}.")
 
 
-def policy_gradient_loss(action_log_probs, advantages):
+def policy_gradient_loss(action_log_probs, advantages, mask=None):
   """-sum_t,b log pi(a_t|x_t) * A_t, the advantage held constant (section 4.2).
 
   Args:
     action_log_probs: float32 [T, B], log pi(a_t | x_t) of the taken actions, under the
       learner's parameters (gradients flow through this).
     advantages: float32 [T, B], e.g. V-trace's pg_advantages.
+    mask: None, or float32 [T, B]: 0 leaves a step out (LASER's trust region, section 4.3:
+      rejected transitions are not used "for the policy gradient and value gradient
+      updates"; vtrace.trust_region_mask).
 
   Returns:
     float32 scalar.
   """
-  return -tf.reduce_sum(action_log_probs * tf.stop_gradient(advantages))
+  return -tf.reduce_sum(_masked(action_log_probs * tf.stop_gradient(advantages), mask))
 
 
-def baseline_loss(advantages):
+def baseline_loss(advantages, mask=None):
   """0.5 * sum_t,b (v_s - V(x_s))^2 (section 4.2; the 0.5 is the released code's).
 
   Args:
     advantages: float32 [T, B], v_s - V(x_s) with gradients through V(x_s) only.
+    mask: None, or float32 [T, B]: 0 leaves a step out (as in policy_gradient_loss).
 
   Returns:
     float32 scalar. The learner multiplies it by baseline_cost (0.5, Table D.3 / G.1).
   """
-  return 0.5 * tf.reduce_sum(tf.square(advantages))
+  return 0.5 * tf.reduce_sum(_masked(tf.square(advantages), mask))
+
+
+def _masked(terms, mask):
+  """terms [T, B] with the masked-out steps (mask 0) set to zero."""
+  if mask is None:
+    return terms
+  return tf.where(tf.cast(mask, tf.bool), terms, tf.zeros_like(terms))
 
 
 def entropy_loss(policy_logits):

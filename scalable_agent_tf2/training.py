@@ -68,6 +68,22 @@ def default_environment_constructor(config):
   return constructor
 
 
+def configure_threads(config):
+  """Applies --intra_op_threads; must run before TensorFlow executes its first op.
+
+  Raises:
+    ValueError: TensorFlow already runs with another setting.
+  """
+  wanted = config.intra_op_threads
+  if not wanted or tf.config.threading.get_intra_op_parallelism_threads() == wanted:
+    return
+  try:
+    tf.config.threading.set_intra_op_parallelism_threads(wanted)
+  except RuntimeError as error:
+    raise ValueError(f"--intra_op_threads={wanted} must be set before TensorFlow starts "
+                     f"({error}).") from error
+
+
 def make_policy(config, agent, device):
   """The actors' policy: batched across actor threads (default) or one forward pass each."""
   if config.batched_inference:
@@ -345,7 +361,8 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     checkpoints.CheckpointError: unusable checkpoint (nothing is started).
     ActorFailed: an actor thread hit an error (a checkpoint is written first).
   """
-  # Several learners: the devices must be set up before TensorFlow initialises them.
+  # Threads and several learners' devices: set up before TensorFlow initialises them.
+  configure_threads(config)
   strategy = distributed.learner_strategy(config.num_learners)
   environment_constructor = environment_constructor or default_environment_constructor(config)
   levels = config.levels
@@ -358,6 +375,9 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     learner = make_learner(config, agent, strategy)
     checkpointer = make_checkpointer(config, agent, learner)
     restored = checkpointer.restore()
+    # The flags' learning rate, entropy cost and RMSProp epsilon win over the checkpoint's
+    # (population-based training restarts members with changed ones, IMPALA Appendix F).
+    learner.use_config_hyperparameters()
     if restored:
       print_fn(f"Resumed from {restored} at {int(learner.num_env_frames.numpy()):,} frames.")
     return _run(config, agent, learner, checkpointer, first_env, environment_constructor,
@@ -494,7 +514,9 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
   except (KeyboardInterrupt, _Stopping) as interrupt:
     stop_reason = f"interrupted ({type(interrupt).__name__} {interrupt})".replace(" )", ")")
   finally:
-    signal.signal(signal.SIGTERM, previous_handler)
+    # A SIGTERM now (a second one, or one as the budget is reached) must not cut the final
+    # checkpoint short; the previous handler comes back once it is written.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stop_event.set()
     policy.close()  # Wakes actors waiting for an action.
     if server is not None:
@@ -505,7 +527,10 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     for thread in actors + helpers:
       if thread.ident is not None:
         thread.join(_JOIN_TIMEOUT_SECS)
-    last_checkpoint = checkpointer.save(frames())
+    try:
+      last_checkpoint = checkpointer.save(frames())
+    finally:
+      signal.signal(signal.SIGTERM, previous_handler)
     monitor.write(frames(), learner_queues.fill())
     accounts = _trajectory_accounts(actors, ledger, server,
                                     trained[0])
@@ -578,6 +603,7 @@ def run_actor_process(config, learner_address, task, environment_constructor=Non
     distributed.PeerRejected: the learner refused this actor.
     ActorFailed: an actor thread hit an error other than an environment crash.
   """
+  configure_threads(config)
   environment_constructor = environment_constructor or default_environment_constructor(config)
   levels = config.levels
   for level in sorted(set(levels)):

@@ -6,10 +6,15 @@ vtrace.py) so its users can move over: `log_probs_from_logits_and_actions`,
 (c_bar, hard-wired to 1 in the released code) and `off_policy_correction`, which selects one of
 the four rows of Table 2.
 
+LASER's trust-region V-trace (Schmitt et al. 2019, section 4) is here too: `implied_policy_kl`,
+`trust_region_mask`, and the `trust_region_mask` / `trust_region_threshold` arguments of
+`from_importance_weights` / `from_logits` (off by default: plain V-trace).
+
 Everything is time-major: T is the unroll length, B the batch size. The returned targets carry
 no gradient (the paper differentiates neither v_s nor the advantage).
 """
 import collections
+import math
 
 import tensorflow as tf
 
@@ -18,7 +23,7 @@ VTraceReturns = collections.namedtuple("VTraceReturns", "vs pg_advantages")
 VTraceFromLogitsReturns = collections.namedtuple(
     "VTraceFromLogitsReturns",
     ["vs", "pg_advantages", "log_rhos", "behaviour_action_log_probs",
-     "target_action_log_probs"])
+     "target_action_log_probs", "trust_region_mask"])
 
 # Table 2's rows (section 5.2.1).
 VTRACE = "vtrace"
@@ -52,7 +57,7 @@ def log_probs_from_logits_and_actions(policy_logits, actions):
 
 def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
                             clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
-                            clip_c_threshold=1.0, lambda_=1.0,
+                            clip_c_threshold=1.0, lambda_=1.0, trust_region_mask=None,
                             name="vtrace_from_importance_weights"):
   r"""V-trace targets and policy-gradient advantages from log importance weights.
 
@@ -62,6 +67,16 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
       delta_s V = rho_s (r_s + gamma_s V(x_{s+1}) - V(x_s)),
   computed backwards from v_T = V(x_T) = bootstrap_value. The advantage of section 4.2 is
   rho^pg_s (r_s + gamma_s v_{s+1} - V(x_s)) with its own truncation rho^pg_bar.
+
+  With a trust-region mask m (LASER section 4.2-4.3, "we stop the Monte-Carlo bootstraps once
+  they reach undesirable state-behaviour pairs"), a return never runs through a rejected step
+  t+1 (m_{t+1} = 0): it bootstraps from V(x_{t+1}) there instead of using that step's action
+  and reward,
+      v_s - V(x_s) = delta_s V + gamma_s c_s m_{s+1} (v_{s+1} - V(x_{s+1})),
+      advantage_s = rho^pg_s (r_s + gamma_s (V(x_{s+1}) + m_{s+1} (v_{s+1} - V(x_{s+1})))
+                               - V(x_s)),
+  with m_T = 1 (v_T = V(x_T) anyway). Rejected steps' own v_s and advantages are still
+  returned; the losses leave them out (losses.py, `mask`).
 
   Args:
     log_rhos: float32 [T, B], log(pi(a_t|x_t) / mu(a_t|x_t)).
@@ -74,6 +89,8 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
     clip_pg_rho_threshold: the truncation of the policy-gradient weight, or None.
     clip_c_threshold: c_bar, or None. Default 1 (section 5.2.1).
     lambda_: the extra trace discount of Remark 2 (1 = the paper's default).
+    trust_region_mask: None (plain V-trace), or float32 [T, B] with 1 for kept and 0 for
+      rejected steps (`trust_region_mask(...)`); cuts the traces as above.
     name: name scope.
 
   Returns:
@@ -90,13 +107,24 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
     rhos = tf.exp(log_rhos)
     clipped_rhos = _truncate(rhos, clip_rho_threshold)
     cs = lambda_ * _truncate(rhos, clip_c_threshold)
+    values_t_plus_1 = _shift_left(values, bootstrap_value)
+    if trust_region_mask is not None:
+      trust_region_mask = tf.convert_to_tensor(trust_region_mask, dtype=tf.float32)
+      if not trust_region_mask.shape.is_compatible_with(log_rhos.shape):
+        raise ValueError(f"trust_region_mask has shape {trust_region_mask.shape}, expected "
+                         f"[T, B] = {log_rhos.shape} (time-major).")
+      # m_{s+1}: whether step s+1 is kept; the bootstrap value (s = T-1) always is.
+      next_kept = _shift_left(trust_region_mask, tf.ones_like(bootstrap_value))
+      cs = cs * next_kept
     vs_minus_values = _discounted_trace_sum(
-        deltas=clipped_rhos * (rewards + discounts * _shift_left(values, bootstrap_value)
-                               - values),
+        deltas=clipped_rhos * (rewards + discounts * values_t_plus_1 - values),
         discounts=discounts, cs=cs)
     vs = vs_minus_values + values
+    vs_t_plus_1 = _shift_left(vs, bootstrap_value)
+    if trust_region_mask is not None:
+      vs_t_plus_1 = values_t_plus_1 + next_kept * (vs_t_plus_1 - values_t_plus_1)
     pg_advantages = _truncate(rhos, clip_pg_rho_threshold) * (
-        rewards + discounts * _shift_left(vs, bootstrap_value) - values)
+        rewards + discounts * vs_t_plus_1 - values)
     return VTraceReturns(vs=tf.stop_gradient(vs),
                          pg_advantages=tf.stop_gradient(pg_advantages))
 
@@ -104,7 +132,7 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
 def from_logits(behaviour_policy_logits, target_policy_logits, actions, discounts, rewards,
                 values, bootstrap_value, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
                 clip_c_threshold=1.0, lambda_=1.0, off_policy_correction=VTRACE,
-                name="vtrace_from_logits"):
+                trust_region_threshold=None, name="vtrace_from_logits"):
   """V-trace (or one of Table 2's alternatives) from behaviour and target policy logits.
 
   Args:
@@ -120,18 +148,28 @@ def from_logits(behaviour_policy_logits, target_policy_logits, actions, discount
       'epsilon': value targets and advantages as if on-policy; the policy gradient uses
         log(pi + 1e-6) (see `target_action_log_probs`).
       'none': value targets and advantages as if on-policy.
+    trust_region_threshold: None for plain V-trace; else LASER's trust region (section 4.3):
+      steps whose KL(pi || pi_rho_bar) (`implied_policy_kl`, with rho_bar =
+      clip_rho_threshold) is above this threshold are rejected: the traces are cut there
+      (`from_importance_weights`) and `trust_region_mask` is 0 there. math.inf computes the
+      mask but keeps every step. Only with off_policy_correction='vtrace'.
     name: name scope.
 
   Returns:
     VTraceFromLogitsReturns: vs [T, B], pg_advantages [T, B] (both gradient-free),
     log_rhos [T, B], behaviour_action_log_probs [T, B] and target_action_log_probs [T, B]
-    (with the epsilon correction: log(pi(a|x) + 1e-6)). The policy-gradient loss is
-    -target_action_log_probs * pg_advantages.
+    (with the epsilon correction: log(pi(a|x) + 1e-6)), and trust_region_mask [T, B] (1 =
+    kept; all ones without a trust region). The policy-gradient loss is
+    -target_action_log_probs * pg_advantages (times the mask with a trust region).
   """
   if off_policy_correction not in OFF_POLICY_CORRECTIONS:
     raise ValueError(
         f"Unknown off_policy_correction {off_policy_correction!r}; expected one of "
         f"{OFF_POLICY_CORRECTIONS}.")
+  if trust_region_threshold is not None and off_policy_correction != VTRACE:
+    raise ValueError(
+        f"The trust region (trust_region_threshold={trust_region_threshold}) is defined for "
+        f"V-trace (LASER section 4), not off_policy_correction={off_policy_correction!r}.")
   with tf.name_scope(name):
     behaviour_policy_logits = tf.convert_to_tensor(behaviour_policy_logits, tf.float32)
     target_policy_logits = tf.convert_to_tensor(target_policy_logits, tf.float32)
@@ -146,12 +184,19 @@ def from_logits(behaviour_policy_logits, target_policy_logits, actions, discount
         behaviour_policy_logits, actions)
     log_rhos = target_action_log_probs - behaviour_action_log_probs
 
+    mask = tf.ones_like(log_rhos)
+    if trust_region_threshold is not None:
+      mask = trust_region_mask(
+          implied_policy_kl(behaviour_policy_logits, target_policy_logits,
+                            clip_rho_threshold),
+          trust_region_threshold)
     if off_policy_correction == VTRACE:
       returns = from_importance_weights(
           log_rhos, discounts, rewards, values, bootstrap_value,
           clip_rho_threshold=clip_rho_threshold,
           clip_pg_rho_threshold=clip_pg_rho_threshold,
-          clip_c_threshold=clip_c_threshold, lambda_=lambda_)
+          clip_c_threshold=clip_c_threshold, lambda_=lambda_,
+          trust_region_mask=mask if trust_region_threshold is not None else None)
     else:
       # Ignoring mu means rho = c = 1 everywhere: log_rhos = 0.
       returns = from_importance_weights(
@@ -169,7 +214,57 @@ def from_logits(behaviour_policy_logits, target_policy_logits, actions, discount
     return VTraceFromLogitsReturns(
         vs=returns.vs, pg_advantages=returns.pg_advantages, log_rhos=log_rhos,
         behaviour_action_log_probs=behaviour_action_log_probs,
-        target_action_log_probs=target_action_log_probs)
+        target_action_log_probs=target_action_log_probs, trust_region_mask=mask)
+
+
+def implied_policy_kl(behaviour_policy_logits, target_policy_logits, clip_rho_threshold=1.0):
+  """KL(pi || pi_rho_bar) at every step: how far V-trace's fixed point is from pi.
+
+  pi_rho_bar(a|x) = min(rho_bar mu(a|x), pi(a|x)) / sum_b min(rho_bar mu(b|x), pi(b|x)) is the
+  policy whose value V-trace estimates (IMPALA Theorem 1; LASER equation 3, Proposition 1).
+  LASER section 4.3 rejects a step when this divergence is large ("behaviour relevance
+  function"). It depends on the states' policies only, not on the sampled actions (section
+  4.3: an action-based criterion would add bias). Computed in log space, so policies with
+  tiny probabilities give finite values.
+
+  Args:
+    behaviour_policy_logits: float32 [T, B, NUM_ACTIONS], mu's logits.
+    target_policy_logits: float32 [T, B, NUM_ACTIONS], pi's logits.
+    clip_rho_threshold: rho_bar (V-trace's, 1 by default); None or inf: no truncation, so
+      pi_rho_bar = pi and the divergence is 0.
+
+  Returns:
+    float32 [T, B], >= 0, gradient-free (it selects data; it is not a loss).
+  """
+  behaviour_policy_logits = tf.convert_to_tensor(behaviour_policy_logits, tf.float32)
+  target_policy_logits = tf.convert_to_tensor(target_policy_logits, tf.float32)
+  behaviour_policy_logits.shape.assert_has_rank(3)
+  target_policy_logits.shape.assert_has_rank(3)
+  log_pi = tf.nn.log_softmax(tf.stop_gradient(target_policy_logits))
+  if clip_rho_threshold is None or math.isinf(clip_rho_threshold):
+    return tf.zeros_like(log_pi[..., 0])
+  log_mu = tf.nn.log_softmax(behaviour_policy_logits)
+  log_unnormalised = tf.minimum(math.log(clip_rho_threshold) + log_mu, log_pi)
+  log_implied = log_unnormalised - tf.reduce_logsumexp(log_unnormalised, axis=-1,
+                                                       keepdims=True)
+  kl = tf.reduce_sum(tf.exp(log_pi) * (log_pi - log_implied), axis=-1)
+  return tf.maximum(kl, 0.0)  # Rounding can give -1e-8 where pi_rho_bar = pi.
+
+
+def trust_region_mask(kl, threshold):
+  """1.0 where a step is kept (KL <= threshold), 0.0 where it is rejected (LASER 4.3).
+
+  Args:
+    kl: float32 [T, B], `implied_policy_kl`.
+    threshold: float >= 0 (math.inf keeps every step).
+
+  Returns:
+    float32 [T, B].
+  """
+  if threshold is None or math.isnan(threshold) or threshold < 0:
+    raise ValueError(f"The trust-region threshold must be a number >= 0 (inf: keep every "
+                     f"step), got {threshold}.")
+  return tf.cast(tf.convert_to_tensor(kl, tf.float32) <= threshold, tf.float32)
 
 
 def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,

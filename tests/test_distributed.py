@@ -247,11 +247,15 @@ def test_learner_trains_on_two_actor_processes_and_survives_a_killed_one(tmp_pat
   address = f"localhost:{free_port()}"
   # An actor started before the learner waits for it.
   actors = [_start("actor", address, tmp_path, 1, task=k) for k in (0, 1)]
-  time.sleep(25)  # Long enough for the actors to be up and waiting.
+  outputs = [[], []]
+  for k, process in enumerate(actors):  # Up and waiting, however long start-up takes.
+    for line in process.stdout:
+      outputs[k].append(line)
+      if "Waiting for the learner" in line:
+        break
   learner = _start("learner", address, tmp_path, 60_000)
   try:
     # Both actors deliver; then one is killed (its environment processes die with it).
-    outputs = [[], []]
     for k, process in enumerate(actors):
       for line in process.stdout:
         outputs[k].append(line)

@@ -287,6 +287,9 @@ def _experiment(*flags, **kwargs):
     (["--level_name=explore_goal_locations_small"], "BUILD.md"),
     (["--replay_fraction=1.0"], "online data must keep flowing"),
     (["--ppo_clip=0.2"], "--ppo_clip is an IMPACT setting: add --algorithm=impact"),
+    (["--num_learners=0"], "--num_learners must be a positive integer"),
+    (["--num_learners=3", "--num_actors=2"], "must be at least --num_learners"),
+    (["--intra_op_threads=-1"], "--intra_op_threads must be >= 0"),
 ])
 def test_bad_flags_fail_before_any_work(tmp_path, flags, message):
   run = _experiment("--mode=train", f"--logdir={tmp_path}", *flags)
@@ -389,3 +392,22 @@ def test_presets_follow_the_paper_and_flags_win():
     config_lib.resolve(config_lib.ExperimentConfig(mode="play"))
   with pytest.raises(ValueError, match="square"):
     config_lib.resolve(config_lib.ExperimentConfig(width=84, height=80))
+
+
+@pytest.mark.timeout(300)
+def test_training_with_each_actor_calling_the_network_itself(tmp_path):
+  # Table 1's comparison point (--nobatched_inference) trains like the default.
+  config = toy_config(tmp_path, total_frames=1600, batched_inference=False)
+  result = train_toy(config, lines=[])
+  assert result["num_env_frames"] >= 1600
+  assert result["trajectories"]["trained"] == result["num_updates"] * config.batch_size
+
+
+def test_thread_settings_must_come_before_tensorflow_starts(tmp_path):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.constant(1.0) + 1.0  # TensorFlow is running in this process now.
+  training.configure_threads(toy_config(tmp_path, total_frames=1))  # 0: nothing to do.
+  current = tf.config.threading.get_intra_op_parallelism_threads()
+  with pytest.raises(ValueError, match="before TensorFlow starts"):
+    training.configure_threads(toy_config(tmp_path, total_frames=1,
+                                          intra_op_threads=current + 3))

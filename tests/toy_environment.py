@@ -8,9 +8,11 @@ EPISODE_LENGTH; a uniformly random policy gets EPISODE_LENGTH / 3.
 Implements scalable_agent_tf2.environments.base.Environment (numpy only, so it runs in an
 EnvironmentProcess). `crash_after_steps` makes the process die, to test restarts. With `delayed_reward`, every
 episode's reward comes at its last step (the number of correct choices), so learning needs
-credit assignment across steps (discounting, V-trace targets, bootstrapping).
+credit assignment across steps (discounting, V-trace targets, bootstrapping). `step_secs` slows
+every step down (population tests pace their members with it).
 """
 import os
+import time
 
 import numpy as np
 
@@ -25,10 +27,12 @@ LEVEL_NAME = "toy/lit_side"
 class LitSideEnvironment(base.Environment):
   """See the module docstring."""
 
-  def __init__(self, seed=0, crash_after_steps=0, refuse=False, delayed_reward=False):
+  def __init__(self, seed=0, crash_after_steps=0, refuse=False, delayed_reward=False,
+               step_secs=0.0):
     if refuse:
       raise RuntimeError("this toy environment refuses to start")
     self._delayed_reward = delayed_reward
+    self._step_secs = step_secs
     self._num_correct = 0
     self._rng = np.random.default_rng(seed)
     self._crash_after_steps = crash_after_steps
@@ -62,6 +66,8 @@ class LitSideEnvironment(base.Environment):
 
   def step(self, action):
     action = base.check_action(action, NUM_ACTIONS)
+    if self._step_secs:
+      time.sleep(self._step_secs)
     self._num_steps += 1
     if self._crash_after_steps and self._num_steps >= self._crash_after_steps:
       os._exit(3)  # An environment process that dies without a word.
@@ -83,7 +89,8 @@ class LitSideEnvironment(base.Environment):
     pass
 
 
-def environment_constructor(crash_after_steps=0, refuse_after_calls=None, delayed_reward=False):
+def environment_constructor(crash_after_steps=0, refuse_after_calls=None, delayed_reward=False,
+                            step_secs=0.0):
   """An environment_constructor for training.train / evaluation.evaluate on the toy task.
 
   refuse_after_calls: environments built after this many calls fail in their constructor
@@ -98,5 +105,6 @@ def environment_constructor(crash_after_steps=0, refuse_after_calls=None, delaye
     calls[0] += 1
     refuse = refuse_after_calls is not None and calls[0] > refuse_after_calls
     return LitSideEnvironment, dict(seed=seed, crash_after_steps=crash_after_steps,
-                                    refuse=refuse, delayed_reward=delayed_reward)
+                                    refuse=refuse, delayed_reward=delayed_reward,
+                                    step_secs=step_secs)
   return constructor

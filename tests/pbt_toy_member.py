@@ -1,0 +1,49 @@
+"""A population member that really trains: experiment.py's training on the toy task.
+
+Takes the flags the population driver gives experiment.py (--logdir, --seed and the
+hyperparameters) and runs training.train on tests/toy_environment.py with small batches, so
+population tests exercise real checkpoints, restores and hyperparameter changes.
+"""
+import argparse
+import dataclasses
+import os
+import sys
+
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)),
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def main(argv):
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--logdir", required=True)
+  parser.add_argument("--seed", type=int, default=1)
+  parser.add_argument("--entropy_cost", type=float, required=True)
+  parser.add_argument("--learning_rate", type=float, required=True)
+  parser.add_argument("--epsilon", type=float, required=True)
+  parser.add_argument("--total_environment_frames", type=int, required=True)
+  parser.add_argument("--step_secs", type=float, default=0.01,
+                      help="Seconds per environment step (paces the member).")
+  args = parser.parse_args(argv)
+  # pylint: disable=g-import-not-at-top
+  import toy_environment
+  from scalable_agent_tf2 import config as config_lib
+  from scalable_agent_tf2 import networks
+  from scalable_agent_tf2 import training
+  config = config_lib.resolve(config_lib.ExperimentConfig(
+      level_name="atari/pong", logdir=args.logdir, seed=args.seed, num_actors=2,
+      batch_size=4, unroll_length=10, total_environment_frames=args.total_environment_frames,
+      entropy_cost=args.entropy_cost, learning_rate=args.learning_rate, epsilon=args.epsilon,
+      log_secs=0.5, checkpoint_secs=2.0, jit_compile="off"))
+  config = dataclasses.replace(config, level_name=toy_environment.LEVEL_NAME)
+  network = networks.NetworkConfig(
+      num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
+      torso=networks.SHALLOW, use_lstm=False, use_instruction=False)
+  training.train(config, environment_constructor=toy_environment.environment_constructor(
+      step_secs=args.step_secs),
+                 network_config=network, print_fn=lambda line: print(line, flush=True))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
