@@ -80,6 +80,14 @@ flags.DEFINE_float("replay_fraction", 0.0,
 flags.DEFINE_integer("replay_capacity", 10_000,
                      "Replay capacity in trajectories, oldest removed first (Table D.3: "
                      "10,000). Memory: capacity x bytes per trajectory, printed at start.")
+flags.DEFINE_bool("laser_replay", False,
+                  "LASER (Schmitt et al., 2019): replay whole episodes, sampled uniformly and "
+                  "played from their start with the core state recomputed by the current "
+                  "network; oldest episodes removed first; --replay_capacity counts unrolls. "
+                  "Needs --replay_fraction in (0, 1): LASER's 7 replayed : 1 online is 0.875.")
+flags.DEFINE_bool("entropy_on_online_only", None,
+                  "Entropy cost on the batch's online trajectories only (LASER section 5.1). "
+                  "Default: on with --laser_replay, off otherwise.")
 # IMPACT (--algorithm=impact only; defaults: the IMPACT paper's Table 1, discrete actions).
 _IMPACT = "IMPACT only; default: Table 1's "
 flags.DEFINE_integer("target_update_period", None,

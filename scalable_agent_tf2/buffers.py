@@ -92,7 +92,8 @@ def num_replayed_per_batch(batch_size, replay_fraction):
   if not 0.0 <= replay_fraction < 1.0:
     raise ValueError(f"--replay_fraction must be in [0, 1), got {replay_fraction}: online "
                      f"data must keep flowing into every batch (the paper's 0.5 draws half "
-                     f"of each batch from replay).")
+                     f"of each batch from replay; LASER section 5.3 / Figure 2: learning "
+                     f"from replay only fails, its 7 replayed : 1 online is 0.875).")
   num_replayed = int(round(replay_fraction * batch_size))
   if replay_fraction > 0 and num_replayed == 0:
     raise ValueError(f"--replay_fraction {replay_fraction} of --batch_size {batch_size} "
@@ -368,7 +369,8 @@ class EpisodeMixer:
       num_replayed: replayed trajectories per batch, 0 < num_replayed < batch_size.
       agent: this agent's tag in the replay.
       advance_state: callable(trajectory, state) -> the core state before the next unroll
-        (the network run over the trajectory's steps 1..T from `state`, no gradient); never
+        (the network run over the trajectory's steps 0..T-1 from `state`, no gradient: the
+        steps the actor read between the two unrolls' starts); never
         called when states are () (feed-forward agents).
     """
     if not 0 < num_replayed < batch_size:

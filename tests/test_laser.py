@@ -15,11 +15,11 @@ T = 4  # Unroll length.
 
 def _toy_core(decay):
   """A numpy stand-in for an LSTM: s <- decay * s + reward, reset to 0 where an episode
-  starts. advance(trajectory, s) runs it over steps 1..T (what the actor does between two
-  unrolls' starts), the role of training's recomputation with the current network."""
+  starts. advance(trajectory, s) runs it over steps 0..T-1 (what the actor reads between
+  two unrolls' starts), the role of training's recomputation with the current network."""
   def advance(trajectory, state):
     state = float(state[0])
-    for t in range(1, T + 1):
+    for t in range(T):
       if trajectory.env_outputs.done[t]:
         state = 0.0
       state = decay * state + float(trajectory.env_outputs.reward[t])
@@ -123,6 +123,7 @@ def test_replay_plays_episodes_from_their_start_recomputing_the_core_state():
   assert mixer.num_replayed + mixer.num_online_fill == 3 * 12
   assert mixer.num_replayed > 20
   by_start = {int(u.env_outputs.reward[0]): u for u in unrolls}
+  stale = 0
   for lane in lanes.values():
     # Split the lane into its episodes: each starts at the first unroll of a stored episode
     # and walks its unrolls in order.
@@ -142,10 +143,10 @@ def test_replay_plays_episodes_from_their_start_recomputing_the_core_state():
       for previous, unroll in zip(played, played[1:]):
         state = current(by_start[int(previous.env_outputs.reward[0])], state)
         assert np.allclose(unroll.agent_state, state)
-      if len(played) > 1:  # Recomputed, not the actor's (stale) state.
-        assert not np.allclose(played[1].agent_state,
-                               by_start[key[1]].agent_state)
+      stale += sum(not np.allclose(u.agent_state, by_start[int(u.env_outputs.reward[0])]
+                                   .agent_state) for u in played[1:])
       index += len(key)
+  assert stale > 0  # Recomputed with the current core, not the actors' (stale) states.
 
 
 def test_recomputation_with_the_actors_parameters_gives_back_the_actors_states():
@@ -193,3 +194,114 @@ def test_two_agents_share_one_replay_tagged_and_sample_each_others_episodes():
     assert {int(u.env_outputs.reward[0]) for u in episode.unrolls} <= own[episode.agent]
   for name, mixer in mixers.items():
     assert set(mixer.sampled_agents) == {"lr_high", "lr_low"}, (name, mixer.sampled_agents)
+
+
+# --- The learner and training -------------------------------------------------------------
+
+import dataclasses  # noqa: E402
+import threading  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
+
+import toy_environment  # noqa: E402
+from scalable_agent_tf2 import config as config_lib  # noqa: E402
+from scalable_agent_tf2 import learner as learner_lib  # noqa: E402
+from scalable_agent_tf2 import losses  # noqa: E402
+from scalable_agent_tf2 import networks  # noqa: E402
+from scalable_agent_tf2 import training  # noqa: E402
+
+TOY_LSTM = networks.NetworkConfig(
+    num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
+    torso=networks.SHALLOW, use_lstm=True, use_instruction=False)
+
+
+def test_entropy_mask_keeps_the_online_trajectories_only():
+  logits = np.random.default_rng(0).normal(size=[5, 4, 3]).astype(np.float32)
+  mask = learner_lib.online_mask(4, 3).numpy()
+  assert mask.tolist() == [1, 0, 0, 0]
+  p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+  expected = (p * np.log(p)).sum(-1)[:, :1].sum()  # Ground truth: trajectory 0 only.
+  got = losses.entropy_loss(logits, np.broadcast_to(mask, [5, 4]))
+  assert np.isclose(got, expected, rtol=1e-5)
+  assert np.isclose(losses.entropy_loss(logits), (p * np.log(p)).sum(), rtol=1e-5)
+
+
+def _laser_config(logdir, **overrides):
+  values = dict(level_name="atari/pong", logdir=str(logdir), num_actors=2, batch_size=4,
+                unroll_length=5, total_environment_frames=1_200, log_secs=30.0,
+                replay_fraction=0.5, replay_capacity=200, laser_replay=True)
+  values.update(overrides)
+  config = config_lib.resolve(config_lib.ExperimentConfig(**values))
+  return dataclasses.replace(config, level_name=toy_environment.LEVEL_NAME)
+
+
+@pytest.mark.parametrize("values, message", [
+    (dict(laser_replay=True), "set --replay_fraction in \\(0, 1\\)"),
+    (dict(laser_replay=True, replay_fraction=1.0), "online data must keep flowing"),
+    (dict(laser_replay=True, replay_fraction=0.5, algorithm="impact"), "IMPALA's learner"),
+    (dict(entropy_on_online_only=True), "needs replayed data"),
+])
+def test_laser_flags_refuse_bad_combinations(values, message):
+  with pytest.raises(ValueError, match=message):
+    config_lib.resolve(config_lib.ExperimentConfig(**values))
+
+
+def test_laser_defaults_keep_impala_unchanged():
+  plain = config_lib.resolve(config_lib.ExperimentConfig())
+  assert (plain.laser_replay, plain.entropy_on_online_only) == (False, False)
+  laser = config_lib.resolve(config_lib.ExperimentConfig(laser_replay=True,
+                                                         replay_fraction=0.875))
+  assert laser.entropy_on_online_only and laser.num_replayed_per_batch == 28  # 7:1 of 32.
+
+
+def test_recomputed_state_with_the_actors_parameters_is_the_actors_state():
+  agent = networks.Agent(TOY_LSTM, seed=1)
+  constructor, kwargs = toy_environment.environment_constructor()(
+      toy_environment.LEVEL_NAME, 0, False)
+  from scalable_agent_tf2 import actor as actor_lib
+  from scalable_agent_tf2 import environments
+  env = environments.EnvironmentProcess(constructor, kwargs=kwargs)
+  policy = actor_lib.PerActorPolicy(agent, device="/cpu:0")
+  try:
+    loop = actor_lib.EnvironmentLoop(lambda attempt: env, policy, np.random.default_rng(0),
+                                     toy_environment.LEVEL_NAME)
+    unrolls = [loop.unroll(7) for _ in range(3)]  # Episodes of 10 steps: starts inside.
+  finally:
+    policy.close()
+    env.close()
+  advance = training.advance_state_fn(agent, "/cpu:0")
+  for previous, unroll in zip(unrolls, unrolls[1:]):
+    state = advance(previous, previous.agent_state)
+    tf.nest.map_structure(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+                          tuple(state), tuple(unroll.agent_state))
+
+
+def test_two_agents_with_different_hyperparameters_share_one_replay(tmp_path):
+  replay = buffers.EpisodeReplay(capacity=200, seed=0)
+  configs = {"agent_a": _laser_config(tmp_path / "agent_a", learning_rate=0.0006),
+             "agent_b": _laser_config(tmp_path / "agent_b", learning_rate=0.0002,
+                                      entropy_cost=0.02, seed=7)}
+  results, errors = {}, []
+
+  def run(name):
+    try:
+      results[name] = training.train(
+          configs[name], environment_constructor=toy_environment.environment_constructor(),
+          network_config=TOY_LSTM, print_fn=lambda line: None, shared_replay=replay)
+    except BaseException as error:  # pylint: disable=broad-except
+      errors.append(error)
+  threads = [threading.Thread(target=run, args=(name,)) for name in configs]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join(240)
+  assert not errors, errors
+  # Both agents' episodes are in the one replay, tagged by agent (the logdir's name) ...
+  assert set(replay.added_by_agent()) == {"agent_a", "agent_b"}
+  for name, result in results.items():
+    assert result["num_env_frames"] >= 1_200
+    stats = result["replay"]
+    assert stats["num_replayed"] > 0
+    # ... and each agent replayed episodes of the other one.
+    other = ({"agent_a", "agent_b"} - {name}).pop()
+    assert stats["sampled_by_agent"].get(other, 0) > 0, (name, stats)
