@@ -436,6 +436,58 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
       close()
 
 
+def train_sharing_replay(configs, replay_capacity, environment_constructor=None,
+                         network_config=None, print_fn=print, seed=0):
+  """Trains several agents at once in this process on one LASER episode replay.
+
+  LASER section 5.4: the agents of a hyperparameter sweep run concurrently, each adds its
+  experience to a common replay and samples uniformly from all of it (tagged by agent).
+  Each agent is a `train` run on its own thread with its own actors, learner, logdir and
+  checkpoints. The runs stop at their frame budgets; signals are not handled (interrupting
+  the process loses the runs' final checkpoints, the periodic ones remain).
+
+  Args:
+    configs: dict agent tag -> resolved config.ExperimentConfig with laser_replay (e.g. a
+      sweep over learning rate and entropy cost), each with its own logdir.
+    replay_capacity: unrolls held by the shared replay (FIFO by episode).
+    environment_constructor, network_config: as `train` (for every agent).
+    print_fn: where console lines go, each prefixed with its agent's tag.
+    seed: seeds the replay's sampling.
+
+  Returns:
+    (dict agent tag -> train's result, the buffers.EpisodeReplay).
+
+  Raises:
+    ValueError: a config without laser_replay, or two agents with one logdir.
+    The first error of a run, once every run has stopped.
+  """
+  for tag, config in configs.items():
+    if not config.laser_replay:
+      raise ValueError(f"Agent {tag!r}: sharing a replay needs --laser_replay.")
+  logdirs = [os.path.normpath(config.logdir) for config in configs.values()]
+  if len(set(logdirs)) != len(logdirs):
+    raise ValueError(f"Each agent needs its own logdir, got {logdirs}.")
+  replay = buffers.EpisodeReplay(replay_capacity, seed=seed)
+  results, errors = {}, []
+
+  def run(tag, config):
+    try:
+      results[tag] = train(config, environment_constructor, network_config,
+                           print_fn=lambda line: print_fn(f"[{tag}] {line}"),
+                           shared_replay=replay, agent_tag=tag)
+    except BaseException as error:  # pylint: disable=broad-except
+      errors.append(error)
+  threads = [threading.Thread(target=run, args=item, name=f"agent-{item[0]}", daemon=True)
+             for item in configs.items()]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  if errors:
+    raise errors[0]
+  return results, replay
+
+
 def _run(config, agent, learner, checkpointer, first_env, environment_constructor, closers,
          print_fn, listen_address, shared_replay, agent_tag):
   """The threads of `train`; see the module docstring."""

@@ -277,26 +277,15 @@ def test_recomputed_state_with_the_actors_parameters_is_the_actors_state():
 
 
 def test_two_agents_with_different_hyperparameters_share_one_replay(tmp_path):
-  replay = buffers.EpisodeReplay(capacity=200, seed=0)
-  configs = {"agent_a": _laser_config(tmp_path / "agent_a", learning_rate=0.0006),
-             "agent_b": _laser_config(tmp_path / "agent_b", learning_rate=0.0002,
+  configs = {"agent_a": _laser_config(tmp_path / "a", learning_rate=0.0006),
+             "agent_b": _laser_config(tmp_path / "b", learning_rate=0.0002,
                                       entropy_cost=0.02, seed=7)}
-  results, errors = {}, []
-
-  def run(name):
-    try:
-      results[name] = training.train(
-          configs[name], environment_constructor=toy_environment.environment_constructor(),
-          network_config=TOY_LSTM, print_fn=lambda line: None, shared_replay=replay)
-    except BaseException as error:  # pylint: disable=broad-except
-      errors.append(error)
-  threads = [threading.Thread(target=run, args=(name,)) for name in configs]
-  for thread in threads:
-    thread.start()
-  for thread in threads:
-    thread.join(240)
-  assert not errors, errors
-  # Both agents' episodes are in the one replay, tagged by agent (the logdir's name) ...
+  lines = []
+  results, replay = training.train_sharing_replay(
+      configs, replay_capacity=200, environment_constructor=(
+          toy_environment.environment_constructor()), network_config=TOY_LSTM,
+      print_fn=lines.append)
+  # Both agents' episodes are in the one replay, tagged by agent ...
   assert set(replay.added_by_agent()) == {"agent_a", "agent_b"}
   for name, result in results.items():
     assert result["num_env_frames"] >= 1_200
@@ -305,3 +294,13 @@ def test_two_agents_with_different_hyperparameters_share_one_replay(tmp_path):
     # ... and each agent replayed episodes of the other one.
     other = ({"agent_a", "agent_b"} - {name}).pop()
     assert stats["sampled_by_agent"].get(other, 0) > 0, (name, stats)
+  assert any(line.startswith("[agent_b] LASER replay") for line in lines)
+
+
+def test_sharing_a_replay_refuses_runs_without_laser_or_with_one_logdir(tmp_path):
+  with pytest.raises(ValueError, match="needs --laser_replay"):
+    training.train_sharing_replay(
+        {"a": dataclasses.replace(_laser_config(tmp_path), laser_replay=False)}, 10)
+  with pytest.raises(ValueError, match="its own logdir"):
+    training.train_sharing_replay({"a": _laser_config(tmp_path), "b": _laser_config(tmp_path)},
+                                  10)
