@@ -3,7 +3,9 @@
     actor threads (--num_actors), each with its environment in a subprocess
       -> one batched forward pass for all of them (dynamic_batching, learner's device)
       -> unrolls of --unroll_length on a bounded queue
-      [-> with --replay_fraction > 0: a share of each batch drawn from experience replay]
+      [-> with --replay_fraction > 0: a share of each batch drawn from experience replay;
+          with --laser_replay: LASER's episode replay (buffers.EpisodeMixer), possibly shared
+          by several agents' runs in this process (train_sharing_replay)]
       -> tf.data: batch --batch_size trajectories, time-major, prefetch the next batch
       [-> with --algorithm=impact: the circular buffer, each batch used K times]
       -> the learner's compiled update (learner.py)
