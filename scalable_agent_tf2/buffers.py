@@ -345,6 +345,12 @@ class EpisodeReplay:
       return self._episodes[int(self._rng.integers(len(self._episodes)))]
 
 
+def _zeros_like(state):
+  """A core state (a tuple or namedtuple of arrays, or ()) of zeros."""
+  zeros = [np.zeros_like(part) for part in state]
+  return type(state)(*zeros) if hasattr(state, "_fields") else tuple(zeros)
+
+
 class EpisodeMixer:
   """callable() -> the next trajectory of a batch stream mixing online and replayed ones.
 
@@ -352,9 +358,9 @@ class EpisodeMixer:
   batch_size - num_replayed come from `next_online` (each added to the replay after it is
   drawn: LASER section 5.3 uses fresh experience before replaying it), the last num_replayed
   from replay lanes. Lane j plays one sampled episode from its first unroll to its last, one
-  unroll per batch, then samples another. The first unroll keeps the actor's core state
-  (the LSTM resets where the episode starts, so the episode's own steps are unaffected by
-  it); each later unroll's state is recomputed with `advance_state` from the previous
+  unroll per batch, then samples another. The first unroll keeps the actor's core state if
+  this agent made the episode, else starts from zeros (the LSTM resets where the episode
+  starts, so the episode's own steps are unaffected by it); each later unroll's state is recomputed with `advance_state` from the previous
   unroll and its (recomputed) state, when the unroll is handed out, so with the parameters of
   that moment (LASER Appendix A.2). Before the replay holds a complete episode, replayed
   places are filled with online trajectories (which then also count as online).
@@ -422,5 +428,9 @@ class EpisodeMixer:
         return None
       self.sampled_agents[episode.agent] += 1
       index, state = 0, episode.unrolls[0].agent_state
+      if episode.agent != self._agent:
+        # Another agent's network made that state (section 5.1: "arbitrarily different state
+        # representations"); zeros, the state an episode starts from, mean the same to all.
+        state = _zeros_like(state)
     self._lanes[lane_index] = [episode, index, state]
     return episode.unrolls[index]._replace(agent_state=state)

@@ -196,6 +196,20 @@ def test_two_agents_share_one_replay_tagged_and_sample_each_others_episodes():
     assert set(mixer.sampled_agents) == {"lr_high", "lr_low"}, (name, mixer.sampled_agents)
 
 
+def test_another_agents_episode_starts_from_a_zero_state():
+  replay = buffers.EpisodeReplay(capacity=1000, seed=4)
+  theirs, _ = _actor_stream([6, 3, 9] * 3, offset=1.0)
+  for unroll in theirs:
+    replay.add(unroll, agent="them", actor=0)
+  assert any(e.unrolls[0].agent_state[0] != 0 for e in replay._episodes)
+  ours, _ = _actor_stream([5] * 20, offset=1000.0)
+  mixer = buffers.EpisodeMixer(_online(ours), replay, 2, 1, "us", _toy_core(0.5))
+  for call in range(2):  # Online, then the first unroll of a sampled episode of theirs.
+    item = mixer()
+  assert mixer.sampled_agents == {"them": 1}
+  assert item.agent_state == (0.0,) and type(item.agent_state) is tuple
+
+
 # --- The learner and training -------------------------------------------------------------
 
 import dataclasses  # noqa: E402
