@@ -7,6 +7,10 @@
                     batch").
     CircularBuffer  IMPACT section 3.2 / Figure 4a: N batches, each traversed at most K times,
                     then replaced by a new batch.
+    EpisodeReplay   LASER (Schmitt et al., 2019) sections 5.1, 5.4: whole episodes, FIFO by
+                    episode, uniform sampling, shareable by several agents (tagged by agent).
+    EpisodeMixer    LASER section 5.3, Appendix A.2: online and replayed trajectories in every
+                    batch; episodes replayed from their start, core states recomputed.
 
 Plain Python and numpy: the items are whatever the caller stores (trajectories, batches) and
 are kept by reference, never copied. Every method is thread-safe.
