@@ -70,9 +70,6 @@ flags.DEFINE_float("trust_region_threshold", None,
                    "value losses and cut the V-trace traces. Default: inf (off, plain IMPALA).")
 flags.DEFINE_enum("jit_compile", "auto", ["auto", "on", "off"],
                   "XLA-compile the learner update; auto: on GPUs only (faster on each).")
-flags.DEFINE_integer("intra_op_threads", 0,
-                     "TensorFlow threads per op; 0: TensorFlow's default (one per core). "
-                     "See benchmarks/RESULTS.md, \"Throughput\".")
 flags.DEFINE_enum("algorithm", "impala", ["impala", "impact"],
                   "impala, or impact (Luo et al., 2020: target network, circular buffer, "
                   "clipped target-worker surrogate; presets from its Table 1).")
@@ -83,6 +80,14 @@ flags.DEFINE_float("replay_fraction", 0.0,
 flags.DEFINE_integer("replay_capacity", 10_000,
                      "Replay capacity in trajectories, oldest removed first (Table D.3: "
                      "10,000). Memory: capacity x bytes per trajectory, printed at start.")
+flags.DEFINE_bool("laser_replay", False,
+                  "LASER (Schmitt et al., 2019): replay whole episodes, sampled uniformly and "
+                  "played from their start with the core state recomputed by the current "
+                  "network; oldest episodes removed first; --replay_capacity counts unrolls. "
+                  "Needs --replay_fraction in (0, 1): LASER's 7 replayed : 1 online is 0.875.")
+flags.DEFINE_bool("entropy_on_online_only", None,
+                  "Entropy cost on the batch's online trajectories only (LASER section 5.1). "
+                  "Default: on with --laser_replay, off otherwise.")
 # IMPACT (--algorithm=impact only; defaults: the IMPACT paper's Table 1, discrete actions).
 _IMPACT = "IMPACT only; default: Table 1's "
 flags.DEFINE_integer("target_update_period", None,
@@ -99,6 +104,9 @@ flags.DEFINE_float("target_worker_clipping", None,
 flags.DEFINE_float("gae_lambda", None, "lambda of the V-trace GAE advantages. " + _IMPACT
                    + "0.995.")
 flags.DEFINE_float("kl_cost", None, "Weight of KL(pi_target || pi). " + _IMPACT + "0.0.")
+flags.DEFINE_integer("intra_op_threads", 0,
+                     "TensorFlow threads per op; 0: TensorFlow's default (one per core). "
+                     "See benchmarks/RESULTS.md, \"Throughput\".")
 flags.DEFINE_integer("width", None, "Frame width. " + _PRESET)
 flags.DEFINE_integer("height", None, "Frame height. " + _PRESET)
 flags.DEFINE_string("dataset_path", "", "DMLab: directory of the Brady et al. images.")

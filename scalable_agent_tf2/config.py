@@ -63,13 +63,16 @@ class ExperimentConfig:
   # LASER's trust-region V-trace (Schmitt et al. 2019, section 4.3); inf (preset): off.
   trust_region_threshold: Optional[float] = None
   jit_compile: str = "auto"
-  # TensorFlow's threads per op (0: its default, one per core). See training.configure_threads.
-  intra_op_threads: int = 0
   # Algorithm: IMPALA, or IMPACT (Luo et al., 2020) with the IMPACT settings below.
   algorithm: str = learner_lib.IMPALA
   # Experience replay (IMPALA section 5.2.2, Table D.3); fraction 0: none.
   replay_fraction: float = 0.0
   replay_capacity: int = buffers.DEFAULT_REPLAY_CAPACITY
+  # LASER (Schmitt et al., 2019): replay whole episodes from their start, core states
+  # recomputed (buffers.EpisodeReplay); --replay_capacity then counts unrolls.
+  laser_replay: bool = False
+  # LASER section 5.1: the entropy cost on online trajectories only (None: with LASER replay).
+  entropy_on_online_only: Optional[bool] = None
   # IMPACT (IMPACT_FIELDS; None: Table 1's values, the target period N x K).
   target_update_period: Optional[int] = None
   circular_buffer_size: Optional[int] = None
@@ -78,6 +81,8 @@ class ExperimentConfig:
   target_worker_clipping: Optional[float] = None
   gae_lambda: Optional[float] = None
   kl_cost: Optional[float] = None
+  # TensorFlow's threads per op (0: its default, one per core). See training.configure_threads.
+  intra_op_threads: int = 0
   # Environments.
   width: Optional[int] = None
   height: Optional[int] = None
@@ -205,6 +210,28 @@ def presets(level_name, algorithm=learner_lib.IMPALA):
   return values
 
 
+def _resolve_laser(config):
+  """Checks LASER's replay flags; entropy_on_online_only defaults to laser_replay."""
+  replays = config.replay_fraction > 0
+  if config.laser_replay and not replays:
+    raise ValueError("--laser_replay mixes replayed episodes into every batch: set "
+                     "--replay_fraction in (0, 1), e.g. LASER's 0.875 (7 replayed "
+                     "trajectories for each online one, section 5.3).")
+  if config.laser_replay and config.algorithm == learner_lib.IMPACT:
+    raise ValueError("--laser_replay is built for IMPALA's learner; drop --algorithm=impact "
+                     "or --laser_replay.")
+  online_only = config.entropy_on_online_only
+  if online_only is None:
+    online_only = config.laser_replay
+  if online_only and not replays:
+    raise ValueError("--entropy_on_online_only needs replayed data to leave out: set "
+                     "--replay_fraction > 0, or drop the flag.")
+  if online_only and config.algorithm == learner_lib.IMPACT:
+    raise ValueError("--entropy_on_online_only is built for IMPALA's learner; drop "
+                     "--algorithm=impact or the flag.")
+  return dataclasses.replace(config, entropy_on_online_only=bool(online_only))
+
+
 def resolve(config):
   """The config with every None filled from the presets, checked.
 
@@ -273,6 +300,7 @@ def resolve(config):
           config,
           target_update_period=config.circular_buffer_size * config.circular_buffer_max_uses)
     config.impact_config()  # Checks IMPACT's values.
+  config = _resolve_laser(config)
   # The learner checks its own values (reward clipping, off-policy correction, learning
   # rate, discounting, ...).
   config.learner_config()

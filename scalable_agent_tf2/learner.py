@@ -228,7 +228,8 @@ class Learner(tf.Module):
     self.entropy_cost.assign(self.config.entropy_cost)
     self.optimizer.epsilon.assign(self.config.epsilon)
 
-  def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None):
+  def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None,
+             entropy_mask=None):
     """One learner step on a batch of trajectories.
 
     Args:
@@ -240,6 +241,9 @@ class Learner(tf.Module):
       num_new_trajectories: how many of the B trajectories are new environment experience
         (the rest were trained on before: replayed); None means all B. Only new ones count
         as environment frames (the frame budget and the learning-rate schedule).
+      entropy_mask: None (the entropy cost on every trajectory), or float32 [B]: 1 for the
+        trajectories the entropy cost applies to (LASER section 5.1: online ones only;
+        online_mask). One learner only.
 
     Returns:
       dict of scalars: total_loss, pg_loss, baseline_loss, entropy_loss, learning_rate (the
@@ -249,6 +253,15 @@ class Learner(tf.Module):
     env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
                                              agent_outputs)
     num_new = _num_new_trajectories(num_new_trajectories, env_outputs)
+    if entropy_mask is not None:
+      if self.strategy is not None:
+        raise ValueError("entropy_mask needs a single learner (LASER replay refuses several).")
+      entropy_mask = tf.convert_to_tensor(entropy_mask, tf.float32)
+      if not entropy_mask.shape.is_compatible_with(env_outputs.reward.shape[1:]):
+        raise ValueError(f"entropy_mask has shape {entropy_mask.shape}, expected [B] = "
+                         f"{env_outputs.reward.shape[1:]}.")
+      return self._compiled_update(agent_state, env_outputs, agent_outputs, num_new,
+                                   entropy_mask)
     if self.strategy is not None:
       replicas = self.strategy.num_replicas_in_sync
       batch_size = env_outputs.reward.shape[1]
@@ -257,19 +270,21 @@ class Learner(tf.Module):
                          f"learners ({replicas}): each takes an equal slice.")
     return self._compiled_update(agent_state, env_outputs, agent_outputs, num_new)
 
-  def _loss_and_gradients(self, agent_state, env_outputs, agent_outputs):
+  def _loss_and_gradients(self, agent_state, env_outputs, agent_outputs, entropy_mask=None):
     """(total loss, loss terms, gradients) of one batch (losses summed over T and B)."""
     config = self.config
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
-      terms, _ = impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config)
+      terms, _ = impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config,
+                                   entropy_mask)
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
                     + self.entropy_cost * terms["entropy_loss"])
     return total_loss, terms, tape.gradient(total_loss, self._variables)
 
-  def _update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories):
+  def _update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories,
+              entropy_mask=None):
     total_loss, terms, gradients = self._loss_and_gradients(agent_state, env_outputs,
-                                                            agent_outputs)
+                                                            agent_outputs, entropy_mask)
     return self._apply(total_loss, terms, gradients, env_outputs.reward,
                        num_new_trajectories)
 
@@ -456,7 +471,13 @@ def _aligned(learner_outputs, env_outputs, agent_outputs, config):
       * config.discounting)
 
 
-def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config):
+def online_mask(batch_size, num_replayed):
+  """float32 [B]: 1 for a batch's online trajectories, 0 for its replayed ones (the last
+  num_replayed: buffers.ReplayMixer, buffers.EpisodeMixer)."""
+  return tf.concat([tf.ones([batch_size - num_replayed]), tf.zeros([num_replayed])], 0)
+
+
+def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config, entropy_mask=None):
   """The three unweighted IMPALA loss terms (section 4.2) of one batch.
 
   Args:
@@ -464,6 +485,8 @@ def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config):
     env_outputs: EnvOutput of [T+1, B, ...].
     agent_outputs: AgentOutput of [T+1, B, ...] (the behaviour policy mu).
     config: LearnerConfig.
+    entropy_mask: None, or float32 [B]: the trajectories whose entropy counts (LASER
+      section 5.1: online data only).
 
   Returns:
     (dict with float32 scalars pg_loss, baseline_loss, entropy_loss (sums over T and B) and,
@@ -489,7 +512,10 @@ def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config):
       pg_loss=losses.policy_gradient_loss(returns.target_action_log_probs,
                                           returns.pg_advantages, mask),
       baseline_loss=losses.baseline_loss(returns.vs - batch.values, mask),
-      entropy_loss=losses.entropy_loss(batch.learner_logits))
+      entropy_loss=losses.entropy_loss(
+          batch.learner_logits,
+          None if entropy_mask is None
+          else tf.broadcast_to(entropy_mask, tf.shape(batch.learner_logits)[:2])))
   if mask is not None:
     terms["trust_region_rejected"] = tf.reduce_sum(1.0 - mask)
   return terms, returns

@@ -83,17 +83,19 @@ def _masked(terms, mask):
   return tf.where(tf.cast(mask, tf.bool), terms, tf.zeros_like(terms))
 
 
-def entropy_loss(policy_logits):
+def entropy_loss(policy_logits, mask=None):
   """sum_t,b sum_a pi log pi: minus the policy's entropy (section 4.2, "entropy bonus").
 
   Args:
     policy_logits: float32 [T, B, NUM_ACTIONS].
+    mask: None, or float32 [T, B]: 0 leaves a step out (LASER section 5.1: the entropy cost
+      on online data only; learner.online_mask).
 
   Returns:
     float32 scalar. The learner multiplies it by entropy_cost.
   """
   log_policy = tf.nn.log_softmax(policy_logits)
-  return tf.reduce_sum(tf.exp(log_policy) * log_policy)
+  return tf.reduce_sum(_masked(tf.reduce_sum(tf.exp(log_policy) * log_policy, -1), mask))
 
 
 def impact_log_ratio(action_log_probs, target_action_log_probs, behaviour_action_log_probs,

@@ -3,7 +3,9 @@
     actor threads (--num_actors), each with its environment in a subprocess
       -> one batched forward pass for all of them (dynamic_batching, learner's device)
       -> unrolls of --unroll_length on a bounded queue
-      [-> with --replay_fraction > 0: a share of each batch drawn from experience replay]
+      [-> with --replay_fraction > 0: a share of each batch drawn from experience replay;
+          with --laser_replay: LASER's episode replay (buffers.EpisodeMixer), possibly shared
+          by several agents' runs in this process (train_sharing_replay)]
       -> tf.data: batch --batch_size trajectories, time-major, prefetch the next batch
       [-> with --algorithm=impact: the circular buffer, each batch used K times]
       -> the learner's compiled update (learner.py)
@@ -196,6 +198,44 @@ def trajectory_nbytes(signature):
   return sum(int(np.prod(spec.shape)) * spec.dtype.size for spec in tf.nest.flatten(signature))
 
 
+def advance_state_fn(agent, device):
+  """callable(trajectory, state) -> the core state before the trajectory's successor: the
+  current network run (no gradient) over steps 0..T-1 from `state`, as the actor ran it (it
+  reads observation t to choose the action of step t+1; step T is the successor's step 0).
+  LASER Appendix A.2: replayed episodes' LSTM states recomputed with the latest
+  parameters."""
+  @tf.function
+  def advance(prev_actions, env_outputs, state):
+    _, state = agent.unroll(prev_actions, env_outputs, state)
+    return state
+
+  def advance_state(trajectory, state):
+    batched = lambda x: tf.convert_to_tensor(x)[:-1, tf.newaxis]
+    with tf.device(device):
+      state = advance(batched(trajectory.agent_outputs.action),
+                      tf.nest.map_structure(batched, trajectory.env_outputs),
+                      tf.nest.map_structure(lambda s: tf.convert_to_tensor(s)[tf.newaxis],
+                                            state))
+    return tf.nest.map_structure(lambda s: s.numpy()[0], state)
+  return advance_state
+
+
+def with_laser_replay(next_online, config, agent, replay, agent_tag, print_fn, device):
+  """A buffers.EpisodeMixer: LASER's episode replay (Schmitt et al., 2019, section 5).
+
+  next_online yields (trajectory, actor index). `replay` is a buffers.EpisodeReplay, shared
+  with other agents' runs (section 5.4) or this run's own; this run's episodes carry
+  agent_tag.
+  """
+  num_replayed = config.num_replayed_per_batch
+  print_fn(f"LASER replay: {num_replayed} of each batch of {config.batch_size} trajectories "
+           f"from episodes replayed from their start (agent {agent_tag!r}; replay of "
+           f"{replay.capacity:,} unrolls, FIFO by episode); entropy cost on "
+           f"{'online trajectories only' if config.entropy_on_online_only else 'all'}.")
+  return buffers.EpisodeMixer(next_online, replay, config.batch_size, num_replayed, agent_tag,
+                              advance_state_fn(agent, device))
+
+
 def with_replay(next_trajectory, config, signature, print_fn):
   """next_trajectory, or with --replay_fraction > 0 a buffers.ReplayMixer over it.
 
@@ -336,7 +376,7 @@ def wire_fingerprint(config, network_config, signature):
 
 
 def train(config, environment_constructor=None, network_config=None, print_fn=print,
-          listen_address=None):
+          listen_address=None, shared_replay=None, agent_tag=None):
   """Trains until config.total_environment_frames; resumes from logdir's checkpoint.
 
   Args:
@@ -348,6 +388,10 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     listen_address: None: actor threads in this process (one machine). "host:port": the
       learner of a cluster: no local actors; actor processes (run_actor_process) send
       trajectories to a distributed.TrajectoryServer on this address.
+    shared_replay: with --laser_replay, a buffers.EpisodeReplay shared with other agents'
+      runs (LASER section 5.4; e.g. train() calls on threads of one process); None: a replay
+      of this run's own (--replay_capacity unrolls).
+    agent_tag: this run's tag on its episodes in the replay; default: the logdir's name.
 
   Returns:
     dict: num_env_frames, num_updates, recent_returns (level -> mean of recent returns),
@@ -355,7 +399,11 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     (delivered to the learner's queues: by local actors, or admitted from actor processes),
     trained (in this run's updates), untrained (produced - trained: queued or prefetched at
     the stop, never counted as frames), and for a cluster learner by_actor_process (actor
-    process -> trajectories admitted) and duplicates (repeated messages dropped).
+    process -> trajectories admitted) and duplicates (repeated messages dropped); with
+    --laser_replay also replay: episodes_by_agent (held at the end, by agent tag),
+    sampled_by_agent (episodes this run replayed, by the tag of the agent that made them),
+    num_replayed (replayed trajectories trained on) and num_online_fill (replayed places
+    filled with online trajectories while the replay held no complete episode).
 
   Raises:
     checkpoints.CheckpointError: unusable checkpoint (nothing is started).
@@ -380,15 +428,70 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     learner.use_config_hyperparameters()
     if restored:
       print_fn(f"Resumed from {restored} at {int(learner.num_env_frames.numpy()):,} frames.")
+    if shared_replay is not None and not config.laser_replay:
+      raise ValueError("shared_replay is LASER's: it needs --laser_replay.")
     return _run(config, agent, learner, checkpointer, first_env, environment_constructor,
-                closers, print_fn, listen_address)
+                closers, print_fn, listen_address, shared_replay,
+                agent_tag or os.path.basename(os.path.normpath(config.logdir)))
   finally:
     for close in reversed(closers):
       close()
 
 
+def train_sharing_replay(configs, replay_capacity, environment_constructor=None,
+                         network_config=None, print_fn=print, seed=0):
+  """Trains several agents at once in this process on one LASER episode replay.
+
+  LASER section 5.4: the agents of a hyperparameter sweep run concurrently, each adds its
+  experience to a common replay and samples uniformly from all of it (tagged by agent).
+  Each agent is a `train` run on its own thread with its own actors, learner, logdir and
+  checkpoints. The runs stop at their frame budgets; signals are not handled (interrupting
+  the process loses the runs' final checkpoints, the periodic ones remain).
+
+  Args:
+    configs: dict agent tag -> resolved config.ExperimentConfig with laser_replay (e.g. a
+      sweep over learning rate and entropy cost), each with its own logdir.
+    replay_capacity: unrolls held by the shared replay (FIFO by episode).
+    environment_constructor, network_config: as `train` (for every agent).
+    print_fn: where console lines go, each prefixed with its agent's tag.
+    seed: seeds the replay's sampling.
+
+  Returns:
+    (dict agent tag -> train's result, the buffers.EpisodeReplay).
+
+  Raises:
+    ValueError: a config without laser_replay, or two agents with one logdir.
+    The first error of a run, once every run has stopped.
+  """
+  for tag, config in configs.items():
+    if not config.laser_replay:
+      raise ValueError(f"Agent {tag!r}: sharing a replay needs --laser_replay.")
+  logdirs = [os.path.normpath(config.logdir) for config in configs.values()]
+  if len(set(logdirs)) != len(logdirs):
+    raise ValueError(f"Each agent needs its own logdir, got {logdirs}.")
+  replay = buffers.EpisodeReplay(replay_capacity, seed=seed)
+  results, errors = {}, []
+
+  def run(tag, config):
+    try:
+      results[tag] = train(config, environment_constructor, network_config,
+                           print_fn=lambda line: print_fn(f"[{tag}] {line}"),
+                           shared_replay=replay, agent_tag=tag)
+    except BaseException as error:  # pylint: disable=broad-except
+      errors.append(error)
+  threads = [threading.Thread(target=run, args=item, name=f"agent-{item[0]}", daemon=True)
+             for item in configs.items()]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  if errors:
+    raise errors[0]
+  return results, replay
+
+
 def _run(config, agent, learner, checkpointer, first_env, environment_constructor, closers,
-         print_fn, listen_address):
+         print_fn, listen_address, shared_replay, agent_tag):
   """The threads of `train`; see the module docstring."""
   levels = config.levels
   device = learner_device()
@@ -405,6 +508,9 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
   trained = [0]  # New trajectories trained on (not replayed, not used again by IMPACT).
   update_lock = threading.Lock()  # Checkpoints never see half an update.
   put_trajectory, next_trajectory = learner_queues.put, learner_queues.get
+  if config.laser_replay:
+    # LASER's replay keeps each actor's stream of unrolls: the queues carry the actor's index.
+    put_trajectory = lambda trajectory, index: learner_queues.put((trajectory, index), index)
 
   def make_loop(index):
     return actor_loop_factory(config, index, policy, environment_constructor, first_env, 0,
@@ -451,8 +557,17 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     print_fn(f"IMPACT: circular buffer of N = {config.circular_buffer_size} batch(es), each "
              f"used K = {config.circular_buffer_max_uses} times; target network refreshed "
              f"every {config.target_update_period} learner steps.")
-  dataset = make_dataset(with_replay(next_trajectory, config, signature, print_fn), signature,
-                         num_learners * config.batch_size)
+  if config.laser_replay:
+    replay = shared_replay if shared_replay is not None else buffers.EpisodeReplay(
+        config.replay_capacity, seed=derive_seed(config.seed, _REPLAY_SEED_TAG))
+    source = with_laser_replay(next_trajectory, config, agent, replay, agent_tag, print_fn,
+                               device)
+  else:
+    source = with_replay(next_trajectory, config, signature, print_fn)
+  dataset = make_dataset(source, signature, num_learners * config.batch_size)
+  # LASER section 5.1: the entropy cost on the batch's online trajectories only.
+  entropy_mask = (learner_lib.online_mask(config.batch_size, config.num_replayed_per_batch)
+                  if config.entropy_on_online_only else None)
   learner_error = []
   total_frames = config.total_environment_frames
 
@@ -462,7 +577,11 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
       with tf.device(device):
         for policy_versions, batch, num_new in learner_steps(dataset, learner, config):
           with update_lock:
-            stats = learner.update(*batch, num_new_trajectories=num_new)
+            if entropy_mask is None:
+              stats = learner.update(*batch, num_new_trajectories=num_new)
+            else:
+              stats = learner.update(*batch, num_new_trajectories=num_new,
+                                     entropy_mask=entropy_mask)
             num_updates[0] += 1
             trained[0] += num_new
           if server is not None:  # Actor processes read it with the parameters.
@@ -478,7 +597,11 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
 
   learner_thread = threading.Thread(target=learn, name="learner", daemon=True)
   frames = lambda: int(learner.num_env_frames.numpy())
-  previous_handler = signal.signal(signal.SIGTERM, _raise_stopping)
+  # Signals reach the main thread only; a run on another thread (several agents in one
+  # process, shared replay) leaves them to its caller.
+  on_main_thread = threading.current_thread() is threading.main_thread()
+  if on_main_thread:
+    previous_handler = signal.signal(signal.SIGTERM, _raise_stopping)
   stop_reason = "frame budget reached"
   last_checkpoint = checkpointer.latest
   try:
@@ -516,7 +639,8 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
   finally:
     # A SIGTERM now (a second one, or one as the budget is reached) must not cut the final
     # checkpoint short; the previous handler comes back once it is written.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if on_main_thread:
+      signal.signal(signal.SIGTERM, signal.SIG_IGN)
     stop_event.set()
     policy.close()  # Wakes actors waiting for an action.
     if server is not None:
@@ -530,7 +654,8 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     try:
       last_checkpoint = checkpointer.save(frames())
     finally:
-      signal.signal(signal.SIGTERM, previous_handler)
+      if on_main_thread:
+        signal.signal(signal.SIGTERM, previous_handler)
     monitor.write(frames(), learner_queues.fill())
     accounts = _trajectory_accounts(actors, ledger, server,
                                     trained[0])
@@ -549,9 +674,15 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
                       f"{last_checkpoint} holds its state.") from failed[0].error
   if learner_error and not isinstance(learner_error[0], tf.errors.CancelledError):
     raise learner_error[0]
-  return dict(num_env_frames=frames(), num_updates=num_updates[0],
-              recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint,
-              trajectories=accounts)
+  result = dict(num_env_frames=frames(), num_updates=num_updates[0],
+                recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint,
+                trajectories=accounts)
+  if config.laser_replay:
+    result["replay"] = dict(episodes_by_agent=replay.episodes_by_agent(),
+                            sampled_by_agent=dict(source.sampled_agents),
+                            num_replayed=source.num_replayed,
+                            num_online_fill=source.num_online_fill)
+  return result
 
 
 def _trajectory_accounts(actors, ledger, server, trained):

@@ -285,11 +285,14 @@ def _experiment(*flags, **kwargs):
     (["--num_actors=-3"], "--num_actors must be a positive integer"),
     (["--batch_size=0"], "--batch_size must be a positive integer"),
     (["--level_name=explore_goal_locations_small"], "BUILD.md"),
+    (["--replay_fraction=1.0"], "online data must keep flowing"),
+    (["--laser_replay", "--replay_fraction=1.0"], "online data must keep flowing"),
+    (["--laser_replay"], "set --replay_fraction in (0, 1)"),
+    (["--entropy_on_online_only"], "--entropy_on_online_only needs replayed data"),
+    (["--ppo_clip=0.2"], "--ppo_clip is an IMPACT setting: add --algorithm=impact"),
     (["--num_learners=0"], "--num_learners must be a positive integer"),
     (["--num_learners=3", "--num_actors=2"], "must be at least --num_learners"),
     (["--intra_op_threads=-1"], "--intra_op_threads must be >= 0"),
-    (["--replay_fraction=1.0"], "online data must keep flowing"),
-    (["--ppo_clip=0.2"], "--ppo_clip is an IMPACT setting: add --algorithm=impact"),
 ])
 def test_bad_flags_fail_before_any_work(tmp_path, flags, message):
   run = _experiment("--mode=train", f"--logdir={tmp_path}", *flags)

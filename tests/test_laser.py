@@ -1,0 +1,320 @@
+"""LASER's episode replay (Schmitt et al., 2019, sections 5.1, 5.3, 5.4, Appendix A.2) against
+numpy ground truths: whole episodes, FIFO removal, replay from the episode start with the
+core state recomputed, mixing with online data, one replay shared by two agents."""
+import collections
+
+import numpy as np
+import pytest
+
+from scalable_agent_tf2 import buffers
+from scalable_agent_tf2.actor import Trajectory
+from scalable_agent_tf2.structures import EnvOutput
+
+T = 4  # Unroll length.
+
+
+def _toy_core(decay):
+  """A numpy stand-in for an LSTM: s <- decay * s + reward, reset to 0 where an episode
+  starts. advance(trajectory, s) runs it over steps 0..T-1 (what the actor reads between
+  two unrolls' starts), the role of training's recomputation with the current network."""
+  def advance(trajectory, state):
+    state = float(state[0])
+    for t in range(T):
+      if trajectory.env_outputs.done[t]:
+        state = 0.0
+      state = decay * state + float(trajectory.env_outputs.reward[t])
+    return (np.float32(state),)
+  return advance
+
+
+def _actor_stream(episode_lengths, decay=0.5, offset=0.0):
+  """An actor's unrolls over episodes of the given lengths (steps), with the actor's core
+  states from _toy_core(decay). Rewards number the steps (offset + 1, 2, ...): each unroll
+  is recognisable. Returns (list of Trajectory, list of episode index per step)."""
+  done, episode_of = [True], [0]
+  for index, length in enumerate(episode_lengths):
+    for step in range(length):
+      done.append(step == length - 1 and index + 1 < len(episode_lengths))
+      episode_of.append(index + 1 if done[-1] else index)
+  # done[t]: step t starts an episode (the step after an episode's last one).
+  done = np.array(done)
+  rewards = offset + np.arange(len(done), dtype=np.float32)
+  advance = _toy_core(decay)
+  unrolls, state = [], (np.float32(0.0),)
+  for start in range(0, len(done) - T, T):
+    window = slice(start, start + T + 1)
+    env = EnvOutput(reward=rewards[window], done=done[window], observation=None,
+                    episode_return=None, episode_step=None)
+    unroll = Trajectory("toy", 0, state, env, None)
+    unrolls.append(unroll)
+    state = advance(unroll, state)
+  return unrolls, episode_of
+
+
+def test_episode_starts_ignores_step_zero():
+  assert buffers.episode_starts([True, False, False, True, False]) == [3]
+  assert buffers.episode_starts([False, True, False, False, True]) == [1, 4]
+  assert buffers.episode_starts([True, False, False]) == []
+
+
+def test_whole_episodes_are_stored_with_every_unroll_that_covers_them():
+  # Episodes of 6, 3, 9 and 5 steps; unrolls of 4 steps: step ranges 1-4, 5-8, 9-12, ...
+  unrolls, _ = _actor_stream([6, 3, 9, 5, 2])
+  replay = buffers.EpisodeReplay(capacity=100)
+  for unroll in unrolls:
+    replay.add(unroll, agent="a", actor=0)
+  held = [[int(u.env_outputs.reward[0]) for u in episode.unrolls]
+          for episode in replay._episodes]
+  # Ground truth: episode 1 is steps 1-6 (ends in unroll 1: its start 7 is in unroll 1),
+  # episode 2 steps 7-9 (unrolls 1, 2), episode 3 steps 10-18 (unrolls 2-4), episode 4
+  # steps 19-23 (unrolls 4, 5). Unroll k starts at step 4k.
+  assert held == [[0, 4], [4, 8], [8, 12, 16], [16, 20]]
+  assert replay.num_unrolls == 9 and len(replay) == 4
+  assert replay.episodes_by_agent() == {"a": 4}
+
+
+def test_episodes_leave_first_in_first_out_and_whole():
+  unrolls, _ = _actor_stream([6, 3, 9, 5, 2])
+  replay = buffers.EpisodeReplay(capacity=5)
+  for unroll in unrolls:
+    replay.add(unroll, agent="a", actor=0)
+    assert replay.num_unrolls <= 5
+  # The last two episodes (3 + 2 unrolls) fit; the older ones left whole, oldest first.
+  assert [len(e.unrolls) for e in replay._episodes] == [3, 2]
+  assert replay.added_by_agent() == {"a": 4}
+  # An episode longer than the capacity is dropped, and the stream recovers afterwards.
+  small = buffers.EpisodeReplay(capacity=2)
+  for unroll in unrolls:
+    small.add(unroll, agent="a", actor=0)
+  assert [[int(u.env_outputs.reward[0]) for u in e.unrolls] for e in small._episodes] == [
+      [16, 20]]
+  assert small.num_dropped_unrolls > 0
+  with pytest.raises(ValueError, match="positive integer"):
+    buffers.EpisodeReplay(capacity=0)
+  with pytest.raises(IndexError, match="no complete episode"):
+    buffers.EpisodeReplay().sample()
+
+
+def _online(unrolls, actor=0):
+  stream = iter(unrolls)
+  return lambda: next(((u, actor) for u in stream), None)
+
+
+def test_mixer_refuses_a_batch_without_online_data():
+  for num_replayed in (0, 4, 5):
+    with pytest.raises(ValueError, match="online data must keep flowing"):
+      buffers.EpisodeMixer(lambda: None, buffers.EpisodeReplay(), 4, num_replayed, "a",
+                           _toy_core(0.5))
+
+
+def test_replay_plays_episodes_from_their_start_recomputing_the_core_state():
+  unrolls, _ = _actor_stream([6, 3, 9, 5, 2] * 4, decay=0.5)
+  replay = buffers.EpisodeReplay(capacity=1000, seed=1)
+  # Current parameters differ from the actors' (decay 0.9 instead of 0.5).
+  current = _toy_core(0.9)
+  mixer = buffers.EpisodeMixer(_online(unrolls), replay, batch_size=4, num_replayed=3,
+                               agent="a", advance_state=current)
+  lanes = collections.defaultdict(list)
+  for call in range(4 * 12):
+    replayed = mixer.num_replayed
+    item = mixer()
+    if mixer.num_replayed > replayed:  # Not an online fill (replay still empty).
+      lanes[call % 4].append(item)
+  assert mixer.num_replayed + mixer.num_online_fill == 3 * 12
+  assert mixer.num_replayed > 20
+  by_start = {int(u.env_outputs.reward[0]): u for u in unrolls}
+  stale = 0
+  for lane in lanes.values():
+    # Split the lane into its episodes: each starts at the first unroll of a stored episode
+    # and walks its unrolls in order.
+    episodes = {tuple(int(u.env_outputs.reward[0]) for u in e.unrolls): e
+                for e in replay._episodes}
+    index = 0
+    while index < len(lane):
+      starts = [k for k in episodes if k[0] == int(lane[index].env_outputs.reward[0])]
+      assert starts, "a replayed episode must begin with its first unroll"
+      key = max(starts, key=len)
+      played = lane[index:index + len(key)]
+      assert [int(u.env_outputs.reward[0]) for u in played] == list(key[:len(played)])
+      # Ground truth: the first unroll keeps the actor's state; each later one's state is
+      # the current core run from there over the previous unrolls (numpy recursion).
+      state = by_start[key[0]].agent_state
+      assert played[0].agent_state == state
+      for previous, unroll in zip(played, played[1:]):
+        state = current(by_start[int(previous.env_outputs.reward[0])], state)
+        assert np.allclose(unroll.agent_state, state)
+      stale += sum(not np.allclose(u.agent_state, by_start[int(u.env_outputs.reward[0])]
+                                   .agent_state) for u in played[1:])
+      index += len(key)
+  assert stale > 0  # Recomputed with the current core, not the actors' (stale) states.
+
+
+def test_recomputation_with_the_actors_parameters_gives_back_the_actors_states():
+  unrolls, _ = _actor_stream([9, 11, 7] * 5, decay=0.5)
+  replay = buffers.EpisodeReplay(capacity=1000, seed=2)
+  mixer = buffers.EpisodeMixer(_online(unrolls), replay, batch_size=2, num_replayed=1,
+                               agent="a", advance_state=_toy_core(0.5))
+  by_start = {int(u.env_outputs.reward[0]): u for u in unrolls}
+  replayed = 0
+  for call in range(2 * 15):
+    item = mixer()
+    if call % 2 == 1 and mixer.num_replayed > replayed:
+      replayed = mixer.num_replayed
+      assert np.allclose(item.agent_state,
+                         by_start[int(item.env_outputs.reward[0])].agent_state)
+  assert replayed > 5
+
+
+def test_feed_forward_states_are_not_recomputed():
+  unrolls, _ = _actor_stream([6, 3] * 6)
+  unrolls = [u._replace(agent_state=()) for u in unrolls]
+
+  def fail(trajectory, state):
+    raise AssertionError("nothing to recompute without a core state")
+  mixer = buffers.EpisodeMixer(_online(unrolls), buffers.EpisodeReplay(), 2, 1, "a", fail)
+  items = [mixer() for _ in range(2 * 8)]
+  assert mixer.num_replayed > 0 and all(i.agent_state == () for i in items)
+
+
+def test_two_agents_share_one_replay_tagged_and_sample_each_others_episodes():
+  replay = buffers.EpisodeReplay(capacity=1000, seed=3)
+  streams = {name: _actor_stream([5, 7, 3] * 6, offset=offset)[0]
+             for name, offset in (("lr_high", 0.0), ("lr_low", 1000.0))}
+  mixers = {name: buffers.EpisodeMixer(_online(unrolls), replay, 4, 2, name,
+                                       _toy_core(decay))
+            for (name, unrolls), decay in zip(streams.items(), (0.5, 0.7))}
+  for _ in range(4 * 12):  # The two agents' learners take turns.
+    for mixer in mixers.values():
+      mixer()
+  held = replay.episodes_by_agent()
+  assert set(held) == {"lr_high", "lr_low"} and min(held.values()) >= 3
+  own = {name: {int(u.env_outputs.reward[0]) for u in unrolls}
+         for name, unrolls in streams.items()}
+  for episode in replay._episodes:  # Each episode is tagged with the agent that made it.
+    assert {int(u.env_outputs.reward[0]) for u in episode.unrolls} <= own[episode.agent]
+  for name, mixer in mixers.items():
+    assert set(mixer.sampled_agents) == {"lr_high", "lr_low"}, (name, mixer.sampled_agents)
+
+
+def test_another_agents_episode_starts_from_a_zero_state():
+  replay = buffers.EpisodeReplay(capacity=1000, seed=4)
+  theirs, _ = _actor_stream([6, 3, 9] * 3, offset=1.0)
+  for unroll in theirs:
+    replay.add(unroll, agent="them", actor=0)
+  assert any(e.unrolls[0].agent_state[0] != 0 for e in replay._episodes)
+  ours, _ = _actor_stream([5] * 20, offset=1000.0)
+  mixer = buffers.EpisodeMixer(_online(ours), replay, 2, 1, "us", _toy_core(0.5))
+  for call in range(2):  # Online, then the first unroll of a sampled episode of theirs.
+    item = mixer()
+  assert mixer.sampled_agents == {"them": 1}
+  assert item.agent_state == (0.0,) and type(item.agent_state) is tuple
+
+
+# --- The learner and training -------------------------------------------------------------
+
+import dataclasses  # noqa: E402
+import threading  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
+
+import toy_environment  # noqa: E402
+from scalable_agent_tf2 import config as config_lib  # noqa: E402
+from scalable_agent_tf2 import learner as learner_lib  # noqa: E402
+from scalable_agent_tf2 import losses  # noqa: E402
+from scalable_agent_tf2 import networks  # noqa: E402
+from scalable_agent_tf2 import training  # noqa: E402
+
+TOY_LSTM = networks.NetworkConfig(
+    num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
+    torso=networks.SHALLOW, use_lstm=True, use_instruction=False)
+
+
+def test_entropy_mask_keeps_the_online_trajectories_only():
+  logits = np.random.default_rng(0).normal(size=[5, 4, 3]).astype(np.float32)
+  mask = learner_lib.online_mask(4, 3).numpy()
+  assert mask.tolist() == [1, 0, 0, 0]
+  p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+  expected = (p * np.log(p)).sum(-1)[:, :1].sum()  # Ground truth: trajectory 0 only.
+  got = losses.entropy_loss(logits, np.broadcast_to(mask, [5, 4]))
+  assert np.isclose(got, expected, rtol=1e-5)
+  assert np.isclose(losses.entropy_loss(logits), (p * np.log(p)).sum(), rtol=1e-5)
+
+
+def _laser_config(logdir, **overrides):
+  values = dict(level_name="atari/pong", logdir=str(logdir), num_actors=2, batch_size=4,
+                unroll_length=5, total_environment_frames=1_200, log_secs=30.0,
+                replay_fraction=0.5, replay_capacity=200, laser_replay=True)
+  values.update(overrides)
+  config = config_lib.resolve(config_lib.ExperimentConfig(**values))
+  return dataclasses.replace(config, level_name=toy_environment.LEVEL_NAME)
+
+
+@pytest.mark.parametrize("values, message", [
+    (dict(laser_replay=True), "set --replay_fraction in \\(0, 1\\)"),
+    (dict(laser_replay=True, replay_fraction=1.0), "online data must keep flowing"),
+    (dict(laser_replay=True, replay_fraction=0.5, algorithm="impact"), "IMPALA's learner"),
+    (dict(entropy_on_online_only=True), "needs replayed data"),
+])
+def test_laser_flags_refuse_bad_combinations(values, message):
+  with pytest.raises(ValueError, match=message):
+    config_lib.resolve(config_lib.ExperimentConfig(**values))
+
+
+def test_laser_defaults_keep_impala_unchanged():
+  plain = config_lib.resolve(config_lib.ExperimentConfig())
+  assert (plain.laser_replay, plain.entropy_on_online_only) == (False, False)
+  laser = config_lib.resolve(config_lib.ExperimentConfig(laser_replay=True,
+                                                         replay_fraction=0.875))
+  assert laser.entropy_on_online_only and laser.num_replayed_per_batch == 28  # 7:1 of 32.
+
+
+def test_recomputed_state_with_the_actors_parameters_is_the_actors_state():
+  agent = networks.Agent(TOY_LSTM, seed=1)
+  constructor, kwargs = toy_environment.environment_constructor()(
+      toy_environment.LEVEL_NAME, 0, False)
+  from scalable_agent_tf2 import actor as actor_lib
+  from scalable_agent_tf2 import environments
+  env = environments.EnvironmentProcess(constructor, kwargs=kwargs)
+  policy = actor_lib.PerActorPolicy(agent, device="/cpu:0")
+  try:
+    loop = actor_lib.EnvironmentLoop(lambda attempt: env, policy, np.random.default_rng(0),
+                                     toy_environment.LEVEL_NAME)
+    unrolls = [loop.unroll(7) for _ in range(3)]  # Episodes of 10 steps: starts inside.
+  finally:
+    policy.close()
+    env.close()
+  advance = training.advance_state_fn(agent, "/cpu:0")
+  for previous, unroll in zip(unrolls, unrolls[1:]):
+    state = advance(previous, previous.agent_state)
+    tf.nest.map_structure(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+                          tuple(state), tuple(unroll.agent_state))
+
+
+def test_two_agents_with_different_hyperparameters_share_one_replay(tmp_path):
+  configs = {"agent_a": _laser_config(tmp_path / "a", learning_rate=0.0006),
+             "agent_b": _laser_config(tmp_path / "b", learning_rate=0.0002,
+                                      entropy_cost=0.02, seed=7)}
+  lines = []
+  results, replay = training.train_sharing_replay(
+      configs, replay_capacity=200, environment_constructor=(
+          toy_environment.environment_constructor()), network_config=TOY_LSTM,
+      print_fn=lines.append)
+  # Both agents' episodes are in the one replay, tagged by agent ...
+  assert set(replay.added_by_agent()) == {"agent_a", "agent_b"}
+  for name, result in results.items():
+    assert result["num_env_frames"] >= 1_200
+    stats = result["replay"]
+    assert stats["num_replayed"] > 0
+    # ... and each agent replayed episodes of the other one.
+    other = ({"agent_a", "agent_b"} - {name}).pop()
+    assert stats["sampled_by_agent"].get(other, 0) > 0, (name, stats)
+  assert any(line.startswith("[agent_b] LASER replay") for line in lines)
+
+
+def test_sharing_a_replay_refuses_runs_without_laser_or_with_one_logdir(tmp_path):
+  with pytest.raises(ValueError, match="needs --laser_replay"):
+    training.train_sharing_replay(
+        {"a": dataclasses.replace(_laser_config(tmp_path), laser_replay=False)}, 10)
+  with pytest.raises(ValueError, match="its own logdir"):
+    training.train_sharing_replay({"a": _laser_config(tmp_path), "b": _laser_config(tmp_path)},
+                                  10)
