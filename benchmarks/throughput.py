@@ -33,7 +33,6 @@ import concurrent.futures
 import dataclasses
 import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -56,7 +55,8 @@ from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import profiling
 from scalable_agent_tf2 import training
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
+from scalable_agent_tf2.structures import AgentOutput
+from learner_step import machine_description  # Benchmarks share their machine line.
 
 # Table 1's tasks: an Atari game (Table G.1: B=32, T=20) and two DMLab levels (B=32, T=100).
 ATARI_LEVELS = ("atari/pong",)
@@ -273,7 +273,7 @@ def run_synchronous(config, network_config, seconds, warmup):
     logits = np.zeros((batch, network_config.num_actions), np.float32)
     baselines = np.zeros(batch, np.float32)
     state = agent.initial_state(batch)
-    frames = [0]
+    frames = 0
     stop_at = time.monotonic() + seconds
 
     def env_batch(outs):  # In the dtypes of training.trajectory_signature.
@@ -307,10 +307,10 @@ def run_synchronous(config, network_config, seconds, warmup):
                                      np.int32))))
       learner.update(initial_state, env_outputs,
                      tf.nest.map_structure(stack, *agent_steps))["total_loss"].numpy()
-      frames[0] += batch * unroll * config.num_action_repeats
+      frames += batch * unroll * config.num_action_repeats
       now = time.monotonic()
       if now - samples[-1][0] >= INTERVAL_SECS:
-        samples.append((now, frames[0]))
+        samples.append((now, frames))
     return steady_rate(samples, warmup), None
   finally:
     pool.shutdown(wait=False)
@@ -319,22 +319,6 @@ def run_synchronous(config, network_config, seconds, warmup):
 
 
 # ---------------------------------------------------------------------------------------
-
-def machine_description():
-  model = "unknown CPU"
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          model = line.split(":", 1)[1].strip()
-          break
-  except OSError:
-    pass
-  memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-  gpus = len(tf.config.list_physical_devices("GPU"))
-  return (f"{os.cpu_count()} cores ({model}), {memory:.0f} GiB, {gpus} GPU(s); Python "
-          f"{platform.python_version()}, TensorFlow {tf.__version__}, NumPy {np.__version__}")
-
 
 def dmlab_available():
   try:
