@@ -51,7 +51,7 @@ def main():
   args = parse_args()
   flags = dict(level_name=f"atari/{args.game}",
                total_environment_frames=args.total_environment_frames,
-               num_actors=args.num_actors, seed=args.seed, checkpoint_secs=3600, log_secs=10)
+               num_actors=args.num_actors, seed=args.seed, checkpoint_secs=600, log_secs=10)
   if args.quick:
     flags.update(level_name="atari/breakout", total_environment_frames=8_000, num_actors=4,
                  batch_size=8, log_secs=2)

@@ -37,10 +37,28 @@ def printable(command):
 
 def run(command, logdir, max_seconds=None, print_fn=print):
   """Runs one training command to its end (or SIGTERM after max_seconds: it stops with a
-  checkpoint); console output goes to logdir/console.txt. Returns the RUN_FILE record."""
+  checkpoint); console output goes to logdir/console.txt. Returns the RUN_FILE record.
+
+  A study can outlive a session: a run already finished with this command is not run again,
+  and an unfinished one (its process killed) resumes from its logdir's last checkpoint. The
+  record lists every attempt's start and end, so wall time counts only time spent running
+  (a killed attempt ends at its last progress record)."""
   os.makedirs(logdir, exist_ok=True)
+  record = _read_record(logdir)
+  if record and record.get("returncode") == 0 and record["command"] == printable(command):
+    print_fn(f"$ {printable(command)}\n  already finished ({_wall_seconds(record):.0f} s)")
+    return record
+  attempts = record.get("attempts", []) if record else []
+  if attempts and attempts[-1].get("end") is None:
+    progress = _records(logdir, "progress") if os.path.exists(
+        os.path.join(logdir, "log.jsonl")) else []
+    times = [p["time"] for p in progress if p["time"] >= attempts[-1]["start"]]
+    attempts[-1]["end"] = max(times) if times else attempts[-1]["start"]
+    print_fn(f"  resuming an interrupted run from its last checkpoint")
   print_fn(f"$ {printable(command)}")
-  record = dict(command=printable(command), start=time.time())
+  attempts.append(dict(start=time.time(), end=None))
+  record = dict(command=printable(command), attempts=attempts, returncode=None)
+  _write_record(logdir, record)
   with open(os.path.join(logdir, "console.txt"), "a") as console:
     process = subprocess.Popen(command, cwd=REPO_DIR, stdout=console, stderr=subprocess.STDOUT)
     try:
@@ -49,14 +67,50 @@ def run(command, logdir, max_seconds=None, print_fn=print):
       process.send_signal(signal.SIGTERM)
       process.wait()
       record["stopped_after_seconds"] = max_seconds
-  record.update(end=time.time(), returncode=process.returncode)
-  with open(os.path.join(logdir, RUN_FILE), "w") as f:
-    json.dump(record, f, indent=2)
+  attempts[-1]["end"] = time.time()
+  record["returncode"] = process.returncode
+  _write_record(logdir, record)
   if process.returncode != 0:
     raise RuntimeError(f"{record['command']} exited with {process.returncode}; see "
                        f"{os.path.join(logdir, 'console.txt')}.")
-  print_fn(f"  done in {record['end'] - record['start']:.0f} s")
+  print_fn(f"  done in {attempts[-1]['end'] - attempts[-1]['start']:.0f} s")
   return record
+
+
+def _read_record(logdir):
+  path = os.path.join(logdir, RUN_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    record = json.load(f)
+  if "attempts" not in record:  # Written before attempts were recorded: one attempt.
+    record["attempts"] = [dict(start=record["start"], end=record.get("end"))]
+  return record
+
+
+def _write_record(logdir, record):
+  path = os.path.join(logdir, RUN_FILE)
+  with open(path + ".tmp", "w") as f:
+    json.dump(record, f, indent=2)
+  os.replace(path + ".tmp", path)
+
+
+def _wall_seconds(record):
+  return sum(a["end"] - a["start"] for a in record["attempts"] if a.get("end") is not None)
+
+
+def _running_seconds(record, times):
+  """Seconds of running time (attempts only) at each wall-clock time in `times`."""
+  times = np.asarray(times, np.float64)
+  seconds = np.zeros_like(times)
+  elapsed = 0.0
+  for attempt in record["attempts"]:
+    end = attempt["end"] if attempt.get("end") is not None else np.inf
+    inside = (times >= attempt["start"]) & (times <= end)
+    seconds[inside] = elapsed + times[inside] - attempt["start"]
+    seconds[times > end] = elapsed + end - attempt["start"]
+    elapsed += end - attempt["start"]
+  return seconds
 
 
 def _records(logdir, kind):
@@ -69,18 +123,17 @@ def summary(logdir):
   episodes, final_return (mean of the last FINAL_EPISODES episodes; None without episodes),
   and curves: frames [N], seconds [N] (since the command started) and returns [N] of the
   episodes, in order."""
-  with open(os.path.join(logdir, RUN_FILE)) as f:
-    record = json.load(f)
+  record = _read_record(logdir)
   progress = _records(logdir, "progress")
   episodes = plot_learning_curve.read_episodes(logdir)
   frames, returns = (np.concatenate([e[i] for e in episodes.values()]) if episodes
                      else np.zeros(0) for i in (0, 1))
   progress_frames = np.array([p["frames"] for p in progress], np.float64)
-  progress_seconds = np.array([p["time"] for p in progress]) - record["start"]
+  progress_seconds = _running_seconds(record, [p["time"] for p in progress])
   # An episode is logged with the frame count of the progress record written with it.
   seconds = (np.interp(frames, progress_frames, progress_seconds) if len(progress)
              else np.zeros_like(frames))
-  wall = record["end"] - record["start"]
+  wall = _wall_seconds(record)
   last = progress[-1] if progress else {}
   return dict(
       command=record["command"], frames=int(last.get("frames", 0)), wall_seconds=wall,

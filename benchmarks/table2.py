@@ -62,7 +62,7 @@ def parse_args():
 def run_flags(args):
   """experiment.py flags shared by every run."""
   flags = dict(total_environment_frames=args.total_environment_frames,
-               num_actors=args.num_actors, seed=args.seed, checkpoint_secs=3600, log_secs=10)
+               num_actors=args.num_actors, seed=args.seed, checkpoint_secs=600, log_secs=10)
   if args.quick:
     flags.update(batch_size=8, log_secs=2)
   for flag in args.extra_flags.split():
