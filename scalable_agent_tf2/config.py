@@ -58,6 +58,8 @@ class ExperimentConfig:
   decay: Optional[float] = None
   momentum: Optional[float] = None
   epsilon: Optional[float] = None
+  # 1: TF1's RMSProp (the paper's); 0: full-size steps from the start (short studies).
+  rmsprop_initial_mean_square: float = 1.0
   max_grad_norm: Optional[float] = None  # <= 0 turns clipping off.
   off_policy_correction: Optional[str] = None
   # LASER's trust-region V-trace (Schmitt et al. 2019, section 4.3); inf (preset): off.
@@ -122,6 +124,7 @@ class ExperimentConfig:
         total_environment_frames=self.total_environment_frames,
         num_action_repeats=self.num_action_repeats, decay=self.decay,
         momentum=self.momentum, epsilon=self.epsilon,
+        rmsprop_initial_mean_square=self.rmsprop_initial_mean_square,
         reward_clipping=self.reward_clipping,
         max_grad_norm=self.max_grad_norm if self.max_grad_norm > 0 else None,
         off_policy_correction=self.off_policy_correction,

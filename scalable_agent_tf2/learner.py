@@ -47,6 +47,8 @@ class LearnerConfig:
       update = batch x unroll length x this.
     decay, momentum, epsilon: RMSProp (Table D.3: momentum 0; released code: decay 0.99,
       epsilon 0.1).
+    rmsprop_initial_mean_square: where RMSProp's mean-square accumulator starts (1: TF1's
+      RMSPropOptimizer, the paper's; see optimizers.RMSProp).
     reward_clipping: one of losses.REWARD_CLIPPING_MODES (DMLab-30: Figure D.1's optimistic
       asymmetric clipping, Table D.3).
     max_grad_norm: global-norm gradient clipping threshold, or None (DMLab: none, as in
@@ -68,6 +70,7 @@ class LearnerConfig:
   decay: float = 0.99
   momentum: float = 0.0
   epsilon: float = 0.1
+  rmsprop_initial_mean_square: float = 1.0
   reward_clipping: str = losses.OPTIMISTIC_ASYMMETRIC
   max_grad_norm: Optional[float] = None
   clip_rho_threshold: Optional[float] = 1.0
@@ -87,7 +90,8 @@ class LearnerConfig:
     for name in ("total_environment_frames", "num_action_repeats"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be positive, got {getattr(self, name)}.")
-    for name in ("learning_rate", "entropy_cost", "baseline_cost", "epsilon"):
+    for name in ("learning_rate", "entropy_cost", "baseline_cost", "epsilon",
+                 "rmsprop_initial_mean_square"):
       if getattr(self, name) < 0:
         raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}.")
     if not 0.0 <= self.discounting <= 1.0:
@@ -202,7 +206,9 @@ class Learner(tf.Module):
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope, self.name_scope:
       self.optimizer = optimizers.RMSProp(self._variables, decay=config.decay,
-                                          momentum=config.momentum, epsilon=config.epsilon)
+                                          momentum=config.momentum, epsilon=config.epsilon,
+                                          initial_mean_square=(
+                                              config.rmsprop_initial_mean_square))
       # Frames consumed so far: drives the learning-rate schedule and resumption.
       self.num_env_frames = tf.Variable(0, dtype=tf.int64, trainable=False,
                                         name="num_env_frames")

@@ -99,6 +99,24 @@ def test_rmsprop_inside_jit_compiled_function():
   np.testing.assert_allclose(var.numpy(), [1.0, -2.0] - 0.1 / np.sqrt(ms + 0.01), rtol=1e-6)
 
 
+def test_rmsprop_initial_mean_square():
+  """--rmsprop_initial_mean_square=0: the first step is lr * g / sqrt((1 - decay) g^2 + eps)
+  (numpy), about 10x larger than TF1's lr * g / sqrt(decay + (1 - decay) g^2 + eps) for the
+  small gradients of these networks; negative starts are refused."""
+  g, lr, epsilon = np.float32(0.02), 0.001, 1e-5
+  steps = {}
+  for start in (0.0, 1.0):
+    var = tf.Variable([0.0])
+    optimizers.RMSProp([var], epsilon=epsilon, initial_mean_square=start).apply_gradients(
+        [tf.constant([g])], lr)
+    steps[start] = -float(var.numpy()[0])
+    np.testing.assert_allclose(
+        steps[start], lr * g / np.sqrt(0.99 * start + 0.01 * g * g + epsilon), rtol=1e-5)
+  assert steps[0.0] > 10 * steps[1.0]
+  with pytest.raises(ValueError, match="initial_mean_square"):
+    optimizers.RMSProp([tf.Variable([0.0])], initial_mean_square=-1.0)
+
+
 def test_rmsprop_rejects_mismatched_gradients():
   optimizer = optimizers.RMSProp([tf.Variable([1.0])])
   with pytest.raises(ValueError, match="1 variables"):
