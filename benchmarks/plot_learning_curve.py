@@ -18,13 +18,20 @@ import numpy as np
 
 
 def read_episodes(logdir):
-  """dict level -> (frames [N], returns [N]) from log.jsonl, in logged order."""
+  """dict level -> (frames [N], returns [N]) from log.jsonl, in logged order.
+
+  A run resumed from a checkpoint logs frame counts from the checkpoint's on: episodes the
+  interrupted attempt logged beyond that count (played by parameters that were lost) are
+  dropped, so frames never decrease."""
   episodes = collections.defaultdict(lambda: ([], []))
   with open(os.path.join(logdir, "log.jsonl")) as f:
     for line in f:
       record = json.loads(line)
       if record.get("kind") == "episode":
         frames, returns = episodes[record["level"]]
+        while frames and frames[-1] > record["frames"]:
+          frames.pop()
+          returns.pop()
         frames.append(record["frames"])
         returns.append(record["episode_return"])
   return {level: (np.array(f), np.array(r)) for level, (f, r) in episodes.items()}

@@ -52,3 +52,15 @@ def test_running_seconds_skip_the_gaps_between_attempts():
   record = dict(attempts=[dict(start=100.0, end=110.0), dict(start=500.0, end=520.0)])
   assert list(runs._running_seconds(record, [100.0, 105.0, 110.0, 500.0, 515.0])) == [
       0.0, 5.0, 10.0, 10.0, 25.0]
+
+
+def test_a_resumed_runs_curve_drops_the_lost_episodes(tmp_path):
+  import plot_learning_curve  # pylint: disable=import-outside-toplevel
+  logged = [(0, 1.0), (100, 2.0), (200, 3.0), (300, 4.0),  # Killed; checkpoint at 100.
+            (100, 5.0), (250, 6.0)]
+  with open(tmp_path / "log.jsonl", "w") as f:
+    for frames, episode_return in logged:
+      f.write(json.dumps(dict(kind="episode", level="a", frames=frames,
+                              episode_return=episode_return)) + "\n")
+  frames, returns = plot_learning_curve.read_episodes(str(tmp_path))["a"]
+  assert list(frames) == [0, 100, 100, 250] and list(returns) == [1.0, 2.0, 5.0, 6.0]
