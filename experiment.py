@@ -64,8 +64,8 @@ flags.DEFINE_float("epsilon", None, "RMSProp epsilon. " + _PRESET)
 flags.DEFINE_float("rmsprop_initial_mean_square", 1.0,
                    "Where RMSProp's mean-square accumulator starts. 1 (default): TF1's "
                    "RMSPropOptimizer, the paper's; its steps stay small for the first ~500 "
-                   "updates. 0: full-size steps from the first update, for runs of a few "
-                   "million frames (benchmarks/RESULTS.md, 'Short budgets').")
+                   "updates. 0: full-size steps from the first update (PyTorch's and "
+                   "Keras' RMSprop start there). See benchmarks/RESULTS.md, 'Short budgets'.")
 flags.DEFINE_float("max_grad_norm", None, "Global gradient-norm clip; 0 for none. " + _PRESET)
 flags.DEFINE_enum("off_policy_correction", None, ["vtrace", "one_step_is", "epsilon", "none"],
                   "Table 2's off-policy correction. " + _PRESET)

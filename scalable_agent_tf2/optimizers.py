@@ -54,8 +54,8 @@ class RMSProp(tf.Module):
         paper's optimizer). With the small gradients of these networks (per-parameter RMS
         ~0.02 under Atari's global-norm clip) the accumulator needs ~log(0.01)/log(0.99) =
         460 updates to decay to epsilon's scale, so the first ~1M frames (at 2,560 frames
-        per update) take steps 10-50x smaller than later ones. Irrelevant over the paper's
-        budgets, decisive in short studies: 0 starts at full step size (PyTorch/Keras).
+        per update) take steps 10-50x smaller than later ones; irrelevant over the paper's
+        budgets. 0 starts at full step size (as PyTorch's and Keras' RMSprop do).
       name: module name.
     """
     super().__init__(name=name)
