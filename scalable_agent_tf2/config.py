@@ -10,6 +10,7 @@ from typing import Optional
 
 from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import learner as learner_lib
+from scalable_agent_tf2 import losses
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import suites
 
@@ -113,6 +114,10 @@ class ExperimentConfig:
     return suites.is_atari_level(self.levels[0])
 
   @property
+  def is_toy(self):
+    return suites.is_toy_level(self.levels[0])
+
+  @property
   def is_multi_task(self):
     return suites.is_suite(self.level_name)
 
@@ -147,6 +152,9 @@ class ExperimentConfig:
     if self.is_atari:
       return networks.atari_config(num_actions, torso=self.torso,
                                    frame_shape=(self.height, self.width, 4))
+    if self.is_toy:  # Atari's feed-forward agent on one grey 20x20 frame.
+      return networks.atari_config(num_actions, torso=self.torso,
+                                   frame_shape=(self.height, self.width, 1))
     return networks.dmlab_config(torso=self.torso, num_actions=num_actions,
                                  frame_shape=(self.height, self.width, 3))
 
@@ -156,6 +164,8 @@ class ExperimentConfig:
       # Appendix G: the multi-task agent plays all games with the full 18 actions.
       return dict(full_action_space=self.is_multi_task, sticky_actions=self.sticky_actions,
                   num_action_repeats=self.num_action_repeats, frame_size=self.width)
+    if self.is_toy:
+      return {}
     return dict(num_action_repeats=self.num_action_repeats, width=self.width,
                 height=self.height, dataset_path=self.dataset_path, renderer=self.renderer,
                 level_cache_dir=self.level_cache_dir or None)
@@ -185,6 +195,15 @@ def presets(level_name, algorithm=learner_lib.IMPALA):
         torso=networks.DEEP if multi_task else networks.SHALLOW,
         # Not given for Atari in the paper; Table 1's single-machine setting.
         num_actors=48)
+  elif suites.is_toy_level(levels[0]):
+    # Not from the paper: Table G.1's learner (Atari) with a small batch and short unrolls,
+    # so a run takes a minute or two on a CPU. The environment repeats no actions, so frames
+    # are agent steps. Rewards are not clipped: the delayed level's reward (0-10) carries
+    # how many choices were right.
+    values = dataclasses.asdict(learner_lib.atari_learner_config(
+        reward_clipping=losses.NO_CLIPPING))
+    values.update(unroll_length=10, batch_size=8, num_action_repeats=1, width=20, height=20,
+                  total_environment_frames=25_000, torso=networks.SHALLOW, num_actors=4)
   else:
     values = dataclasses.asdict(learner_lib.dmlab_learner_config(multi_task=multi_task))
     # Table D.3: unroll 100, 96x72, action repeat 4. Released code: batch 32; 150 actors for

@@ -273,12 +273,15 @@ DMLAB_EXTRA_LEVELS = collections.OrderedDict([
 # extra DMLab levels and the Atari-57 games.
 DMLAB_LEVELS = tuple(collections.OrderedDict.fromkeys(
     DMLAB30_TRAIN_LEVELS + DMLAB30_TEST_LEVELS + tuple(DMLAB_EXTRA_LEVELS)))
-SINGLE_LEVELS = DMLAB_LEVELS + ATARI57_LEVELS
+# Diagnostic levels (not from the paper; environments/toy.py): train in a minute on a CPU.
+TOY_LEVELS = ("toy/lit_side", "toy/lit_side_delayed")
+SINGLE_LEVELS = DMLAB_LEVELS + ATARI57_LEVELS + TOY_LEVELS
 
 
 def _valid_names_message():
-  return ("Valid level names: the suites %s; the DeepMind Lab levels %s; the Atari games %s."
-          % (", ".join(SUITES), ", ".join(DMLAB_LEVELS), ", ".join(ATARI57_LEVELS)))
+  return ("Valid level names: the suites %s; the DeepMind Lab levels %s; the Atari games %s; "
+          "the diagnostic levels %s." % (", ".join(SUITES), ", ".join(DMLAB_LEVELS),
+                                         ", ".join(ATARI57_LEVELS), ", ".join(TOY_LEVELS)))
 
 
 def is_suite(name):
@@ -289,6 +292,11 @@ def is_suite(name):
 def is_atari_level(level_name):
   """True for "atari/<game>" with one of the 57 games."""
   return level_name in ATARI57_LEVELS
+
+
+def is_toy_level(level_name):
+  """True for the diagnostic levels ("toy/lit_side", "toy/lit_side_delayed")."""
+  return level_name in TOY_LEVELS
 
 
 def is_dmlab_level(level_name):

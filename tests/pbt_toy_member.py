@@ -26,7 +26,7 @@ def main(argv):
                       help="Seconds per environment step (paces the member).")
   args = parser.parse_args(argv)
   # pylint: disable=g-import-not-at-top
-  import toy_environment
+  from scalable_agent_tf2.environments import toy as toy_environment
   from scalable_agent_tf2 import config as config_lib
   from scalable_agent_tf2 import networks
   from scalable_agent_tf2 import training

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import test_training
-import toy_environment
+from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2 import actor
 from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import networks
@@ -207,7 +207,7 @@ CLUSTER_SCRIPT = textwrap.dedent("""
     import sys
     sys.path[:0] = [{tests!r}, {repo!r}]
     import test_training as t
-    import toy_environment
+    from scalable_agent_tf2.environments import toy as toy_environment
     from scalable_agent_tf2 import training
     config = t.toy_config({logdir!r}, total_frames={frames}, num_actors=2, log_secs=1.0,
                           checkpoint_secs=5.0)

@@ -217,7 +217,7 @@ import threading  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
 
-import toy_environment  # noqa: E402
+from scalable_agent_tf2.environments import toy as toy_environment  # noqa: E402
 from scalable_agent_tf2 import config as config_lib  # noqa: E402
 from scalable_agent_tf2 import learner as learner_lib  # noqa: E402
 from scalable_agent_tf2 import losses  # noqa: E402

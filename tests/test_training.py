@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import toy_environment
+from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import checkpoints
 from scalable_agent_tf2 import config as config_lib

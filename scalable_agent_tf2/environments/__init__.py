@@ -46,6 +46,10 @@ def environment_constructor(level_name, seed=0, test_mode=False, **options):
     options.setdefault("terminal_on_life_loss", not test_mode)
     return atari.AtariEnvironment, dict(game=suites.atari_game(level_name), seed=seed,
                                         **options)
+  if suites.is_toy_level(level_name):
+    from scalable_agent_tf2.environments import toy  # pylint: disable=g-import-not-at-top
+    return toy.LitSideEnvironment, dict(
+        seed=seed, delayed_reward=level_name == toy.DELAYED_LEVEL_NAME, **options)
   lab_module = options.get("lab_module", "deepmind_lab")
   if isinstance(lab_module, str):
     dmlab.check_deepmind_lab_available(lab_module)  # Fail now, not in the child.

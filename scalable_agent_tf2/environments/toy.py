@@ -1,4 +1,11 @@
-"""A small deterministic task for end-to-end learning tests: point at the lit side.
+"""A diagnostic level that trains in a minute on a CPU: point at the lit side.
+
+    python experiment.py --mode=train --level_name=toy/lit_side_delayed --logdir=/tmp/toy
+
+Not from the paper: it checks a setup and gives studies a task where learning happens within
+a small budget (benchmarks/studies.py; benchmarks/RESULTS.md "Short budgets"). Levels:
+"toy/lit_side" (reward at every step) and "toy/lit_side_delayed" (the episode's reward at its
+end, so learning needs credit assignment across steps).
 
 Each episode has EPISODE_LENGTH steps. The frame (20x20x1 uint8) is lit on its left or right
 half; the side follows a fixed pseudo-random sequence drawn from the seed. Action 0 means
@@ -22,6 +29,8 @@ EPISODE_LENGTH = 10
 NUM_ACTIONS = 3
 FRAME_SHAPE = (20, 20, 1)
 LEVEL_NAME = "toy/lit_side"
+DELAYED_LEVEL_NAME = "toy/lit_side_delayed"
+LEVEL_NAMES = (LEVEL_NAME, DELAYED_LEVEL_NAME)
 
 
 class LitSideEnvironment(base.Environment):
@@ -91,8 +100,11 @@ class LitSideEnvironment(base.Environment):
 
 def environment_constructor(crash_after_steps=0, refuse_after_calls=None, delayed_reward=False,
                             step_secs=0.0):
-  """An environment_constructor for training.train / evaluation.evaluate on the toy task.
+  """An environment_constructor for training.train / evaluation.evaluate on the toy task,
+  with faults to inject for tests (the levels themselves are built by
+  environments.environment_constructor).
 
+  crash_after_steps: the environment process exits without a word after this many steps.
   refuse_after_calls: environments built after this many calls fail in their constructor
   (so a restart after a crash fails).
   """
