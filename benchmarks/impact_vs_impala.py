@@ -1,11 +1,12 @@
-"""IMPACT against IMPALA on one Atari game: the same frame budget on the same machine, compared
+"""IMPACT against IMPALA on one level: the same frame budget on the same machine, compared
 by frames and by wall-clock time (the IMPACT paper's Figure 6, at this machine's scale).
 
     python benchmarks/impact_vs_impala.py --output_dir=/work/runs/impact_vs_impala
+    python benchmarks/impact_vs_impala.py --level=toy/lit_side_delayed --seeds=1,2,3 ...
     python benchmarks/impact_vs_impala.py --quick --output_dir=/tmp/impact_quick  # a check
 
 Each algorithm runs with its own presets (config.py: Table G.1 for IMPALA; IMPACT's Table 1
-settings for --algorithm=impact) and the same game, batch, unroll, actors, seed and
+settings for --algorithm=impact) and the same level, batch, unroll, actors, seeds and
 --total_environment_frames; the runs take turns on the machine, one after the other.
 --max_seconds also gives them the same wall-clock budget (each is stopped, with a checkpoint,
 after that many seconds).
@@ -20,6 +21,7 @@ import json
 import os
 
 import matplotlib
+import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -31,12 +33,12 @@ ALGORITHMS = ("impala", "impact")
 def parse_args():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--output_dir", required=True)
-  parser.add_argument("--game", default="breakout",
-                      help="Atari game (atari/<game>); the IMPACT paper's Figure 6 has "
-                           "breakout, space_invaders and pong.")
+  parser.add_argument("--level", default="atari/breakout",
+                      help="Level name; the IMPACT paper's Figure 6 has atari/breakout, "
+                           "atari/space_invaders and atari/pong.")
   parser.add_argument("--total_environment_frames", type=int, default=10_000_000)
   parser.add_argument("--num_actors", type=int, default=16)
-  parser.add_argument("--seed", type=int, default=1)
+  parser.add_argument("--seeds", default="1", help="Comma-separated seeds: runs per algorithm.")
   parser.add_argument("--max_seconds", type=float, default=None,
                       help="Also stop each run after this many seconds (same wall clock).")
   parser.add_argument("--quick", action="store_true",
@@ -49,56 +51,73 @@ def parse_args():
 
 def main():
   args = parse_args()
-  flags = dict(level_name=f"atari/{args.game}",
-               total_environment_frames=args.total_environment_frames,
-               num_actors=args.num_actors, seed=args.seed, checkpoint_secs=600, log_secs=10)
+  flags = dict(level_name=args.level, total_environment_frames=args.total_environment_frames,
+               num_actors=args.num_actors, checkpoint_secs=600, log_secs=10)
   if args.quick:
     flags.update(level_name="atari/breakout", total_environment_frames=8_000, num_actors=4,
                  batch_size=8, log_secs=2)
   for flag in args.extra_flags.split():
     name, value = flag.lstrip("-").split("=", 1)
     flags[name] = value
+  seeds = [int(seed) for seed in args.seeds.split(",")]
   os.makedirs(args.output_dir, exist_ok=True)
   commands = open(os.path.join(args.output_dir, "commands.txt"), "a")
   log = lambda line: (print(line, flush=True), commands.write(line + "\n"), commands.flush())
-  results = {}
-  for algorithm in ALGORITHMS:
-    logdir = os.path.join(args.output_dir, "runs", algorithm)
-    runs.run(runs.experiment_command(logdir, algorithm=algorithm, **flags), logdir,
-             args.max_seconds, log)
-    results[algorithm] = runs.summary(logdir)
+  results = {}  # (algorithm, seed) -> summary
+  for seed in seeds:
+    for algorithm in ALGORITHMS:
+      logdir = os.path.join(args.output_dir, "runs", algorithm,
+                            *([f"seed{seed}"] if len(seeds) > 1 else []))
+      runs.run(runs.experiment_command(logdir, algorithm=algorithm, seed=seed, **flags),
+               logdir, args.max_seconds, log)
+      results[(algorithm, seed)] = runs.summary(logdir)
   commands.close()
 
-  # The wall clock both runs reached: compare returns there too.
+  # The wall clock every run reached: compare returns there too.
   common_seconds = min(s["wall_seconds"] for s in results.values())
   lines = [f"{flags['level_name']}, {flags['total_environment_frames']:,} frames per run"
            f"{'' if args.max_seconds is None else f' or {args.max_seconds:.0f} s'}; machine: "
            f"{runs.machine_description()}. Final return: mean of the last "
-           f"{runs.FINAL_EPISODES} training episodes.", "",
-           f"| algorithm | frames | wall (s) | frames/s | learner steps | episodes | final "
-           f"return | return at {common_seconds:.0f} s |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
-  for algorithm, s in results.items():
+           f"{runs.FINAL_EPISODES} training episodes; mean return: of every episode of the "
+           f"run.", "",
+           f"| algorithm | seed | frames | wall (s) | frames/s | learner steps | episodes | "
+           f"final return | mean return | return at {common_seconds:.0f} s |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for (algorithm, seed), s in results.items():
     lines.append(
-        f"| {algorithm.upper()} | {s['frames']:,} | {s['wall_seconds']:.0f} | "
+        f"| {algorithm.upper()} | {seed} | {s['frames']:,} | {s['wall_seconds']:.0f} | "
         f"{s['frames_per_second']:,.0f} | {s['updates']:,} | {s['episodes']:,} | "
-        f"{runs.fmt(s['final_return'])} | "
-        f"{runs.fmt(runs.return_at(s['curves'], 'seconds', common_seconds))} |")
+        f"{runs.fmt(s['final_return'], 2)} | {runs.fmt(s['mean_return'], 2)} | "
+        f"{runs.fmt(runs.return_at(s['curves'], 'seconds', common_seconds), 2)} |")
+  if len(seeds) > 1:
+    for algorithm in ALGORITHMS:
+      mine = [s for (a, _), s in results.items() if a == algorithm]
+      lines.append(
+          f"| {algorithm.upper()}, mean | | | "
+          f"{np.mean([s['wall_seconds'] for s in mine]):.0f} | "
+          f"{np.mean([s['frames_per_second'] for s in mine]):,.0f} | | | "
+          f"{np.mean([s['final_return'] for s in mine]):.2f} | "
+          f"{np.mean([s['mean_return'] for s in mine]):.2f} | |")
   lines += ["", "Commands:", ""] + [f"    {s['command']}" for s in results.values()]
   text = "\n".join(lines) + "\n"
   with open(os.path.join(args.output_dir, "impact_vs_impala.md"), "w") as f:
     f.write(text)
   with open(os.path.join(args.output_dir, "impact_vs_impala.json"), "w") as f:
-    json.dump({a: {k: v for k, v in s.items() if k != "curves"} for a, s in results.items()},
-              f, indent=2)
+    json.dump([dict(algorithm=a, seed=seed, **{k: v for k, v in s.items() if k != "curves"})
+               for (a, seed), s in results.items()], f, indent=2)
   print(text)
 
   figure, (by_frames, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-  for algorithm, s in results.items():
-    runs.plot_curves(by_frames, s["curves"], "frames", algorithm.upper(), scale=1e6)
-    runs.plot_curves(by_time, s["curves"], "seconds", algorithm.upper(), scale=60.0)
-  by_frames.set_xlabel("environment frames (millions)")
-  by_time.set_xlabel("wall-clock time (minutes, from the command's start)")
+  colours = dict(zip(ALGORITHMS, ("C0", "C3")))
+  scale, unit = runs.frame_scale(int(flags["total_environment_frames"]))
+  for (algorithm, seed), s in results.items():
+    label = algorithm.upper() if seed == seeds[0] else None
+    runs.plot_curves(by_frames, s["curves"], "frames", label, scale=scale,
+                     color=colours[algorithm], linewidth=1)
+    runs.plot_curves(by_time, s["curves"], "seconds", label, scale=60.0,
+                     color=colours[algorithm], linewidth=1)
+  by_frames.set_xlabel(f"environment frames ({unit})")
+  by_time.set_xlabel("wall-clock time (minutes of running)")
   by_frames.set_ylabel(f"episode return (mean of last {runs.FINAL_EPISODES})")
   for axes in (by_frames, by_time):
     axes.grid(alpha=0.3)

@@ -121,6 +121,7 @@ def _records(logdir, kind):
 def summary(logdir):
   """dict of one finished run: frames, wall_seconds, frames_per_second (whole run), updates,
   episodes, final_return (mean of the last FINAL_EPISODES episodes; None without episodes),
+  mean_return (of every episode: the area under the learning curve, per episode),
   and curves: frames [N], seconds [N] (since the command started) and returns [N] of the
   episodes, in order."""
   record = _read_record(logdir)
@@ -140,6 +141,7 @@ def summary(logdir):
       frames_per_second=last.get("frames", 0) / wall if wall > 0 else 0.0,
       updates=int(last.get("updates", 0)), episodes=len(returns),
       final_return=float(np.mean(returns[-FINAL_EPISODES:])) if len(returns) else None,
+      mean_return=float(np.mean(returns)) if len(returns) else None,
       curves=dict(frames=frames, seconds=seconds, returns=returns))
 
 
@@ -154,6 +156,11 @@ def return_at(curves, key, value):
 
 def fmt(value, digits=1):
   return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def frame_scale(total_frames):
+  """(divisor, unit name) for a frame axis up to total_frames."""
+  return (1e6, "millions") if total_frames >= 1e6 else (1e3, "thousands")
 
 
 def plot_curves(axes, curves, key, label, scale=1.0, **style):

@@ -1,19 +1,22 @@
 """IMPALA's Table 2 at this machine's scale: four off-policy corrections, without and with
-experience replay, on a few Atari games, each run with the same frame budget.
+experience replay, on a few levels, each run with the same frame budget.
 
     python benchmarks/table2.py --output_dir=/work/runs/table2
+    python benchmarks/table2.py --levels=toy/lit_side_delayed --seeds=1,2,3 --output_dir=...
     python benchmarks/table2.py --quick --output_dir=/tmp/table2_quick   # a check of the script
 
 The paper (section 5.2.2, Table 2) trains the shallow network on 5 DeepMind Lab tasks for 1e9
 frames, 24 hyperparameter samples per cell, and reports the mean final return of the 3 best;
 "with replay" draws 50% of each batch uniformly from a 10,000-trajectory replay (Table D.3).
-Here: Atari games (DeepMind Lab cannot be installed on this machine), Table G.1's
-hyperparameters (one setting, one seed per cell), --total_environment_frames per run. Every
+Here: Atari games (DeepMind Lab cannot be installed on this machine) or the diagnostic toy
+levels, the level's presets (one setting; --seeds per cell), --total_environment_frames per
+run. Every
 run is `python experiment.py` with --off_policy_correction and --replay_fraction; its command
 is in <output_dir>/commands.txt and its logdir's run.json.
 
 Writes <output_dir>/table2.md (the table: final return = mean of the last 100 training
-episodes), table2.json, and table2_<game>.png (learning curves: one colour per correction,
+episodes, and the mean return over the whole run, averaged over seeds), table2.json, and
+table2_<level>.png (learning curves: one colour per correction,
 solid without replay, dashed with replay). Reruns resume unfinished runs (experiment.py's
 checkpoints) and only summarise finished ones.
 """
@@ -22,6 +25,7 @@ import json
 import os
 
 import matplotlib
+import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -40,12 +44,12 @@ REPLAY_SETTINGS = (("without", 0.0), ("with", REPLAY_FRACTION))
 def parse_args():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--output_dir", required=True)
-  parser.add_argument("--games", default="breakout,space_invaders,qbert",
-                      help="Comma-separated Atari games (atari/<game>).")
+  parser.add_argument("--levels", default="atari/breakout,atari/space_invaders,atari/qbert",
+                      help="Comma-separated level names (Atari games or toy levels).")
   parser.add_argument("--total_environment_frames", type=int, default=3_000_000,
                       help="Frame budget of every run (the same for all cells).")
   parser.add_argument("--num_actors", type=int, default=16)
-  parser.add_argument("--seed", type=int, default=1)
+  parser.add_argument("--seeds", default="1", help="Comma-separated seeds: runs per cell.")
   parser.add_argument("--replay_capacity", type=int, default=10_000,
                       help="Table D.3: 10,000 trajectories.")
   parser.add_argument("--corrections", default=",".join(CORRECTIONS))
@@ -62,7 +66,7 @@ def parse_args():
 def run_flags(args):
   """experiment.py flags shared by every run."""
   flags = dict(total_environment_frames=args.total_environment_frames,
-               num_actors=args.num_actors, seed=args.seed, checkpoint_secs=600, log_secs=10)
+               num_actors=args.num_actors, checkpoint_secs=600, log_secs=10)
   if args.quick:
     flags.update(batch_size=8, log_secs=2)
   for flag in args.extra_flags.split():
@@ -74,73 +78,96 @@ def run_flags(args):
 def main():
   args = parse_args()
   if args.quick:
-    args.games, args.total_environment_frames, args.num_actors = "breakout", 8_000, 4
+    args.levels, args.total_environment_frames, args.num_actors = "atari/breakout", 8_000, 4
     args.replay_capacity = 100
-  games = args.games.split(",")
+  levels = args.levels.split(",")
+  seeds = [int(seed) for seed in args.seeds.split(",")]
   corrections = args.corrections.split(",")
   os.makedirs(args.output_dir, exist_ok=True)
   commands = open(os.path.join(args.output_dir, "commands.txt"), "a")
   log = lambda line: (print(line, flush=True), commands.write(line + "\n"), commands.flush())
 
-  results = {}
-  for game in games:
+  results = {}  # (level, replay, correction) -> [summary per seed]
+  for level in levels:
     for replay, fraction in REPLAY_SETTINGS:
       for correction in corrections:
-        logdir = os.path.join(args.output_dir, "runs", game, f"{replay}_replay", correction)
-        flags = dict(level_name=f"atari/{game}", off_policy_correction=correction,
-                     **run_flags(args))
-        if fraction:
-          flags.update(replay_fraction=fraction, replay_capacity=args.replay_capacity)
-        runs.run(runs.experiment_command(logdir, **flags), logdir, args.max_seconds, log)
-        results[(game, replay, correction)] = runs.summary(logdir)
+        for seed in seeds:
+          logdir = os.path.join(args.output_dir, "runs", level.replace("/", "_"),
+                                f"{replay}_replay", correction,
+                                *([f"seed{seed}"] if len(seeds) > 1 else []))
+          flags = dict(level_name=level, off_policy_correction=correction, seed=seed,
+                       **run_flags(args))
+          if fraction:
+            flags.update(replay_fraction=fraction, replay_capacity=args.replay_capacity)
+          runs.run(runs.experiment_command(logdir, **flags), logdir, args.max_seconds, log)
+          results.setdefault((level, replay, correction), []).append(runs.summary(logdir))
   commands.close()
-  write_table(args, games, corrections, results)
-  plot(args, games, corrections, results)
+  write_table(args, levels, seeds, corrections, results)
+  plot(args, levels, corrections, results)
 
 
-def write_table(args, games, corrections, results):
-  lines = [f"Final return (mean of the last {runs.FINAL_EPISODES} training episodes) after "
-           f"{args.total_environment_frames:,} frames per run; machine: "
-           f"{runs.machine_description()}.", "",
-           "| | " + " | ".join(games) + " |", "|---|" + "---:|" * len(games)]
+def _cell(summaries, key):
+  """'mean' or 'mean +- std' over seeds of summaries[i][key]."""
+  values = [s[key] for s in summaries if s[key] is not None]
+  if not values:
+    return "n/a"
+  if len(values) == 1:
+    return runs.fmt(values[0], 2)
+  return f"{np.mean(values):.2f} ± {np.std(values):.2f}"
+
+
+def write_table(args, levels, seeds, corrections, results):
+  lines = [f"Final return (mean of the last {runs.FINAL_EPISODES} training episodes) and, in "
+           f"brackets, the mean return over the whole run, after "
+           f"{args.total_environment_frames:,} frames per run; "
+           f"{'seed ' if len(seeds) == 1 else 'mean ± standard deviation over seeds '}"
+           f"{', '.join(map(str, seeds))}; machine: {runs.machine_description()}.", "",
+           "| | " + " | ".join(levels) + " |", "|---|" + "---:|" * len(levels)]
   for replay, _ in REPLAY_SETTINGS:
-    lines.append(f"| **{replay.capitalize()} replay** |" + " |" * len(games))
+    lines.append(f"| **{replay.capitalize()} replay** |" + " |" * len(levels))
     for correction in corrections:
-      cells = [runs.fmt(results[(g, replay, correction)]["final_return"]) for g in games]
+      cells = [f"{_cell(results[(level, replay, correction)], 'final_return')} "
+               f"({_cell(results[(level, replay, correction)], 'mean_return')})"
+               for level in levels]
       lines.append(f"| {CORRECTION_NAMES[correction]} | " + " | ".join(cells) + " |")
-  lines += ["", "| game | replay | correction | frames | updates | episodes | wall (s) | "
-            "frames/s |", "|---|---|---|---:|---:|---:|---:|---:|"]
-  for (game, replay, correction), s in results.items():
-    lines.append(f"| {game} | {replay} | {correction} | {s['frames']:,} | {s['updates']:,} | "
-                 f"{s['episodes']:,} | {s['wall_seconds']:.0f} | "
-                 f"{s['frames_per_second']:,.0f} |")
+  lines += ["", "| level | replay | correction | seed | frames | updates | episodes | "
+            "wall (s) | frames/s | final return |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+  for (level, replay, correction), summaries in results.items():
+    for seed, s in zip(seeds, summaries):
+      lines.append(f"| {level} | {replay} | {correction} | {seed} | {s['frames']:,} | "
+                   f"{s['updates']:,} | {s['episodes']:,} | {s['wall_seconds']:.0f} | "
+                   f"{s['frames_per_second']:,.0f} | {runs.fmt(s['final_return'], 2)} |")
   text = "\n".join(lines) + "\n"
   with open(os.path.join(args.output_dir, "table2.md"), "w") as f:
     f.write(text)
   with open(os.path.join(args.output_dir, "table2.json"), "w") as f:
-    json.dump([dict(game=g, replay=r, correction=c,
+    json.dump([dict(level=level, replay=replay, correction=correction, seed=seed,
                     **{k: v for k, v in s.items() if k != "curves"})
-               for (g, r, c), s in results.items()], f, indent=2)
+               for (level, replay, correction), summaries in results.items()
+               for seed, s in zip(seeds, summaries)], f, indent=2)
   print(text)
 
 
-def plot(args, games, corrections, results):
+def plot(args, levels, corrections, results):
   colours = dict(zip(CORRECTIONS, ("C0", "C1", "C2", "C3")))
-  for game in games:
+  scale, unit = runs.frame_scale(args.total_environment_frames)
+  for level in levels:
     figure, axes = plt.subplots(figsize=(8, 4.5))
     for replay, _ in REPLAY_SETTINGS:
       for correction in corrections:
-        runs.plot_curves(axes, results[(game, replay, correction)]["curves"], "frames",
-                         f"{CORRECTION_NAMES[correction]}, {replay} replay", scale=1e6,
-                         color=colours[correction],
-                         linestyle="-" if replay == "without" else "--")
-    axes.set_xlabel("environment frames (millions)")
+        for index, summary in enumerate(results[(level, replay, correction)]):
+          runs.plot_curves(axes, summary["curves"], "frames",
+                           f"{CORRECTION_NAMES[correction]}, {replay} replay" if index == 0
+                           else None, scale=scale, color=colours[correction],
+                           linestyle="-" if replay == "without" else "--", linewidth=1)
+    axes.set_xlabel(f"environment frames ({unit})")
     axes.set_ylabel(f"episode return (mean of last {runs.FINAL_EPISODES})")
-    axes.set_title(f"atari/{game}: off-policy corrections without / with replay (Table 2)")
+    axes.set_title(f"{level}: off-policy corrections without / with replay (Table 2)")
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left", fontsize=8)
     figure.tight_layout()
-    path = os.path.join(args.output_dir, f"table2_{game}.png")
+    path = os.path.join(args.output_dir, f"table2_{level.replace('/', '_')}.png")
     figure.savefig(path, dpi=100)
     plt.close(figure)
     print(f"Wrote {path}")
