@@ -129,6 +129,7 @@ def summary(logdir):
   episodes = plot_learning_curve.read_episodes(logdir)
   frames, returns = (np.concatenate([e[i] for e in episodes.values()]) if episodes
                      else np.zeros(0) for i in (0, 1))
+  frames = spread_frames(frames)
   progress_frames = np.array([p["frames"] for p in progress], np.float64)
   progress_seconds = _running_seconds(record, [p["time"] for p in progress])
   # An episode is logged with the frame count of the progress record written with it.
@@ -143,6 +144,22 @@ def summary(logdir):
       final_return=float(np.mean(returns[-FINAL_EPISODES:])) if len(returns) else None,
       mean_return=float(np.mean(returns)) if len(returns) else None,
       curves=dict(frames=frames, seconds=seconds, returns=returns))
+
+
+def spread_frames(frames):
+  """Episodes are logged with the frame count of the progress record written with them, so
+  all episodes that ended between two records share one count. Spreads each such group
+  evenly over (previous count, its count], in logged order: frames [N] -> float [N]."""
+  frames = np.asarray(frames, np.float64)
+  spread = frames.copy()
+  values, starts, counts = np.unique(frames, return_index=True, return_counts=True)
+  previous = 0.0
+  for value, start, count in zip(values, starts, counts):
+    if count > 1 and np.all(frames[start:start + count] == value):
+      spread[start:start + count] = previous + (value - previous) * (
+          np.arange(1, count + 1) / count)
+    previous = value
+  return spread
 
 
 def return_at(curves, key, value):

@@ -64,3 +64,8 @@ def test_a_resumed_runs_curve_drops_the_lost_episodes(tmp_path):
                               episode_return=episode_return)) + "\n")
   frames, returns = plot_learning_curve.read_episodes(str(tmp_path))["a"]
   assert list(frames) == [0, 100, 100, 250] and list(returns) == [1.0, 2.0, 5.0, 6.0]
+
+
+def test_episodes_logged_together_are_spread_between_progress_records():
+  spread = runs.spread_frames([0, 0, 100, 100, 100, 100, 150])
+  assert list(spread) == [0.0, 0.0, 25.0, 50.0, 75.0, 100.0, 150.0]
