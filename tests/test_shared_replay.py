@@ -1,6 +1,7 @@
 """LASER's shared replay across processes (Schmitt et al., 2019, section 5.4):
 replay_service.ReplayService and ReplayClient over real gRPC, agents in separate processes."""
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import population
 from scalable_agent_tf2 import replay_service
 from scalable_agent_tf2 import training
 
@@ -214,3 +216,86 @@ def test_no_service_is_a_clear_error_after_the_connect_timeout(tmp_path):
 def test_shared_replay_flags_refuse_bad_combinations(values, message):
   with pytest.raises(ValueError, match=message):
     config_lib.resolve(config_lib.ExperimentConfig(**values))
+
+
+def _start(argv, output_path):
+  with open(output_path, "w") as output:
+    return subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_DIR,
+                            start_new_session=True)
+
+
+def _member(logdir, tag, address, learning_rate, entropy_cost, frames):
+  return [sys.executable, TOY_MEMBER, f"--logdir={logdir}", f"--agent_tag={tag}",
+          f"--learning_rate={learning_rate}", f"--entropy_cost={entropy_cost}",
+          "--epsilon=0.01", f"--total_environment_frames={frames}", "--laser_replay",
+          "--replay_fraction=0.5", f"--shared_replay_address={address}",
+          "--shared_replay_connect_secs=3"]
+
+
+def _wait_for(condition, processes, timeout, what):
+  """Polls condition() until true; fails early if a process in `processes` ended."""
+  deadline = time.monotonic() + timeout
+  while not condition():
+    for name, (process, output) in processes.items():
+      if process.poll() is not None:
+        with open(output) as f:
+          pytest.fail(f"{name} ended (exit code {process.returncode}) while waiting for "
+                      f"{what}:\n{f.read()[-3000:]}")
+    assert time.monotonic() < deadline, f"timed out waiting for {what}"
+    time.sleep(0.5)
+
+
+@pytest.mark.timeout(400)
+def test_agent_processes_with_different_hyperparameters_share_a_service_process(tmp_path):
+  """Two agent processes (different learning rates and entropy costs) and a replay service
+  process: each replays the other's episodes; when the service dies, the agent still
+  training stops with a clear error and its final checkpoint."""
+  address = f"localhost:{test_distributed.free_port()}"
+  service_log = tmp_path / "service.log"
+  service = _start([sys.executable, "-m", "scalable_agent_tf2.replay_service",
+                    f"--address={address}", "--replay_capacity=300", "--log_secs=1"],
+                   service_log)
+  processes = {"service": (service, service_log)}
+  try:
+    observer = replay_service.ReplayClient(address, "test", connect_timeout_secs=120,
+                                           print_fn=lambda _: None)
+    # Agent b first, with a budget it will not reach: it is still training when a runs.
+    processes["b"] = (_start(_member(tmp_path / "b", "b", address, 0.0002, 0.02, 10**7),
+                             tmp_path / "b.log"), tmp_path / "b.log")
+    _wait_for(lambda: observer.added_by_agent().get("b", 0) >= 3, processes, 240,
+              "agent b's episodes")
+    processes["a"] = (_start(_member(tmp_path / "a", "a", address, 0.0006, 0.01, 2_000),
+                             tmp_path / "a.log"), tmp_path / "a.log")
+    agent_a = processes.pop("a")[0]
+    assert agent_a.wait(240) == 0, (tmp_path / "a.log").read_text()[-3000:]
+    # b replays a's episodes too (they stay in the replay after a finished).
+    _wait_for(lambda: observer.stats()["sampled"].get("b", {}).get("a", 0) > 0, processes,
+              120, "agent b sampling agent a's episodes")
+    stats = observer.stats()
+    assert stats["added_by_agent"]["a"] > 0 and stats["added_by_agent"]["b"] > 0, stats
+    assert stats["sampled"]["a"]["b"] > 0, stats
+    # Agent a's own account: it trained on replayed episodes of b.
+    result = json.loads([line for line in (tmp_path / "a.log").read_text().splitlines()
+                         if line.startswith("RESULT ")][-1][len("RESULT "):])
+    assert result["num_env_frames"] >= 2_000
+    assert result["replay"]["sampled_by_agent"].get("b", 0) > 0, result["replay"]
+    assert "Sharing the LASER replay of" in (tmp_path / "a.log").read_text()
+    # The service dies: b waits --shared_replay_connect_secs (3 s), then stops with its
+    # checkpoint written and exit code 3 (the population driver restarts such a member).
+    service.kill()
+    service.wait()
+    agent_b = processes.pop("b")[0]
+    assert agent_b.wait(120) == 3
+    output = (tmp_path / "b.log").read_text()
+    assert "Lost the replay service at" in output
+    assert "Stopped: the shared replay service was lost" in output
+    assert "No replay service answered" in output and "holds its state" in output
+    prefix, frames = population.latest_checkpoint(str(tmp_path / "b"))
+    assert f"Checkpoint {os.path.join(str(tmp_path / 'b'), 'checkpoints', prefix)}" in output
+    assert frames > 0
+    assert "Replay: " in service_log.read_text()  # The service's periodic console line.
+  finally:
+    for process, _ in processes.values():
+      if process.poll() is None:
+        process.kill()
+        process.wait()
