@@ -78,6 +78,8 @@ DEFAULT_CONNECT_TIMEOUT_SECS = 60.0
 # Sampled episodes still being fetched, at most (the oldest is forgotten first; its sampler
 # then samples again). Agents fetch right after sampling, so a few per agent suffice.
 _MAX_PENDING_EPISODES = 256
+# Starts the service's last console line but one: its final stats as JSON (for scripts).
+FINAL_STATS_PREFIX = "Final replay stats: "
 # stats()'s counts, in order.
 _COUNTS = ("capacity", "episodes", "unrolls", "dropped_unrolls", "duplicates")
 
@@ -497,7 +499,9 @@ def main(argv=None):
     pass
   finally:
     signal.signal(signal.SIGTERM, previous)
-  say(format_stats(service.stats()))
+  stats = service.stats()
+  say(format_stats(stats))
+  say(f"{FINAL_STATS_PREFIX}{json.dumps(stats, sort_keys=True)}")
   say("Replay service stopped; its contents are gone.")
   return 0
 

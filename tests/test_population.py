@@ -234,6 +234,14 @@ def test_command_line_checks_its_flags_before_starting(tmp_path, capsys):
   assert code == 2 and "Unknown level name 'atari/pongg'" in error
   code, error = run("--", "--no_such_flag=1")
   assert code == 2 and "no_such_flag" in error
+  # A shared replay needs LASER's replay fraction, and the driver names the members itself.
+  code, error = run("--shared_replay_capacity=100", "--", "--level_name=atari/pong")
+  assert code == 2 and "set --replay_fraction in (0, 1)" in error
+  code, error = run("--shared_replay_capacity=100", "--", "--level_name=atari/pong",
+                    "--replay_fraction=0.5", "--agent_tag=x")
+  assert code == 2 and "--agent_tag is set by the population driver" in error
+  code, error = run("--shared_replay_capacity=-1", "--", "--level_name=atari/pong")
+  assert code == 2 and "--shared_replay_capacity must be >= 0" in error
   assert not os.path.exists(pbt.member_dir(str(tmp_path), 0))
 
 
@@ -274,7 +282,9 @@ def test_readme_population_commands_are_valid():
     argv = shlex.split(command)[3:]
     split = argv.index("--")
     args = population._parser().parse_args(argv[:split])
-    config, _ = population.settings_from_arguments(args, argv[split + 1:])
+    shared_replay = (population.SharedReplay("localhost:8010", args.shared_replay_capacity)
+                     if args.shared_replay_capacity else None)
+    config, _ = population.settings_from_arguments(args, argv[split + 1:], shared_replay)
     assert config.population_size == args.population_size
 
 
@@ -341,3 +351,48 @@ def test_real_members_on_the_toy_task(tmp_path):
     assert value("optimizer/epsilon") == pytest.approx(want["epsilon"], rel=1e-6)
     curve = [r for r in pbt.reconstruct_curve(str(tmp_path), member) if r["kind"] == "episode"]
     assert curve and curve[-1]["frames"] >= 8000
+
+
+@pytest.mark.timeout(600)
+def test_members_share_one_replay_service_across_pbt_restarts(tmp_path):
+  """--shared_replay_capacity: the driver runs one replay service; both toy members (different
+  learning rates) feed it under their member names, members restarted by PBT reconnect to
+  it, and it is stopped at the end with its final stats logged."""
+  initial = tuple(dict(entropy_cost=0.01, learning_rate=0.0006 * (i + 1), epsilon=0.01)
+                  for i in range(2))
+  config = population.Settings(
+      logdir=str(tmp_path), initial_hyperparameters=initial, multi_task=False,
+      # One evolution per member (50 episodes of 40 frames): each is restarted once.
+      burn_in_frames=1_000, ready_episodes=50, exploit_threshold=-1e9,  # Always copy.
+      poll_secs=0.5, stop_timeout_secs=120)
+
+  def command(member, logdir, seed, hyperparameters):
+    return [sys.executable, TOY_MEMBER, f"--logdir={logdir}", f"--seed={seed}",
+            "--total_environment_frames=3600", "--replay_fraction=0.5",
+            *(f"--{k}={v!r}" for k, v in sorted(hyperparameters.items()))]
+
+  shared = population.SharedReplay(population.free_loopback_address(), capacity=300)
+  lines = []
+  driver = population.Population(config, command, lines.append, shared_replay=shared)
+  code = driver.run()
+  assert code == 0, "\n".join(lines)
+  assert driver.service.poll() is not None  # Stopped with the population.
+  with open(tmp_path / population.REPLAY_SERVICE_OUTPUT_FILE) as f:
+    service_log = f.read()
+  final = [line for line in service_log.splitlines()
+           if line.startswith("Final replay stats: ")]
+  assert len(final) == 1, service_log[-3000:]  # One service for the whole run.
+  stats = json.loads(final[0][len("Final replay stats: "):])
+  assert set(stats["added_by_agent"]) == {"member_00", "member_01"}, stats
+  records = pbt.read_lineage(str(tmp_path))
+  restarted = {r.member for r in records if r.generation > 0}
+  assert restarted, "\n".join(lines)
+  for member in range(2):
+    output = outputs(tmp_path, member)
+    starts = output.count(f"Sharing the LASER replay of {shared.address} as agent "
+                          f"'member_{member:02d}'")
+    assert starts == 1 + sum(r.member == member and r.generation > 0 for r in records)
+    # Every start of the member said hello to the same service (the first set its layout).
+    hellos = (service_log.count(f"member_{member:02d} joined")
+              + service_log.count(f"layout set by member_{member:02d}"))
+    assert hellos == starts, service_log[-3000:]
