@@ -362,13 +362,13 @@ def test_members_share_one_replay_service_across_pbt_restarts(tmp_path):
                   for i in range(2))
   config = population.Settings(
       logdir=str(tmp_path), initial_hyperparameters=initial, multi_task=False,
-      # One evolution per member (50 episodes of 40 frames): each is restarted once.
-      burn_in_frames=1_000, ready_episodes=50, exploit_threshold=-1e9,  # Always copy.
+      # At most one evolution per member (20 episodes of 40 frames, a budget of 1,200).
+      burn_in_frames=400, ready_episodes=20, exploit_threshold=-1e9,  # Always copy.
       poll_secs=0.5, stop_timeout_secs=120)
 
   def command(member, logdir, seed, hyperparameters):
     return [sys.executable, TOY_MEMBER, f"--logdir={logdir}", f"--seed={seed}",
-            "--total_environment_frames=3600", "--replay_fraction=0.5",
+            "--total_environment_frames=1200", "--replay_fraction=0.5",
             *(f"--{k}={v!r}" for k, v in sorted(hyperparameters.items()))]
 
   shared = population.SharedReplay(population.free_loopback_address(), capacity=300)
