@@ -438,11 +438,8 @@ class LearnerClient(ServiceClient):
 
   def __init__(self, address, layout, peer_fingerprint, name, connect_timeout_secs=300.0,
                call_timeout_secs=600.0, print_fn=print):
-    """Connects (retrying until connect_timeout_secs) and says hello.
-
-    Args:
-      call_timeout_secs: how long one call may take (a full learner queue makes sending
-        wait); a call that takes longer is retried.
+    """Connects and says hello with the protocol and the layout's fingerprint (arguments and
+    timeouts as ServiceClient's).
 
     Raises:
       LearnerUnavailable: no learner answered in time.

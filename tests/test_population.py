@@ -288,26 +288,34 @@ def test_readme_population_commands_are_valid():
     assert config.population_size == args.population_size
 
 
+def toy_settings(logdir, burn_in_frames, ready_episodes):
+  """Two toy members (learning rates 0.0006, 0.0012) that always copy when they evolve."""
+  initial = tuple(dict(entropy_cost=0.01, learning_rate=0.0006 * (i + 1), epsilon=0.01)
+                  for i in range(2))
+  return population.Settings(
+      logdir=str(logdir), initial_hyperparameters=initial, multi_task=False,
+      burn_in_frames=burn_in_frames, ready_episodes=ready_episodes,
+      exploit_threshold=-1e9, poll_secs=0.5, stop_timeout_secs=120)
+
+
+def toy_command(*flags):
+  """CommandFn of tests/pbt_toy_member.py members."""
+  def command(member, logdir, seed, hyperparameters):
+    return [sys.executable, TOY_MEMBER, f"--logdir={logdir}", f"--seed={seed}", *flags,
+            *(f"--{k}={v!r}" for k, v in sorted(hyperparameters.items()))]
+  return command
+
+
 @pytest.mark.timeout(600)
 def test_real_members_on_the_toy_task(tmp_path):
   """Two members train the toy task (tests/pbt_toy_member.py runs training.train): a member
   that copies another resumes from that member's checkpoint and frames, the new
   hyperparameters are the ones its learner uses, and a killed member resumes from its last
   checkpoint."""
-  initial = tuple(dict(entropy_cost=0.01, learning_rate=0.0006 * (i + 1), epsilon=0.01)
-                  for i in range(2))
-  config = population.Settings(
-      logdir=str(tmp_path), initial_hyperparameters=initial, multi_task=False,
-      burn_in_frames=2_000, ready_episodes=100, exploit_threshold=-1e9,  # Always copy.
-      poll_secs=0.5, stop_timeout_secs=120)
-
-  def command(member, logdir, seed, hyperparameters):
-    return [sys.executable, TOY_MEMBER, f"--logdir={logdir}", f"--seed={seed}",
-            "--total_environment_frames=8000",
-            *(f"--{k}={v!r}" for k, v in sorted(hyperparameters.items()))]
-
+  config = toy_settings(tmp_path, burn_in_frames=2_000, ready_episodes=100)
   lines = []
-  driver = population.Population(config, command, lines.append)
+  driver = population.Population(config, toy_command("--total_environment_frames=8000"),
+                                 lines.append)
   killed = []
 
   def kill_member_1_after_a_checkpoint():
@@ -358,22 +366,13 @@ def test_members_share_one_replay_service_across_pbt_restarts(tmp_path):
   """--shared_replay_capacity: the driver runs one replay service; both toy members (different
   learning rates) feed it under their member names, members restarted by PBT reconnect to
   it, and it is stopped at the end with its final stats logged."""
-  initial = tuple(dict(entropy_cost=0.01, learning_rate=0.0006 * (i + 1), epsilon=0.01)
-                  for i in range(2))
-  config = population.Settings(
-      logdir=str(tmp_path), initial_hyperparameters=initial, multi_task=False,
-      # At most one evolution per member (20 episodes of 40 frames, a budget of 1,200).
-      burn_in_frames=400, ready_episodes=20, exploit_threshold=-1e9,  # Always copy.
-      poll_secs=0.5, stop_timeout_secs=120)
-
-  def command(member, logdir, seed, hyperparameters):
-    return [sys.executable, TOY_MEMBER, f"--logdir={logdir}", f"--seed={seed}",
-            "--total_environment_frames=1200", "--replay_fraction=0.5",
-            *(f"--{k}={v!r}" for k, v in sorted(hyperparameters.items()))]
-
+  # At most one evolution per member (20 episodes of 40 frames, a budget of 1,200).
+  config = toy_settings(tmp_path, burn_in_frames=400, ready_episodes=20)
   shared = population.SharedReplay(population.free_loopback_address(), capacity=300)
   lines = []
-  driver = population.Population(config, command, lines.append, shared_replay=shared)
+  driver = population.Population(
+      config, toy_command("--total_environment_frames=1200", "--replay_fraction=0.5"),
+      lines.append, shared_replay=shared)
   code = driver.run()
   assert code == 0, "\n".join(lines)
   assert driver.service.poll() is not None  # Stopped with the population.
