@@ -49,6 +49,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Callable, Optional
 
 import numpy as np
@@ -67,6 +68,8 @@ REPLAY_SERVICE_OUTPUT_FILE = "replay_service.log"
 TABLE_D1, FLAGS_INITIAL = "table_d1", "flags"
 # experiment.py flags the driver sets for every member itself.
 _DRIVER_FLAGS = ("logdir", "mode", "seed", "job_name", "task", "cluster")
+# A replay service that ends sooner than this after its start counts as failing to start.
+_SERVICE_MIN_SECS = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,6 +321,8 @@ class Population:
     self._command = command_fn
     self.shared_replay = shared_replay
     self.service = None  # The replay service's subprocess.Popen.
+    self._service_started_at = 0.0
+    self._service_failures = 0  # Consecutive quick exits of the service.
     self._print = print_fn
     self._rng = np.random.default_rng(settings.seed)
     self._stop_event = threading.Event()
@@ -381,19 +386,33 @@ class Population:
                                         start_new_session=True, cwd=_REPO_DIR)
 
   def _start_service(self):
+    self._service_started_at = time.monotonic()
     with open(os.path.join(self.settings.logdir, REPLAY_SERVICE_OUTPUT_FILE), "a") as output:
       self.service = subprocess.Popen(self.shared_replay.service_command(), stdout=output,
                                       stderr=subprocess.STDOUT, start_new_session=True,
                                       cwd=_REPO_DIR)
 
   def _check_service(self):
-    """Restarts a replay service that ended (its members reconnect to the new one)."""
+    """Restarts a replay service that ended (its members reconnect to the new one).
+
+    Returns:
+      1 (the exit code to stop with) when it ended within _SERVICE_MIN_SECS of its start more
+      than --max_crashes times in a row (e.g. its address is taken), else None.
+    """
     code = self.service.poll()
-    if code is not None:
-      self._start_service()
-      self._print(f"[pbt] the replay service stopped (exit code {code}); restarted, empty, "
-                  f"at {self.shared_replay.address}. See "
-                  f"{os.path.join(self.settings.logdir, REPLAY_SERVICE_OUTPUT_FILE)}.")
+    if code is None:
+      return None
+    output = os.path.join(self.settings.logdir, REPLAY_SERVICE_OUTPUT_FILE)
+    quick = time.monotonic() - self._service_started_at < _SERVICE_MIN_SECS
+    self._service_failures = self._service_failures + 1 if quick else 1
+    if self._service_failures > self.settings.max_crashes:
+      self._print(f"[pbt] the replay service keeps stopping at once (exit code {code}); "
+                  f"stopping. See {output}:\n{_tail_text(output)}")
+      return 1
+    self._start_service()
+    self._print(f"[pbt] the replay service stopped (exit code {code}); restarted, empty, at "
+                f"{self.shared_replay.address}. See {output}.")
+    return None
 
   def _stop_service(self):
     if self.service is None or self.service.poll() is not None:
@@ -540,8 +559,8 @@ class Population:
         self._start(member)
       self._print(f"[pbt] {len(self.members)} members started under {self.settings.logdir}.")
       while not self._stop_event.wait(self.settings.poll_secs):
-        if self.shared_replay is not None:
-          self._check_service()
+        if self.shared_replay is not None and self._check_service():
+          return 1
         for member in self.members:
           self._read_logs(member)
           if member.process is not None:

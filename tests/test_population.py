@@ -132,6 +132,29 @@ def test_a_member_that_keeps_crashing_or_refuses_its_flags_stops_the_population(
   assert any("refused to run" in line and "--refuse given" in line for line in lines)
 
 
+def test_a_shared_replay_service_is_restarted_and_one_that_keeps_failing_stops_it(tmp_path):
+  class FailingService(population.SharedReplay):
+    def service_command(self):
+      return [sys.executable, "-c", "import sys; print('address in use'); sys.exit(4)"]
+
+  shared = FailingService("localhost:8099", capacity=10)
+  config = settings(tmp_path, size=2, burn_in_frames=10**9, max_crashes=2, poll_secs=0.2)
+  lines = []
+  driver = population.Population(config, fake_command("--total_environment_frames=1000000"),
+                                 lines.append, shared_replay=shared)
+  code = driver.run()
+  assert code == 1, lines
+  restarts = [line for line in lines if "the replay service stopped (exit code 4); "
+              "restarted, empty, at localhost:8099" in line]
+  assert len(restarts) == 2, lines
+  assert any("keeps stopping at once" in line and "address in use" in line for line in lines)
+  # Every member was started sharing it, under its member name.
+  for member in driver.members:
+    assert member.process.args[-3:] == [
+        "--laser_replay", "--shared_replay_address=localhost:8099",
+        f"--agent_tag=member_{member.index:02d}"]
+
+
 def test_a_stopped_population_resumes_from_its_lineage(tmp_path):
   config = settings(tmp_path, size=2)
   command = fake_command("--total_environment_frames=8000", "--tick_secs=0.03")
