@@ -58,6 +58,7 @@ import argparse
 import collections
 import json
 import signal
+import socket
 import sys
 import threading
 import time
@@ -88,6 +89,26 @@ class ReplayServiceUnavailable(distributed.ServiceUnavailable):
   """The replay service did not answer within the retry budget."""
 
 
+def check_address_free(address):
+  """Raises ValueError when something listens on `address` ("host:port") already.
+
+  gRPC servers bind with SO_REUSEPORT: a second service on a taken port would start without
+  a word and the kernel would split the agents between the two replays. A plain bind (no
+  SO_REUSEPORT) fails where any process listens.
+  """
+  host, _, port = address.rpartition(":")
+  if not host or not port.isdigit():
+    raise ValueError(f"The replay service's address must be host:port, got {address!r}.")
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no listener.
+    try:
+      probe.bind((host.strip("[]"), int(port)))
+    except OSError as error:
+      raise ValueError(f"Cannot listen on {address}: {error.strerror} (another replay "
+                       f"service?). Two services on one port would split the replay; "
+                       f"choose another --address.") from error
+
+
 def _text(tensor):
   return tensor.numpy().decode(errors="replace")
 
@@ -105,8 +126,9 @@ class ReplayService:
       print_fn: where joins, refusals and problems are logged.
 
     Raises:
-      ValueError: a capacity that is not a positive integer.
+      ValueError: a capacity that is not a positive integer, or an address taken.
     """
+    check_address_free(address)
     self.address = address
     self.replay = buffers.EpisodeReplay(capacity, seed=seed)
     self._print = print_fn

@@ -164,6 +164,9 @@ def test_an_empty_replay_says_so_and_a_retried_add_is_dropped():
 
 def test_an_agent_with_another_layout_is_refused_with_what_differs():
   address, service, lines = start_service(capacity=10)
+  # A second service on the same port (gRPC would share it silently) is refused.
+  with pytest.raises(ValueError, match=f"Cannot listen on {address}.*another replay service"):
+    replay_service.ReplayService(address, 10)
   client(address, "a").add(unroll(1, (2,)), "a", 0)
   with pytest.raises(distributed.PeerRejected) as refused:
     client(address, "b", unroll_length=T + 2, settings=dict(SETTINGS, torso="deep"))
