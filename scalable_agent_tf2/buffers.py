@@ -8,7 +8,8 @@
     CircularBuffer  IMPACT section 3.2 / Figure 4a: N batches, each traversed at most K times,
                     then replaced by a new batch.
     EpisodeReplay   LASER (Schmitt et al., 2019) sections 5.1, 5.4: whole episodes, FIFO by
-                    episode, uniform sampling, shareable by several agents (tagged by agent).
+                    episode, uniform sampling, shareable by several agents (tagged by agent);
+                    across processes replay_service.py serves one to agents elsewhere.
     EpisodeMixer    LASER section 5.3, Appendix A.2: online and replayed trajectories in every
                     batch; episodes replayed from their start, core states recomputed.
 

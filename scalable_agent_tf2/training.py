@@ -5,7 +5,8 @@
       -> unrolls of --unroll_length on a bounded queue
       [-> with --replay_fraction > 0: a share of each batch drawn from experience replay;
           with --laser_replay: LASER's episode replay (buffers.EpisodeMixer), possibly shared
-          by several agents' runs in this process (train_sharing_replay)]
+          by several agents' runs in this process (train_sharing_replay) or, with
+          --shared_replay_address, by agents in other processes (replay_service.py)]
       -> tf.data: batch --batch_size trajectories, time-major, prefetch the next batch
       [-> with --algorithm=impact: the circular buffer, each batch used K times]
       -> the learner's compiled update (learner.py)
@@ -13,8 +14,9 @@
 Threads: actor threads; a learner thread running updates; the main thread supervises (console,
 TensorBoard and JSONL every --log_secs, checkpoints every --checkpoint_secs, actor health,
 SIGINT/SIGTERM). Training stops at --total_environment_frames, at a signal, or when an actor
-fails with an error other than an environment crash (those are restarted and logged); a
-checkpoint is written in every case.
+fails with an error other than an environment crash (those are restarted and logged), or when
+a shared replay service is lost for longer than --shared_replay_connect_secs; a checkpoint is
+written in every case.
 """
 import os
 import queue
