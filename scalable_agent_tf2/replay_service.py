@@ -52,7 +52,8 @@ lanes are playing, as an in-process replay does.
 A service that stops (crash, restart) is waited for by its agents for
 --shared_replay_connect_secs, after which their learners stop with a clear error and write
 their final checkpoint; a restarted service starts empty and takes its layout from the
-first agent that reconnects.
+first agent that reconnects. A service refuses to start on an address something listens on
+already (gRPC shares ports silently; two services would split the replay).
 """
 import argparse
 import collections
