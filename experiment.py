@@ -4,7 +4,12 @@
     python experiment.py --mode=test  --level_name=atari/pong --logdir=/tmp/pong
 
 --algorithm=impact trains with IMPACT (Luo et al., 2020) instead; --replay_fraction mixes
-experience replay into every batch (IMPALA section 5.2.2).
+experience replay into every batch (IMPALA section 5.2.2); --laser_replay replays whole
+episodes (LASER, Schmitt et al., 2019), shared with agents in other processes through a replay
+service with --shared_replay_address (scalable_agent_tf2/replay_service.py).
+
+Exit codes: 0 done; 2 bad flags, unusable checkpoint, or refused by a learner or replay
+service; 3 the shared replay service unreachable or lost (the checkpoint is written).
 
 --level_name takes a level ("atari/pong", "explore_goal_locations_small") or a suite
 ("atari57", "dmlab30"). Flags left unset take the paper's value for that level or suite
@@ -90,6 +95,18 @@ flags.DEFINE_bool("laser_replay", False,
                   "played from their start with the core state recomputed by the current "
                   "network; oldest episodes removed first; --replay_capacity counts unrolls. "
                   "Needs --replay_fraction in (0, 1): LASER's 7 replayed : 1 online is 0.875.")
+flags.DEFINE_string("shared_replay_address", "",
+                    "LASER's shared replay across processes (section 5.4): host:port of a "
+                    "replay service (python -m scalable_agent_tf2.replay_service), whose one "
+                    "episode replay this run feeds and samples together with other agents "
+                    "(same level, network and unroll length; other hyperparameters). Needs "
+                    "--laser_replay; --replay_capacity is then the service's. Empty: a replay "
+                    "of this run's own.")
+flags.DEFINE_string("agent_tag", "", "This run's tag on its episodes in the shared replay "
+                    "(--shared_replay_address); default: the logdir's name.")
+flags.DEFINE_float("shared_replay_connect_secs", 60.0,
+                   "How long to wait for the replay service at the start and after losing "
+                   "it; then the run stops (exit code 3) with its checkpoint written.")
 flags.DEFINE_bool("entropy_on_online_only", None,
                   "Entropy cost on the batch's online trajectories only (LASER section 5.1). "
                   "Default: on with --laser_replay, off otherwise.")
@@ -151,6 +168,7 @@ def main(argv):
   from scalable_agent_tf2 import config as config_lib
   from scalable_agent_tf2 import distributed
   from scalable_agent_tf2 import evaluation
+  from scalable_agent_tf2 import replay_service
   from scalable_agent_tf2 import training
   try:
     config = config_from_flags()
@@ -178,6 +196,11 @@ def main(argv):
           distributed.PeerRejected) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
+  except replay_service.ReplayServiceUnavailable as error:
+    # Not 2 ("bad flags"): the population driver restarts such a member (the service may be
+    # back by then).
+    print(f"error: {error}", file=sys.stderr)
+    return 3
   return 0
 
 

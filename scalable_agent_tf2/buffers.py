@@ -8,7 +8,8 @@
     CircularBuffer  IMPACT section 3.2 / Figure 4a: N batches, each traversed at most K times,
                     then replaced by a new batch.
     EpisodeReplay   LASER (Schmitt et al., 2019) sections 5.1, 5.4: whole episodes, FIFO by
-                    episode, uniform sampling, shareable by several agents (tagged by agent).
+                    episode, uniform sampling, shareable by several agents (tagged by agent);
+                    across processes replay_service.py serves one to agents elsewhere.
     EpisodeMixer    LASER section 5.3, Appendix A.2: online and replayed trajectories in every
                     batch; episodes replayed from their start, core states recomputed.
 
@@ -296,16 +297,19 @@ class EpisodeReplay:
     with self._lock:
       return dict(self._added)
 
-  def add(self, unroll, agent, actor):
+  def add(self, unroll, agent, actor, done=None):
     """Appends an actor's next unroll (actor.Trajectory) to its stream.
 
     Args:
       unroll: the trajectory; its env_outputs.done [T+1] marks episode starts.
       agent: hashable tag of the agent (shared replay: one per agent).
       actor: the actor's index within the agent (unrolls of one stream are consecutive).
+      done: bool [T+1], the unroll's env_outputs.done; give it when `unroll` is stored in
+        another form (replay_service.py keeps unrolls as they came over the wire).
     """
     key = (agent, actor)
-    starts = episode_starts(unroll.env_outputs.done)
+    unroll_done = unroll.env_outputs.done if done is None else done
+    starts = episode_starts(unroll_done)
     with self._lock:
       steps = self._open.get(key, [])
       if steps is not None:
@@ -320,12 +324,23 @@ class EpisodeReplay:
       # The next episode opens with this unroll unless it starts at its last step (then the
       # next unroll's step 0 is the episode's first observation).
       if starts:
-        unroll_length = len(unroll.env_outputs.done) - 1
+        unroll_length = len(unroll_done) - 1
         steps = [unroll] if starts[-1] < unroll_length else []
       if len(steps) > self._capacity:
         self.num_dropped_unrolls += len(steps)
         steps = None
       self._open[key] = steps
+
+  def close_stream(self, agent, actor):
+    """Forgets an actor stream's unfinished episode, counted in num_dropped_unrolls.
+
+    For an actor that is gone (e.g. its process restarted): its episode will never end, and
+    the unrolls of whatever streams next under the same (agent, actor) must not continue it.
+    """
+    with self._lock:
+      steps = self._open.pop((agent, actor), None)
+      if steps:
+        self.num_dropped_unrolls += len(steps)
 
   def _store(self, episode):
     if len(episode.unrolls) > self._capacity:

@@ -76,6 +76,13 @@ class ExperimentConfig:
   laser_replay: bool = False
   # LASER section 5.1: the entropy cost on online trajectories only (None: with LASER replay).
   entropy_on_online_only: Optional[bool] = None
+  # LASER section 5.4 across processes: "host:port" of a replay_service.py process whose one
+  # episode replay this run shares with other agents ("": a replay of its own).
+  shared_replay_address: str = ""
+  # This run's tag on its episodes in a shared replay ("": the logdir's name).
+  agent_tag: str = ""
+  # How long to wait for the replay service at the start and after losing it.
+  shared_replay_connect_secs: float = 60.0
   # IMPACT (IMPACT_FIELDS; None: Table 1's values, the target period N x K).
   target_update_period: Optional[int] = None
   circular_buffer_size: Optional[int] = None
@@ -251,6 +258,20 @@ def _resolve_laser(config):
   if online_only and config.algorithm == learner_lib.IMPACT:
     raise ValueError("--entropy_on_online_only is built for IMPALA's learner; drop "
                      "--algorithm=impact or the flag.")
+  if config.shared_replay_address:
+    if not config.laser_replay:
+      raise ValueError("--shared_replay_address shares LASER's episode replay: add "
+                       "--laser_replay (and --replay_fraction, e.g. 0.875).")
+    host, _, port = config.shared_replay_address.rpartition(":")
+    if not host or not port.isdigit():
+      raise ValueError(f"--shared_replay_address must be host:port, e.g. localhost:8010; got "
+                       f"{config.shared_replay_address!r}.")
+    if not config.shared_replay_connect_secs > 0:
+      raise ValueError(f"--shared_replay_connect_secs must be positive, got "
+                       f"{config.shared_replay_connect_secs}.")
+  elif config.agent_tag:
+    raise ValueError("--agent_tag names this run in a shared replay: add "
+                     "--shared_replay_address.")
   return dataclasses.replace(config, entropy_on_online_only=bool(online_only))
 
 

@@ -12,6 +12,10 @@ a fingerprint of the trajectory layout (shapes, dtypes, level, network); a misma
 refused and the learner logs why. Trajectories are checked again on arrival: a malformed one
 is refused with a logged reason, never enqueued, and the learner carries on.
 
+ServiceClient holds what every client of these services shares (connect with a deadline,
+hello, reconnect after a lost service); replay_service.py builds LASER's shared replay service
+on it and on the message layout here (wire_layout, flatten_message, describe_layout).
+
 Cluster layout (the standard TF_CONFIG format, or --cluster with the same "cluster" part):
     {"cluster": {"learner": ["host:port"], "actor": ["host:port", ...]},
      "task": {"type": "actor", "index": 0}}
@@ -42,12 +46,8 @@ class ClusterError(ValueError):
   """A cluster specification that cannot work."""
 
 
-class LearnerUnavailable(ConnectionError):
-  """The learner did not answer within the retry budget."""
-
-
 class PeerRejected(RuntimeError):
-  """The learner refused this actor (protocol or trajectory layout differs)."""
+  """A service refused this peer or its data (protocol or trajectory layout differs)."""
 
 
 def parse_cluster(cluster_json="", environ=None):
@@ -111,6 +111,73 @@ def wire_layout(signature):
     signature: training.trajectory_signature(...) (policy_version, state, env, agent outputs).
   """
   return [tf.TensorSpec([len(MessageHeader._fields)], tf.int64)] + tf.nest.flatten(signature)
+
+
+# flatten_message's parts after the header, in order (training.trajectory_signature's tuple).
+_MESSAGE_PARTS = ("policy_version", "agent_state", "env_outputs", "agent_outputs")
+
+
+def _leaf_names(structure, prefix):
+  """Names of tf.nest.flatten(structure)'s leaves, in its order ("a/b/0": fields of
+  namedtuples, indices of tuples and lists, sorted keys of dicts, joined by "/")."""
+  if isinstance(structure, dict):
+    items = [(str(k), structure[k]) for k in sorted(structure)]
+  elif hasattr(structure, "_fields"):
+    items = list(zip(structure._fields, structure))
+  elif isinstance(structure, (tuple, list)):
+    items = [(str(i), value) for i, value in enumerate(structure)]
+  else:
+    return [prefix]
+  return [name for key, value in items for name in _leaf_names(value, f"{prefix}/{key}")]
+
+
+def wire_names(signature):
+  """Names of wire_layout(signature)'s tensors, e.g. "header", "env_outputs/done"."""
+  return ["header"] + [name.lstrip("/") for part, value in zip(_MESSAGE_PARTS, signature)
+                       for name in _leaf_names(value, part)]
+
+
+def describe_layout(signature, **settings):
+  """A readable account of wire_layout(signature) and the settings peers must share.
+
+  What a service that learns its layout from its first peer (the replay service) keeps and
+  compares: JSON-serialisable, so it crosses the wire as one string.
+
+  Returns:
+    {"settings": settings, "tensors": [[name, dtype name, shape list], ...]} in wire order.
+  """
+  layout = wire_layout(signature)
+  return {"settings": dict(settings),
+          "tensors": [[name, spec.dtype.name, spec.shape.as_list()]
+                      for name, spec in zip(wire_names(signature), layout)]}
+
+
+def layout_differences(expected, offered):
+  """What differs between two describe_layout(...) results, one readable line per item.
+
+  Returns:
+    list of str such as "env_outputs/observation/frame: shape [11, 20, 20, 1], expected
+    [21, 20, 20, 1]"; empty when the layouts agree.
+  """
+  lines = []
+  want, have = expected.get("settings", {}), offered.get("settings", {})
+  for key in sorted(set(want) | set(have)):
+    if want.get(key) != have.get(key):
+      lines.append(f"{key}: {have.get(key)!r}, expected {want.get(key)!r}")
+  want = {name: (dtype, shape) for name, dtype, shape in expected.get("tensors", [])}
+  have = {name: (dtype, shape) for name, dtype, shape in offered.get("tensors", [])}
+  for name in [n for n, _, _ in offered.get("tensors", [])]:
+    if name not in want:
+      lines.append(f"{name}: not in the expected layout")
+    elif have[name] != want[name]:
+      (dtype, shape), (want_dtype, want_shape) = have[name], want[name]
+      if dtype != want_dtype:
+        lines.append(f"{name}: dtype {dtype}, expected {want_dtype}")
+      if shape != want_shape:
+        lines.append(f"{name}: shape {shape}, expected {want_shape}")
+  lines.extend(f"{name}: missing" for name, _, _ in expected.get("tensors", [])
+               if name not in have)
+  return lines
 
 
 def new_incarnation():
@@ -249,37 +316,53 @@ class TrajectoryServer:
     self._queue.close(cancel_pending_enqueues=True)
 
 
-class LearnerClient:
-  """An actor process's connection to the learner (thread-safe).
+class ServiceUnavailable(ConnectionError):
+  """A service (the learner, a replay service) did not answer within the retry budget."""
 
-  A learner that becomes unreachable (crashed, restarting from its checkpoint) is waited for:
-  calls reconnect and retry until `connect_timeout_secs` pass, then raise LearnerUnavailable.
-  A learner that finished closes its queue: sending then raises tf.errors.CancelledError.
+
+class ServiceClient:
+  """A connection to one of this project's RPC services (thread-safe): connect, hello, calls.
+
+  A service that becomes unreachable (crashed, restarting) is waited for: calls reconnect,
+  say hello again and retry until `connect_timeout_secs` pass, then raise `unavailable_error`.
+  Subclasses add the service's methods on top of `_call`.
   """
 
-  def __init__(self, address, layout, peer_fingerprint, name, connect_timeout_secs=300.0,
-               call_timeout_secs=600.0, print_fn=print):
+  def __init__(self, address, name, hello_args, service, start_hint, refusal_hint,
+               unavailable_error, connect_timeout_secs=300.0, call_timeout_secs=600.0,
+               print_fn=print):
     """Connects (retrying until connect_timeout_secs) and says hello.
 
     Args:
+      address: "host:port" of the service.
+      name: this peer's name (in the service's log; RPC client names derive from it).
+      hello_args: the tensors of the service's "hello" method; it answers
+        (accepted bool, message string).
+      service: what to call the service in messages ("learner", "replay service").
+      start_hint: what to do when it does not answer (ends the unavailable error's text).
+      refusal_hint: what to do when it refuses this peer (ends PeerRejected's text).
+      unavailable_error: the ServiceUnavailable subclass to raise.
       call_timeout_secs: how long one call may take (a full learner queue makes sending
         wait); a call that takes longer is retried.
 
     Raises:
-      LearnerUnavailable: no learner answered in time.
-      PeerRejected: the learner refused this actor (the message says why).
+      unavailable_error: no service answered in time.
+      PeerRejected: the service refused this peer (the message says why).
     """
     self.address = address
-    self._layout = layout
-    self._fingerprint = peer_fingerprint
     self._name = name
+    self._hello_args = list(hello_args)
+    self._service = service
+    self._start_hint = start_hint
+    self._refusal_hint = refusal_hint
+    self._unavailable_error = unavailable_error
     self._connect_timeout_secs = connect_timeout_secs
     self._call_timeout_ms = int(call_timeout_secs * 1000)
     self._print = print_fn
     self._lock = threading.Lock()
     self._generation = 0
     self._attempts = 0
-    self._connect(waiting_message=f"Waiting for the learner at {address} ...")
+    self._connect(waiting_message=f"Waiting for the {service} at {address} ...")
 
   def _connect(self, waiting_message, announce=False):
     """Creates the RPC client and says hello, retrying until the connect timeout.
@@ -299,40 +382,36 @@ class LearnerClient:
       except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
               tf.errors.UnknownError) as error:
         if time.monotonic() > deadline:
-          raise LearnerUnavailable(
-              f"No learner answered at {self.address} within "
+          raise self._unavailable_error(
+              f"No {self._service} answered at {self.address} within "
               f"{self._connect_timeout_secs:.0f} s (last error: "
-              f"{str(error).splitlines()[0]}). Start the learner (--job_name=learner) or "
-              f"check the cluster addresses.") from error
+              f"{str(error).splitlines()[0]}). {self._start_hint}") from error
         if not announced:
           self._print(waiting_message)
           announced = True
         time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
-    accepted, message = self._checked_call(client, "hello", [
-        tf.constant(PROTOCOL_VERSION), tf.constant(self._fingerprint),
-        tf.constant(self._name)])
+    accepted, message = self._checked_call(client, "hello", self._hello_args)
     if not accepted.numpy():
-      raise PeerRejected(f"The learner at {self.address} refused this actor: "
-                         f"{message.numpy().decode()}. Run the same version with the same "
-                         f"level, network and unroll settings as the learner.")
+      raise PeerRejected(f"The {self._service} at {self.address} refused {self._name}: "
+                         f"{message.numpy().decode()}. {self._refusal_hint}")
     self._client = client
     self._generation += 1
     if announced:
-      self._print(f"Connected to the learner at {self.address}.")
+      self._print(f"Connected to the {self._service} at {self.address}.")
 
   def _checked_call(self, client, method, args):
-    """One call; raises the learner's error as a tf.errors exception with a readable text."""
+    """One call; raises the service's error as a tf.errors exception with a readable text."""
     # The generated method knows the method's output signature.
     result = getattr(client, method)(*args, timeout_in_ms=self._call_timeout_ms)
     if result.is_ok():
       return result.get_value()
     code, message = result.get_error()
     error_class = tf_errors.exception_type_from_error_code(int(code.numpy()))
-    raise error_class(None, None, f"{method} on the learner at {self.address} failed: "
-                      f"{message.numpy().decode(errors='replace')}")
+    raise error_class(None, None, f"{method} on the {self._service} at {self.address} "
+                      f"failed: {message.numpy().decode(errors='replace')}")
 
   def _call(self, method, args):
-    """A call that survives a learner restart (reconnects, then calls again)."""
+    """A call that survives a service restart (reconnects, then calls again)."""
     while True:
       generation = self._generation
       try:
@@ -341,8 +420,41 @@ class LearnerClient:
         with self._lock:
           if generation == self._generation:  # No other thread reconnected meanwhile.
             self._connect(waiting_message=(
-                f"Lost the learner at {self.address}; reconnecting for up to "
+                f"Lost the {self._service} at {self.address}; reconnecting for up to "
                 f"{self._connect_timeout_secs:.0f} s ..."), announce=True)
+
+
+class LearnerUnavailable(ServiceUnavailable):
+  """The learner did not answer within the retry budget."""
+
+
+class LearnerClient(ServiceClient):
+  """An actor process's connection to the learner (thread-safe).
+
+  A learner that becomes unreachable (crashed, restarting from its checkpoint) is waited for:
+  calls reconnect and retry until `connect_timeout_secs` pass, then raise LearnerUnavailable.
+  A learner that finished closes its queue: sending then raises tf.errors.CancelledError.
+  """
+
+  def __init__(self, address, layout, peer_fingerprint, name, connect_timeout_secs=300.0,
+               call_timeout_secs=600.0, print_fn=print):
+    """Connects and says hello with the protocol and the layout's fingerprint (arguments and
+    timeouts as ServiceClient's).
+
+    Raises:
+      LearnerUnavailable: no learner answered in time.
+      PeerRejected: the learner refused this actor (the message says why).
+    """
+    self._layout = layout
+    super().__init__(
+        address, name,
+        [tf.constant(PROTOCOL_VERSION), tf.constant(peer_fingerprint), tf.constant(name)],
+        service="learner",
+        start_hint="Start the learner (--job_name=learner) or check the cluster addresses.",
+        refusal_hint="Run the same version with the same level, network and unroll "
+                     "settings as the learner.",
+        unavailable_error=LearnerUnavailable, connect_timeout_secs=connect_timeout_secs,
+        call_timeout_secs=call_timeout_secs, print_fn=print_fn)
 
   def parameters(self):
     """(version int, [numpy arrays] in the learner's variable order)."""
@@ -478,6 +590,8 @@ class ParameterSync:
 
 
 __all__ = ["ClusterError", "DeliveryLedger", "LearnerClient", "LearnerUnavailable",
-           "MessageHeader", "ParameterSync", "PeerRejected", "TrajectoryServer", "fingerprint",
-           "flatten_message", "learner_strategy", "new_incarnation", "parse_cluster",
-           "task_from_environment", "unflatten_message", "wire_layout"]
+           "MessageHeader", "ParameterSync", "PeerRejected", "ServiceClient",
+           "ServiceUnavailable", "TrajectoryServer", "describe_layout", "fingerprint",
+           "flatten_message", "layout_differences", "learner_strategy", "new_incarnation",
+           "parse_cluster", "task_from_environment", "unflatten_message", "wire_layout",
+           "wire_names"]

@@ -20,6 +20,15 @@ one that crashes --max_crashes times in a row without a new checkpoint stops the
 Ctrl-C or SIGTERM stops every member (each writes its checkpoint); the same command resumes
 the population from its lineage and the members' checkpoints.
 
+With --shared_replay_capacity=N the members share one LASER episode replay (Schmitt et al.,
+2019, section 5.4: the agents of a sweep or population feed and sample one replay): the driver
+starts a replay service process (python -m scalable_agent_tf2.replay_service, its output in
+<logdir>/replay_service.log) on a free loopback port, gives every member --laser_replay,
+--shared_replay_address and --agent_tag=member_NN, restarts the service if it dies (empty; the
+members reconnect within their --shared_replay_connect_secs) and stops it at the end. Members
+restarted by PBT reconnect to the same service and keep feeding it. The flags after "--" must
+include --replay_fraction (e.g. LASER's 0.875).
+
 Members run as subprocesses of this driver, on this machine. On a cluster, give
 --member_prefix a command that runs a process on another host and forwards SIGTERM (e.g.
 "srun --nodes=1 --ntasks=1"; "{member}" is replaced by the member's index), with --logdir on
@@ -36,9 +45,11 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Callable, Optional
 
 import numpy as np
@@ -53,9 +64,12 @@ CHECKPOINT_SUBDIR = "checkpoints"
 CHECKPOINT_STATE_FILE = "checkpoint"
 SETTINGS_FILE = "settings.json"
 MEMBER_OUTPUT_FILE = "output.log"
+REPLAY_SERVICE_OUTPUT_FILE = "replay_service.log"
 TABLE_D1, FLAGS_INITIAL = "table_d1", "flags"
 # experiment.py flags the driver sets for every member itself.
 _DRIVER_FLAGS = ("logdir", "mode", "seed", "job_name", "task", "cluster")
+# A replay service that ends sooner than this after its start counts as failing to start.
+_SERVICE_MIN_SECS = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +107,39 @@ class Settings:
   @property
   def population_size(self):
     return len(self.initial_hyperparameters)
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedReplay:
+  """One replay service process every member feeds and samples (LASER section 5.4).
+
+  Attributes:
+    address: "host:port" the service listens on (loopback: members run on this machine).
+    capacity: unrolls it holds (FIFO by episode).
+    seed: seeds its sampling.
+  """
+  address: str
+  capacity: int
+  seed: int = 0
+
+  def service_command(self):
+    """argv of the replay service process."""
+    return [sys.executable, "-m", "scalable_agent_tf2.replay_service",
+            f"--address={self.address}", f"--replay_capacity={self.capacity}",
+            f"--seed={self.seed}"]
+
+  def member_flags(self, logdir):
+    """experiment.py flags that make a member (logdir .../member_NN) share the replay, under
+    its member name."""
+    return ["--laser_replay", f"--shared_replay_address={self.address}",
+            f"--agent_tag={os.path.basename(os.path.normpath(logdir))}"]
+
+
+def free_loopback_address():
+  """"localhost:PORT" with a port nothing listens on now (the OS's choice)."""
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return f"localhost:{s.getsockname()[1]}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,14 +309,20 @@ def experiment_command(experiment_flags, member_prefix=""):
 class Population:
   """Runs the members, evolves them (pbt.evolve), restarts crashed ones; see the module doc."""
 
-  def __init__(self, settings, command_fn, print_fn=print):
+  def __init__(self, settings, command_fn, print_fn=print, shared_replay=None):
     """Args:
       settings: Settings.
       command_fn: CommandFn, the argv that starts a member.
       print_fn: where the driver's lines go.
+      shared_replay: a SharedReplay: its service runs while the population does, and every
+        member's argv gets its member_flags; None: each member keeps its own replay, if any.
     """
     self.settings = settings
     self._command = command_fn
+    self.shared_replay = shared_replay
+    self.service = None  # The replay service's subprocess.Popen.
+    self._service_started_at = 0.0
+    self._service_failures = 0  # Consecutive quick exits of the service.
     self._print = print_fn
     self._rng = np.random.default_rng(settings.seed)
     self._stop_event = threading.Event()
@@ -326,9 +379,50 @@ class Population:
     latest = latest_checkpoint(member.logdir)
     member.frames_at_start = latest[1] if latest else 0
     argv = self._command(member.index, member.logdir, seed, member.hyperparameters)
+    if self.shared_replay is not None:
+      argv = [*argv, *self.shared_replay.member_flags(member.logdir)]
     with open(os.path.join(member.logdir, MEMBER_OUTPUT_FILE), "a") as output:
       member.process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT,
                                         start_new_session=True, cwd=_REPO_DIR)
+
+  def _start_service(self):
+    self._service_started_at = time.monotonic()
+    with open(os.path.join(self.settings.logdir, REPLAY_SERVICE_OUTPUT_FILE), "a") as output:
+      self.service = subprocess.Popen(self.shared_replay.service_command(), stdout=output,
+                                      stderr=subprocess.STDOUT, start_new_session=True,
+                                      cwd=_REPO_DIR)
+
+  def _check_service(self):
+    """Restarts a replay service that ended (its members reconnect to the new one).
+
+    Returns:
+      1 (the exit code to stop with) when it ended within _SERVICE_MIN_SECS of its start more
+      than --max_crashes times in a row (e.g. its address is taken), else None.
+    """
+    code = self.service.poll()
+    if code is None:
+      return None
+    output = os.path.join(self.settings.logdir, REPLAY_SERVICE_OUTPUT_FILE)
+    quick = time.monotonic() - self._service_started_at < _SERVICE_MIN_SECS
+    self._service_failures = self._service_failures + 1 if quick else 1
+    if self._service_failures > self.settings.max_crashes:
+      self._print(f"[pbt] the replay service keeps stopping at once (exit code {code}); "
+                  f"stopping. See {output}:\n{_tail_text(output)}")
+      return 1
+    self._start_service()
+    self._print(f"[pbt] the replay service stopped (exit code {code}); restarted, empty, at "
+                f"{self.shared_replay.address}. See {output}.")
+    return None
+
+  def _stop_service(self):
+    if self.service is None or self.service.poll() is not None:
+      return
+    self.service.send_signal(signal.SIGTERM)  # It prints its final contents and exits.
+    try:
+      self.service.wait(30)
+    except subprocess.TimeoutExpired:
+      self.service.kill()
+      self.service.wait()
 
   def _stop(self, members):
     """SIGTERM to every running member (each writes its checkpoint), then waits for them."""
@@ -456,10 +550,17 @@ class Population:
         previous[signum] = signal.signal(signum, lambda *_: self.stop())
     code = 0
     try:
+      if self.shared_replay is not None:
+        self._start_service()
+        self._print(f"[pbt] replay service shared by every member at "
+                    f"{self.shared_replay.address} ({self.shared_replay.capacity:,} unrolls; "
+                    f"output in {REPLAY_SERVICE_OUTPUT_FILE}).")
       for member in self.members:
         self._start(member)
       self._print(f"[pbt] {len(self.members)} members started under {self.settings.logdir}.")
       while not self._stop_event.wait(self.settings.poll_secs):
+        if self.shared_replay is not None and self._check_service():
+          return 1
         for member in self.members:
           self._read_logs(member)
           if member.process is not None:
@@ -478,6 +579,7 @@ class Population:
       return code
     finally:
       self._stop(self.members)
+      self._stop_service()  # After the members: none of them loses it while stopping.
       for signum, handler in previous.items():
         signal.signal(signum, handler)
       self._print(f"[pbt] stopped; lineage in {os.path.join(self.settings.logdir, pbt.LINEAGE_FILE)}.")
@@ -511,17 +613,25 @@ def _format_hyperparameters(hyperparameters):
 # ---------------------------------------------------------------------------------------------
 
 
-def _resolve_experiment(experiment_flags, logdir):
+def _resolve_experiment(experiment_flags, logdir, shared_replay=None):
   """The members' resolved config.ExperimentConfig (their flags checked before any start).
+
+  Args:
+    shared_replay: a SharedReplay whose member flags the members will get, or None.
 
   Raises:
     ValueError: a bad flag, with the message experiment.py would give.
   """
+  driver_flags = _DRIVER_FLAGS
+  if shared_replay is not None:
+    driver_flags += ("shared_replay_address", "agent_tag")
   for flag in experiment_flags:
     name = flag.lstrip("-").split("=")[0]
-    if name in _DRIVER_FLAGS:
+    if name in driver_flags:
       raise ValueError(f"--{name} is set by the population driver for each member; leave it "
                        f"out of the flags after '--'.")
+  if shared_replay is not None:
+    experiment_flags = [*experiment_flags, *shared_replay.member_flags(logdir)]
   if _REPO_DIR not in sys.path:
     sys.path.insert(0, _REPO_DIR)
   import experiment  # pylint: disable=g-import-not-at-top
@@ -535,8 +645,11 @@ def _resolve_experiment(experiment_flags, logdir):
     experiment.FLAGS.unparse_flags()
 
 
-def settings_from_arguments(args, experiment_flags):
+def settings_from_arguments(args, experiment_flags, shared_replay=None):
   """(Settings, the members' config) from the driver's arguments and experiment.py flags.
+
+  Args:
+    shared_replay: the SharedReplay the members will share, or None.
 
   Raises:
     ValueError: a bad value, with what to do about it.
@@ -548,7 +661,8 @@ def settings_from_arguments(args, experiment_flags):
       raise ValueError(f"--{name} must be positive, got {getattr(args, name)}.")
   if args.burn_in_frames < 0 or math.isnan(args.exploit_threshold):
     raise ValueError("--burn_in_frames must be >= 0 and --exploit_threshold a number.")
-  config = _resolve_experiment(experiment_flags, pbt.member_dir(args.logdir, 0))
+  config = _resolve_experiment(experiment_flags, pbt.member_dir(args.logdir, 0),
+                               shared_replay)
   adapted = pbt.ADAPTED
   if config.is_atari and config.max_grad_norm > 0:
     adapted = pbt.ADAPTED_ATARI  # Section 5.3.2, Table G.1: the clip is adapted on Atari.
@@ -609,6 +723,12 @@ def _parser():
                       help='Command put before each member\'s "python experiment.py ..." '
                       '(a cluster launcher, e.g. "srun --nodes=1 --ntasks=1"); {member} is '
                       "replaced by the member's index.")
+  parser.add_argument("--shared_replay_capacity", type=int, default=0,
+                      help="Unrolls of one LASER episode replay shared by every member "
+                      "(Schmitt et al. 2019, section 5.4), served by a replay service process "
+                      "the driver runs on a free loopback port; members get --laser_replay, "
+                      "--shared_replay_address and --agent_tag=member_NN (give "
+                      "--replay_fraction after '--'). 0: off.")
   parser.add_argument("--curve_of", type=int, default=None,
                       help="Do not train: print member K's learning curve across its "
                       "ancestors (JSON lines, log.jsonl records) and exit.")
@@ -631,13 +751,21 @@ def main(argv=None):
     return 0
   if rest and rest[0] == "--":
     rest = rest[1:]
+  shared_replay = None
   try:
-    settings, _ = settings_from_arguments(args, rest)
+    if args.shared_replay_capacity < 0:
+      raise ValueError(f"--shared_replay_capacity must be >= 0 (0: off), got "
+                       f"{args.shared_replay_capacity}.")
+    if args.shared_replay_capacity:
+      shared_replay = SharedReplay(free_loopback_address(), args.shared_replay_capacity,
+                                   seed=args.seed)
+    settings, _ = settings_from_arguments(args, rest, shared_replay)
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
   population = Population(settings, experiment_command(rest, args.member_prefix),
-                          print_fn=lambda line: print(line, flush=True))
+                          print_fn=lambda line: print(line, flush=True),
+                          shared_replay=shared_replay)
   return population.run()
 
 

@@ -5,7 +5,8 @@
       -> unrolls of --unroll_length on a bounded queue
       [-> with --replay_fraction > 0: a share of each batch drawn from experience replay;
           with --laser_replay: LASER's episode replay (buffers.EpisodeMixer), possibly shared
-          by several agents' runs in this process (train_sharing_replay)]
+          by several agents' runs in this process (train_sharing_replay) or, with
+          --shared_replay_address, by agents in other processes (replay_service.py)]
       -> tf.data: batch --batch_size trajectories, time-major, prefetch the next batch
       [-> with --algorithm=impact: the circular buffer, each batch used K times]
       -> the learner's compiled update (learner.py)
@@ -13,8 +14,9 @@
 Threads: actor threads; a learner thread running updates; the main thread supervises (console,
 TensorBoard and JSONL every --log_secs, checkpoints every --checkpoint_secs, actor health,
 SIGINT/SIGTERM). Training stops at --total_environment_frames, at a signal, or when an actor
-fails with an error other than an environment crash (those are restarted and logged); a
-checkpoint is written in every case.
+fails with an error other than an environment crash (those are restarted and logged), or when
+a shared replay service is lost for longer than --shared_replay_connect_secs; a checkpoint is
+written in every case.
 """
 import os
 import queue
@@ -34,6 +36,7 @@ from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import monitoring
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import profiling
+from scalable_agent_tf2 import replay_service
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
 # How long stopping threads may take before we give up on them (they are daemons).
@@ -367,12 +370,53 @@ def _raise_stopping(signum, frame):
   raise _Stopping(signal.Signals(signum).name)
 
 
+def layout_settings(config, network_config):
+  """What peers exchanging trajectories must share besides the tensors' shapes."""
+  return dict(level_name=config.level_name, torso=network_config.torso,
+              num_actions=network_config.num_actions, use_lstm=network_config.use_lstm,
+              use_instruction=network_config.use_instruction)
+
+
 def wire_fingerprint(config, network_config, signature):
   """What a learner and its actor processes must agree on (distributed.fingerprint)."""
-  return distributed.fingerprint(
-      distributed.wire_layout(signature), level_name=config.level_name,
-      torso=network_config.torso, num_actions=network_config.num_actions,
-      use_lstm=network_config.use_lstm, use_instruction=network_config.use_instruction)
+  return distributed.fingerprint(distributed.wire_layout(signature),
+                                 **layout_settings(config, network_config))
+
+
+def connect_shared_replay(config, network_config, signature, agent_tag, print_fn):
+  """The replay_service.ReplayClient of --shared_replay_address, connected as agent_tag.
+
+  LASER section 5.4 across processes: the replay service's first agent sets the trajectory
+  layout; this agent must have the same (else distributed.PeerRejected names what differs).
+
+  Raises:
+    replay_service.ReplayServiceUnavailable: no answer within --shared_replay_connect_secs.
+    distributed.PeerRejected: the service refused this agent's layout.
+  """
+  client = replay_service.ReplayClient(
+      config.shared_replay_address, agent_tag, signature,
+      layout_settings(config, network_config), config.levels,
+      connect_timeout_secs=config.shared_replay_connect_secs, print_fn=print_fn)
+  print_fn(f"Sharing the LASER replay of {config.shared_replay_address} as agent "
+           f"{agent_tag!r}.")
+  return client
+
+
+def ending_on_lost_replay(source, lost):
+  """callable() -> source(), or None (the end of the stream) once the replay service is lost.
+
+  A shared replay service that stays unreachable past the client's reconnection budget, or
+  that came back and refuses this agent, ends the learner's input: the learner finishes its
+  update and the run stops as at its frame budget, writing its checkpoint; the error is
+  appended to `lost` for train to raise afterwards. Only the replay's contents are lost.
+  """
+  def next_item():
+    try:
+      return source()
+    except (distributed.ServiceUnavailable, distributed.PeerRejected) as error:
+      lost.append(error)
+      return None
+  return next_item
 
 
 def train(config, environment_constructor=None, network_config=None, print_fn=print,
@@ -389,9 +433,12 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
       learner of a cluster: no local actors; actor processes (run_actor_process) send
       trajectories to a distributed.TrajectoryServer on this address.
     shared_replay: with --laser_replay, a buffers.EpisodeReplay shared with other agents'
-      runs (LASER section 5.4; e.g. train() calls on threads of one process); None: a replay
-      of this run's own (--replay_capacity unrolls).
-    agent_tag: this run's tag on its episodes in the replay; default: the logdir's name.
+      runs (LASER section 5.4; e.g. train() calls on threads of one process), or a
+      replay_service.ReplayClient (agents in other processes); None: the replay service of
+      --shared_replay_address if set, else a replay of this run's own (--replay_capacity
+      unrolls).
+    agent_tag: this run's tag on its episodes in the replay; default: --agent_tag, else the
+      logdir's name.
 
   Returns:
     dict: num_env_frames, num_updates, recent_returns (level -> mean of recent returns),
@@ -408,6 +455,9 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
   Raises:
     checkpoints.CheckpointError: unusable checkpoint (nothing is started).
     ActorFailed: an actor thread hit an error (a checkpoint is written first).
+    replay_service.ReplayServiceUnavailable: the shared replay service did not answer at the
+      start, or was lost during training (a checkpoint is written first).
+    distributed.PeerRejected: the shared replay service refused this agent's layout.
   """
   # Threads and several learners' devices: set up before TensorFlow initialises them.
   configure_threads(config)
@@ -432,7 +482,8 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
       raise ValueError("shared_replay is LASER's: it needs --laser_replay.")
     return _run(config, agent, learner, checkpointer, first_env, environment_constructor,
                 closers, print_fn, listen_address, shared_replay,
-                agent_tag or os.path.basename(os.path.normpath(config.logdir)))
+                agent_tag or config.agent_tag
+                or os.path.basename(os.path.normpath(config.logdir)))
   finally:
     for close in reversed(closers):
       close()
@@ -557,11 +608,17 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     print_fn(f"IMPACT: circular buffer of N = {config.circular_buffer_size} batch(es), each "
              f"used K = {config.circular_buffer_max_uses} times; target network refreshed "
              f"every {config.target_update_period} learner steps.")
+  replay_lost = []  # The shared replay service's error, once it is gone.
   if config.laser_replay:
-    replay = shared_replay if shared_replay is not None else buffers.EpisodeReplay(
-        config.replay_capacity, seed=derive_seed(config.seed, _REPLAY_SEED_TAG))
-    source = with_laser_replay(next_trajectory, config, agent, replay, agent_tag, print_fn,
-                               device)
+    replay = shared_replay
+    if replay is None and config.shared_replay_address:
+      replay = connect_shared_replay(config, agent.config, signature, agent_tag, print_fn)
+    elif replay is None:
+      replay = buffers.EpisodeReplay(config.replay_capacity,
+                                     seed=derive_seed(config.seed, _REPLAY_SEED_TAG))
+    mixer = with_laser_replay(next_trajectory, config, agent, replay, agent_tag, print_fn,
+                              device)
+    source = ending_on_lost_replay(mixer, replay_lost)
   else:
     source = with_replay(next_trajectory, config, signature, print_fn)
   dataset = make_dataset(source, signature, num_learners * config.batch_size)
@@ -641,6 +698,8 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     # checkpoint short; the previous handler comes back once it is written.
     if on_main_thread:
       signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if replay_lost:
+      stop_reason = "the shared replay service was lost"
     stop_event.set()
     policy.close()  # Wakes actors waiting for an action.
     if server is not None:
@@ -672,6 +731,9 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
     raise ActorFailed(f"{failed[0].name} stopped with {type(failed[0].error).__name__}: "
                       f"{failed[0].error}. Training stopped; the checkpoint "
                       f"{last_checkpoint} holds its state.") from failed[0].error
+  if replay_lost:
+    raise type(replay_lost[0])(f"{replay_lost[0]} Training stopped; the checkpoint "
+                               f"{last_checkpoint} holds its state.") from replay_lost[0]
   if learner_error and not isinstance(learner_error[0], tf.errors.CancelledError):
     raise learner_error[0]
   result = dict(num_env_frames=frames(), num_updates=num_updates[0],
@@ -679,9 +741,9 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
                 trajectories=accounts)
   if config.laser_replay:
     result["replay"] = dict(episodes_by_agent=replay.episodes_by_agent(),
-                            sampled_by_agent=dict(source.sampled_agents),
-                            num_replayed=source.num_replayed,
-                            num_online_fill=source.num_online_fill)
+                            sampled_by_agent=dict(mixer.sampled_agents),
+                            num_replayed=mixer.num_replayed,
+                            num_online_fill=mixer.num_online_fill)
   return result
 
 

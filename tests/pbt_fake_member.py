@@ -34,6 +34,10 @@ def parse(argv):
                       help="Exit with code 3 once (a marker file remembers) at these frames.")
   parser.add_argument("--always_crash", action="store_true")
   parser.add_argument("--refuse", action="store_true", help="Exit with code 2 at once.")
+  # A shared replay (population --shared_replay_capacity): accepted, nothing is sent.
+  parser.add_argument("--laser_replay", action="store_true")
+  parser.add_argument("--shared_replay_address", default="")
+  parser.add_argument("--agent_tag", default="")
   return parser.parse_args(argv)
 
 

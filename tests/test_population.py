@@ -132,6 +132,29 @@ def test_a_member_that_keeps_crashing_or_refuses_its_flags_stops_the_population(
   assert any("refused to run" in line and "--refuse given" in line for line in lines)
 
 
+def test_a_shared_replay_service_is_restarted_and_one_that_keeps_failing_stops_it(tmp_path):
+  class FailingService(population.SharedReplay):
+    def service_command(self):
+      return [sys.executable, "-c", "import sys; print('address in use'); sys.exit(4)"]
+
+  shared = FailingService("localhost:8099", capacity=10)
+  config = settings(tmp_path, size=2, burn_in_frames=10**9, max_crashes=2, poll_secs=0.2)
+  lines = []
+  driver = population.Population(config, fake_command("--total_environment_frames=1000000"),
+                                 lines.append, shared_replay=shared)
+  code = driver.run()
+  assert code == 1, lines
+  restarts = [line for line in lines if "the replay service stopped (exit code 4); "
+              "restarted, empty, at localhost:8099" in line]
+  assert len(restarts) == 2, lines
+  assert any("keeps stopping at once" in line and "address in use" in line for line in lines)
+  # Every member was started sharing it, under its member name.
+  for member in driver.members:
+    assert member.process.args[-3:] == [
+        "--laser_replay", "--shared_replay_address=localhost:8099",
+        f"--agent_tag=member_{member.index:02d}"]
+
+
 def test_a_stopped_population_resumes_from_its_lineage(tmp_path):
   config = settings(tmp_path, size=2)
   command = fake_command("--total_environment_frames=8000", "--tick_secs=0.03")
@@ -234,6 +257,14 @@ def test_command_line_checks_its_flags_before_starting(tmp_path, capsys):
   assert code == 2 and "Unknown level name 'atari/pongg'" in error
   code, error = run("--", "--no_such_flag=1")
   assert code == 2 and "no_such_flag" in error
+  # A shared replay needs LASER's replay fraction, and the driver names the members itself.
+  code, error = run("--shared_replay_capacity=100", "--", "--level_name=atari/pong")
+  assert code == 2 and "set --replay_fraction in (0, 1)" in error
+  code, error = run("--shared_replay_capacity=100", "--", "--level_name=atari/pong",
+                    "--replay_fraction=0.5", "--agent_tag=x")
+  assert code == 2 and "--agent_tag is set by the population driver" in error
+  code, error = run("--shared_replay_capacity=-1", "--", "--level_name=atari/pong")
+  assert code == 2 and "--shared_replay_capacity must be >= 0" in error
   assert not os.path.exists(pbt.member_dir(str(tmp_path), 0))
 
 
@@ -274,8 +305,28 @@ def test_readme_population_commands_are_valid():
     argv = shlex.split(command)[3:]
     split = argv.index("--")
     args = population._parser().parse_args(argv[:split])
-    config, _ = population.settings_from_arguments(args, argv[split + 1:])
+    shared_replay = (population.SharedReplay("localhost:8010", args.shared_replay_capacity)
+                     if args.shared_replay_capacity else None)
+    config, _ = population.settings_from_arguments(args, argv[split + 1:], shared_replay)
     assert config.population_size == args.population_size
+
+
+def toy_settings(logdir, burn_in_frames, ready_episodes):
+  """Two toy members (learning rates 0.0006, 0.0012) that always copy when they evolve."""
+  initial = tuple(dict(entropy_cost=0.01, learning_rate=0.0006 * (i + 1), epsilon=0.01)
+                  for i in range(2))
+  return population.Settings(
+      logdir=str(logdir), initial_hyperparameters=initial, multi_task=False,
+      burn_in_frames=burn_in_frames, ready_episodes=ready_episodes,
+      exploit_threshold=-1e9, poll_secs=0.5, stop_timeout_secs=120)
+
+
+def toy_command(*flags):
+  """CommandFn of tests/pbt_toy_member.py members."""
+  def command(member, logdir, seed, hyperparameters):
+    return [sys.executable, TOY_MEMBER, f"--logdir={logdir}", f"--seed={seed}", *flags,
+            *(f"--{k}={v!r}" for k, v in sorted(hyperparameters.items()))]
+  return command
 
 
 @pytest.mark.timeout(600)
@@ -284,20 +335,10 @@ def test_real_members_on_the_toy_task(tmp_path):
   that copies another resumes from that member's checkpoint and frames, the new
   hyperparameters are the ones its learner uses, and a killed member resumes from its last
   checkpoint."""
-  initial = tuple(dict(entropy_cost=0.01, learning_rate=0.0006 * (i + 1), epsilon=0.01)
-                  for i in range(2))
-  config = population.Settings(
-      logdir=str(tmp_path), initial_hyperparameters=initial, multi_task=False,
-      burn_in_frames=2_000, ready_episodes=100, exploit_threshold=-1e9,  # Always copy.
-      poll_secs=0.5, stop_timeout_secs=120)
-
-  def command(member, logdir, seed, hyperparameters):
-    return [sys.executable, TOY_MEMBER, f"--logdir={logdir}", f"--seed={seed}",
-            "--total_environment_frames=8000",
-            *(f"--{k}={v!r}" for k, v in sorted(hyperparameters.items()))]
-
+  config = toy_settings(tmp_path, burn_in_frames=2_000, ready_episodes=100)
   lines = []
-  driver = population.Population(config, command, lines.append)
+  driver = population.Population(config, toy_command("--total_environment_frames=8000"),
+                                 lines.append)
   killed = []
 
   def kill_member_1_after_a_checkpoint():
@@ -341,3 +382,39 @@ def test_real_members_on_the_toy_task(tmp_path):
     assert value("optimizer/epsilon") == pytest.approx(want["epsilon"], rel=1e-6)
     curve = [r for r in pbt.reconstruct_curve(str(tmp_path), member) if r["kind"] == "episode"]
     assert curve and curve[-1]["frames"] >= 8000
+
+
+@pytest.mark.timeout(600)
+def test_members_share_one_replay_service_across_pbt_restarts(tmp_path):
+  """--shared_replay_capacity: the driver runs one replay service; both toy members (different
+  learning rates) feed it under their member names, members restarted by PBT reconnect to
+  it, and it is stopped at the end with its final stats logged."""
+  # At most one evolution per member (20 episodes of 40 frames, a budget of 1,200).
+  config = toy_settings(tmp_path, burn_in_frames=400, ready_episodes=20)
+  shared = population.SharedReplay(population.free_loopback_address(), capacity=300)
+  lines = []
+  driver = population.Population(
+      config, toy_command("--total_environment_frames=1200", "--replay_fraction=0.5"),
+      lines.append, shared_replay=shared)
+  code = driver.run()
+  assert code == 0, "\n".join(lines)
+  assert driver.service.poll() is not None  # Stopped with the population.
+  with open(tmp_path / population.REPLAY_SERVICE_OUTPUT_FILE) as f:
+    service_log = f.read()
+  final = [line for line in service_log.splitlines()
+           if line.startswith("Final replay stats: ")]
+  assert len(final) == 1, service_log[-3000:]  # One service for the whole run.
+  stats = json.loads(final[0][len("Final replay stats: "):])
+  assert set(stats["added_by_agent"]) == {"member_00", "member_01"}, stats
+  records = pbt.read_lineage(str(tmp_path))
+  restarted = {r.member for r in records if r.generation > 0}
+  assert restarted, "\n".join(lines)
+  for member in range(2):
+    output = outputs(tmp_path, member)
+    starts = output.count(f"Sharing the LASER replay of {shared.address} as agent "
+                          f"'member_{member:02d}'")
+    assert starts == 1 + sum(r.member == member and r.generation > 0 for r in records)
+    # Every start of the member said hello to the same service (the first set its layout).
+    hellos = (service_log.count(f"member_{member:02d} joined")
+              + service_log.count(f"layout set by member_{member:02d}"))
+    assert hellos == starts, service_log[-3000:]

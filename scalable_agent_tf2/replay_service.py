@@ -1,0 +1,533 @@
+"""LASER's shared replay across processes (Schmitt et al., 2019, section 5.4).
+
+LASER trains the agents of a hyperparameter sweep (or a population) at once; each adds its
+experience to one common replay and samples uniformly from all of it, every episode tagged
+with the agent that produced it. buffers.EpisodeReplay is that replay inside one process
+(training.train_sharing_replay); this module serves it to agents in other processes:
+
+    replay service process:   ReplayService(address, capacity)   hosts one EpisodeReplay
+    agent (learner) process:  ReplayClient(address, agent_tag, signature, settings, levels)
+                                .add(unroll, agent, actor)  an online unroll into the replay
+                                .sample()                   an Episode of any agent
+                                .stats(), len(), episodes_by_agent(), added_by_agent()
+    python -m scalable_agent_tf2.replay_service --address=localhost:8010 --replay_capacity=N
+    python experiment.py --laser_replay --replay_fraction=0.875 \\
+        --shared_replay_address=localhost:8010 --logdir=/tmp/agent_a ...
+
+ReplayClient has the interface buffers.EpisodeMixer and training.train already use for a
+replay, so `train(config, shared_replay=client)` (or --shared_replay_address) is all an agent
+needs. The transport is distributed.py's: TensorFlow's gRPC RPC with registered tf.functions,
+a hello that names the peer and its trajectory layout, reconnection after a lost service
+(distributed.ServiceClient), messages in wire_layout order (header, then the trajectory).
+
+The layout is learned from the first agent: the service needs no experiment flags and starts
+no environment. Its first hello (with a layout, distributed.describe_layout: every tensor's
+name, dtype and shape, plus level, torso and action count) fixes the layout until the service
+stops; a later agent with another layout is refused with the differences named. Agents that
+share one replay therefore run the same level, network and unroll length; their
+hyperparameters (learning rate, entropy cost, ...) may differ. A hello without a layout is an
+observer's (stats only: tests, monitoring).
+
+Wire methods (all tensors; the service runs its Python through tf.py_function):
+    hello(protocol int32, layout JSON string, peer string) -> (accepted bool, message string)
+    add(agent string, payload string [K])                  -> (accepted bool, message string)
+    sample(requester string) -> (found bool, token int64, owner string, num_unrolls int32)
+    unroll(token int64, index int32)                       -> (found bool, payload string [K])
+    stats() -> (counts int64 [5], agents [N], episodes held [N], episodes added [N],
+                unrolls added [N], requesters [M], owners [M], episodes sampled [M])
+A payload is the K tensors of distributed.flatten_message (MessageHeader, then the
+trajectory), each as tf.io.serialize_tensor: RPC methods take fixed argument lists, fixed
+when the service starts, before it knows the layout; a serialised TensorProto is typed data,
+parsed with its expected dtype (tf.io.parse_tensor) and checked against the layout's shape
+before it is stored; nothing is unpickled or evaluated. The header's (actor, incarnation,
+sequence) keeps each actor's stream apart and drops an add retried after a lost reply
+(distributed.DeliveryLedger), so a stream never holds an unroll twice.
+
+Traffic: every online unroll crosses once to the service; a sampled episode crosses once to
+its sampler, one unroll per call (no message is larger than one trajectory message to a
+learner), right after it is sampled. Memory: the service holds --replay_capacity unrolls
+(FIFO by episode) plus the episodes being fetched; each agent holds the episodes its replay
+lanes are playing, as an in-process replay does.
+
+A service that stops (crash, restart) is waited for by its agents for
+--shared_replay_connect_secs, after which their learners stop with a clear error and write
+their final checkpoint; a restarted service starts empty and takes its layout from the
+first agent that reconnects. A service refuses to start on an address something listens on
+already (gRPC shares ports silently; two services would split the replay).
+"""
+import argparse
+import collections
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from scalable_agent_tf2 import buffers
+from scalable_agent_tf2 import distributed
+
+# 1: the first version (hello with a JSON layout; serialized payloads; episodes by token).
+REPLAY_PROTOCOL_VERSION = 1
+# Loopback: the service listens on this machine only unless told otherwise.
+DEFAULT_REPLAY_ADDRESS = "localhost:8010"
+# LASER section 5.4 shares the replay of a sweep run at once; an agent's learner waits this
+# long for the service at its start and after losing it, then stops (its checkpoint written).
+DEFAULT_CONNECT_TIMEOUT_SECS = 60.0
+# Sampled episodes still being fetched, at most (the oldest is forgotten first; its sampler
+# then samples again). Agents fetch right after sampling, so a few per agent suffice.
+_MAX_PENDING_EPISODES = 256
+# Starts the service's last console line but one: its final stats as JSON (for scripts).
+FINAL_STATS_PREFIX = "Final replay stats: "
+# stats()'s counts, in order.
+_COUNTS = ("capacity", "episodes", "unrolls", "dropped_unrolls", "duplicates")
+
+
+class ReplayServiceUnavailable(distributed.ServiceUnavailable):
+  """The replay service did not answer within the retry budget."""
+
+
+def check_address_free(address):
+  """Raises ValueError when something listens on `address` ("host:port") already.
+
+  gRPC servers bind with SO_REUSEPORT: a second service on a taken port would start without
+  a word and the kernel would split the agents between the two replays. A plain bind (no
+  SO_REUSEPORT) fails where any process listens.
+  """
+  host, _, port = address.rpartition(":")
+  if not host or not port.isdigit():
+    raise ValueError(f"The replay service's address must be host:port, got {address!r}.")
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no listener.
+    try:
+      probe.bind((host.strip("[]"), int(port)))
+    except OSError as error:
+      raise ValueError(f"Cannot listen on {address}: {error.strerror} (another replay "
+                       f"service?). Two services on one port would split the replay; "
+                       f"choose another --address.") from error
+
+
+def _text(tensor):
+  return tensor.numpy().decode(errors="replace")
+
+
+class ReplayService:
+  """One buffers.EpisodeReplay served over TensorFlow's RPC; see the module docstring."""
+
+  def __init__(self, address, capacity, seed=0, print_fn=print):
+    """Starts listening.
+
+    Args:
+      address: "host:port" to listen on (loopback by default: DEFAULT_REPLAY_ADDRESS).
+      capacity: unrolls held (FIFO by episode: buffers.EpisodeReplay).
+      seed: seeds the uniform sampling.
+      print_fn: where joins, refusals and problems are logged.
+
+    Raises:
+      ValueError: a capacity that is not a positive integer, or an address taken.
+    """
+    check_address_free(address)
+    self.address = address
+    self.replay = buffers.EpisodeReplay(capacity, seed=seed)
+    self._print = print_fn
+    self._lock = threading.Lock()
+    self._layout = None          # describe_layout(...) of the first agent.
+    self._layout_peer = None     # Its name.
+    self._dtypes = None          # tf.DType per payload tensor.
+    self._shapes = None          # list of ints per payload tensor.
+    self._done_index = None      # Where env_outputs.done is in a payload.
+    self._ledgers = collections.defaultdict(lambda: distributed.DeliveryLedger(1))
+    self._incarnations = {}      # (agent, actor index) -> the incarnation it streams from.
+    self._unrolls_added = collections.Counter()   # agent -> unrolls admitted.
+    self._sampled = collections.Counter()         # (requester, owner) -> episodes sampled.
+    self._pending = collections.OrderedDict()     # token -> Episode being fetched.
+    self._next_token = 0
+    self._server = tf.distribute.experimental.rpc.Server.create("grpc", address)
+    for name, function in self._methods().items():
+      self._server.register(name, function)
+    self._server.start()
+
+  def _methods(self):
+    """The registered tf.functions; each runs one of this object's methods in Python."""
+    string, int32, int64 = tf.string, tf.int32, tf.int64
+    scalar = lambda dtype: tf.TensorSpec([], dtype)
+
+    @tf.function(input_signature=[scalar(int32), scalar(string), scalar(string)])
+    def hello(protocol, layout, peer):
+      return tf.py_function(self._hello, [protocol, layout, peer], [tf.bool, string])
+
+    @tf.function(input_signature=[scalar(string), tf.TensorSpec([None], string)])
+    def add(agent, payload):
+      return tf.py_function(self._add, [agent, payload], [tf.bool, string])
+
+    @tf.function(input_signature=[scalar(string)])
+    def sample(requester):
+      return tf.py_function(self._sample, [requester], [tf.bool, int64, string, int32])
+
+    @tf.function(input_signature=[scalar(int64), scalar(int32)])
+    def unroll(token, index):
+      return tf.py_function(self._unroll, [token, index], [tf.bool, string])
+
+    @tf.function(input_signature=[])
+    def stats():
+      return tf.py_function(self._stats, [],
+                            [int64, string, int64, int64, int64, string, string, int64])
+    return dict(hello=hello, add=add, sample=sample, unroll=unroll, stats=stats)
+
+  # The methods' Python side (eager tensors in, numpy or Python values out).
+
+  def _hello(self, protocol, layout, peer):
+    peer = _text(peer)
+    if int(protocol) != REPLAY_PROTOCOL_VERSION:
+      reason = (f"protocol {int(protocol)}, the replay service speaks "
+                f"{REPLAY_PROTOCOL_VERSION}: run the same version of this code everywhere")
+      self._print(f"Replay service: refused {peer}: {reason}.")
+      return False, reason
+    text = _text(layout)
+    if not text:
+      return True, "observer"
+    try:
+      offered = json.loads(text)
+      names = [name for name, _, _ in offered["tensors"]]
+      done_index = names.index("env_outputs/done")
+      dtypes = [tf.as_dtype(dtype) for _, dtype, _ in offered["tensors"]]
+    except (ValueError, KeyError, TypeError) as error:
+      reason = f"unreadable layout ({error!r})"
+      self._print(f"Replay service: refused {peer}: {reason}.")
+      return False, reason
+    with self._lock:
+      if self._layout is None:
+        self._layout, self._layout_peer = offered, peer
+        self._dtypes = dtypes
+        self._shapes = [list(shape) for _, _, shape in offered["tensors"]]
+        self._done_index = done_index
+        self._print(f"Replay service: layout set by {peer}: "
+                    f"{json.dumps(offered['settings'], sort_keys=True)}, "
+                    f"{len(names)} tensors per unroll.")
+        return True, "accepted; layout set"
+      differences = distributed.layout_differences(self._layout, offered)
+    if differences:
+      reason = (f"its trajectory layout differs from the replay's (set by "
+                f"{self._layout_peer}): " + "; ".join(differences))
+      self._print(f"Replay service: refused {peer}: {reason}.")
+      return False, reason
+    self._print(f"Replay service: {peer} joined.")
+    return True, "accepted"
+
+  def _parse(self, payload):
+    """(list of numpy arrays, None) for a payload of the layout, or (None, reason)."""
+    if self._layout is None:
+      return None, "no layout yet: say hello with a layout first"
+    if len(payload) != len(self._dtypes):
+      return None, f"{len(payload)} tensors, the layout has {len(self._dtypes)}"
+    arrays = []
+    for item, dtype, shape, (name, _, _) in zip(payload, self._dtypes, self._shapes,
+                                                self._layout["tensors"]):
+      try:
+        array = tf.io.parse_tensor(item, dtype).numpy()
+      except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as error:
+        return None, f"{name} is not a {dtype.name} tensor ({error.message.splitlines()[0]})"
+      if list(array.shape) != shape:
+        return None, f"{name} has shape {list(array.shape)}, the layout {shape}"
+      arrays.append(array)
+    return arrays, None
+
+  def _add(self, agent, payload):
+    agent, payload = _text(agent), list(payload.numpy())
+    with self._lock:
+      arrays, reason = self._parse(payload)
+      if reason is not None:
+        self._print(f"Replay service: refused an unroll of {agent}: {reason}.")
+        return False, reason
+      header = distributed.MessageHeader(*(int(v) for v in arrays[0]))
+      if not self._ledgers[agent].admit(header):
+        return True, "repeated; dropped"  # A retried add whose first attempt arrived.
+      stream = (agent, header.actor_index)
+      if self._incarnations.get(stream, header.incarnation) != header.incarnation:
+        # The actor's process was restarted (e.g. a PBT member): its unfinished episode will
+        # never end, and the new process's unrolls must not continue it.
+        self.replay.close_stream(agent, header.actor_index)
+      self._incarnations[stream] = header.incarnation
+      self.replay.add(tuple(payload), agent, header.actor_index,
+                      done=arrays[self._done_index])
+      self._unrolls_added[agent] += 1
+    return True, "accepted"
+
+  def _sample(self, requester):
+    requester = _text(requester)
+    try:
+      episode = self.replay.sample()
+    except IndexError:
+      return False, np.int64(-1), "", np.int32(0)
+    with self._lock:
+      token = self._next_token
+      self._next_token += 1
+      self._pending[token] = episode
+      while len(self._pending) > _MAX_PENDING_EPISODES:
+        self._pending.popitem(last=False)
+      self._sampled[(requester, episode.agent)] += 1
+    return True, np.int64(token), episode.agent, np.int32(len(episode.unrolls))
+
+  def _unroll(self, token, index):
+    token, index = int(token), int(index)
+    with self._lock:
+      episode = self._pending.get(token)
+      if episode is None or not 0 <= index < len(episode.unrolls):
+        return False, tf.constant([], tf.string, shape=[0])
+      if index == len(episode.unrolls) - 1:
+        del self._pending[token]  # Fetched whole.
+    return True, tf.constant(list(episode.unrolls[index]), tf.string)
+
+  def _stats(self):
+    stats = self.stats()
+    agents = sorted(set(stats["added_by_agent"]) | set(stats["unrolls_added_by_agent"]))
+    pairs = sorted((requester, owner, count)
+                   for requester, owners in stats["sampled"].items()
+                   for owner, count in owners.items())
+    strings = lambda values: tf.constant(values, tf.string, shape=[len(values)])
+    return (np.array([stats[name] for name in _COUNTS], np.int64), strings(agents),
+            np.array([stats["episodes_by_agent"].get(a, 0) for a in agents], np.int64),
+            np.array([stats["added_by_agent"].get(a, 0) for a in agents], np.int64),
+            np.array([stats["unrolls_added_by_agent"].get(a, 0) for a in agents], np.int64),
+            strings([r for r, _, _ in pairs]), strings([o for _, o, _ in pairs]),
+            np.array([c for _, _, c in pairs], np.int64))
+
+  def stats(self):
+    """The replay's contents and traffic (see ReplayClient.stats), in this process."""
+    with self._lock:
+      sampled = collections.defaultdict(dict)
+      for (requester, owner), count in self._sampled.items():
+        sampled[requester][owner] = count
+      return dict(capacity=self.replay.capacity, episodes=len(self.replay),
+                  unrolls=self.replay.num_unrolls,
+                  dropped_unrolls=self.replay.num_dropped_unrolls,
+                  duplicates=sum(sum(l.duplicates.values()) for l in self._ledgers.values()),
+                  episodes_by_agent=self.replay.episodes_by_agent(),
+                  added_by_agent=self.replay.added_by_agent(),
+                  unrolls_added_by_agent=dict(self._unrolls_added), sampled=dict(sampled))
+
+
+def format_stats(stats):
+  """One console line of ReplayClient.stats() / ReplayService.stats()."""
+  by_agent = ", ".join(f"{agent} {stats['added_by_agent'].get(agent, 0)} "
+                       f"({stats['episodes_by_agent'].get(agent, 0)} held)"
+                       for agent in sorted(stats["unrolls_added_by_agent"]))
+  sampled = ", ".join(f"{requester}<-{owner} {count}"
+                      for requester, owners in sorted(stats["sampled"].items())
+                      for owner, count in sorted(owners.items()))
+  return (f"Replay: {stats['episodes']} episodes ({stats['unrolls']:,} of "
+          f"{stats['capacity']:,} unrolls) held; episodes added by agent: "
+          f"{by_agent or 'none yet'}; sampled (requester<-owner): {sampled or 'none yet'}.")
+
+
+class ReplayClient(distributed.ServiceClient):
+  """An agent's connection to a ReplayService, used as its LASER replay (thread-safe).
+
+  Has buffers.EpisodeReplay's interface (add, sample, __len__, capacity, num_unrolls,
+  episodes_by_agent, added_by_agent), so buffers.EpisodeMixer and training.train take it as
+  their `shared_replay`. Without a signature it is an observer: stats only.
+  """
+
+  def __init__(self, address, agent_tag, signature=None, settings=None, levels=(),
+               connect_timeout_secs=DEFAULT_CONNECT_TIMEOUT_SECS, print_fn=print):
+    """Connects (waiting up to connect_timeout_secs) and says hello.
+
+    Args:
+      address: the service's "host:port".
+      agent_tag: this agent's tag (its episodes' owner; the requester of its samples).
+      signature: training.trajectory_signature(...) of this agent's unrolls; None: observer.
+      settings: what agents must share besides tensor shapes (level_name, torso,
+        num_actions, ...: training.layout_settings), named when they differ.
+      levels: the run's level names (a trajectory's level travels as its index).
+
+    Raises:
+      ReplayServiceUnavailable: no service answered within connect_timeout_secs.
+      distributed.PeerRejected: the service refused this agent's layout (the message names
+        what differs).
+    """
+    self.agent_tag = agent_tag
+    self._signature = signature
+    self._levels = list(levels)
+    self._layout = None if signature is None else distributed.wire_layout(signature)
+    description = ("" if signature is None else json.dumps(
+        distributed.describe_layout(signature, **(settings or {})), sort_keys=True))
+    self._incarnation = distributed.new_incarnation()
+    self._sequences = collections.Counter()  # Actor index -> unrolls sent so far.
+    self._send_lock = threading.Lock()
+    super().__init__(
+        address, agent_tag,
+        [tf.constant(REPLAY_PROTOCOL_VERSION), tf.constant(description),
+         tf.constant(agent_tag)],
+        service="replay service",
+        start_hint=(f"Start it (python -m scalable_agent_tf2.replay_service "
+                    f"--address={address} --replay_capacity=N) or check "
+                    f"--shared_replay_address."),
+        refusal_hint=("Agents sharing a replay must play the same level with the same "
+                      "network and --unroll_length; only hyperparameters may differ."),
+        unavailable_error=ReplayServiceUnavailable,
+        connect_timeout_secs=connect_timeout_secs, print_fn=print_fn)
+
+  def _require_layout(self, what):
+    if self._layout is None:
+      raise ValueError(f"This replay client is an observer (no signature): it cannot {what}.")
+
+  def add(self, unroll, agent, actor):
+    """Sends an actor's next unroll (actor.Trajectory) to the shared replay.
+
+    Args:
+      unroll: the trajectory (its level must be one of `levels`).
+      agent: the tag its episode is stored under (this client's agent_tag, as EpisodeMixer
+        passes it).
+      actor: the actor's index within this agent (its stream).
+
+    Raises:
+      distributed.PeerRejected: the service refused the unroll (the message says why).
+      ReplayServiceUnavailable: the service is gone (no answer within the timeout).
+    """
+    self._require_layout("add unrolls")
+    with self._send_lock:  # One sequence per actor, in sending order.
+      header = distributed.MessageHeader(self._levels.index(unroll.level_name), actor,
+                                         self._incarnation, self._sequences[actor])
+      payload = tf.stack([tf.io.serialize_tensor(a) for a in
+                          distributed.flatten_message(self._layout, header, unroll)])
+      accepted, message = self._call("add", [tf.constant(agent), payload])
+      if not accepted.numpy():
+        raise distributed.PeerRejected(f"The replay service at {self.address} refused an "
+                                       f"unroll of {agent}: {_text(message)}.")
+      self._sequences[actor] += 1
+
+  def sample(self):
+    """A buffers.Episode of any agent, uniformly among those held (LASER section 5.4).
+
+    Returns:
+      Episode(agent = its owner's tag, unrolls = tuple of actor.Trajectory).
+
+    Raises:
+      IndexError: the replay holds no complete episode yet.
+      ReplayServiceUnavailable: the service is gone.
+    """
+    self._require_layout("sample")
+    for _ in range(3):  # An episode forgotten mid-fetch (many samplers at once): again.
+      found, token, owner, count = self._call("sample", [tf.constant(self.agent_tag)])
+      if not found.numpy():
+        raise IndexError(f"The shared replay at {self.address} holds no complete episode "
+                         f"yet.")
+      unrolls = []
+      for index in range(int(count)):
+        found, payload = self._call("unroll", [token, tf.constant(index, tf.int32)])
+        if not found.numpy():
+          break
+        unrolls.append(self._trajectory(payload))
+      else:
+        return buffers.Episode(_text(owner), tuple(unrolls))
+    raise IndexError(f"Sampled episodes of {self.address} kept being forgotten before they "
+                     f"were fetched; too many samplers for the service's pending list.")
+
+  def _trajectory(self, payload):
+    arrays = [tf.io.parse_tensor(item, spec.dtype).numpy()
+              for item, spec in zip(tf.unstack(payload), self._layout)]
+    return distributed.unflatten_message(arrays, self._signature, self._levels)[1]
+
+  def stats(self):
+    """The service's contents and traffic.
+
+    Returns:
+      dict: capacity, episodes, unrolls (held), dropped_unrolls (of episodes longer than the
+      capacity), duplicates (retried adds dropped), episodes_by_agent (held), added_by_agent
+      (episodes stored since the start), unrolls_added_by_agent, sampled ({requester:
+      {owner: episodes sampled}}).
+    """
+    (counts, agents, held, added, unrolls, requesters, owners,
+     sampled) = [t.numpy() for t in self._call("stats", [])]
+    agents = [a.decode() for a in agents]
+    result = dict(zip(_COUNTS, (int(c) for c in counts)))
+    result.update(
+        episodes_by_agent={a: int(n) for a, n in zip(agents, held) if n},
+        added_by_agent={a: int(n) for a, n in zip(agents, added) if n},
+        unrolls_added_by_agent={a: int(n) for a, n in zip(agents, unrolls)})
+    by_requester = collections.defaultdict(dict)
+    for requester, owner, count in zip(requesters, owners, sampled):
+      by_requester[requester.decode()][owner.decode()] = int(count)
+    result["sampled"] = dict(by_requester)
+    return result
+
+  @property
+  def capacity(self):
+    return self.stats()["capacity"]
+
+  @property
+  def num_unrolls(self):
+    return self.stats()["unrolls"]
+
+  def __len__(self):
+    return self.stats()["episodes"]
+
+  def episodes_by_agent(self):
+    return self.stats()["episodes_by_agent"]
+
+  def added_by_agent(self):
+    return self.stats()["added_by_agent"]
+
+
+class _Stopping(Exception):
+  """SIGTERM arrived."""
+
+
+def _raise_stopping(signum, frame):
+  del frame
+  raise _Stopping(signal.Signals(signum).name)
+
+
+def _parser():
+  parser = argparse.ArgumentParser(
+      prog="python -m scalable_agent_tf2.replay_service",
+      description="LASER's shared replay (Schmitt et al. 2019, section 5.4) for agents in "
+                  "other processes: run experiment.py with --laser_replay "
+                  "--shared_replay_address=ADDRESS. The trajectory layout is taken from the "
+                  "first agent; later agents must match it.")
+  parser.add_argument("--address", default=DEFAULT_REPLAY_ADDRESS,
+                      help="host:port to listen on (default: loopback only).")
+  parser.add_argument("--replay_capacity", type=int, default=buffers.DEFAULT_REPLAY_CAPACITY,
+                      help="Unrolls held, oldest episodes removed first (IMPALA Table D.3's "
+                      "10,000; LASER section 5.3 counts observations: capacity x T).")
+  parser.add_argument("--seed", type=int, default=0, help="Seeds the uniform sampling.")
+  parser.add_argument("--log_secs", type=float, default=30.0,
+                      help="Seconds between console lines of the replay's contents.")
+  return parser
+
+
+def main(argv=None):
+  """Serves until SIGTERM or Ctrl-C. Exit code 2: bad flags or an address in use."""
+  args = _parser().parse_args(argv)
+  if args.log_secs <= 0:
+    print(f"error: --log_secs must be positive, got {args.log_secs}.", file=sys.stderr)
+    return 2
+  say = lambda line: print(line, flush=True)
+  try:
+    service = ReplayService(args.address, args.replay_capacity, seed=args.seed, print_fn=say)
+  except (ValueError, tf.errors.OpError) as error:
+    print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
+    return 2
+  say(f"Replay service listening on {args.address}: up to {args.replay_capacity:,} unrolls; "
+      f"the first agent sets the trajectory layout.")
+  previous = signal.signal(signal.SIGTERM, _raise_stopping)
+  try:
+    while True:
+      time.sleep(args.log_secs)
+      say(format_stats(service.stats()))
+  except (KeyboardInterrupt, _Stopping):
+    pass
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+  stats = service.stats()
+  say(format_stats(stats))
+  say(f"{FINAL_STATS_PREFIX}{json.dumps(stats, sort_keys=True)}")
+  say("Replay service stopped; its contents are gone.")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
