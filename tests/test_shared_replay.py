@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import test_distributed
-import toy_environment
+from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2 import actor
 from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import config as config_lib
