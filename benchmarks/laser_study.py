@@ -147,16 +147,10 @@ def plot(args, results):
     for row, (_, summary, _) in enumerate(rows):
       runs.plot_curves(axes, summary["curves"], "frames", name if row == 0 else None,
                        scale=scale, color=f"C{index}", linewidth=1)
-  axes.set_xlabel(f"environment frames ({unit})")
-  axes.set_ylabel(f"episode return (mean of last {runs.FINAL_EPISODES})")
-  axes.set_title(f"{args.level}: replay and trust-region V-trace (LASER)")
-  axes.grid(alpha=0.3)
-  axes.legend(loc="lower right", fontsize=8)
-  figure.tight_layout()
-  path = os.path.join(args.output_dir, "laser_study.png")
-  figure.savefig(path, dpi=100)
+  runs.save_return_plot(figure, axes, unit,
+                        f"{args.level}: replay and trust-region V-trace (LASER)",
+                        os.path.join(args.output_dir, "laser_study.png"), "lower right")
   plt.close(figure)
-  print(f"Wrote {path}")
 
 
 if __name__ == "__main__":

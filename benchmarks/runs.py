@@ -180,6 +180,18 @@ def frame_scale(total_frames):
   return (1e6, "millions") if total_frames >= 1e6 else (1e3, "thousands")
 
 
+def save_return_plot(figure, axes, unit, title, path, legend_loc="upper left"):
+  """Labels a plot of returns against frames (plot_curves) and writes it as a PNG."""
+  axes.set_xlabel(f"environment frames ({unit})")
+  axes.set_ylabel(f"episode return (mean of last {FINAL_EPISODES})")
+  axes.set_title(title)
+  axes.grid(alpha=0.3)
+  axes.legend(loc=legend_loc, fontsize=8)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  print(f"Wrote {path}")
+
+
 def plot_curves(axes, curves, key, label, scale=1.0, **style):
   """Running mean (FINAL_EPISODES) of the episode returns against curves[key] / scale."""
   if len(curves["returns"]):

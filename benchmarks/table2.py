@@ -161,16 +161,10 @@ def plot(args, levels, corrections, results):
                            f"{CORRECTION_NAMES[correction]}, {replay} replay" if index == 0
                            else None, scale=scale, color=colours[correction],
                            linestyle="-" if replay == "without" else "--", linewidth=1)
-    axes.set_xlabel(f"environment frames ({unit})")
-    axes.set_ylabel(f"episode return (mean of last {runs.FINAL_EPISODES})")
-    axes.set_title(f"{level}: off-policy corrections without / with replay (Table 2)")
-    axes.grid(alpha=0.3)
-    axes.legend(loc="upper left", fontsize=8)
-    figure.tight_layout()
-    path = os.path.join(args.output_dir, f"table2_{level.replace('/', '_')}.png")
-    figure.savefig(path, dpi=100)
+    runs.save_return_plot(
+        figure, axes, unit, f"{level}: off-policy corrections without / with replay (Table 2)",
+        os.path.join(args.output_dir, f"table2_{level.replace('/', '_')}.png"))
     plt.close(figure)
-    print(f"Wrote {path}")
 
 
 if __name__ == "__main__":
