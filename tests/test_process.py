@@ -194,7 +194,11 @@ def test_close_terminates_joins_and_frees_shared_memory():
 def run_parent_script(body):
   """Starts a Python parent that creates an environment process and prints the child's pid."""
   script = textwrap.dedent("""
-      import sys, time
+      import signal, sys, time
+      # Ctrl-C raises KeyboardInterrupt here whatever SIGINT state the test runner passed on
+      # (an ignored or blocked SIGINT is inherited by children).
+      signal.signal(signal.SIGINT, signal.default_int_handler)
+      signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
       sys.path[:0] = [%r, %r]
       from scalable_agent_tf2.environments import process
       from test_process import ScriptedEnvironment, SLEEP
