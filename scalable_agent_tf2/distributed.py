@@ -325,6 +325,8 @@ class ServiceClient:
 
   A service that becomes unreachable (crashed, restarting) is waited for: calls reconnect,
   say hello again and retry until `connect_timeout_secs` pass, then raise `unavailable_error`.
+  TensorFlow's gRPC client does not fail a call made after its server died; the call waits
+  for its deadline (`call_timeout_secs`), so a lost service is noticed only then.
   Subclasses add the service's methods on top of `_call`.
   """
 

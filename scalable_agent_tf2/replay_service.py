@@ -49,8 +49,8 @@ learner), right after it is sampled. Memory: the service holds --replay_capacity
 (FIFO by episode) plus the episodes being fetched; each agent holds the episodes its replay
 lanes are playing, as an in-process replay does.
 
-A service that stops (crash, restart) is waited for by its agents for
---shared_replay_connect_secs, after which their learners stop with a clear error and write
+A service that stops (crash, restart) is noticed by its agents within 30 s (a call's
+deadline) and waited for during --shared_replay_connect_secs, after which their learners stop with a clear error and write
 their final checkpoint; a restarted service starts empty and takes its layout from the
 first agent that reconnects. A service refuses to start on an address something listens on
 already (gRPC shares ports silently; two services would split the replay).
@@ -77,6 +77,11 @@ DEFAULT_REPLAY_ADDRESS = "localhost:8010"
 # LASER section 5.4 shares the replay of a sweep run at once; an agent's learner waits this
 # long for the service at its start and after losing it, then stops (its checkpoint written).
 DEFAULT_CONNECT_TIMEOUT_SECS = 60.0
+# The service answers every call from memory at once, so a call unanswered this long means
+# the service is gone. TensorFlow's gRPC client does not fail a call made after its server
+# died: the call waits for its whole deadline (measured: 20 of 20 s), so this deadline, not
+# the connect timeout, bounds how long an agent takes to notice a lost service.
+DEFAULT_CALL_TIMEOUT_SECS = 30.0
 # Sampled episodes still being fetched, at most (the oldest is forgotten first; its sampler
 # then samples again). Agents fetch right after sampling, so a few per agent suffice.
 _MAX_PENDING_EPISODES = 256
@@ -332,7 +337,8 @@ class ReplayClient(distributed.ServiceClient):
   """
 
   def __init__(self, address, agent_tag, signature=None, settings=None, levels=(),
-               connect_timeout_secs=DEFAULT_CONNECT_TIMEOUT_SECS, print_fn=print):
+               connect_timeout_secs=DEFAULT_CONNECT_TIMEOUT_SECS,
+               call_timeout_secs=DEFAULT_CALL_TIMEOUT_SECS, print_fn=print):
     """Connects (waiting up to connect_timeout_secs) and says hello.
 
     Args:
@@ -342,6 +348,9 @@ class ReplayClient(distributed.ServiceClient):
       settings: what agents must share besides tensor shapes (level_name, torso,
         num_actions, ...: training.layout_settings), named when they differ.
       levels: the run's level names (a trajectory's level travels as its index).
+      connect_timeout_secs: how long to wait for the service at the start and after losing it.
+      call_timeout_secs: a call unanswered this long counts the service as lost (then the
+        client reconnects, up to connect_timeout_secs).
 
     Raises:
       ReplayServiceUnavailable: no service answered within connect_timeout_secs.
@@ -367,8 +376,8 @@ class ReplayClient(distributed.ServiceClient):
                     f"--shared_replay_address."),
         refusal_hint=("Agents sharing a replay must play the same level with the same "
                       "network and --unroll_length; only hyperparameters may differ."),
-        unavailable_error=ReplayServiceUnavailable,
-        connect_timeout_secs=connect_timeout_secs, print_fn=print_fn)
+        unavailable_error=ReplayServiceUnavailable, connect_timeout_secs=connect_timeout_secs,
+        call_timeout_secs=call_timeout_secs, print_fn=print_fn)
 
   def _require_layout(self, what):
     if self._layout is None:

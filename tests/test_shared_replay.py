@@ -192,6 +192,32 @@ def toy_config(logdir, **overrides):
   return dataclasses.replace(config, level_name=toy_environment.LEVEL_NAME)
 
 
+@pytest.mark.timeout(120)
+def test_a_call_after_the_service_died_fails_within_its_deadline(tmp_path):
+  """TensorFlow's gRPC client lets a call made after its server died wait for the call's
+  whole deadline: the client's deadline, not the connect timeout, bounds the wait."""
+  address = f"localhost:{test_distributed.free_port()}"
+  service = _start([sys.executable, "-m", "scalable_agent_tf2.replay_service",
+                    f"--address={address}", "--replay_capacity=10"], tmp_path / "service.log")
+  try:
+    replay_service.ReplayClient(address, "first", connect_timeout_secs=60,
+                                print_fn=lambda _: None)  # Waits until the service is up.
+    lines = []
+    observer = replay_service.ReplayClient(address, "test", connect_timeout_secs=1,
+                                           call_timeout_secs=4, print_fn=lines.append)
+    assert observer.stats()["episodes"] == 0
+  finally:
+    service.kill()
+    service.wait()
+  started = time.monotonic()
+  with pytest.raises(replay_service.ReplayServiceUnavailable,
+                     match=rf"No replay service answered at {address} within 1 s"):
+    observer.stats()
+  # 4 s deadline + one reconnection attempt (5 s); without the deadline: 600 s.
+  assert time.monotonic() - started < 30
+  assert any(line.startswith(f"Lost the replay service at {address}") for line in lines)
+
+
 def test_no_service_is_a_clear_error_after_the_connect_timeout(tmp_path):
   address = f"localhost:{test_distributed.free_port()}"  # Nothing listens there.
   started = time.monotonic()
@@ -287,8 +313,8 @@ def test_agent_processes_with_different_hyperparameters_share_a_service_process(
     # checkpoint written and exit code 3 (the population driver restarts such a member).
     service.kill()
     service.wait()
-    agent_b = processes.pop("b")[0]
-    assert agent_b.wait(120) == 3
+    agent_b = processes["b"][0]
+    assert agent_b.wait(120) == 3  # A call's deadline (30 s) + the connect timeout (3 s).
     output = (tmp_path / "b.log").read_text()
     assert "Lost the replay service at" in output
     assert "Stopped: the shared replay service was lost" in output
