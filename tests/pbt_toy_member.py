@@ -3,8 +3,8 @@
 Takes the flags the population driver gives experiment.py (--logdir, --seed and the
 hyperparameters; with a shared replay --laser_replay, --shared_replay_address and --agent_tag)
 and runs training.train on the toy level (scalable_agent_tf2/environments/toy.py) with small
-batches, so population tests exercise real checkpoints, restores and hyperparameter changes. Its last line is
-"RESULT <json>": train's result (frames, updates, LASER replay counts).
+batches, so population tests exercise real checkpoints, restores and hyperparameter changes.
+Its last line is "RESULT <json>": train's result (frames, updates, LASER replay counts).
 """
 import argparse
 import dataclasses
