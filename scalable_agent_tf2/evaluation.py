@@ -13,9 +13,9 @@ repeats its results (up to float rounding in batched inference).
 Results go to logdir/evaluation/results.json and results.csv.
 """
 import csv
+import functools
 import json
 import os
-import threading
 
 import numpy as np
 
@@ -33,21 +33,17 @@ def split_episodes(num_episodes, num_workers):
   return [base + (1 if k < extra else 0) for k in range(num_workers)]
 
 
-def _play(make_loop, num_episodes, returns, error):
+def _play(make_loop, num_episodes, returns):
   """Steps a worker's loop until it has finished num_episodes episodes."""
-  loop = None
+  loop = make_loop()
   try:
-    loop = make_loop()
     while len(returns) < num_episodes:
       try:
         loop.step()
       except actor_lib.EnvironmentRestarted:
         pass  # The unfinished episode is dropped; a new one starts.
-  except BaseException as exception:  # pylint: disable=broad-except
-    error.append(exception)
   finally:
-    if loop is not None:
-      loop.close()
+    loop.close()
 
 
 def play_levels(policy, levels, num_episodes, num_workers, seed, environment_constructor,
@@ -72,8 +68,7 @@ def play_levels(policy, levels, num_episodes, num_workers, seed, environment_con
       jobs.append((level_index, level, worker, count))
 
   results = {}
-  threads = []
-  errors = []
+  tasks = {}
   for level_index, level, worker, count in jobs:
     episodes = []
     results[(level, worker)] = episodes
@@ -92,14 +87,8 @@ def play_levels(policy, levels, num_episodes, num_workers, seed, environment_con
       return actor_lib.EnvironmentLoop(env_factory, policy, rng, level, on_episode=record,
                                        on_restart=lambda lvl, e: print_fn(
                                            f"Environment for {lvl} restarted: {e}"))
-    threads.append(threading.Thread(target=_play, args=(make_loop, count, episodes, errors),
-                                    daemon=True))
-  for thread in threads:
-    thread.start()
-  for thread in threads:
-    thread.join()
-  if errors:
-    raise errors[0]
+    tasks[f"{level}-{worker}"] = functools.partial(_play, make_loop, count, episodes)
+  training.run_concurrently(tasks, thread_prefix="evaluation-")
   by_level = {level: [] for level in levels}
   for _, level, worker, _ in jobs:
     by_level[level].extend(results[(level, worker)])

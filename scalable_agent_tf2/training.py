@@ -57,6 +57,37 @@ def derive_seed(*parts):
   return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
+def run_concurrently(tasks, thread_prefix=""):
+  """Runs every task on its own thread and waits for all of them.
+
+  Args:
+    tasks: dict key -> callable() (thread named thread_prefix + str(key)).
+
+  Returns:
+    dict key -> what its callable returned.
+
+  Raises:
+    The first error a task raised (in finishing order), once every task has ended: no task
+    is abandoned half-way (each writes its own checkpoints and closes its environments).
+  """
+  results, errors = {}, []
+
+  def run(key, task):
+    try:
+      results[key] = task()
+    except BaseException as error:  # pylint: disable=broad-except
+      errors.append(error)
+  threads = [threading.Thread(target=run, args=item, name=f"{thread_prefix}{item[0]}",
+                              daemon=True) for item in tasks.items()]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  if errors:
+    raise errors[0]
+  return results
+
+
 def learner_device():
   """The device the learner and the batched inference run on: the first GPU, else the CPU."""
   gpus = tf.config.list_logical_devices("GPU")
@@ -521,23 +552,13 @@ def train_sharing_replay(configs, replay_capacity, environment_constructor=None,
   if len(set(logdirs)) != len(logdirs):
     raise ValueError(f"Each agent needs its own logdir, got {logdirs}.")
   replay = buffers.EpisodeReplay(replay_capacity, seed=seed)
-  results, errors = {}, []
 
   def run(tag, config):
-    try:
-      results[tag] = train(config, environment_constructor, network_config,
-                           print_fn=lambda line: print_fn(f"[{tag}] {line}"),
-                           shared_replay=replay, agent_tag=tag)
-    except BaseException as error:  # pylint: disable=broad-except
-      errors.append(error)
-  threads = [threading.Thread(target=run, args=item, name=f"agent-{item[0]}", daemon=True)
-             for item in configs.items()]
-  for thread in threads:
-    thread.start()
-  for thread in threads:
-    thread.join()
-  if errors:
-    raise errors[0]
+    return lambda: train(config, environment_constructor, network_config,
+                         print_fn=lambda line: print_fn(f"[{tag}] {line}"),
+                         shared_replay=replay, agent_tag=tag)
+  results = run_concurrently({tag: run(tag, config) for tag, config in configs.items()},
+                             thread_prefix="agent-")
   return results, replay
 
 
