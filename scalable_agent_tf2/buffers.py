@@ -373,16 +373,17 @@ def _zeros_like(state):
 class EpisodeMixer:
   """callable() -> the next trajectory of a batch stream mixing online and replayed ones.
 
-  Like ReplayMixer, batches are consecutive groups of `batch_size` calls: the first
-  batch_size - num_replayed come from `next_online` (each added to the replay after it is
-  drawn: LASER section 5.3 uses fresh experience before replaying it), the last num_replayed
-  from replay lanes. Lane j plays one sampled episode from its first unroll to its last, one
-  unroll per batch, then samples another. The first unroll keeps the actor's core state if
-  this agent made the episode, else starts from zeros (the LSTM resets where the episode
-  starts, so the episode's own steps are unaffected by it); each later unroll's state is recomputed with `advance_state` from the previous
-  unroll and its (recomputed) state, when the unroll is handed out, so with the parameters of
-  that moment (LASER Appendix A.2). Before the replay holds a complete episode, replayed
-  places are filled with online trajectories (which then also count as online).
+  Like ReplayMixer, batches are consecutive groups of `batch_size` calls: the first batch_size -
+  num_replayed come from `next_online` (each added to the replay after it is drawn: LASER
+  section 5.3 uses fresh experience before replaying it), the last num_replayed from replay
+  lanes. Lane j plays one sampled episode from its first unroll to its last, one unroll per
+  batch, then samples another. The first unroll keeps the actor's core state if this agent made
+  the episode, else starts from zeros (the LSTM resets where the episode starts, so the
+  episode's own steps are unaffected by it); each later unroll's state is recomputed with
+  `advance_state` from the previous unroll and its (recomputed) state, when the unroll is handed
+  out, so with the parameters of that moment (LASER Appendix A.2). Before the replay holds a
+  complete episode, replayed places are filled with online trajectories (which then also count
+  as online).
   """
 
   def __init__(self, next_online, replay, batch_size, num_replayed, agent, advance_state):

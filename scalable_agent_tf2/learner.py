@@ -419,9 +419,9 @@ class ImpactLearner(Learner):
         batch when it entered the circular buffer.
 
     Returns:
-      dict of scalars: as Learner.update plus kl_loss, ppo_clipped_fraction (steps whose PPO clip is active),
-      target_worker_clipped_fraction (steps where mu / rho > pi_target) and target_updated
-      (whether the target network was refreshed after this step).
+      dict of scalars: as Learner.update plus kl_loss, ppo_clipped_fraction (steps whose PPO
+      clip is active), target_worker_clipped_fraction (steps where mu / rho > pi_target) and
+      target_updated (whether the target network was refreshed after this step).
     """
     env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
                                              agent_outputs)

@@ -582,7 +582,8 @@ class Population:
       self._stop_service()  # After the members: none of them loses it while stopping.
       for signum, handler in previous.items():
         signal.signal(signum, handler)
-      self._print(f"[pbt] stopped; lineage in {os.path.join(self.settings.logdir, pbt.LINEAGE_FILE)}.")
+      lineage = os.path.join(self.settings.logdir, pbt.LINEAGE_FILE)
+      self._print(f"[pbt] stopped; lineage in {lineage}.")
 
 
 def _size(path):

@@ -49,11 +49,11 @@ learner), right after it is sampled. Memory: the service holds --replay_capacity
 (FIFO by episode) plus the episodes being fetched; each agent holds the episodes its replay
 lanes are playing, as an in-process replay does.
 
-A service that stops (crash, restart) is noticed by its agents within 30 s (a call's
-deadline) and waited for during --shared_replay_connect_secs, after which their learners stop with a clear error and write
-their final checkpoint; a restarted service starts empty and takes its layout from the
-first agent that reconnects. A service refuses to start on an address something listens on
-already (gRPC shares ports silently; two services would split the replay).
+A service that stops (crash, restart) is noticed by its agents within 30 s (a call's deadline)
+and waited for during --shared_replay_connect_secs, after which their learners stop with a clear
+error and write their final checkpoint; a restarted service starts empty and takes its layout
+from the first agent that reconnects. A service refuses to start on an address something listens
+on already (gRPC shares ports silently; two services would split the replay).
 """
 import argparse
 import collections

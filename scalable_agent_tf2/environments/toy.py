@@ -13,10 +13,10 @@ half; the side follows a fixed pseudo-random sequence drawn from the seed. Actio
 EPISODE_LENGTH; a uniformly random policy gets EPISODE_LENGTH / 3.
 
 Implements scalable_agent_tf2.environments.base.Environment (numpy only, so it runs in an
-EnvironmentProcess). `crash_after_steps` makes the process die, to test restarts. With `delayed_reward`, every
-episode's reward comes at its last step (the number of correct choices), so learning needs
-credit assignment across steps (discounting, V-trace targets, bootstrapping). `step_secs` slows
-every step down (population tests pace their members with it).
+EnvironmentProcess). `crash_after_steps` makes the process die, to test restarts. With
+`delayed_reward`, every episode's reward comes at its last step (the number of correct choices),
+so learning needs credit assignment across steps (discounting, V-trace targets, bootstrapping).
+`step_secs` slows every step down (population tests pace their members with it).
 """
 import os
 import time
