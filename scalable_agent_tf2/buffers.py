@@ -331,6 +331,13 @@ class EpisodeReplay:
         steps = None
       self._open[key] = steps
 
+  def join_mid_episode(self, agent, actor):
+    """Opens a stream whose unrolls continue an episode that started elsewhere (a shared
+    replay service restarted under running agents): its unrolls are dropped until the next
+    episode starts, as an episode must be replayed from its start (LASER section 5.1)."""
+    with self._lock:
+      self._open[(agent, actor)] = None
+
   def close_stream(self, agent, actor):
     """Forgets an actor stream's unfinished episode, counted in num_dropped_unrolls.
 

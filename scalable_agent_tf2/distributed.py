@@ -401,6 +401,12 @@ class ServiceClient:
     if announced:
       self._print(f"Connected to the {self._service} at {self.address}.")
 
+  def _say_hello_again(self, reason):
+    """Reconnects and says hello, as after a lost connection (reason starts the message)."""
+    with self._lock:
+      self._connect(waiting_message=f"{reason}; reconnecting for up to "
+                    f"{self._connect_timeout_secs:.0f} s ...", announce=True)
+
   def _checked_call(self, client, method, args):
     """One call; raises the service's error as a tf.errors exception with a readable text."""
     # The generated method knows the method's output signature.

@@ -85,6 +85,10 @@ DEFAULT_CALL_TIMEOUT_SECS = 30.0
 # Sampled episodes still being fetched, at most (the oldest is forgotten first; its sampler
 # then samples again). Agents fetch right after sampling, so a few per agent suffice.
 _MAX_PENDING_EPISODES = 256
+# Starts the refusal of an unroll sent to a service that has no layout yet: a restarted
+# service, reached by a call made before the restart (TensorFlow's RPC client delivers such a
+# call without an error); the client says hello again and resends.
+NO_LAYOUT_YET = "no layout yet"
 # Starts the service's last console line but one: its final stats as JSON (for scripts).
 FINAL_STATS_PREFIX = "Final replay stats: "
 # stats()'s counts, in order.
@@ -146,10 +150,13 @@ class ReplayService:
     self._done_index = None      # Where env_outputs.done is in a payload.
     self._ledgers = collections.defaultdict(lambda: distributed.DeliveryLedger(1))
     self._incarnations = {}      # (agent, actor index) -> the incarnation it streams from.
+    self._replaced = set()       # (agent, incarnation) of agent processes a newer one replaced.
     self._unrolls_added = collections.Counter()   # agent -> unrolls admitted.
     self._sampled = collections.Counter()         # (requester, owner) -> episodes sampled.
     self._pending = collections.OrderedDict()     # token -> Episode being fetched.
-    self._next_token = 0
+    # Random start: a token of this service's predecessor (a fetch in flight across a
+    # restart) names no episode here.
+    self._next_token = distributed.new_incarnation()
     self._server = tf.distribute.experimental.rpc.Server.create("grpc", address)
     for name, function in self._methods().items():
       self._server.register(name, function)
@@ -225,7 +232,7 @@ class ReplayService:
   def _parse(self, payload):
     """(list of numpy arrays, None) for a payload of the layout, or (None, reason)."""
     if self._layout is None:
-      return None, "no layout yet: say hello with a layout first"
+      return None, f"{NO_LAYOUT_YET}: say hello with a layout first"
     if len(payload) != len(self._dtypes):
       return None, f"{len(payload)} tensors, the layout has {len(self._dtypes)}"
     arrays = []
@@ -248,13 +255,24 @@ class ReplayService:
         self._print(f"Replay service: refused an unroll of {agent}: {reason}.")
         return False, reason
       header = distributed.MessageHeader(*(int(v) for v in arrays[0]))
+      if (agent, header.incarnation) in self._replaced:
+        # Its streams went on in a newer process with the same tag: two live agents share the
+        # tag, and alternating streams would cut every episode short.
+        reason = (f"agent tag {agent!r} is in use by another agent process that joined later; "
+                  f"give each agent its own --agent_tag")
+        self._print(f"Replay service: refused an unroll of {agent}: {reason}.")
+        return False, reason
       if not self._ledgers[agent].admit(header):
         return True, "repeated; dropped"  # A retried add whose first attempt arrived.
       stream = (agent, header.actor_index)
       if self._incarnations.get(stream, header.incarnation) != header.incarnation:
+        self._replaced.add((agent, self._incarnations[stream]))
         # The actor's process was restarted (e.g. a PBT member): its unfinished episode will
         # never end, and the new process's unrolls must not continue it.
         self.replay.close_stream(agent, header.actor_index)
+      elif stream not in self._incarnations and header.sequence > 0:
+        # An actor that streamed to this service's predecessor: its episode started there.
+        self.replay.join_mid_episode(agent, header.actor_index)
       self._incarnations[stream] = header.incarnation
       self.replay.add(tuple(payload), agent, header.actor_index,
                       done=arrays[self._done_index])
@@ -403,6 +421,9 @@ class ReplayClient(distributed.ServiceClient):
       payload = tf.stack([tf.io.serialize_tensor(a) for a in
                           distributed.flatten_message(self._layout, header, unroll)])
       accepted, message = self._call("add", [tf.constant(agent), payload])
+      if not accepted.numpy() and _text(message).startswith(NO_LAYOUT_YET):
+        self._say_hello_again(f"The replay service at {self.address} was restarted")
+        accepted, message = self._call("add", [tf.constant(agent), payload])
       if not accepted.numpy():
         raise distributed.PeerRejected(f"The replay service at {self.address} refused an "
                                        f"unroll of {agent}: {_text(message)}.")

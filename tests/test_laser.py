@@ -73,6 +73,21 @@ def test_whole_episodes_are_stored_with_every_unroll_that_covers_them():
   assert replay.episodes_by_agent() == {"a": 4}
 
 
+def test_a_stream_joined_mid_episode_is_dropped_until_its_next_episode_starts():
+  # A restarted replay service sees a running actor's stream from unroll 1 (steps 4-8): it
+  # holds the end of episode 1, whose start (step 1) went to the service's predecessor.
+  unrolls, _ = _actor_stream([6, 3, 9, 5, 2])
+  replay = buffers.EpisodeReplay(capacity=100)
+  replay.join_mid_episode("a", 0)
+  for unroll in unrolls[1:]:
+    replay.add(unroll, agent="a", actor=0)
+  held = [[int(u.env_outputs.reward[0]) for u in episode.unrolls]
+          for episode in replay._episodes]
+  # Episode 2 (steps 7-9) opens inside unroll 1; nothing of episode 1 is stored.
+  assert held == [[4, 8], [8, 12, 16], [16, 20]]
+  assert replay.num_dropped_unrolls == 1
+
+
 def test_episodes_leave_first_in_first_out_and_whole():
   unrolls, _ = _actor_stream([6, 3, 9, 5, 2])
   replay = buffers.EpisodeReplay(capacity=5)

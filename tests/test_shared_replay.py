@@ -162,6 +162,55 @@ def test_an_empty_replay_says_so_and_a_retried_add_is_dropped():
   assert service.replay.num_dropped_unrolls == 2
 
 
+def test_two_live_agent_processes_with_one_tag_are_told_apart():
+  address, service, lines = start_service(capacity=10)
+  first, second = client(address, "a"), client(address, "a")
+  first.add(unroll(1), "a", 0)
+  second.add(unroll(2, (3,)), "a", 0)  # A newer process with the tag (as a restart would)...
+  with pytest.raises(distributed.PeerRejected,
+                     match="agent tag 'a' is in use by another agent process that joined "
+                           "later; give each agent its own --agent_tag"):
+    first.add(unroll(3), "a", 0)       # ... while the first one still runs.
+  assert any("refused an unroll of a" in line for line in lines)
+  assert service.stats()["unrolls_added_by_agent"] == {"a": 2}
+
+
+@pytest.mark.timeout(240)
+def test_an_agent_goes_on_with_a_restarted_service(tmp_path):
+  """The population driver restarts a dead service on its address. An agent's next add
+  reaches the new service (TensorFlow's RPC client waits for it, without an error), which
+  has no layout yet: the agent says hello again and resends. The stream it continues
+  mid-episode is dropped until its next episode starts."""
+  address = f"localhost:{test_distributed.free_port()}"
+
+  def start(name):
+    return _start([sys.executable, "-m", "scalable_agent_tf2.replay_service",
+                   f"--address={address}", "--replay_capacity=10"], tmp_path / f"{name}.log")
+  services = [start("first")]
+  try:
+    lines = []
+    agent = replay_service.ReplayClient(address, "a", signature(), SETTINGS, LEVELS,
+                                        connect_timeout_secs=60, print_fn=lines.append)
+    agent.add(unroll(1, (3,)), "a", 0)  # Episode (1,) stored; the next opens at step 3.
+    agent.add(unroll(2), "a", 0)
+    services[0].kill()
+    services[0].wait()
+    services.append(start("second"))
+    observer = replay_service.ReplayClient(address, "observer", connect_timeout_secs=60,
+                                           print_fn=lambda _: None)  # The new one is up.
+    assert observer.stats()["unrolls"] == 0
+    agent.add(unroll(3, (2,)), "a", 0)  # Ends the episode begun at the first service.
+    agent.add(unroll(4, (1,)), "a", 0)
+    stats = observer.stats()
+    assert stats["episodes"] == 1 and stats["dropped_unrolls"] == 1, stats
+    assert marks(agent.sample()) == [3, 4]
+    assert any("reconnecting" in line for line in lines), lines
+  finally:
+    for service in services:
+      service.kill()
+      service.wait()
+
+
 def test_an_agent_with_another_layout_is_refused_with_what_differs():
   address, service, lines = start_service(capacity=10)
   # A second service on the same port (gRPC would share it silently) is refused.
