@@ -475,10 +475,11 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     dict: num_env_frames, num_updates, recent_returns (level -> mean of recent returns),
     checkpoint (path of the last checkpoint written), trajectories: dict with produced
     (delivered to the learner's queues: by local actors, or admitted from actor processes),
-    trained (in this run's updates), untrained (produced - trained: queued or prefetched at
-    the stop, never counted as frames), and for a cluster learner by_actor_process (actor
+    trained (in this run's updates), untrained (produced - trained - online_fill: queued or
+    prefetched at the stop, never counted as frames), with LASER online_fill (online
+    trajectories that filled replayed places, not counted as frames) when there were any, and for a cluster learner by_actor_process (actor
     process -> trajectories admitted) and duplicates (repeated messages dropped); with
-    --laser_replay also replay: episodes_by_agent (held at the end, by agent tag),
+    --laser_replay also replay: episodes_by_agent (held at the end, by agent tag; None: the shared service did not answer),
     sampled_by_agent (episodes this run replayed, by the tag of the agent that made them),
     num_replayed (replayed trajectories trained on) and num_online_fill (replayed places
     filled with online trajectories while the replay held no complete episode).
@@ -737,8 +738,8 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
       if on_main_thread:
         signal.signal(signal.SIGTERM, previous_handler)
     monitor.write(frames(), learner_queues.fill())
-    accounts = _trajectory_accounts(actors, ledger, server,
-                                    trained[0])
+    accounts = _trajectory_accounts(actors, ledger, server, trained[0],
+                                    mixer.num_online_fill if config.laser_replay else 0)
     for line in _account_lines(accounts):
       print_fn(line)
     print_fn(f"Stopped: {stop_reason}. Checkpoint {last_checkpoint} at {frames():,} frames.")
@@ -761,15 +762,25 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
                 recent_returns=monitor.recent_returns(), checkpoint=last_checkpoint,
                 trajectories=accounts)
   if config.laser_replay:
-    result["replay"] = dict(episodes_by_agent=replay.episodes_by_agent(),
+    try:
+      held = replay.episodes_by_agent()
+    except (distributed.ServiceUnavailable, distributed.PeerRejected) as error:
+      # The run itself is complete and checkpointed; only this statistic is missing.
+      print_fn(f"The shared replay's final contents are unknown: {error}")
+      held = None
+    result["replay"] = dict(episodes_by_agent=held,
                             sampled_by_agent=dict(mixer.sampled_agents),
                             num_replayed=mixer.num_replayed,
                             num_online_fill=mixer.num_online_fill)
   return result
 
 
-def _trajectory_accounts(actors, ledger, server, trained):
-  """Where this run's trajectories went (train's `trajectories` result)."""
+def _trajectory_accounts(actors, ledger, server, trained, online_fill=0):
+  """Where this run's trajectories went (train's `trajectories` result).
+
+  online_fill: LASER's replayed places filled with online trajectories (buffers.EpisodeMixer):
+  trained on (unless prefetched at the stop) but not counted as frames (README, Departures).
+  """
   if ledger is None:
     produced = sum(a.num_trajectories for a in actors)
     accounts = dict(produced=produced)
@@ -778,7 +789,9 @@ def _trajectory_accounts(actors, ledger, server, trained):
     accounts = dict(produced=ledger.total + server.size(),
                     by_actor_process=dict(ledger.received),
                     duplicates=dict(ledger.duplicates))
-  accounts.update(trained=trained, untrained=accounts["produced"] - trained)
+  accounts.update(trained=trained, untrained=accounts["produced"] - trained - online_fill)
+  if online_fill:
+    accounts["online_fill"] = online_fill
   return accounts
 
 
@@ -786,6 +799,9 @@ def _account_lines(accounts):
   lines = [f"Trajectories: {accounts['produced']} delivered, {accounts['trained']} trained on, "
            f"{accounts['untrained']} not trained on (queued or prefetched at the stop; not "
            f"counted as frames)."]
+  if accounts.get("online_fill"):
+    lines.append(f"  {accounts['online_fill']} filled replayed places while the replay held no "
+                 f"complete episode (not counted as frames).")
   if "by_actor_process" in accounts:
     for task in sorted(accounts["by_actor_process"]):
       line = f"  actor process {task}: {accounts['by_actor_process'][task]} trajectories"
