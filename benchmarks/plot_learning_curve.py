@@ -17,24 +17,56 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-imp
 import numpy as np
 
 
-def read_episodes(logdir):
-  """dict level -> (frames [N], returns [N]) from log.jsonl, in logged order.
+def read_trained_records(logdir):
+  """The episode and progress records of log.jsonl that lead to the run's parameters.
 
-  A run resumed from a checkpoint logs frame counts from the checkpoint's on: episodes the
-  interrupted attempt logged beyond that count (played by parameters that were lost) are
-  dropped, so frames never decrease."""
-  episodes = collections.defaultdict(lambda: ([], []))
+  A run resumed from a checkpoint logs frame counts from the checkpoint's on (its "start"
+  record names that count): what the interrupted attempt logged beyond it was played and
+  trained by parameters that were lost, and is dropped, so frames never decrease. Logs
+  written before "start" records existed are cut where frames go back. Each progress record
+  gains "total_updates": updates summed over attempts (the monitor counts from 0 in each
+  process; an attempt contributes up to its last record kept, within one log interval of
+  its checkpoint).
+
+  Returns:
+    (episodes, progress): lists of records, in logged order.
+  """
+  episodes, progress = [], []
+  offset, previous_updates = 0, None
+
+  def drop_beyond(frames):
+    for kept in (episodes, progress):
+      while kept and kept[-1]["frames"] > frames:
+        kept.pop()
   with open(os.path.join(logdir, "log.jsonl")) as f:
     for line in f:
       record = json.loads(line)
-      if record.get("kind") == "episode":
-        frames, returns = episodes[record["level"]]
-        while frames and frames[-1] > record["frames"]:
-          frames.pop()
-          returns.pop()
-        frames.append(record["frames"])
-        returns.append(record["episode_return"])
-  return {level: (np.array(f), np.array(r)) for level, (f, r) in episodes.items()}
+      kind = record.get("kind")
+      if kind == "start":
+        drop_beyond(record["frames"])
+        offset = progress[-1]["total_updates"] if progress else 0
+        previous_updates = None
+      elif kind == "episode":
+        drop_beyond(record["frames"])
+        episodes.append(record)
+      elif kind == "progress":
+        if previous_updates is not None and record.get("updates", 0) < previous_updates:
+          drop_beyond(record["frames"])  # A new attempt in a log without "start" records.
+          offset = progress[-1]["total_updates"] if progress else 0
+        previous_updates = record.get("updates", 0)
+        drop_beyond(record["frames"])
+        progress.append(dict(record, total_updates=offset + previous_updates))
+  return episodes, progress
+
+
+def read_episodes(logdir):
+  """dict level -> (frames [N], returns [N]) of the episodes read_trained_records keeps."""
+  by_level = collections.defaultdict(lambda: ([], []))
+  for record in read_trained_records(logdir)[0]:
+    frames, returns = by_level[record["level"]]
+    frames.append(record["frames"])
+    returns.append(record["episode_return"])
+  return {level: (np.array(f), np.array(r)) for level, (f, r) in by_level.items()}
 
 
 def running_mean(values, window):

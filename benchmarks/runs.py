@@ -36,33 +36,38 @@ def printable(command):
 
 
 def run(command, logdir, max_seconds=None, print_fn=print):
-  """Runs one training command to its end (or SIGTERM after max_seconds: it stops with a
-  checkpoint); console output goes to logdir/console.txt. Returns the RUN_FILE record.
+  """Runs one training command to its end (or SIGTERM once its attempts have run
+  max_seconds in all: it stops with a checkpoint); console output goes to logdir/console.txt.
+  Returns the RUN_FILE record.
 
   A study can outlive a session: a run already finished with this command is not run again,
   and an unfinished one (its process killed) resumes from its logdir's last checkpoint. The
   record lists every attempt's start and end, so wall time counts only time spent running
-  (a killed attempt ends at its last progress record)."""
+  (a killed attempt ends at its last progress record). Attempts of another command (flags
+  changed since) are not counted."""
   os.makedirs(logdir, exist_ok=True)
   record = _read_record(logdir)
   if record and record.get("returncode") == 0 and record["command"] == printable(command):
     print_fn(f"$ {printable(command)}\n  already finished ({_wall_seconds(record):.0f} s)")
     return record
-  attempts = record.get("attempts", []) if record else []
+  attempts = record["attempts"] if record and record["command"] == printable(command) else []
   if attempts and attempts[-1].get("end") is None:
     progress = _records(logdir, "progress") if os.path.exists(
         os.path.join(logdir, "log.jsonl")) else []
     times = [p["time"] for p in progress if p["time"] >= attempts[-1]["start"]]
     attempts[-1]["end"] = max(times) if times else attempts[-1]["start"]
-    print_fn(f"  resuming an interrupted run from its last checkpoint")
+    print_fn("  resuming an interrupted run from its last checkpoint")
   print_fn(f"$ {printable(command)}")
+  budget = None
+  if max_seconds is not None:
+    budget = max(0.0, max_seconds - sum(a["end"] - a["start"] for a in attempts))
   attempts.append(dict(start=time.time(), end=None))
   record = dict(command=printable(command), attempts=attempts, returncode=None)
   _write_record(logdir, record)
   with open(os.path.join(logdir, "console.txt"), "a") as console:
     process = subprocess.Popen(command, cwd=REPO_DIR, stdout=console, stderr=subprocess.STDOUT)
     try:
-      process.wait(timeout=max_seconds)
+      process.wait(timeout=budget)
     except subprocess.TimeoutExpired:
       process.send_signal(signal.SIGTERM)
       process.wait()
@@ -122,10 +127,11 @@ def summary(logdir):
   """dict of one finished run: frames, wall_seconds, frames_per_second (whole run), updates,
   episodes, final_return (mean of the last FINAL_EPISODES episodes; None without episodes),
   mean_return (of every episode: the area under the learning curve, per episode),
-  and curves: frames [N], seconds [N] (since the command started) and returns [N] of the
-  episodes, in order."""
+  and curves: frames [N], seconds [N] (running time of the run's attempts when the episode
+  was logged) and returns [N] of the episodes, in order. A resumed run counts what led to its
+  final parameters (plot_learning_curve.read_trained_records)."""
   record = _read_record(logdir)
-  progress = _records(logdir, "progress")
+  progress = plot_learning_curve.read_trained_records(logdir)[1]
   episodes = plot_learning_curve.read_episodes(logdir)
   frames, returns = (np.concatenate([e[i] for e in episodes.values()]) if episodes
                      else np.zeros(0) for i in (0, 1))
@@ -140,7 +146,7 @@ def summary(logdir):
   return dict(
       command=record["command"], frames=int(last.get("frames", 0)), wall_seconds=wall,
       frames_per_second=last.get("frames", 0) / wall if wall > 0 else 0.0,
-      updates=int(last.get("updates", 0)), episodes=len(returns),
+      updates=int(last.get("total_updates", 0)), episodes=len(returns),
       final_return=float(np.mean(returns[-FINAL_EPISODES:])) if len(returns) else None,
       mean_return=float(np.mean(returns)) if len(returns) else None,
       curves=dict(frames=frames, seconds=seconds, returns=returns))

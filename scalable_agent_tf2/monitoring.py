@@ -5,7 +5,8 @@ Actor threads report episodes and environment restarts; the training loop report
   * a console line: frames, frames/s, updates/s, progress, recent mean return per level;
   * TensorBoard scalars under logdir (step = environment frames consumed by the learner);
   * logdir/log.jsonl: one JSON object per episode ("kind": "episode") and per write
-    ("kind": "progress"), with the same numbers as TensorBoard.
+    ("kind": "progress"), with the same numbers as TensorBoard, and one per (re)start of
+    training ("kind": "start", at the frame count it starts from).
 """
 import collections
 import json
@@ -78,9 +79,16 @@ class Monitor:
     self._log_file = open(os.path.join(logdir, LOG_FILE), "a")
 
   def start(self, num_frames):
-    """Marks the start of training at num_frames (rates are measured from here)."""
+    """Marks the start of training at num_frames (rates are measured from here).
+
+    Logs a "start" record: a resumed run starts at its checkpoint's frame count, and readers
+    drop what an interrupted attempt logged beyond it (benchmarks/plot_learning_curve.py).
+    """
     self._last_time, self._last_frames, self._last_updates = self._clock(), num_frames, 0
     self._start_time, self._start_frames = self._last_time, num_frames
+    self._log_file.write(json.dumps(dict(kind="start", time=time.time(),
+                                         frames=int(num_frames))) + "\n")
+    self._log_file.flush()
 
   # Reports (any thread).
 

@@ -69,3 +69,57 @@ def test_a_resumed_runs_curve_drops_the_lost_episodes(tmp_path):
 def test_episodes_logged_together_are_spread_between_progress_records():
   spread = runs.spread_frames([0, 0, 100, 100, 100, 100, 150])
   assert list(spread) == [0.0, 0.0, 25.0, 50.0, 75.0, 100.0, 150.0]
+
+
+def test_a_resumed_runs_summary_follows_the_parameters_it_kept(tmp_path):
+  # Attempt 1 (1000-1040 s) was killed after its checkpoint at 150 frames; attempt 2 starts
+  # there ("start" record). What attempt 1 logged beyond 150 frames is dropped, even the
+  # episode at 200 (below the first resumed episode's 250), and updates add up over attempts.
+  logged = [dict(kind="start", time=1000.0, frames=0),
+            dict(kind="progress", time=1010.0, frames=100, updates=10),
+            dict(kind="episode", level="a", frames=200, episode_return=1.0),
+            dict(kind="progress", time=1020.0, frames=200, updates=20),
+            dict(kind="episode", level="a", frames=300, episode_return=2.0),
+            dict(kind="progress", time=1030.0, frames=300, updates=30),
+            dict(kind="start", time=2000.0, frames=150),
+            dict(kind="episode", level="a", frames=250, episode_return=3.0),
+            dict(kind="progress", time=2010.0, frames=250, updates=5),
+            dict(kind="episode", level="a", frames=350, episode_return=4.0),
+            dict(kind="progress", time=2020.0, frames=350, updates=15)]
+  with open(tmp_path / "log.jsonl", "w") as f:
+    f.writelines(json.dumps(record) + "\n" for record in logged)
+  with open(tmp_path / runs.RUN_FILE, "w") as f:
+    json.dump(dict(command="python experiment.py", returncode=0,
+                   attempts=[dict(start=1000.0, end=1040.0), dict(start=2000.0, end=2020.0)]),
+              f)
+  summary = runs.summary(str(tmp_path))
+  assert summary["updates"] == 10 + 15 and summary["frames"] == 350
+  assert list(summary["curves"]["frames"]) == [250, 350]
+  assert list(summary["curves"]["returns"]) == [3.0, 4.0]
+  # Running seconds: 40 s of attempt 1, then 10 and 20 s into attempt 2.
+  assert list(summary["curves"]["seconds"]) == [50.0, 60.0]
+  assert summary["wall_seconds"] == 60.0
+
+
+def _sleeper(counter_path):
+  """A stand-in run that counts its launches and stops cleanly on SIGTERM (as training)."""
+  script = ("import signal, sys, time; open(sys.argv[1], 'a').write('x');"
+            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(60)")
+  return [sys.executable, "-c", script, counter_path]
+
+
+def test_the_time_budget_spans_attempts_and_a_changed_command_starts_afresh(tmp_path):
+  counter = str(tmp_path / "launches")
+  command = _sleeper(counter)
+  started = time.time() - 1000.0
+  # An attempt killed after 28 s of a 30 s budget: the resumed attempt gets the 2 s left.
+  with open(tmp_path / runs.RUN_FILE, "w") as f:
+    json.dump(dict(command=runs.printable(command), returncode=None,
+                   attempts=[dict(start=started, end=started + 28.0)]), f)
+  record = runs.run(command, str(tmp_path), max_seconds=30.0, print_fn=lambda line: None)
+  assert len(record["attempts"]) == 2 and record["returncode"] == 0
+  assert record["attempts"][1]["end"] - record["attempts"][1]["start"] < 20.0  # Not 30 s.
+  # Another command in the same logdir: the earlier attempts are not its own.
+  record = runs.run(command + ["changed"], str(tmp_path), max_seconds=1.0,
+                    print_fn=lambda line: None)
+  assert len(record["attempts"]) == 1 and open(counter).read() == "xx"
