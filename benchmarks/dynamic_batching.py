@@ -22,7 +22,6 @@ import argparse
 import os
 import platform
 import queue
-import statistics
 import sys
 import threading
 import time

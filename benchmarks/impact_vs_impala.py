@@ -96,8 +96,8 @@ def main():
           f"| {algorithm.upper()}, mean | | | "
           f"{np.mean([s['wall_seconds'] for s in mine]):.0f} | "
           f"{np.mean([s['frames_per_second'] for s in mine]):,.0f} | | | "
-          f"{np.mean([s['final_return'] for s in mine]):.2f} | "
-          f"{np.mean([s['mean_return'] for s in mine]):.2f} | |")
+          f"{runs.mean_std([s['final_return'] for s in mine])} | "
+          f"{runs.mean_std([s['mean_return'] for s in mine])} | |")
   lines += ["", "Commands:", ""] + [f"    {s['command']}" for s in results.values()]
   text = "\n".join(lines) + "\n"
   with open(os.path.join(args.output_dir, "impact_vs_impala.md"), "w") as f:

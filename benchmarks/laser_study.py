@@ -107,14 +107,6 @@ def main():
   plot(args, results)
 
 
-def _mean_std(values):
-  values = [v for v in values if v is not None]
-  if not values:
-    return "-"
-  return f"{np.mean(values):.2f} ± {np.std(values):.2f}" if len(values) > 1 else (
-      f"{values[0]:.2f}")
-
-
 def write_table(args, seeds, results):
   frames = next(iter(results.values()))[0][1]["frames"]
   lines = [f"{args.level}, about {frames:,} frames per run, seeds {', '.join(map(str, seeds))} "
@@ -124,9 +116,9 @@ def write_table(args, seeds, results):
            "| variant | final return | mean return over the run | steps left out by the "
            "trust region |", "|---|---:|---:|---:|"]
   for name, rows in results.items():
-    lines.append(f"| {name} | {_mean_std([s['final_return'] for _, s, _ in rows])} | "
-                 f"{_mean_std([s['mean_return'] for _, s, _ in rows])} | "
-                 f"{_mean_std([share for _, _, share in rows])} |")
+    lines.append(f"| {name} | {runs.mean_std([s['final_return'] for _, s, _ in rows])} | "
+                 f"{runs.mean_std([s['mean_return'] for _, s, _ in rows])} | "
+                 f"{runs.mean_std([share for _, _, share in rows])} |")
   lines += ["", "Commands:", ""] + [f"    {s['command']}" for rows in results.values()
                                      for _, s, _ in rows]
   text = "\n".join(lines) + "\n"

@@ -15,6 +15,8 @@ import time
 import numpy as np
 
 import plot_learning_curve  # benchmarks/, next to this file.
+# Re-exported: every benchmark's results share one machine line.
+from learner_step import machine_description  # pylint: disable=unused-import
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_FILE = "run.json"
@@ -181,6 +183,14 @@ def fmt(value, digits=1):
   return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def mean_std(values, digits=2):
+  """'mean ± std' over seeds of the values that are not None ('n/a' for none; one: as is)."""
+  values = [v for v in values if v is not None]
+  if len(values) < 2:
+    return fmt(values[0] if values else None, digits)
+  return f"{np.mean(values):.{digits}f} ± {np.std(values):.{digits}f}"
+
+
 def frame_scale(total_frames):
   """(divisor, unit name) for a frame axis up to total_frames."""
   return (1e6, "millions") if total_frames >= 1e6 else (1e3, "thousands")
@@ -204,15 +214,3 @@ def plot_curves(axes, curves, key, label, scale=1.0, **style):
     axes.plot(curves[key] / scale,
               plot_learning_curve.running_mean(curves["returns"], FINAL_EPISODES),
               label=label, **style)
-
-
-def machine_description():
-  """One line: CPU model, core count, memory (for the results' headers)."""
-  model = "unknown CPU"
-  try:
-    with open("/proc/cpuinfo") as f:
-      model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-  except (OSError, StopIteration):
-    pass
-  memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
-  return f"{model}, {os.cpu_count()} cores, {memory:.0f} GiB"

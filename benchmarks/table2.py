@@ -25,7 +25,6 @@ import json
 import os
 
 import matplotlib
-import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -106,16 +105,6 @@ def main():
   plot(args, levels, corrections, results)
 
 
-def _cell(summaries, key):
-  """'mean' or 'mean +- std' over seeds of summaries[i][key]."""
-  values = [s[key] for s in summaries if s[key] is not None]
-  if not values:
-    return "n/a"
-  if len(values) == 1:
-    return runs.fmt(values[0], 2)
-  return f"{np.mean(values):.2f} ± {np.std(values):.2f}"
-
-
 def write_table(args, levels, seeds, corrections, results):
   lines = [f"Final return (mean of the last {runs.FINAL_EPISODES} training episodes) and, in "
            f"brackets, the mean return over the whole run, after "
@@ -126,9 +115,11 @@ def write_table(args, levels, seeds, corrections, results):
   for replay, _ in REPLAY_SETTINGS:
     lines.append(f"| **{replay.capitalize()} replay** |" + " |" * len(levels))
     for correction in corrections:
-      cells = [f"{_cell(results[(level, replay, correction)], 'final_return')} "
-               f"({_cell(results[(level, replay, correction)], 'mean_return')})"
-               for level in levels]
+      cells = []
+      for level in levels:
+        summaries = results[(level, replay, correction)]
+        cells.append(f"{runs.mean_std([s['final_return'] for s in summaries])} "
+                     f"({runs.mean_std([s['mean_return'] for s in summaries])})")
       lines.append(f"| {CORRECTION_NAMES[correction]} | " + " | ".join(cells) + " |")
   lines += ["", "| level | replay | correction | seed | frames | updates | episodes | "
             "wall (s) | frames/s | final return |",

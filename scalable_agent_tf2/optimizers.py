@@ -42,8 +42,6 @@ class RMSProp(tf.Module):
 
   def __init__(self, variables, decay=0.99, momentum=0.0, epsilon=0.1,
                initial_mean_square=1.0, name="rmsprop"):
-    if not initial_mean_square >= 0:
-      raise ValueError(f"initial_mean_square must be >= 0, got {initial_mean_square}.")
     """Args:
       variables: the trainable tf.Variables this optimizer updates, in a fixed order.
       decay: discount of the mean-square accumulator (0.99: Table D.3 / released code).
@@ -58,6 +56,8 @@ class RMSProp(tf.Module):
         budgets. 0 starts at full step size (as PyTorch's and Keras' RMSprop do).
       name: module name.
     """
+    if not initial_mean_square >= 0:
+      raise ValueError(f"initial_mean_square must be >= 0, got {initial_mean_square}.")
     super().__init__(name=name)
     self._variables = tuple(variables)
     self.decay = decay

@@ -537,7 +537,8 @@ class Population:
 
   def run(self):
     """Runs until every member finished, `stop`, SIGTERM or Ctrl-C. Returns an exit code:
-    0, 1 (a member keeps crashing) or 2 (a member refuses its flags; bad set-up)."""
+    0, 1 (a member or the shared replay service keeps crashing) or 2 (a member refuses its
+    flags; bad set-up)."""
     try:
       self._setup()
     except (ValueError, OSError) as error:

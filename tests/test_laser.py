@@ -228,7 +228,6 @@ def test_another_agents_episode_starts_from_a_zero_state():
 # --- The learner and training -------------------------------------------------------------
 
 import dataclasses  # noqa: E402
-import threading  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
 

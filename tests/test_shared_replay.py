@@ -334,6 +334,7 @@ def test_agent_processes_with_different_hyperparameters_share_a_service_process(
                     f"--address={address}", "--replay_capacity=300", "--log_secs=1"],
                    service_log)
   processes = {"service": (service, service_log)}
+  finished = []  # Expected to end; out of `processes` (whose ending _wait_for reports).
   try:
     observer = replay_service.ReplayClient(address, "test", connect_timeout_secs=120,
                                            print_fn=lambda _: None)
@@ -345,6 +346,7 @@ def test_agent_processes_with_different_hyperparameters_share_a_service_process(
     processes["a"] = (_start(_member(tmp_path / "a", "a", address, 0.0006, 0.01, 2_000),
                              tmp_path / "a.log"), tmp_path / "a.log")
     agent_a = processes.pop("a")[0]
+    finished.append(agent_a)
     assert agent_a.wait(240) == 0, (tmp_path / "a.log").read_text()[-3000:]
     # b replays a's episodes too (they stay in the replay after a finished).
     _wait_for(lambda: observer.stats()["sampled"].get("b", {}).get("a", 0) > 0, processes,
@@ -373,7 +375,7 @@ def test_agent_processes_with_different_hyperparameters_share_a_service_process(
     assert frames > 0
     assert "Replay: " in service_log.read_text()  # The service's periodic console line.
   finally:
-    for process, _ in processes.values():
+    for process in [process for process, _ in processes.values()] + finished:
       if process.poll() is None:
         process.kill()
         process.wait()

@@ -20,6 +20,13 @@ def _command(counter_path):
           os.path.join(os.path.dirname(counter_path), "log.jsonl")]
 
 
+def _killed_attempt(logdir, command, started, end):
+  """Writes the run record of an attempt killed with its session (no return code)."""
+  with open(logdir / runs.RUN_FILE, "w") as f:
+    json.dump(dict(command=runs.printable(command), returncode=None,
+                   attempts=[dict(start=started, end=end)]), f)
+
+
 def test_a_finished_run_is_not_run_again(tmp_path):
   counter = str(tmp_path / "launches")
   first = runs.run(_command(counter), str(tmp_path), print_fn=lambda line: None)
@@ -29,18 +36,15 @@ def test_a_finished_run_is_not_run_again(tmp_path):
 
 
 def test_an_interrupted_run_resumes_and_counts_only_running_time(tmp_path):
-  counter = str(tmp_path / "launches")
-  command = _command(counter)
+  command = _command(str(tmp_path / "launches"))
   started = time.time() - 1000.0
-  # A first attempt killed with the session: no end, no return code; its last progress
-  # record was written 5 s after it started.
-  with open(tmp_path / runs.RUN_FILE, "w") as f:
-    json.dump(dict(command=runs.printable(command), returncode=None,
-                   attempts=[dict(start=started, end=None)]), f)
+  # A first attempt killed with the session: no end; its last progress record was written
+  # 5 s after it started.
+  _killed_attempt(tmp_path, command, started, None)
   with open(tmp_path / "log.jsonl", "w") as f:
     f.write(json.dumps(dict(kind="progress", time=started + 5.0, frames=5, updates=1)) + "\n")
   record = runs.run(command, str(tmp_path), print_fn=lambda line: None)
-  assert open(counter).read() == "x"
+  assert open(tmp_path / "launches").read() == "x"
   assert len(record["attempts"]) == 2
   assert record["attempts"][0]["end"] == pytest.approx(started + 5.0)
   second = record["attempts"][1]["end"] - record["attempts"][1]["start"]
@@ -109,17 +113,14 @@ def _sleeper(counter_path):
 
 
 def test_the_time_budget_spans_attempts_and_a_changed_command_starts_afresh(tmp_path):
-  counter = str(tmp_path / "launches")
-  command = _sleeper(counter)
+  command = _sleeper(str(tmp_path / "launches"))
   started = time.time() - 1000.0
   # An attempt killed after 28 s of a 30 s budget: the resumed attempt gets the 2 s left.
-  with open(tmp_path / runs.RUN_FILE, "w") as f:
-    json.dump(dict(command=runs.printable(command), returncode=None,
-                   attempts=[dict(start=started, end=started + 28.0)]), f)
+  _killed_attempt(tmp_path, command, started, started + 28.0)
   record = runs.run(command, str(tmp_path), max_seconds=30.0, print_fn=lambda line: None)
   assert len(record["attempts"]) == 2 and record["returncode"] == 0
   assert record["attempts"][1]["end"] - record["attempts"][1]["start"] < 20.0  # Not 30 s.
   # Another command in the same logdir: the earlier attempts are not its own.
   record = runs.run(command + ["changed"], str(tmp_path), max_seconds=1.0,
                     print_fn=lambda line: None)
-  assert len(record["attempts"]) == 1 and open(counter).read() == "xx"
+  assert len(record["attempts"]) == 1 and open(tmp_path / "launches").read() == "xx"

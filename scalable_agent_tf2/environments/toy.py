@@ -3,7 +3,8 @@
     python experiment.py --mode=train --level_name=toy/lit_side_delayed --logdir=/tmp/toy
 
 Not from the paper: it checks a setup and gives studies a task where learning happens within
-a small budget (benchmarks/studies.py; benchmarks/RESULTS.md "Short budgets"). Levels:
+a small budget (benchmarks/table2.py, impact_vs_impala.py, laser_study.py;
+benchmarks/RESULTS.md "Short budgets"). Levels:
 "toy/lit_side" (reward at every step) and "toy/lit_side_delayed" (the episode's reward at its
 end, so learning needs credit assignment across steps).
 
@@ -30,7 +31,6 @@ NUM_ACTIONS = 3
 FRAME_SHAPE = (20, 20, 1)
 LEVEL_NAME = "toy/lit_side"
 DELAYED_LEVEL_NAME = "toy/lit_side_delayed"
-LEVEL_NAMES = (LEVEL_NAME, DELAYED_LEVEL_NAME)
 
 
 class LitSideEnvironment(base.Environment):
