@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -414,3 +415,15 @@ def test_thread_settings_must_come_before_tensorflow_starts(tmp_path):
   with pytest.raises(ValueError, match="before TensorFlow starts"):
     training.configure_threads(toy_config(tmp_path, total_frames=1,
                                           intra_op_threads=current + 3))
+
+
+def test_trajectory_accounts_tell_laser_online_fills_from_untrained():
+  actors = [types.SimpleNamespace(num_trajectories=60), types.SimpleNamespace(num_trajectories=40)]
+  accounts = training._trajectory_accounts(actors, None, None, trained=80, online_fill=6)
+  assert accounts == dict(produced=100, trained=80, untrained=14, online_fill=6)
+  lines = training._account_lines(accounts)
+  assert "100 delivered, 80 trained on, 14 not trained on" in lines[0]
+  assert lines[1] == ("  6 filled replayed places while the replay held no complete episode "
+                      "(not counted as frames).")
+  assert training._trajectory_accounts(actors, None, None, trained=100) == dict(
+      produced=100, trained=100, untrained=0)
