@@ -335,9 +335,11 @@ def test_real_members_on_the_toy_task(tmp_path):
   that copies another resumes from that member's checkpoint and frames, the new
   hyperparameters are the ones its learner uses, and a killed member resumes from its last
   checkpoint."""
-  config = toy_settings(tmp_path, burn_in_frames=2_000, ready_episodes=100)
+  config = toy_settings(tmp_path, burn_in_frames=1_200, ready_episodes=60)
   lines = []
-  driver = population.Population(config, toy_command("--total_environment_frames=8000"),
+  total_frames = 5_000
+  driver = population.Population(config,
+                                 toy_command(f"--total_environment_frames={total_frames}"),
                                  lines.append)
   killed = []
 
@@ -381,7 +383,7 @@ def test_real_members_on_the_toy_task(tmp_path):
     assert value("learner/entropy_cost") == pytest.approx(want["entropy_cost"], rel=1e-6)
     assert value("optimizer/epsilon") == pytest.approx(want["epsilon"], rel=1e-6)
     curve = [r for r in pbt.reconstruct_curve(str(tmp_path), member) if r["kind"] == "episode"]
-    assert curve and curve[-1]["frames"] >= 8000
+    assert curve and curve[-1]["frames"] >= total_frames
 
 
 @pytest.mark.timeout(600)
