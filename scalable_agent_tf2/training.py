@@ -401,6 +401,11 @@ def _raise_stopping(signum, frame):
   raise _Stopping(signal.Signals(signum).name)
 
 
+def _signal_name(interrupt):
+  """What stopped the run, for its console: "SIGTERM" or "SIGINT" (Ctrl-C)."""
+  return str(interrupt) if isinstance(interrupt, _Stopping) else "SIGINT"
+
+
 def layout_settings(config, network_config):
   """What peers exchanging trajectories must share besides the tensors' shapes."""
   return dict(level_name=config.level_name, torso=network_config.torso,
@@ -714,7 +719,7 @@ def _run(config, agent, learner, checkpointer, first_env, environment_constructo
         print_fn(f"Checkpoint {last_checkpoint}")
         next_checkpoint = now + config.checkpoint_secs
   except (KeyboardInterrupt, _Stopping) as interrupt:
-    stop_reason = f"interrupted ({type(interrupt).__name__} {interrupt})".replace(" )", ")")
+    stop_reason = f"interrupted ({_signal_name(interrupt)})"
   finally:
     # A SIGTERM now (a second one, or one as the budget is reached) must not cut the final
     # checkpoint short; the previous handler comes back once it is written.
@@ -921,7 +926,7 @@ def _run_actors(config, levels, first_index, first_env, closers, policy, client,
         stop_reason = "an actor failed"
         break
   except (KeyboardInterrupt, _Stopping) as interrupt:
-    stop_reason = f"interrupted ({type(interrupt).__name__})"
+    stop_reason = f"interrupted ({_signal_name(interrupt)})"
   finally:
     signal.signal(signal.SIGTERM, previous_handler)
     stop_event.set()

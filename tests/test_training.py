@@ -336,7 +336,7 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
   output.append(rest)
   text = "".join(output)
   assert process.returncode == 0, text[-3000:]
-  assert "Stopped: interrupted" in text
+  assert "Stopped: interrupted (SIGTERM). Checkpoint" in text
   saved_frames = int(text.split("Stopped: interrupted")[1].split(" at ")[1].split(" frames")[0]
                      .replace(",", ""))
   assert saved_frames > 0
