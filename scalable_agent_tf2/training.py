@@ -482,12 +482,13 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     (delivered to the learner's queues: by local actors, or admitted from actor processes),
     trained (in this run's updates), untrained (produced - trained - online_fill: queued or
     prefetched at the stop, never counted as frames), with LASER online_fill (online
-    trajectories that filled replayed places, not counted as frames) when there were any, and for a cluster learner by_actor_process (actor
-    process -> trajectories admitted) and duplicates (repeated messages dropped); with
-    --laser_replay also replay: episodes_by_agent (held at the end, by agent tag; None: the shared service did not answer),
-    sampled_by_agent (episodes this run replayed, by the tag of the agent that made them),
-    num_replayed (replayed trajectories trained on) and num_online_fill (replayed places
-    filled with online trajectories while the replay held no complete episode).
+    trajectories that filled replayed places, not counted as frames) when there were any, and
+    for a cluster learner by_actor_process (actor process -> trajectories admitted) and
+    duplicates (repeated messages dropped); with --laser_replay also replay: episodes_by_agent
+    (held at the end, by agent tag; None: the shared service did not answer), sampled_by_agent
+    (episodes this run replayed, by the tag of the agent that made them), num_replayed (replayed
+    trajectories trained on) and num_online_fill (replayed places filled with online
+    trajectories while the replay held no complete episode).
 
   Raises:
     checkpoints.CheckpointError: unusable checkpoint (nothing is started).
