@@ -56,13 +56,9 @@ def main():
   if args.quick:
     flags.update(level_name="atari/breakout", total_environment_frames=8_000, num_actors=4,
                  batch_size=8, log_secs=2)
-  for flag in args.extra_flags.split():
-    name, value = flag.lstrip("-").split("=", 1)
-    flags[name] = value
-  seeds = [int(seed) for seed in args.seeds.split(",")]
-  os.makedirs(args.output_dir, exist_ok=True)
-  commands = open(os.path.join(args.output_dir, "commands.txt"), "a")
-  log = lambda line: (print(line, flush=True), commands.write(line + "\n"), commands.flush())
+  flags.update(runs.parse_extra_flags(args.extra_flags))
+  seeds = runs.parse_seeds(args.seeds)
+  log = runs.command_log(args.output_dir)
   results = {}  # (algorithm, seed) -> summary
   for seed in seeds:
     for algorithm in ALGORITHMS:
@@ -71,7 +67,6 @@ def main():
       runs.run(runs.experiment_command(logdir, algorithm=algorithm, seed=seed, **flags),
                logdir, args.max_seconds, log)
       results[(algorithm, seed)] = runs.summary(logdir)
-  commands.close()
 
   # The wall clock every run reached: compare returns there too.
   common_seconds = min(s["wall_seconds"] for s in results.values())

@@ -81,16 +81,12 @@ def main():
     base["total_environment_frames"] = args.total_environment_frames
   if args.num_actors:
     base["num_actors"] = args.num_actors
-  for flag in args.extra_flags.split():
-    name, value = flag.lstrip("-").split("=", 1)
-    base[name] = value
-  seeds = [int(seed) for seed in args.seeds.split(",")]
+  base.update(runs.parse_extra_flags(args.extra_flags))
+  seeds = runs.parse_seeds(args.seeds)
   preset = config_lib.presets(args.level)
   steps_per_batch = (int(base.get("batch_size", preset["batch_size"])) *
                      int(base.get("unroll_length", preset["unroll_length"])))
-  os.makedirs(args.output_dir, exist_ok=True)
-  commands = open(os.path.join(args.output_dir, "commands.txt"), "a")
-  log = lambda line: (print(line, flush=True), commands.write(line + "\n"), commands.flush())
+  log = runs.command_log(args.output_dir)
 
   results = {}  # variant -> [(seed, summary, rejected share)]
   for name, flags in variants(args.trust_region_threshold).items():
@@ -102,7 +98,6 @@ def main():
                None, log)
       results.setdefault(name, []).append(
           (seed, runs.summary(logdir), rejected_share(logdir, steps_per_batch)))
-  commands.close()
   write_table(args, seeds, results)
   plot(args, results)
 

@@ -50,12 +50,13 @@ def read_trained_records(logdir):
         drop_beyond(record["frames"])
         episodes.append(record)
       elif kind == "progress":
-        if previous_updates is not None and record.get("updates", 0) < previous_updates:
-          drop_beyond(record["frames"])  # A new attempt in a log without "start" records.
-          offset = progress[-1]["total_updates"] if progress else 0
-        previous_updates = record.get("updates", 0)
+        updates = record.get("updates", 0)
         drop_beyond(record["frames"])
-        progress.append(dict(record, total_updates=offset + previous_updates))
+        if previous_updates is not None and updates < previous_updates:
+          # A new attempt in a log without "start" records.
+          offset = progress[-1]["total_updates"] if progress else 0
+        previous_updates = updates
+        progress.append(dict(record, total_updates=offset + updates))
   return episodes, progress
 
 

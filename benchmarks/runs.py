@@ -1,4 +1,4 @@
-"""Shared by the study benchmarks (table2.py, impact_vs_impala.py): run experiment.py training
+"""Shared by the study benchmarks (table2.py, impact_vs_impala.py, laser_study.py): run training
 runs one after another, read their log.jsonl, summarise and plot them.
 
 Each run is `python experiment.py --mode=train ...` in its own process, so the exact command
@@ -29,6 +29,29 @@ def experiment_command(logdir, **flags):
   """argv of an experiment.py training run with these flags (values as given)."""
   return ([sys.executable, os.path.join(REPO_DIR, "experiment.py"), "--mode=train",
            f"--logdir={logdir}"] + [f"--{name}={value}" for name, value in flags.items()])
+
+
+def parse_extra_flags(text):
+  """--extra_flags="--a=1 --b=x" of a study -> {"a": "1", "b": "x"} (experiment.py flags)."""
+  return dict(flag.lstrip("-").split("=", 1) for flag in text.split())
+
+
+def parse_seeds(text):
+  """--seeds="1,2,3" of a study -> [1, 2, 3]."""
+  return [int(seed) for seed in text.split(",")]
+
+
+def command_log(output_dir):
+  """A print_fn for `run` that also appends every line to <output_dir>/commands.txt, so the
+  exact command of every number is on record."""
+  os.makedirs(output_dir, exist_ok=True)
+  path = os.path.join(output_dir, "commands.txt")
+
+  def log(line):
+    print(line, flush=True)
+    with open(path, "a") as f:
+      f.write(line + "\n")
+  return log
 
 
 def printable(command):

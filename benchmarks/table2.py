@@ -68,9 +68,7 @@ def run_flags(args):
                num_actors=args.num_actors, checkpoint_secs=600, log_secs=10)
   if args.quick:
     flags.update(batch_size=8, log_secs=2)
-  for flag in args.extra_flags.split():
-    name, value = flag.lstrip("-").split("=", 1)
-    flags[name] = value
+  flags.update(runs.parse_extra_flags(args.extra_flags))
   return flags
 
 
@@ -80,11 +78,9 @@ def main():
     args.levels, args.total_environment_frames, args.num_actors = "atari/breakout", 8_000, 4
     args.replay_capacity = 100
   levels = args.levels.split(",")
-  seeds = [int(seed) for seed in args.seeds.split(",")]
+  seeds = runs.parse_seeds(args.seeds)
   corrections = args.corrections.split(",")
-  os.makedirs(args.output_dir, exist_ok=True)
-  commands = open(os.path.join(args.output_dir, "commands.txt"), "a")
-  log = lambda line: (print(line, flush=True), commands.write(line + "\n"), commands.flush())
+  log = runs.command_log(args.output_dir)
 
   results = {}  # (level, replay, correction) -> [summary per seed]
   for level in levels:
@@ -100,7 +96,6 @@ def main():
             flags.update(replay_fraction=fraction, replay_capacity=args.replay_capacity)
           runs.run(runs.experiment_command(logdir, **flags), logdir, args.max_seconds, log)
           results.setdefault((level, replay, correction), []).append(runs.summary(logdir))
-  commands.close()
   write_table(args, levels, seeds, corrections, results)
   plot(args, levels, corrections, results)
 

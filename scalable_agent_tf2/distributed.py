@@ -401,11 +401,13 @@ class ServiceClient:
     if announced:
       self._print(f"Connected to the {self._service} at {self.address}.")
 
-  def _say_hello_again(self, reason):
-    """Reconnects and says hello, as after a lost connection (reason starts the message)."""
+  def _reconnect(self, generation, reason):
+    """Reconnects and says hello again, unless another thread did since connection
+    `generation` (reason starts the message printed)."""
     with self._lock:
-      self._connect(waiting_message=f"{reason}; reconnecting for up to "
-                    f"{self._connect_timeout_secs:.0f} s ...", announce=True)
+      if generation == self._generation:
+        self._connect(waiting_message=f"{reason}; reconnecting for up to "
+                      f"{self._connect_timeout_secs:.0f} s ...", announce=True)
 
   def _checked_call(self, client, method, args):
     """One call; raises the service's error as a tf.errors exception with a readable text."""
@@ -425,11 +427,7 @@ class ServiceClient:
       try:
         return self._checked_call(self._client, method, args)
       except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError):
-        with self._lock:
-          if generation == self._generation:  # No other thread reconnected meanwhile.
-            self._connect(waiting_message=(
-                f"Lost the {self._service} at {self.address}; reconnecting for up to "
-                f"{self._connect_timeout_secs:.0f} s ..."), announce=True)
+        self._reconnect(generation, f"Lost the {self._service} at {self.address}")
 
 
 class LearnerUnavailable(ServiceUnavailable):

@@ -422,7 +422,7 @@ class ReplayClient(distributed.ServiceClient):
                           distributed.flatten_message(self._layout, header, unroll)])
       accepted, message = self._call("add", [tf.constant(agent), payload])
       if not accepted.numpy() and _text(message).startswith(NO_LAYOUT_YET):
-        self._say_hello_again(f"The replay service at {self.address} was restarted")
+        self._reconnect(self._generation, f"The replay service at {self.address} was restarted")
         accepted, message = self._call("add", [tf.constant(agent), payload])
       if not accepted.numpy():
         raise distributed.PeerRejected(f"The replay service at {self.address} refused an "

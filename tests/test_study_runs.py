@@ -124,3 +124,16 @@ def test_the_time_budget_spans_attempts_and_a_changed_command_starts_afresh(tmp_
   record = runs.run(command + ["changed"], str(tmp_path), max_seconds=1.0,
                     print_fn=lambda line: None)
   assert len(record["attempts"]) == 1 and open(tmp_path / "launches").read() == "xx"
+
+
+def test_study_flags_parse_and_the_command_log_keeps_every_line(tmp_path, capsys):
+  assert runs.parse_extra_flags("--log_secs=1 --level_name=a=b") == dict(
+      log_secs="1", level_name="a=b")
+  assert runs.parse_extra_flags("") == {}
+  assert runs.parse_seeds("1,2,3") == [1, 2, 3]
+  log = runs.command_log(str(tmp_path / "study"))
+  log("$ python experiment.py --seed=1")
+  log("  done in 3 s")
+  assert (tmp_path / "study" / "commands.txt").read_text() == (
+      "$ python experiment.py --seed=1\n  done in 3 s\n")
+  assert capsys.readouterr().out == "$ python experiment.py --seed=1\n  done in 3 s\n"
