@@ -341,7 +341,10 @@ class _Server:
             f"pass the same dtypes, and the same shapes after the first (batch) dimension.")
 
   def close(self, destroy=False):
-    with self._close_lock:
+    # The finalizer can run in any thread at any moment, including while some other
+    # tf.function is being traced: init_scope runs these ops eagerly instead of adding them
+    # to that graph (where XLA, for one, cannot compile DestroyResourceOp).
+    with self._close_lock, tf.init_scope():
       if not self._closed:
         self._closed = True
         _ops.batcher_close(self.handle, 0, "")

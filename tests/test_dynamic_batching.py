@@ -444,6 +444,28 @@ def test_dropping_the_function_closes_it():
   wait_for(lambda: len(serving_threads()) == before)
 
 
+def test_a_function_collected_during_another_trace_adds_nothing_to_that_graph():
+  """The garbage collector may finalize a dropped batched function while an unrelated
+  tf.function is being traced; its close must run eagerly, outside that graph (XLA, for
+  one, cannot compile the DestroyResourceOp it would add)."""
+  before = len(serving_threads())
+  f = dynamic_batching.batch_fn(times_two_with_batch_size)
+  f(row([1.0]))
+  cycle = [f]
+  cycle.append(cycle)  # Reachable only through a cycle: freed by gc.collect(), not del.
+  del f, cycle
+
+  @tf.function
+  def traced(x):
+    gc.collect()  # Where a collection may happen: while tracing.
+    return x + 1
+
+  graph = traced.get_concrete_function(tf.TensorSpec([], tf.float32)).graph
+  op_types = {op.type for op in graph.get_operations()}
+  assert not op_types & {"DestroyResourceOp", "BatcherClose"}, op_types
+  wait_for(lambda: len(serving_threads()) == before)
+
+
 @pytest.mark.timeout(90)
 def test_interpreter_exit_does_not_hang_with_a_waiting_caller():
   script = textwrap.dedent("""
