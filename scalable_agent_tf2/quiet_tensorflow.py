@@ -3,9 +3,13 @@
 Importing TensorFlow 2.21 and finding its devices prints, whatever TF_CPP_MIN_LOG_LEVEL says
 (they are written before TensorFlow's logging reads it): a oneDNN notice twice, "All log
 messages before absl::InitializeLog() ..." and, without a GPU, "failed call to cuInit ...".
-None of them is actionable on a CPU machine. `import_tensorflow()` catches the process's
-stderr (file descriptor 2, where C++ writes) while TensorFlow loads and lists its devices, and
-passes on every line that is not one of those notices.
+None of them is actionable on a CPU machine. A fourth comes later, at the first graph that
+transposes a non-float tensor on a CPU without AVX-512 ("oneDNN supports DT_BOOL only on
+platforms with AVX-512. Falling back to the default Eigen-based implementation"): TensorFlow
+prints it once per process, then never again. `import_tensorflow()` catches the process's
+stderr (file descriptor 2, where C++ writes) while TensorFlow loads, lists its devices and runs
+one such tiny graph (so that the once-per-process notice is spent there), and passes on every
+line that is not one of those notices.
 
 Set SCALABLE_AGENT_TF_STARTUP_LOGS=1, or TF_CPP_MIN_LOG_LEVEL to 0 or 1 yourself, to see them.
 """
@@ -28,6 +32,7 @@ NOISE = (
     "To enable the following instructions",
     "Could not find cuda drivers on your machine",
     "TF-TRT Warning",
+    "only on platforms with AVX-512. Falling back to the default Eigen-based implementation",
 )
 
 
@@ -43,6 +48,12 @@ def filter_noise(text):
   return "".join(line for line in lines if not any(noise in line for noise in NOISE))
 
 
+def _spend_once_per_process_notices(tf):
+  """Runs the smallest graph after which oneDNN's dtype notice has been printed (a Transpose
+  of a bool tensor that the graph optimizer cannot fold away; 2x1 is not a no-op)."""
+  tf.function(tf.transpose)(tf.constant([[True], [False]]))
+
+
 def import_tensorflow():
   """Imports TensorFlow and lists its devices (where cuInit runs); returns the module."""
   if show_startup_logs():
@@ -56,6 +67,7 @@ def import_tensorflow():
     try:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
       tf.config.list_physical_devices()
+      _spend_once_per_process_notices(tf)
     finally:
       sys.stderr.flush()
       os.dup2(saved_fd, 2)

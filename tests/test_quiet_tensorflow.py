@@ -5,7 +5,12 @@ import sys
 
 from scalable_agent_tf2 import quiet_tensorflow
 
+# After the import, a graph of the kind that makes TensorFlow print its once-per-process oneDNN
+# dtype notice on CPUs without AVX-512 (a Transpose of bools and one of bytes, as the learner's
+# and actors' graphs contain).
 _SCRIPT = ("from scalable_agent_tf2 import quiet_tensorflow as q; tf = q.import_tensorflow(); "
+           "tf.function(tf.transpose)(tf.constant([[True, False]])); "
+           "tf.function(tf.transpose)(tf.constant([[1, 2]], tf.uint8)); "
            "import sys; print('kept line', file=sys.stderr); print(tf.constant(1).numpy())")
 
 
@@ -32,6 +37,7 @@ def test_a_cpu_start_is_quiet_and_other_output_is_kept():
   assert "kept line" in stderr
   for noise in quiet_tensorflow.NOISE:
     assert noise not in stderr
+  assert "oneDNN" not in stderr, stderr
 
 
 def test_the_notices_show_when_asked():
