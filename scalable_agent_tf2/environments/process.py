@@ -147,17 +147,29 @@ class EnvironmentProcess(base.Environment):
     Raises:
       Whatever the constructor raised in the child (child traceback as __cause__).
     """
-    context = multiprocessing.get_context("spawn")
-    self._conn, child_conn = context.Pipe(duplex=True)
     self._timeout = timeout
     self._name = getattr(constructor, "__name__", repr(constructor))
     kwargs = dict(kwargs or {})
     self.description = str(description or kwargs.get("level_name") or kwargs.get("game")
                            or self._name)
+    self._start_child(constructor, tuple(args), kwargs)
+    try:
+      self._spec = self._receive(startup_timeout)
+      if shared_memory:
+        self._attach_frame_buffer()
+    except BaseException:
+      self._release(graceful=False)
+      raise
+
+  def _start_child(self, constructor, args, kwargs):
+    """Starts the child in its own process group, its output forwarded, and registers the
+    finalizer that shuts it down."""
+    context = multiprocessing.get_context("spawn")
+    self._conn, child_conn = context.Pipe(duplex=True)
     self._output = process_output.OutputTail(self.description)
     self._process = context.Process(
         target=process_child.child_main, name="env:" + self._name, daemon=True,
-        args=(child_conn, constructor, tuple(args), kwargs, os.getpid(), self._output.path))
+        args=(child_conn, constructor, args, kwargs, os.getpid(), self._output.path))
     self._process.start()
     try:  # Also from this side: the group exists before the child could start a compiler.
       os.setpgid(self._process.pid, self._process.pid)
@@ -169,19 +181,17 @@ class EnvironmentProcess(base.Environment):
     # Runs close() when the proxy is garbage-collected or at interpreter exit.
     self._finalizer = weakref.finalize(self, _shut_down, self._process, self._conn, None,
                                        self._output)
-    try:
-      self._spec = self._receive(startup_timeout)
-      if shared_memory:
-        num_bytes = (int(np.prod(self._spec.frame_shape))
-                     * np.dtype(base.frame_dtype(self._spec)).itemsize)
-        self._shared = multiprocessing.shared_memory.SharedMemory(create=True, size=num_bytes)
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(
-            self, _shut_down, self._process, self._conn, self._shared, self._output)
-        self._call("attach_frame_buffer", self._shared.name)
-    except BaseException:
-      self._release(graceful=False)
-      raise
+
+  def _attach_frame_buffer(self):
+    """Creates the shared-memory frame buffer, makes the finalizer free it too, and has the
+    child write its frames there."""
+    num_bytes = (int(np.prod(self._spec.frame_shape))
+                 * np.dtype(base.frame_dtype(self._spec)).itemsize)
+    self._shared = multiprocessing.shared_memory.SharedMemory(create=True, size=num_bytes)
+    self._finalizer.detach()
+    self._finalizer = weakref.finalize(
+        self, _shut_down, self._process, self._conn, self._shared, self._output)
+    self._call("attach_frame_buffer", self._shared.name)
 
   @property
   def spec(self):
