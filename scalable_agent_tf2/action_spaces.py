@@ -20,7 +20,7 @@ RLlib's `clip_actions`). Observations pass through the run's ObservationFilter (
 MeanStdFilter, environments/mujoco.py) before the policy sees them and before they are stored;
 its statistics grow in training only and are frozen in test mode.
 
-The acting side runs one step at a time in numpy (actor.py), one generator per actor.
+The acting side runs one step at a time in numpy (policies.py), one generator per actor.
 """
 import json
 

@@ -1,6 +1,6 @@
 """Acting: groups of environments driven by the agent's batched policy, producing trajectories.
 
-    policy = BatchedPolicy(agent)              # one forward pass for many actor threads
+    policy = policies.BatchedPolicy(agent)     # one forward pass for many actor threads
     loop = EnvironmentLoop(group_factory, policy, rngs, level_name)
     trajectories = loop.unroll(unroll_length)  # one Trajectory per environment of the group
 
@@ -18,9 +18,8 @@ of the previous unroll, and `agent_state` is the core state before step 0. The l
 the network from `agent_state` over all T+1 steps (learner.py's module docstring). A group's
 G trajectories are exactly those G loops over one environment each would give.
 
-Actions are sampled here, in numpy, from the batched policy's logits with one random generator
-per environment slot: which other actors share a forward pass never changes an environment's
-actions, so seeded evaluations are repeatable.
+Actions are sampled in numpy with one random generator per environment slot (policies.py), so
+which other actors share a forward pass never changes an environment's actions.
 """
 import collections
 import threading
@@ -29,190 +28,15 @@ import time
 import numpy as np
 import tensorflow as tf
 
-import dynamic_batching
 from scalable_agent_tf2 import action_spaces
-from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import policies
 from scalable_agent_tf2 import profiling
 from scalable_agent_tf2.environments import (EnvironmentProcessDied, EnvironmentProcessTimeout,
                                              LevelCannotRun)
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation, Trajectory
+from scalable_agent_tf2.structures import EnvOutput, Observation, Trajectory
 
 # Environment failures an actor recovers from by starting a new environment process.
 ENVIRONMENT_FAILURES = (EnvironmentProcessDied, EnvironmentProcessTimeout)
-
-
-# One action from softmax(logits [NUM_ACTIONS]) by the Gumbel-max trick (its one home).
-sample_action = action_spaces.sample_categorical
-
-
-def sample_actions(policy_logits, rngs):
-  """One action per row of policy_logits [G, NUM_ACTIONS], row g drawn with rngs[g].
-
-  Row g's action is sample_action(policy_logits[g], rngs[g]): a slot's draws do not depend on
-  the group's other slots. Returns int32 [G].
-  """
-  noise = np.stack([rng.gumbel(size=policy_logits.shape[1:]) for rng in rngs])
-  return np.argmax(policy_logits + noise, axis=-1).astype(np.int32)
-
-
-def empty_agent_outputs(num_envs, num_actions):
-  """The agent outputs paired with episodes' first observations (released code: zeros), [G]."""
-  return AgentOutput(action=np.zeros(num_envs, np.int32),
-                     policy_logits=np.zeros((num_envs, num_actions), np.float32),
-                     baseline=np.zeros(num_envs, np.float32))
-
-
-def sample_group_actions(space, params, rngs):
-  """The group's actions from its policy parameters [G, ...]: array operations for discrete
-  actions (sample_actions), the action space's sampler row by row otherwise."""
-  if isinstance(space, action_spaces.Discrete):
-    return sample_actions(params, rngs)
-  return np.stack([space.sample(row, rng) for row, rng in zip(params, rngs)])
-
-
-def empty_group_outputs(space, num_envs, spec):
-  """empty_agent_outputs for any action space: [G] rows of the space's empty output."""
-  if isinstance(space, action_spaces.Discrete):
-    return empty_agent_outputs(num_envs, spec.num_actions)
-  return tf.nest.map_structure(lambda *rows: np.stack(rows),
-                               *[space.empty_agent_output(spec) for _ in range(num_envs)])
-
-
-def group_environment_actions(space, actions, spec):
-  """What the group's step() receives: the sampled actions, continuous ones clipped to the
-  action space's bounds (the trajectory keeps the unclipped sample)."""
-  if isinstance(space, action_spaces.Discrete):
-    return environment_actions(actions)
-  return np.stack([space.to_environment(action, spec) for action in actions])
-
-
-def environment_actions(actions):
-  """What the group's step() receives for the sampled actions int32 [G]."""
-  return actions
-
-
-def _acting_step(agent):
-  """The agent's acting step on a batch: (prev_action [B], reward [B], done [B], frame
-  [B, H, W, C], instruction [B, 16] or (), core_state) -> (policy_logits [B, A], baseline [B],
-  new core_state)."""
-  use_instruction = agent.config.use_instruction
-
-  def policy(prev_action, reward, done, frame, instruction, core_state):
-    if not use_instruction:
-      instruction = tf.zeros([tf.shape(frame)[0], networks.MAX_INSTRUCTION_WORDS], tf.int32)
-    env_output = EnvOutput(reward=reward, done=done,
-                           observation=Observation(frame=frame, instruction=instruction),
-                           episode_return=(), episode_step=())
-    add_time = lambda t: t[tf.newaxis]
-    output, core_state = agent.unroll(
-        add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)
-    return action_spaces.policy_params(output)[0], output.baseline[0], core_state
-  return policy
-
-
-def _to_numpy(x):
-  return x.numpy() if hasattr(x, "numpy") else x
-
-
-class _Policy:
-  """A group's step (G rows) through a batched step function `self._step`."""
-
-  def __init__(self, agent):
-    self._config = agent.config
-    self.action_space = action_spaces.for_agent(agent)
-    self._initial_state = tf.nest.map_structure(lambda t: t.numpy()[0],
-                                                agent.initial_state(1))
-
-  def initial_state(self):
-    """The core state at the start of an episode (numpy, no batch dimension)."""
-    return self._initial_state
-
-  def initial_states(self, num_envs):
-    """initial_state() for each of num_envs environments (numpy [G, ...])."""
-    return tf.nest.map_structure(lambda s: np.repeat(s[np.newaxis], num_envs, axis=0),
-                                 self._initial_state)
-
-  def __call__(self, prev_actions, env_outputs, core_states):
-    """One step of a group of G environments, in one call.
-
-    Args:
-      prev_actions: int32 [G], the actions that led to env_outputs.
-      env_outputs: EnvOutput of numpy arrays [G, ...] (instruction as int32 word ids [G, 16]).
-      core_states: the states returned by the previous call, or initial_states(G).
-
-    Returns:
-      (policy_logits float32 [G, NUM_ACTIONS], baseline float32 [G], new core_states).
-    """
-    instruction = env_outputs.observation.instruction if self._config.use_instruction else ()
-    logits, baseline, core_states = self._step(
-        prev_actions, env_outputs.reward, env_outputs.done, env_outputs.observation.frame,
-        instruction, core_states)
-    return _to_numpy(logits), _to_numpy(baseline), tf.nest.map_structure(_to_numpy, core_states)
-
-  def close(self):
-    pass
-
-
-class BatchedPolicy(_Policy):
-  """The agent's acting step for one group at a time, batched across actor threads.
-
-  Each call is one actor's group of rows; dynamic_batching gathers the calls of many threads
-  into one forward pass on `device`. The agent's variables are read at every pass, so actors
-  always act with the learner's latest parameters.
-  """
-
-  def __init__(self, agent, device=None, maximum_batch_size=1024, timeout_ms=100):
-    """Args:
-      agent: networks.Agent.
-      device: where the forward pass runs (the learner's device), e.g. "/cpu:0".
-      maximum_batch_size: most rows (environments) served by one pass.
-      timeout_ms: how long a pass waits for more callers once one is waiting (the released
-        code's dynamic_batching default, 100 ms; any waiting actor is served when the serving
-        thread is free, so this only bounds the latency of a lone caller).
-    """
-    super().__init__(agent)
-    self._step = dynamic_batching.batch_fn_with_options(
-        minimum_batch_size=1, maximum_batch_size=maximum_batch_size, timeout_ms=timeout_ms,
-        allow_groups=True, device=device)(_acting_step(agent))
-
-  def close(self):
-    self._step.close()
-
-
-class PerActorPolicy(_Policy):
-  """Each actor thread runs the forward pass itself, on its own group (no dynamic batching).
-
-  Table 1's comparison point for dynamic batching; same interface as BatchedPolicy.
-  """
-
-  def __init__(self, agent, device=None):
-    super().__init__(agent)
-    step = tf.function(_acting_step(agent))
-    device = device or "/cpu:0"
-
-    def on_device(*args):
-      with tf.device(device):
-        return step(*args)
-    self._step = on_device
-
-
-def encode_instruction(env_output):
-  """The env output with its instruction string(s) replaced by int32 word ids [..., 16]."""
-  observation = env_output.observation
-  return env_output._replace(observation=observation._replace(
-      instruction=networks.hash_instructions(observation.instruction)))
-
-
-def _encode_group_instructions(env_outputs):
-  """A group's outputs with instructions as int32 word ids [G, 16]; no hashing when every
-  instruction is empty (Atari, the toy levels)."""
-  instructions = env_outputs.observation.instruction
-  if not any(instructions):
-    encoded = networks.empty_instructions([len(instructions)])
-  else:
-    encoded = networks.hash_instructions(np.asarray(list(instructions), dtype=object))
-  return env_outputs._replace(
-      observation=env_outputs.observation._replace(instruction=encoded))
 
 
 class EpisodeTracker:
@@ -320,7 +144,7 @@ class EnvironmentLoop:
     """Args:
       group_factory: callable(attempt) -> a group (AtariVectorGroup, SingleEnvironmentGroup)
         or a base.Environment (seen as a group of 1); attempt counts restarts from 0.
-      policy: a BatchedPolicy (or PerActorPolicy).
+      policy: a policies.BatchedPolicy (or PerActorPolicy).
       rngs: one numpy Generator per environment of the group, for its actions.
       level_name: str, the group's level, for reports.
       on_episode: callable(level_name, episode_return, episode_step) at each episode end.
@@ -367,9 +191,9 @@ class EnvironmentLoop:
     if len(self._rngs) != group.num_envs:
       raise ValueError(f"{group.num_envs} environments need as many random generators, got "
                        f"{len(self._rngs)}.")
-    self.env_output = _encode_group_instructions(group.initial())
-    self.agent_output = empty_group_outputs(self._action_space, group.num_envs,
-                                            group.spec)
+    self.env_output = policies.encode_group_instructions(group.initial())
+    self.agent_output = policies.empty_group_outputs(self._action_space, group.num_envs,
+                                                     group.spec)
     self.core_state = self._policy.initial_states(group.num_envs)
 
   def _crashed(self, error):
@@ -404,15 +228,15 @@ class EnvironmentLoop:
     logits, baseline, core_state = self._policy(self.agent_output.action, self.env_output,
                                                 self.core_state)
     space = self._action_space
-    actions = sample_group_actions(space, logits, self._rngs)
+    actions = policies.sample_group_actions(space, logits, self._rngs)
     try:
-      env_output = self._group.step(group_environment_actions(space, actions,
-                                                              self._group.spec))
+      env_output = self._group.step(policies.group_environment_actions(
+          space, actions, self._group.spec))
     except ENVIRONMENT_FAILURES as error:
       self._crashed(error)
       raise EnvironmentRestarted(str(error)) from error
     self.agent_output = space.agent_output(actions, logits, baseline)
-    self.env_output = _encode_group_instructions(env_output)
+    self.env_output = policies.encode_group_instructions(env_output)
     self.core_state = core_state
     self._report_episodes()
     return self.agent_output, self.env_output

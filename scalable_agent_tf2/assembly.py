@@ -17,6 +17,7 @@ from scalable_agent_tf2 import checkpoints
 from scalable_agent_tf2 import environments
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import policies
 from scalable_agent_tf2 import suites
 from scalable_agent_tf2 import wire
 from scalable_agent_tf2.settings import TRAIN
@@ -184,8 +185,8 @@ def _agent_class(network_config):
 def make_policy(config, agent, device):
   """The actors' policy: batched across actor threads (default) or one forward pass each."""
   if config.batched_inference:
-    return actor_lib.BatchedPolicy(agent, device=device)
-  return actor_lib.PerActorPolicy(agent, device=device)
+    return policies.BatchedPolicy(agent, device=device)
+  return policies.PerActorPolicy(agent, device=device)
 
 
 def make_learner(config, agent, strategy=None):

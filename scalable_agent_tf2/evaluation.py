@@ -10,7 +10,7 @@ environments as in training, assembly.environment_group_size, with one action sa
 environment, seeded from --seed, the level, the worker's number and the environment's slot),
 and a worker's episodes over its environments (each plays its own quota, so short episodes are
 not favoured); the inference of all workers is batched. An environment's actions do not depend
-on the batching (actor.py), so a seeded test run repeats its results (up to float rounding in
+on the batching (policies.py), so a seeded test run repeats its results (up to float rounding in
 batched inference).
 
 Results go to logdir/evaluation/results.json and results.csv. That directory is checked before
@@ -34,6 +34,7 @@ import numpy as np
 from scalable_agent_tf2 import actor as actor_lib
 from scalable_agent_tf2 import assembly
 from scalable_agent_tf2 import monitoring
+from scalable_agent_tf2 import policies
 from scalable_agent_tf2 import run_directory
 from scalable_agent_tf2 import suites
 from scalable_agent_tf2 import training
@@ -125,7 +126,7 @@ def play_levels(policy, levels, num_episodes, num_workers, seed, environment_con
   """Episode returns of the policy on each level.
 
   Args:
-    policy: actor.BatchedPolicy.
+    policy: policies.BatchedPolicy.
     levels: level names (training names; environments get test_mode=True).
     num_episodes: episodes per level.
     num_workers: actor threads, over all levels; each plays a group of environments
@@ -292,7 +293,7 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
   for line in monitoring.start_banner(config, agent.config, device, learner.jit_compile, path,
                                       frames, mode="test"):
     print_fn(line)
-  policy = actor_lib.BatchedPolicy(agent, device=device)
+  policy = policies.BatchedPolicy(agent, device=device)
   cannot_run = {}
   try:
     episodes = play_levels(policy, levels, config.test_num_episodes, config.num_actors,

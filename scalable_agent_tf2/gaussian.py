@@ -281,7 +281,7 @@ def sample(policy_mean, policy_log_std, seed):
 
 
 def sample_action(policy_mean, policy_log_std, rng):
-  """sample's numpy counterpart for actors that sample in numpy (like actor.sample_action).
+  """sample's numpy counterpart for actors that sample in numpy (like policies.sample_action).
 
   Args:
     policy_mean: float [A] (or [..., A]).

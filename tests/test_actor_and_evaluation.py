@@ -2,10 +2,12 @@
 import numpy as np
 import pytest
 
+from scalable_agent_tf2 import action_spaces
 from scalable_agent_tf2 import actor
 from scalable_agent_tf2 import evaluation
 from scalable_agent_tf2 import monitoring
 from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import policies
 from scalable_agent_tf2 import suites
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments.atari import AtariEnvironment
@@ -53,7 +55,7 @@ def test_episode_tracker_on_real_atari_life_losses():
 def test_sample_action_follows_the_policy():
   rng = np.random.default_rng(1)
   logits = np.log(np.array([0.7, 0.2, 0.1], np.float32))
-  counts = np.bincount([actor.sample_action(logits, rng) for _ in range(20000)], minlength=3)
+  counts = np.bincount([policies.sample_action(logits, rng) for _ in range(20000)], minlength=3)
   np.testing.assert_allclose(counts / 20000, [0.7, 0.2, 0.1], atol=0.015)
 
 
@@ -85,7 +87,7 @@ class _CountingEnvironment(base.Environment):
 
 class _FixedPolicy:
   """Stands in for BatchedPolicy: logits favour action 1, state counts calls."""
-  action_space = actor.action_spaces.Discrete()
+  action_space = action_spaces.Discrete()
 
   def initial_states(self, num_envs):
     return np.zeros((num_envs, 2), np.float32)
@@ -161,7 +163,7 @@ def test_per_actor_policy_acts_like_the_batched_one(use_lstm):
   config = networks.NetworkConfig(num_actions=4, frame_shape=(20, 20, 2), torso="shallow",
                                   use_lstm=use_lstm, use_instruction=False)
   agent = networks.Agent(config, seed=5)
-  batched, direct = actor.BatchedPolicy(agent), actor.PerActorPolicy(agent)
+  batched, direct = policies.BatchedPolicy(agent), policies.PerActorPolicy(agent)
   try:
     rng = np.random.default_rng(0)
     num_envs = 3  # A group of environments in one call.

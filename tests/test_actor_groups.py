@@ -10,6 +10,7 @@ from scalable_agent_tf2 import actor
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import evaluation
 from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import policies
 from scalable_agent_tf2.environments import EnvironmentProcessDied, LevelCannotRun
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 from scalable_agent_tf2.environments.atari_vector import AtariVectorGroup
@@ -93,7 +94,7 @@ def test_the_batched_policy_serves_groups_of_several_threads():
   config = networks.NetworkConfig(num_actions=4, frame_shape=(20, 20, 2), torso="shallow",
                                   use_lstm=True, use_instruction=False)
   agent = networks.Agent(config, seed=5)
-  batched, direct = actor.BatchedPolicy(agent), actor.PerActorPolicy(agent)
+  batched, direct = policies.BatchedPolicy(agent), policies.PerActorPolicy(agent)
   rng = np.random.default_rng(0)
 
   def outputs_of(num_envs):
@@ -205,7 +206,7 @@ def test_seeded_evaluation_on_atari_groups_repeats():
   agent = networks.Agent(config.network_config(4), seed=1)
 
   def play():
-    policy = actor.BatchedPolicy(agent)
+    policy = policies.BatchedPolicy(agent)
     try:
       return evaluation.play_levels(policy, config.levels, 2, config.num_actors, config.seed,
                                     None, print_fn=lambda *a: None, config=config)

@@ -15,6 +15,7 @@ from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import continuous_networks
 from scalable_agent_tf2 import evaluation
 from scalable_agent_tf2 import learner as learner_lib
+from scalable_agent_tf2 import policies
 from scalable_agent_tf2 import training
 from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.structures import EnvOutput, GaussianAgentOutput, Observation
@@ -102,7 +103,7 @@ def test_environment_gets_clipped_actions_and_the_trajectory_keeps_the_samples()
   env = _RecordingEnvironment("mujoco/hopper", seed=3)
   agent = _continuous_agent(env, state_dependent_log_std=False)
   agent.policy.log_std.assign(np.full(3, math.log(2.0), np.float32))  # Often outside [-1, 1].
-  policy = actor_lib.PerActorPolicy(agent)
+  policy = policies.PerActorPolicy(agent)
   loop = actor_lib.EnvironmentLoop(lambda attempt: env, policy, [np.random.default_rng(0)],
                                    "mujoco/hopper")
   [trajectory] = loop.unroll(40)

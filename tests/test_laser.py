@@ -377,8 +377,9 @@ def test_recomputed_state_with_the_actors_parameters_is_the_actors_state():
       toy_environment.LEVEL_NAME, 0, False)
   from scalable_agent_tf2 import actor as actor_lib
   from scalable_agent_tf2 import environments
+  from scalable_agent_tf2 import policies
   env = environments.EnvironmentProcess(constructor, kwargs=kwargs)
-  policy = actor_lib.PerActorPolicy(agent, device="/cpu:0")
+  policy = policies.PerActorPolicy(agent, device="/cpu:0")
   try:
     loop = actor_lib.EnvironmentLoop(lambda attempt: env, policy, [np.random.default_rng(0)],
                                      toy_environment.LEVEL_NAME)

@@ -51,6 +51,7 @@ from scalable_agent_tf2 import assembly
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import policies
 from scalable_agent_tf2 import profiling
 from scalable_agent_tf2 import runlog
 from scalable_agent_tf2.structures import AgentOutput
@@ -155,7 +156,7 @@ def _network_config(config):
 def inference_cost(config, network_config, batch_size, seconds):
   """Core-seconds per frame of the acting forward pass on batches of `batch_size`."""
   agent = networks.Agent(network_config, seed=0)
-  step = tf.function(actor_lib._acting_step(agent))  # pylint: disable=protected-access
+  step = tf.function(policies.acting_step(agent))
   rng = np.random.default_rng(0)
   inputs = (np.zeros(batch_size, np.int32), np.zeros(batch_size, np.float32),
             np.zeros(batch_size, bool),
@@ -290,9 +291,9 @@ def run_synchronous(config, network_config, seconds, warmup):
     agent = networks.Agent(network_config, seed=0)
     learner = learner_lib.Learner(agent, config.learner_config(),
                                   jit_compile=config.jit_compile_choice())
-    step = tf.function(actor_lib._acting_step(agent))  # pylint: disable=protected-access
+    step = tf.function(policies.acting_step(agent))
     rng = np.random.default_rng(0)
-    outputs = list(pool.map(lambda env: actor_lib.encode_instruction(env.initial()), envs))
+    outputs = list(pool.map(lambda env: policies.encode_instruction(env.initial()), envs))
     stack = lambda *xs: np.stack(xs)
     actions = np.zeros(batch, np.int32)
     logits = np.zeros((batch, network_config.num_actions), np.float32)
@@ -320,7 +321,7 @@ def run_synchronous(config, network_config, seconds, warmup):
                                         instruction, state)
         logits, baselines = logits.numpy(), baselines.numpy()
         actions = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1).astype(np.int32)
-        outputs = list(pool.map(lambda pair: actor_lib.encode_instruction(
+        outputs = list(pool.map(lambda pair: policies.encode_instruction(
             pair[0].step(int(pair[1]))), zip(envs, actions)))
         env_steps.append(env_batch(outputs))
         agent_steps.append(AgentOutput(action=actions, policy_logits=logits,

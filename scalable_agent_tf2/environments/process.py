@@ -29,26 +29,22 @@ actor thread that uses the environment).
 
 The child runs in a fresh interpreter ("spawn"): forking a process that runs TensorFlow
 threads is unsafe, and the child must not import TensorFlow (docs/ARCHITECTURE.md "Rooms").
+
+This module is the parent's side; the child's side is process_child.py, the forwarding of the
+child's output and the message when it dies process_output.py.
 """
-import collections
-import ctypes
 import multiprocessing
 import multiprocessing.connection
-import multiprocessing.reduction
 import multiprocessing.shared_memory
 import os
-import re
 import signal
-import sys
-import tempfile
-import threading
-import time
-import traceback
 import weakref
 
 import numpy as np
 
 from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments import process_child
+from scalable_agent_tf2.environments import process_output
 from scalable_agent_tf2.structures import EnvOutput, Observation
 
 # Seconds a call may take before the child is declared stuck. Generous: without a level cache a
@@ -56,14 +52,9 @@ from scalable_agent_tf2.structures import EnvOutput, Observation
 DEFAULT_TIMEOUT_SECONDS = 600.0
 # Seconds close() waits for the child to close its environment before terminating it.
 _CLOSE_GRACE_SECONDS = 5.0
-# linux/prctl.h.
-_PR_SET_PDEATHSIG = 1
 
 # _receive's default: the per-call timeout given at construction.
 _CALL_TIMEOUT = object()
-
-_OK = "ok"
-_ERROR = "error"
 
 
 class EnvironmentProcessDied(RuntimeError):
@@ -85,157 +76,15 @@ class RemoteTraceback(Exception):
     return "\n\nTraceback in the environment process:\n" + self.traceback_text
 
 
-def _die_with_parent(parent_pid):
-  """In the child: get SIGKILL when the parent dies; exit now if it is already gone."""
-  if sys.platform.startswith("linux"):
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-      raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-  if os.getppid() != parent_pid:  # The parent died before prctl took effect.
-    os._exit(1)  # pylint: disable=protected-access
-
-
-def _picklable_exception(exception):
-  """The exception itself if it survives pickling, else a RuntimeError describing it."""
-  try:
-    multiprocessing.reduction.ForkingPickler.loads(
-        multiprocessing.reduction.ForkingPickler.dumps(exception))
-    return exception
-  except Exception:  # pylint: disable=broad-except
-    return RuntimeError("%s: %s" % (type(exception).__name__, exception))
-
-
-def _error_reply(exception):
-  return (_ERROR, _picklable_exception(exception), traceback.format_exc())
-
-
-def _pack_output(env_output, frame_buffer):
-  """EnvOutput -> a plain tuple for the pipe; the frame goes to frame_buffer when there is one."""
-  frame = env_output.observation.frame
-  if frame_buffer is not None:
-    np.copyto(frame_buffer, frame)
-    frame = None
-  return (env_output.reward, env_output.done, frame, env_output.observation.instruction,
-          env_output.episode_return, env_output.episode_step)
-
-
-def _send_output_to(path):
-  """In the child: file descriptors 1 and 2 (C code's output too) append to `path`."""
-  fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-  sys.stdout.flush()
-  sys.stderr.flush()
-  os.dup2(fd, 1)
-  os.dup2(fd, 2)
-  os.close(fd)
-
-
-def _own_process_group():
-  """In the child: lead a process group of its own, which its children (DeepMind Lab's map
-  compilers: compile_map.sh, q3map2, bspc) join, so that _shut_down ends them all at once."""
-  try:
-    os.setpgid(0, 0)
-  except OSError:  # Already a group leader (the parent's setpgid came first).
-    pass
-
-
 def _kill_process_group(pgid):
-  """SIGKILL to every process left in group `pgid` (the child's own; see _own_process_group)."""
+  """SIGKILL to every process left in group `pgid` (the child's own; see
+  process_child._own_process_group)."""
   if pgid is None or pgid == os.getpgrp():
     return  # Never this process's own group.
   try:
     os.killpg(pgid, signal.SIGKILL)
   except (ProcessLookupError, PermissionError):
     pass  # The group is empty: nothing survived the child.
-
-
-def _child_main(conn, constructor, args, kwargs, parent_pid, output_path=None):
-  """The child's loop: build the environment, then serve (command, payload) requests."""
-  _own_process_group()
-  _die_with_parent(parent_pid)
-  if output_path:
-    _send_output_to(output_path)
-  # The parent decides when its children stop (the child's own process group keeps a
-  # terminal's Ctrl-C away; SIG_IGN covers a child that could not leave the parent's group).
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
-  try:
-    env = constructor(*args, **kwargs)
-    spec = env.spec
-  except Exception as e:  # pylint: disable=broad-except
-    conn.send(_error_reply(e))
-    return
-  conn.send((_OK, spec))
-  shared = None
-  frame_buffer = None
-  try:
-    while True:
-      try:
-        command, payload = conn.recv()
-      except EOFError:  # The parent is gone.
-        break
-      try:
-        if command == "step":
-          result = _pack_output(env.step(payload), frame_buffer)
-        elif command == "initial":
-          result = _pack_output(env.initial(), frame_buffer)
-        elif command == "attach_frame_buffer":
-          shared = multiprocessing.shared_memory.SharedMemory(name=payload)
-          frame_buffer = np.ndarray(spec.frame_shape, base.frame_dtype(spec), buffer=shared.buf)
-          result = None
-        elif command == "close":
-          env.close()
-          conn.send((_OK, None))
-          break
-        else:
-          raise ValueError("Unknown command %r." % (command,))
-      except Exception as e:  # pylint: disable=broad-except
-        conn.send(_error_reply(e))
-      else:
-        conn.send((_OK, result))
-  finally:
-    del frame_buffer  # Releases the view so that the segment can be closed.
-    if shared is not None:
-      shared.close()
-
-
-# What an environment's last words mean (DeepMind Lab ends its process with exit(1) when a map
-# cannot be found or built, with no Python exception).
-_KNOWN_CAUSES = (
-    (re.compile(r"Didn't find map '([^']*)'"),
-     "DeepMind Lab could not find map '{0}' and ended its process"),
-)
-
-
-def describe_death(description, process_name, pid, exitcode, last_lines):
-  """One message for a dead environment process: what it ran, why it ended, its last words.
-
-  Args:
-    description: what the process ran (a level name).
-    process_name, pid: the process (its environment class's name and process id).
-    exitcode: multiprocessing's exitcode (negative: killed by that signal).
-    last_lines: the last lines the process printed (strings, oldest first).
-  """
-  how = _describe_exit(exitcode)
-  message = f"{description}: environment process {process_name!r} (pid {pid}) {how}."
-  for pattern, cause in _KNOWN_CAUSES:
-    match = next(filter(None, (pattern.search(line) for line in reversed(last_lines))), None)
-    if match:
-      message = (f"{description}: {cause.format(*match.groups())} ({how}; environment "
-                 f"process {process_name!r}, pid {pid}).")
-      break
-  if last_lines:
-    message += " Its last output:\n" + "\n".join("  " + line for line in last_lines)
-  return message
-
-
-def _describe_exit(exitcode):
-  if exitcode is None:
-    return "is unresponsive"
-  if exitcode < 0:
-    try:
-      return "was killed by signal %s" % signal.Signals(-exitcode).name
-    except ValueError:
-      return "was killed by signal %d" % -exitcode
-  return "exited with code %d" % exitcode
 
 
 def _shut_down(process, conn, shared, output=None, graceful=True):
@@ -270,90 +119,6 @@ def _shut_down(process, conn, shared, output=None, graceful=True):
       pass
 
 
-# Lines of a child's output kept for the message when it dies.
-LAST_LINES = 20
-_FORWARD_PERIOD_SECONDS = 0.25
-
-
-class _OutputTail:
-  """A child's output file: forwarded to this process's stderr, its last lines kept.
-
-  The child writes into a file, not a pipe, so nothing it printed is lost when it dies
-  abruptly (a C exit() or a signal): the parent reads the rest after its death.
-  """
-
-  def __init__(self, description):
-    self.description = description
-    handle, self.path = tempfile.mkstemp(prefix="env_output_", suffix=".txt")
-    os.close(handle)
-    self._file = open(self.path, "rb")  # pylint: disable=consider-using-with
-    self._partial = b""
-    self._lock = threading.Lock()
-    self.last_lines = collections.deque(maxlen=LAST_LINES)
-
-  def pump(self, final=False):
-    """Forwards what the child wrote since the last call (and a last partial line if final)."""
-    with self._lock:
-      if self._file is None:
-        return
-      data = self._partial + self._file.read()
-      lines = data.split(b"\n")
-      self._partial = lines.pop()
-      if final and self._partial:
-        lines.append(self._partial)
-        self._partial = b""
-      for raw in lines:
-        line = raw.decode("utf-8", "replace").rstrip("\r")
-        self.last_lines.append(line)
-        try:
-          sys.stderr.write(f"[{self.description}] {line}\n")
-        except (OSError, ValueError):  # A closed stderr at interpreter exit.
-          pass
-
-  def close(self):
-    self.pump(final=True)
-    with self._lock:
-      if self._file is not None:
-        self._file.close()
-        self._file = None
-    _forwarder.remove(self)
-    try:
-      os.remove(self.path)
-    except FileNotFoundError:
-      pass
-
-
-class _Forwarder:
-  """One daemon thread forwards every live child's output (a few file reads a period)."""
-
-  def __init__(self):
-    self._tails = set()
-    self._lock = threading.Lock()
-    self._thread = None
-
-  def add(self, tail):
-    with self._lock:
-      self._tails.add(tail)
-      if self._thread is None:
-        self._thread = threading.Thread(target=self._run, name="env-output", daemon=True)
-        self._thread.start()
-
-  def remove(self, tail):
-    with self._lock:
-      self._tails.discard(tail)
-
-  def _run(self):
-    while True:
-      time.sleep(_FORWARD_PERIOD_SECONDS)
-      with self._lock:
-        tails = list(self._tails)
-      for tail in tails:
-        tail.pump()
-
-
-_forwarder = _Forwarder()
-
-
 class EnvironmentProcess(base.Environment):
   """Proxy to an environment constructed and stepped in a child process.
 
@@ -382,41 +147,51 @@ class EnvironmentProcess(base.Environment):
     Raises:
       Whatever the constructor raised in the child (child traceback as __cause__).
     """
-    context = multiprocessing.get_context("spawn")
-    self._conn, child_conn = context.Pipe(duplex=True)
     self._timeout = timeout
     self._name = getattr(constructor, "__name__", repr(constructor))
     kwargs = dict(kwargs or {})
     self.description = str(description or kwargs.get("level_name") or kwargs.get("game")
                            or self._name)
-    self._output = _OutputTail(self.description)
+    self._start_child(constructor, tuple(args), kwargs)
+    try:
+      self._spec = self._receive(startup_timeout)
+      if shared_memory:
+        self._attach_frame_buffer()
+    except BaseException:
+      self._release(graceful=False)
+      raise
+
+  def _start_child(self, constructor, args, kwargs):
+    """Starts the child in its own process group, its output forwarded, and registers the
+    finalizer that shuts it down."""
+    context = multiprocessing.get_context("spawn")
+    self._conn, child_conn = context.Pipe(duplex=True)
+    self._output = process_output.OutputTail(self.description)
     self._process = context.Process(
-        target=_child_main, name="env:" + self._name, daemon=True,
-        args=(child_conn, constructor, tuple(args), kwargs, os.getpid(), self._output.path))
+        target=process_child.child_main, name="env:" + self._name, daemon=True,
+        args=(child_conn, constructor, args, kwargs, os.getpid(), self._output.path))
     self._process.start()
     try:  # Also from this side: the group exists before the child could start a compiler.
       os.setpgid(self._process.pid, self._process.pid)
     except OSError:  # The child did it first, or has exec'd or died already.
       pass
-    _forwarder.add(self._output)
+    self._output.start_forwarding()
     child_conn.close()  # Only the child holds it now: its death shows as EOF here.
     self._shared = None
     # Runs close() when the proxy is garbage-collected or at interpreter exit.
     self._finalizer = weakref.finalize(self, _shut_down, self._process, self._conn, None,
                                        self._output)
-    try:
-      self._spec = self._receive(startup_timeout)
-      if shared_memory:
-        num_bytes = (int(np.prod(self._spec.frame_shape))
-                     * np.dtype(base.frame_dtype(self._spec)).itemsize)
-        self._shared = multiprocessing.shared_memory.SharedMemory(create=True, size=num_bytes)
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(
-            self, _shut_down, self._process, self._conn, self._shared, self._output)
-        self._call("attach_frame_buffer", self._shared.name)
-    except BaseException:
-      self._release(graceful=False)
-      raise
+
+  def _attach_frame_buffer(self):
+    """Creates the shared-memory frame buffer, makes the finalizer free it too, and has the
+    child write its frames there."""
+    num_bytes = (int(np.prod(self._spec.frame_shape))
+                 * np.dtype(base.frame_dtype(self._spec)).itemsize)
+    self._shared = multiprocessing.shared_memory.SharedMemory(create=True, size=num_bytes)
+    self._finalizer.detach()
+    self._finalizer = weakref.finalize(
+        self, _shut_down, self._process, self._conn, self._shared, self._output)
+    self._call("attach_frame_buffer", self._shared.name)
 
   @property
   def spec(self):
@@ -430,7 +205,7 @@ class EnvironmentProcess(base.Environment):
   def _died_message(self):
     self._process.join(_CLOSE_GRACE_SECONDS)
     self._output.pump(final=True)
-    return describe_death(self.description, self._name, self._process.pid,
+    return process_output.describe_death(self.description, self._name, self._process.pid,
                           self._process.exitcode, list(self._output.last_lines))
 
   def _receive(self, timeout=_CALL_TIMEOUT):
@@ -456,7 +231,7 @@ class EnvironmentProcess(base.Environment):
       message = self._died_message()
       self._release()
       raise EnvironmentProcessDied(message)
-    if reply[0] == _ERROR:
+    if reply[0] == process_child.ERROR:
       _, exception, traceback_text = reply
       raise exception from RemoteTraceback(traceback_text)
     return reply[1]
