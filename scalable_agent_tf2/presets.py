@@ -60,7 +60,7 @@ IMPACT_PRESET = dict(baseline_cost=1.0, circular_buffer_size=4, circular_buffer_
 
 # The IMPACT paper's Atari setting (--preset=impact_paper): Figure 6 (Pong, SpaceInvaders,
 # Breakout) as published, for both of its algorithms. Section 4.3: its network on "a stack of
-# four 42x42 down-sampled images" (networks.ImpactTorso), no LSTM (Table 1 lists none), "32 CPUs
+# four 42x42 down-sampled images" (torsos.ImpactTorso), no LSTM (Table 1 lists none), "32 CPUs
 # and 1 GPU", one actor per CPU (Figure 7 scales the workers up to 32). Table 1, IMPALA column:
 # learning rate 1e-4, entropy 0.01, gradient clipping 40, discount 0.99, value function
 # coefficient 0.5; sample batch 50 and train batch 500, which are RLlib's fragment of 50 agent
@@ -101,7 +101,7 @@ def impact_paper_presets(level_name, algorithm):
     * the unroll: RLlib learns from 49 steps of each 50-step fragment, the 50th one's value
       bootstrapping; here all 50 steps, bootstrapped from the 51st observation;
     * the network: its heads also see the clipped reward and the previous action, and its
-      weights start from another initialiser (networks.ImpactTorso);
+      weights start from another initialiser (torsos.ImpactTorso);
     * the frames: RLlib's came from the OpenAI Baselines DeepMind wrappers (wrap_deepmind with
       dim=42): up to 30 no-ops, action repeat 4 with a max over the last 2 frames, a life loss
       ending training episodes, grey frames resized to 42x42, 4 stacked, as
