@@ -14,7 +14,7 @@ service; 3 the shared replay service unreachable or lost (the checkpoint is writ
 
 --level_name takes a level ("atari/pong", "explore_goal_locations_small") or a suite
 ("atari57", "dmlab30"). Flags left unset take the paper's value for that level or suite
-(scalable_agent_tf2/config.py: Table G.1 for Atari, Table D.3 and the released code for
+(scalable_agent_tf2/presets.py: Table G.1 for Atari, Table D.3 and the released code for
 DeepMind Lab); a flag you set always wins. Every flag, its default, source and check is a
 setting of scalable_agent_tf2/settings.py; this file only parses them and wires the rooms.
 """

@@ -3,7 +3,7 @@ and IMPALA columns; section 4.3), under this project's setting names.
 
     settings = mujoco_presets.presets("mujoco/hopper", "impact")   # dict: setting -> value
 
-Every value cites where it comes from. Table 2's rows and the settings they become (config.presets routes the MuJoCo levels here):
+Every value cites where it comes from. Table 2's rows and the settings they become (presets.presets routes the MuJoCo levels here):
     Learning Rate                -> learning_rate      IMPACT 3e-4, IMPALA 1.5e-5
     Discount (gamma)             -> discounting        0.995 both
     Entropy Coeff                -> entropy_cost       0.0 both
@@ -43,7 +43,7 @@ Not in the paper, from its code base (RLlib, 2019) or from how gymnasium counts:
   * Summed losses: the project's learners sum their loss terms over the T x B steps. RLlib's
     IMPALA summed them too (VTraceLoss), so IMPALA's gradient clip of 0.5 stays; RLlib's APPO
     (IMPACT) averaged them, so IMPACT's 0.5 on the mean is 0.5 x T x B on our sum (the same
-    clipping; config.IMPACT_PAPER_IMPACT does the same for Table 1). A run that changes
+    clipping; presets.IMPACT_PAPER_IMPACT does the same for Table 1). A run that changes
     --batch_size or --unroll_length should scale --max_grad_norm with them.
   * KL target: RLlib adapts the KL coefficient towards Table 2's 0.04 (x1.5 when the KL
     exceeds 2 x target, x0.5 below half of it); here kl_cost stays at its initial 1.0.

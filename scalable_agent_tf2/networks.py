@@ -17,6 +17,9 @@ Two APIs share the same variables:
   * learning: `unroll(prev_actions, env_outputs, core_state)` over [T+1, B], applying the
               torso to all T+1 frames at once (section 3: "folding time into the batch
               dimension") and resetting the core wherever an episode ended.
+
+This module holds the agent, its config and its language input (hashing, encoder); the
+layers (Linear, Conv2D, LSTM) are in layers.py, the frame torsos in torsos.py.
 """
 import collections
 import dataclasses
@@ -26,6 +29,8 @@ from typing import Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from scalable_agent_tf2 import layers
+from scalable_agent_tf2 import torsos
 from scalable_agent_tf2.settings import DEEP, IMPACT_CNN, SHALLOW, TORSOS  # --torso's choices.
 from scalable_agent_tf2.structures import AgentOutput
 
@@ -40,32 +45,15 @@ INSTRUCTION_LSTM_SIZE = 64
 # room.") have 8 words; longer instructions are truncated to their first 16 words.
 MAX_INSTRUCTION_WORDS = 16
 
-TORSO_OUTPUT_SIZE = 256  # Figure 3: "FC 256" after the convolutions.
-CORE_LSTM_SIZE = 256     # Figure 3: "LSTM 256".
-# Figure 3 (right): three sections of [16, 32, 32] channels, two residual blocks each.
-DEEP_SECTIONS = ((16, 2), (32, 2), (32, 2))
-# The IMPACT paper's Atari network (section 4.3: "three 4x4 and one 11x11 conv layer", ReLU, on
-# "a stack of four 42x42 down-sampled images"), as (channels, kernel, stride, padding): the
-# default vision network of RLlib (the paper's code base) for 42x42 inputs, whose filter table
-# is [[16, [4, 4], 2], [32, [4, 4], 2], [256, [11, 11], 1]] with SAME padding for all but the
-# last layer, which is VALID and so fully connected on the 11x11 map left (RLlib
-# models/visionnet.py, _get_filter_config and VisionNetwork). That is two 4x4 layers, not the
-# text's three: three stride-2 4x4 layers would leave 6x6, which an 11x11 VALID layer cannot
-# cover. The policy and the value heads are linear on its 256 outputs ("The critic network
-# shares weights with the policy network").
-IMPACT_CNN_LAYERS = ((16, 4, 2, "SAME"), (32, 4, 2, "SAME"), (256, 11, 1, "VALID"))
-IMPACT_CNN_FRAME_SIZE = 42  # Section 4.3.
+CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
 # The learner's deep torso runs in chunks of at most this many frames, each chunk's activations
 # recomputed in the backward pass (chunked_torso). Not in the paper: a memory choice. DMLab,
 # B=32, T=100 (benchmarks/speed/learner_memory.py): the training process's peak RSS falls from
 # 8.3 GB to 1.8 GB (256 frames: 2.2 GB); the shallow torso's activations (0.4 GB) are left alone.
 DEEP_TORSO_CHUNK_FRAMES = 128
-# Released code's LSTMBlockCell(forget_bias=1.0) default: added to the forget gate.
-LSTM_FORGET_BIAS = 1.0
 
 # Output of `unroll`: the learner's own view of the trajectory.
 NetworkOutput = collections.namedtuple("NetworkOutput", "policy_logits baseline")
-LSTMState = collections.namedtuple("LSTMState", "c h")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +97,8 @@ class NetworkConfig:
     if len(self.frame_shape) != 3 or min(self.frame_shape) < 1:
       raise ValueError(f"frame_shape must be (height, width, channels), got "
                        f"{self.frame_shape}.")
-    if self.torso == IMPACT_CNN and tuple(self.frame_shape[:2]) != (IMPACT_CNN_FRAME_SIZE,) * 2:
+    impact_frame = (torsos.IMPACT_CNN_FRAME_SIZE,) * 2
+    if self.torso == IMPACT_CNN and tuple(self.frame_shape[:2]) != impact_frame:
       raise ValueError(f"The impact_cnn torso is the IMPACT paper's network for 42x42 frames "
                        f"(its 11x11 layer covers the whole map left), got "
                        f"{self.frame_shape[:2]}: use 42x42 frames (--width=42 --height=42).")
@@ -128,7 +117,8 @@ def atari_config(num_actions, torso=SHALLOW, frame_shape=(84, 84, 4)):
 
 
 # ---------------------------------------------------------------------------------------
-# Instruction hashing: runs in the actor, never inside XLA.
+# The language input: instructions hashed in the actor (never inside XLA), encoded by the
+# network.
 
 
 @functools.lru_cache(maxsize=4096)
@@ -168,217 +158,6 @@ def empty_instructions(batch_shape):
   return np.zeros(tuple(batch_shape) + (MAX_INSTRUCTION_WORDS,), dtype=np.int32)
 
 
-# ---------------------------------------------------------------------------------------
-# Layers.
-
-
-class _Initializer:
-  """Deterministic initial values from one seed (same seed, same network)."""
-
-  def __init__(self, seed):
-    self._generator = tf.random.Generator.from_seed(seed)
-
-  def scaled_truncated_normal(self, shape, fan_in):
-    # Sonnet 1's default for snt.Linear / snt.Conv2D, which the released code used:
-    # truncated normal with stddev 1 / sqrt(fan_in).
-    return self._generator.truncated_normal(shape, stddev=1.0 / np.sqrt(fan_in))
-
-  def truncated_normal(self, shape):
-    # Sonnet 1's snt.Embed default: unit truncated normal.
-    return self._generator.truncated_normal(shape, stddev=1.0)
-
-  def glorot_uniform(self, shape):
-    # TF1 get_variable's default, used by the released code's LSTMBlockCell.
-    limit = np.sqrt(6.0 / (shape[0] + shape[1]))
-    return self._generator.uniform(shape, -limit, limit)
-
-
-class Linear(tf.Module):
-  """y = x W + b.  x: [N, input_size] -> [N, output_size]."""
-
-  def __init__(self, input_size, output_size, init, name=None):
-    super().__init__(name=name)
-    with self.name_scope:
-      self.w = tf.Variable(init.scaled_truncated_normal([input_size, output_size], input_size),
-                           name="w")
-      self.b = tf.Variable(tf.zeros([output_size]), name="b")
-
-  def __call__(self, x):
-    return tf.matmul(x, self.w) + self.b
-
-
-class Conv2D(tf.Module):
-  """NHWC convolution with bias.  x: [N, H, W, C_in] -> [N, H', W', C_out]."""
-
-  def __init__(self, in_channels, out_channels, kernel, stride, padding, init, name=None):
-    super().__init__(name=name)
-    self.stride = stride
-    self.padding = padding
-    with self.name_scope:
-      self.w = tf.Variable(init.scaled_truncated_normal(
-          [kernel, kernel, in_channels, out_channels], kernel * kernel * in_channels), name="w")
-      self.b = tf.Variable(tf.zeros([out_channels]), name="b")
-
-  def __call__(self, x):
-    return tf.nn.conv2d(x, self.w, self.stride, self.padding) + self.b
-
-
-class LSTM(tf.Module):
-  """An LSTM layer over a time-major sequence, with optional per-step state resets.
-
-  Gates (i, f, g, o) from one matmul; the forget gate gets LSTM_FORGET_BIAS as in the
-  released code's LSTMBlockCell. The input projection of all steps is one matmul up front;
-  only h_{t-1} W_h stays inside the (XLA-compilable) time loop.
-  """
-
-  def __init__(self, input_size, hidden_size, init, name=None):
-    super().__init__(name=name)
-    self.hidden_size = hidden_size
-    with self.name_scope:
-      # One [input + hidden, 4 * hidden] kernel as in LSTMBlockCell, stored in two parts.
-      kernel = init.glorot_uniform([input_size + hidden_size, 4 * hidden_size])
-      self.w_input = tf.Variable(kernel[:input_size], name="w_input")
-      self.w_hidden = tf.Variable(kernel[input_size:], name="w_hidden")
-      self.b = tf.Variable(tf.zeros([4 * hidden_size]), name="b")
-
-  def initial_state(self, batch_size):
-    zeros = tf.zeros([batch_size, self.hidden_size])
-    return LSTMState(c=zeros, h=zeros)
-
-  def __call__(self, inputs, state, reset=None, keep=None):
-    """Runs the LSTM over time.
-
-    Args:
-      inputs: float32 [T, B, input_size].
-      state: LSTMState of [B, hidden_size] before the first step.
-      reset: optional bool [T, B]: where True, the state is zeroed BEFORE step t (a new
-        episode starts at step t).
-      keep: optional bool [T, B]: where False, step t leaves the state unchanged (padding).
-
-    Returns:
-      (outputs float32 [T, B, hidden_size], final LSTMState).
-    """
-    steps = tf.shape(inputs)[0]
-    batch = tf.shape(inputs)[1]
-    projected = tf.reshape(
-        tf.matmul(tf.reshape(inputs, [-1, inputs.shape[-1]]), self.w_input) + self.b,
-        [steps, batch, 4 * self.hidden_size])
-    if reset is None:
-      reset = tf.zeros([steps, batch], tf.bool)
-    if keep is None:
-      keep = tf.ones([steps, batch], tf.bool)
-
-    def one_step(carry, elements):
-      c, h, _ = carry
-      x_projected, reset_t, keep_t = elements
-      not_reset = tf.cast(~reset_t, tf.float32)[:, tf.newaxis]
-      c, h = c * not_reset, h * not_reset
-      i, f, g, o = tf.split(x_projected + tf.matmul(h, self.w_hidden), 4, axis=-1)
-      new_c = tf.sigmoid(f + LSTM_FORGET_BIAS) * c + tf.sigmoid(i) * tf.tanh(g)
-      new_h = tf.sigmoid(o) * tf.tanh(new_c)
-      keep_t = keep_t[:, tf.newaxis]
-      new_c = tf.where(keep_t, new_c, c)
-      new_h = tf.where(keep_t, new_h, h)
-      return new_c, new_h, new_h
-
-    c, h, outputs = tf.scan(one_step, (projected, reset, keep),
-                            initializer=(state.c, state.h, state.h))
-    return outputs, LSTMState(c=c[-1], h=h[-1])
-
-
-class ShallowTorso(tf.Module):
-  """Figure 3 (left): conv 8x8/4 16ch, ReLU, conv 4x4/2 32ch, ReLU, FC 256, ReLU.
-
-  VALID padding: on 72x96 frames it gives 17x23x16 -> 7x10x32 and the paper's 1.2M total.
-  """
-
-  def __init__(self, frame_shape, init, name="shallow_torso"):
-    super().__init__(name=name)
-    height, width, channels = frame_shape
-    with self.name_scope:
-      self.conv1 = Conv2D(channels, 16, kernel=8, stride=4, padding="VALID", init=init)
-      self.conv2 = Conv2D(16, 32, kernel=4, stride=2, padding="VALID", init=init)
-      height, width = _valid_size(height, 8, 4), _valid_size(width, 8, 4)
-      height, width = _valid_size(height, 4, 2), _valid_size(width, 4, 2)
-      self.fc = Linear(height * width * 32, TORSO_OUTPUT_SIZE, init=init)
-
-  def __call__(self, frames):
-    """frames: float32 [N, H, W, C] in [0, 1] -> [N, 256]."""
-    x = tf.nn.relu(self.conv1(frames))
-    x = tf.nn.relu(self.conv2(x))
-    return tf.nn.relu(self.fc(tf.reshape(x, [tf.shape(x)[0], -1])))
-
-
-class DeepTorso(tf.Module):
-  """Figure 3 (right): the 15-layer residual network.
-
-  Three sections of [16, 32, 32] channels, each conv 3x3/1 -> max-pool 3x3/2 (SAME) -> two
-  residual blocks (ReLU, conv 3x3, ReLU, conv 3x3, + input); then ReLU, FC 256, ReLU.
-  """
-
-  def __init__(self, frame_shape, init, name="deep_torso"):
-    super().__init__(name=name)
-    height, width, channels = frame_shape
-    self.sections = []
-    with self.name_scope:
-      for index, (section_channels, num_blocks) in enumerate(DEEP_SECTIONS):
-        with tf.name_scope(f"section_{index}"):
-          conv = Conv2D(channels, section_channels, kernel=3, stride=1, padding="SAME",
-                        init=init)
-          blocks = [
-              (Conv2D(section_channels, section_channels, 3, 1, "SAME", init=init),
-               Conv2D(section_channels, section_channels, 3, 1, "SAME", init=init))
-              for _ in range(num_blocks)]
-        self.sections.append((conv, blocks))
-        channels = section_channels
-        height, width = -(-height // 2), -(-width // 2)  # SAME pooling, stride 2.
-      self.fc = Linear(height * width * channels, TORSO_OUTPUT_SIZE, init=init)
-
-  def __call__(self, frames):
-    """frames: float32 [N, H, W, C] in [0, 1] -> [N, 256]."""
-    x = frames
-    for conv, blocks in self.sections:
-      x = tf.nn.max_pool2d(conv(x), ksize=3, strides=2, padding="SAME")
-      for first, second in blocks:
-        x = x + second(tf.nn.relu(first(tf.nn.relu(x))))
-    x = tf.nn.relu(x)
-    return tf.nn.relu(self.fc(tf.reshape(x, [tf.shape(x)[0], -1])))
-
-
-class ImpactTorso(tf.Module):
-  """The IMPACT paper's Atari network (section 4.3; IMPACT_CNN_LAYERS): 42x42x4 frames,
-  conv 4x4/2 16ch SAME, ReLU -> 21x21x16, conv 4x4/2 32ch SAME, ReLU -> 11x11x32,
-  conv 11x11/1 256ch VALID, ReLU -> 1x1x256 (a fully connected layer of 256 units).
-
-  Two departures from RLlib's network: the weights start as the other torsos' (Sonnet 1's
-  truncated normal, stddev 1/sqrt(fan_in); RLlib's tf.layers.conv2d: Glorot uniform), and the
-  Agent adds the clipped reward and the previous action to the heads' input as for every torso
-  (Figure 3), where RLlib's heads see the 256 units only.
-  """
-
-  def __init__(self, frame_shape, init, name="impact_torso"):
-    super().__init__(name=name)
-    height, width, channels = frame_shape
-    self.layers = []
-    with self.name_scope:
-      for out_channels, kernel, stride, padding in IMPACT_CNN_LAYERS:
-        self.layers.append(Conv2D(channels, out_channels, kernel, stride, padding, init=init))
-        channels = out_channels
-        if padding == "SAME":
-          height, width = -(-height // stride), -(-width // stride)
-        else:
-          height, width = _valid_size(height, kernel, stride), _valid_size(width, kernel, stride)
-    if (height, width, channels) != (1, 1, TORSO_OUTPUT_SIZE):
-      raise ValueError(f"The impact_cnn torso needs 42x42 frames, got {frame_shape[:2]}.")
-
-  def __call__(self, frames):
-    """frames: float32 [N, 42, 42, C] in [0, 1] -> [N, 256]."""
-    x = frames
-    for layer in self.layers:
-      x = tf.nn.relu(layer(x))
-    return tf.reshape(x, [tf.shape(x)[0], TORSO_OUTPUT_SIZE])
-
-
 class InstructionEncoder(tf.Module):
   """Word ids -> embedding 20 -> LSTM 64; the encoding is the output at the last real word.
 
@@ -391,7 +170,7 @@ class InstructionEncoder(tf.Module):
       self.embeddings = tf.Variable(
           init.truncated_normal([INSTRUCTION_HASH_BUCKETS, INSTRUCTION_EMBEDDING_SIZE]),
           name="embeddings")
-      self.lstm = LSTM(INSTRUCTION_EMBEDDING_SIZE, INSTRUCTION_LSTM_SIZE, init=init)
+      self.lstm = layers.LSTM(INSTRUCTION_EMBEDDING_SIZE, INSTRUCTION_LSTM_SIZE, init=init)
 
   def __call__(self, word_ids):
     """word_ids: int32 [N, MAX_INSTRUCTION_WORDS] from hash_instructions -> [N, 64]."""
@@ -420,21 +199,22 @@ class Agent(tf.Module):
     """
     super().__init__(name=name)
     self.config = config
-    init = _Initializer(seed)
-    torso_class = {SHALLOW: ShallowTorso, DEEP: DeepTorso, IMPACT_CNN: ImpactTorso}[config.torso]
+    init = layers.Initializer(seed)
+    torso_class = {SHALLOW: torsos.ShallowTorso, DEEP: torsos.DeepTorso,
+                   IMPACT_CNN: torsos.ImpactTorso}[config.torso]
     with self.name_scope:
       self.torso = torso_class(config.frame_shape, init=init)
-      core_input_size = TORSO_OUTPUT_SIZE + 1 + config.num_actions
+      core_input_size = torsos.TORSO_OUTPUT_SIZE + 1 + config.num_actions
       if config.use_instruction:
         self.instruction_encoder = InstructionEncoder(init=init)
         core_input_size += INSTRUCTION_LSTM_SIZE
       if config.use_lstm:
-        self.core = LSTM(core_input_size, CORE_LSTM_SIZE, init=init, name="core")
+        self.core = layers.LSTM(core_input_size, CORE_LSTM_SIZE, init=init, name="core")
         core_output_size = CORE_LSTM_SIZE
       else:
         core_output_size = core_input_size
-      self.policy = Linear(core_output_size, config.num_actions, init=init, name="policy")
-      self.baseline = Linear(core_output_size, 1, init=init, name="baseline")
+      self.policy = layers.Linear(core_output_size, config.num_actions, init=init, name="policy")
+      self.baseline = layers.Linear(core_output_size, 1, init=init, name="baseline")
       self._sampler = tf.random.Generator.from_seed(seed + 1)
 
   def initial_state(self, batch_size):
@@ -528,14 +308,13 @@ def chunked_torso(torso, frames, chunk_frames):
   flows to the frames (uint8 observations).
 
   Args:
-    torso: a torso module (ShallowTorso, DeepTorso, ImpactTorso): float [n, H, W, C] ->
-      [n, TORSO_OUTPUT_SIZE].
+    torso: a torso module (torsos.py): float [n, H, W, C] -> [n, torsos.TORSO_OUTPUT_SIZE].
     frames: uint8 [N, H, W, C].
     chunk_frames: the most frames per chunk; N is split into ceil(N / chunk_frames) chunks of
       equal size (the last one padded with zero frames, whose outputs are dropped).
 
   Returns:
-    float32 [N, TORSO_OUTPUT_SIZE].
+    float32 [N, torsos.TORSO_OUTPUT_SIZE].
   """
   num_frames = tf.shape(frames)[0]
   num_chunks = (num_frames + chunk_frames - 1) // chunk_frames
@@ -566,7 +345,3 @@ def chunked_torso(torso, frames, chunk_frames):
   outputs = run(chunks)
   return tf.reshape(outputs, [-1, outputs.shape[-1]])[:num_frames]
 
-
-def _valid_size(size, kernel, stride):
-  """Output length of a VALID convolution."""
-  return (size - kernel) // stride + 1

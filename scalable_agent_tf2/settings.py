@@ -8,12 +8,12 @@ fields from the settings marked for them. Flag names are the released code's
 (deepmind/scalable_agent, experiment.py) where it had the setting.
 
 A setting whose default is `PRESET` (None) takes the paper's value for the run's level or suite
-(`config.presets`: Table G.1 for Atari, Table D.3 and the released code for DeepMind Lab); a
+(`presets.presets`: Table G.1 for Atari, Table D.3 and the released code for DeepMind Lab); a
 value given on the command line always wins. `config.resolve` fills the presets and runs every
 setting's check and the checks that combine settings.
 
-This module and config.py import neither TensorFlow nor the project's TensorFlow modules, so a
-bad flag is reported in well under a second (TensorFlow takes seconds to load).
+This module, presets.py and config.py import neither TensorFlow nor the project's TensorFlow
+modules, so a bad flag is reported in well under a second (TensorFlow takes seconds to load).
 """
 import dataclasses
 import math
@@ -31,7 +31,7 @@ ALGORITHMS = (IMPALA, IMPACT)
 SHALLOW, DEEP = "shallow", "deep"  # Figure 3's networks.
 IMPACT_CNN = "impact_cnn"  # The IMPACT paper's Atari network (section 4.3), 42x42 frames.
 TORSOS = (SHALLOW, DEEP, IMPACT_CNN)
-# --preset: whose published setting fills the settings left at their default (config.presets).
+# --preset: whose published setting fills the settings left at their default (presets.presets).
 DEFAULT_PRESET = "default"     # IMPALA's Tables G.1 / D.3 (+ IMPACT Table 1's own settings).
 IMPACT_PAPER = "impact_paper"  # The IMPACT paper's Atari setting: Table 1, section 4.3.
 PRESETS = (DEFAULT_PRESET, IMPACT_PAPER)
@@ -101,7 +101,7 @@ def setting(default, topic, doc, *, source="", choices=None, check=None, part_of
     choices: the allowed values (an enum flag).
     check: a Check every resolved value must pass (None values are not checked).
     part_of: FOR_LEARNER or FOR_IMPACT: also a field of that derived config.
-    preset: the default is PRESET: config.presets gives the level's value.
+    preset: the default is PRESET: presets.presets gives the level's value.
   """
   return dataclasses.field(default=default, metadata=dict(
       topic=topic, doc=doc, source=source, choices=choices, check=check, part_of=part_of,
@@ -134,7 +134,7 @@ class ExperimentSettings:
       "Table 1's own settings with --algorithm=impact, on IMPALA's network and frames. "
       "impact_paper (Atari games): the IMPACT paper's Figure 6 setting for either algorithm: "
       "its network on four 42x42 frames (--torso=impact_cnn) and Table 1's column of the "
-      "algorithm (config.impact_paper_presets lists what still differs from the paper's runs).",
+      "algorithm (presets.impact_paper_presets lists what still differs from the paper's runs).",
       source="IMPALA Tables G.1, D.3; IMPACT section 4.3, Table 1", choices=PRESETS)
   total_environment_frames: Optional[int] = _preset(
       RUN, "Stop (and reach learning rate 0) after this many frames.",
@@ -145,14 +145,14 @@ class ExperimentSettings:
       "together in this process, otherwise one environment process. Environments in all: "
       "num_actors x envs_per_actor (the paper's \"48 actors\" are 48 environments, each "
       "with its own actor: e.g. 2 x 24 here). Atari preset: by the machine's cores "
-      "(config.atari_actor_layout).",
+      "(presets.atari_actor_layout).",
       "Table 1 (48); section 5.3.1 (150 for DMLab-30)", check=POSITIVE_INT)
   envs_per_actor: Optional[int] = _preset(
       RUN, "Environments each actor thread steps together, with one batched forward pass "
       "per step for all of them. Only Atari games run in groups (ale-py's vector "
       "environment, without sticky actions, at 84x84 with action repeat 4); every other "
       "level takes 1.", "not in the paper; Atari: by the machine's cores "
-      "(config.atari_actor_layout, benchmarks/RESULTS.md), else 1", check=POSITIVE_INT)
+      "(presets.atari_actor_layout, benchmarks/RESULTS.md), else 1", check=POSITIVE_INT)
   batched_inference: bool = setting(
       True, RUN, "Batch the actors' forward passes (dynamic_batching); false: each actor "
       "thread runs the network itself.", source="Table 1's comparison")

@@ -11,6 +11,7 @@ from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import evaluation
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import policies
+from scalable_agent_tf2 import presets
 from scalable_agent_tf2.environments import EnvironmentProcessDied, LevelCannotRun
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 from scalable_agent_tf2.environments.atari_vector import AtariVectorGroup
@@ -220,7 +221,7 @@ def test_seeded_evaluation_on_atari_groups_repeats():
 def test_envs_per_actor_is_for_atari_groups_only():
   atari = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari/pong"))
   assert atari.uses_atari_groups
-  assert atari.num_actors * atari.envs_per_actor >= config_lib.ATARI_ENVIRONMENTS
+  assert atari.num_actors * atari.envs_per_actor >= presets.ATARI_ENVIRONMENTS
   toy = config_lib.resolve(config_lib.ExperimentConfig(level_name="toy/lit_side"))
   assert not toy.uses_atari_groups and toy.envs_per_actor == 1
   sticky = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari/pong",
@@ -229,5 +230,5 @@ def test_envs_per_actor_is_for_atari_groups_only():
   with pytest.raises(ValueError, match="only Atari games"):
     config_lib.resolve(config_lib.ExperimentConfig(level_name="toy/lit_side",
                                                    envs_per_actor=4))
-  assert config_lib.atari_actor_layout(2) == dict(num_actors=2, envs_per_actor=24)
-  assert config_lib.atari_actor_layout(64) == dict(num_actors=48, envs_per_actor=1)
+  assert presets.atari_actor_layout(2) == dict(num_actors=2, envs_per_actor=24)
+  assert presets.atari_actor_layout(64) == dict(num_actors=48, envs_per_actor=1)

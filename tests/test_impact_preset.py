@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2 import config as config_lib
+from scalable_agent_tf2 import presets
 from scalable_agent_tf2 import runlog
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 
@@ -63,7 +64,7 @@ def test_without_the_preset_both_algorithms_keep_their_presets():
             batch_size=32, width=84, height=84, torso="shallow",
             max_grad_norm=40.0, epsilon=0.01, queue_capacity=128, preset="default",
             # Table 1's 48 environments in vector groups, one actor thread per core.
-            **config_lib.atari_actor_layout(os.cpu_count()))
+            **presets.atari_actor_layout(os.cpu_count()))
   impala = config_lib.config_from_argv([PONG])
   assert _values(impala, g1) == g1 and impala.baseline_cost == 0.5
   impact = config_lib.config_from_argv([PONG, "--algorithm=impact"])

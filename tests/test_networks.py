@@ -205,7 +205,7 @@ def test_bad_configs_are_rejected():
     networks.atari_config(num_actions=3, frame_shape=(84, 84))
 
 
-# The IMPACT paper's Atari network (section 4.3; networks.IMPACT_CNN_LAYERS).
+# The IMPACT paper's Atari network (section 4.3; torsos.IMPACT_CNN_LAYERS).
 IMPACT_CNN_CONFIG = networks.atari_config(num_actions=6, torso=networks.IMPACT_CNN,
                                           frame_shape=(42, 42, 4))
 

@@ -1,4 +1,4 @@
-"""settings.py is experiment.py's command line; config.py's presets follow the paper's tables."""
+"""settings.py is experiment.py's command line; presets.py's presets follow the paper's tables."""
 import dataclasses
 import math
 import os

@@ -17,6 +17,7 @@ from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import checkpoint_files
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import distributed
+from scalable_agent_tf2 import layers
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import replay_client
 from scalable_agent_tf2 import replay_service
@@ -41,8 +42,8 @@ class _Policy:
   """What trajectory_signature reads: an LSTM-like core state (c, h) of STATE_SIZE."""
 
   def initial_state(self):
-    return networks.LSTMState(c=np.zeros(STATE_SIZE, np.float32),
-                              h=np.zeros(STATE_SIZE, np.float32))
+    return layers.LSTMState(c=np.zeros(STATE_SIZE, np.float32),
+                            h=np.zeros(STATE_SIZE, np.float32))
 
 
 def signature(unroll_length=T):
@@ -66,8 +67,8 @@ def unroll(mark, starts=(), unroll_length=T):
       action=rng.integers(0, 3, steps).astype(np.int32),
       policy_logits=rng.normal(size=(steps, toy_environment.NUM_ACTIONS)).astype(np.float32),
       baseline=rng.normal(size=steps).astype(np.float32))
-  state = networks.LSTMState(c=np.full(STATE_SIZE, mark, np.float32),
-                             h=-np.full(STATE_SIZE, mark, np.float32))
+  state = layers.LSTMState(c=np.full(STATE_SIZE, mark, np.float32),
+                           h=-np.full(STATE_SIZE, mark, np.float32))
   return structures.Trajectory(level_name="toy", policy_version=mark, agent_state=state,
                                env_outputs=env_outputs, agent_outputs=agent_outputs)
 

@@ -27,6 +27,7 @@ from scalable_agent_tf2 import evaluation
 from scalable_agent_tf2 import input_pipeline
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import presets
 from scalable_agent_tf2 import runlog
 from scalable_agent_tf2 import training
 
@@ -83,7 +84,7 @@ def test_pipeline_learns_the_toy_task_and_logs_it(tmp_path):
   waiting = config.queue_capacity + config.batch_size + config.num_actors
   assert 0 <= progress[-1]["policy_lag"] <= waiting / config.batch_size + 1, progress[-1]
   # The learning rate anneals linearly to 0 over the frame budget (Table G.1).
-  assert progress[-1]["learning_rate"] < 0.1 * config_lib.presets("atari/pong")["learning_rate"]
+  assert progress[-1]["learning_rate"] < 0.1 * presets.presets("atari/pong")["learning_rate"]
   assert tf.io.gfile.glob(os.path.join(tmp_path, "events.out.tfevents.*"))
   assert os.path.exists(result.checkpoint + ".index")
 

@@ -38,6 +38,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import dynamic_batching  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2 import layers  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.structures import EnvOutput  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.structures import Observation  # pylint: disable=g-import-not-at-top
@@ -68,8 +69,8 @@ def actor_inputs(config, seed, rows=1):
       episode_step=np.zeros([rows], np.int32))
   state = ()
   if config.use_lstm:
-    state = networks.LSTMState(c=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32),
-                               h=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32))
+    state = layers.LSTMState(c=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32),
+                             h=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32))
   return np.zeros([rows], np.int32), env_output, state
 
 

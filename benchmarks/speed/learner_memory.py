@@ -10,7 +10,7 @@ environment is a stand-in with DeepMind Lab's spec (build_agent reads only its s
 The arithmetic printed next to it:
   * one batch: B x the bytes of one trajectory of the signature (frames dominate: 101 x
     72 x 96 x 3 bytes = 2.1 MB per trajectory);
-  * the actors' queue: --queue_capacity trajectories (4 batches, config.presets); the tf.data
+  * the actors' queue: --queue_capacity trajectories (4 batches, presets.presets); the tf.data
     pipeline holds one batch being built, one prefetched (input_pipeline.make_dataset) and the
     update's own;
   * the torso's activations kept for backprop: N = B x (T+1) frames times the float32 values
@@ -59,19 +59,20 @@ def activation_floats_per_frame(network_config):
   output and FC 256.
   """
   from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2 import torsos  # pylint: disable=g-import-not-at-top
   height, width, channels = network_config.frame_shape
   if network_config.torso == networks.SHALLOW:
-    h1, w1 = networks._valid_size(height, 8, 4), networks._valid_size(width, 8, 4)  # pylint: disable=protected-access
-    h2, w2 = networks._valid_size(h1, 4, 2), networks._valid_size(w1, 4, 2)  # pylint: disable=protected-access
-    return height * width * channels + h1 * w1 * 16 + h2 * w2 * 32 + networks.TORSO_OUTPUT_SIZE
+    h1, w1 = torsos._valid_size(height, 8, 4), torsos._valid_size(width, 8, 4)  # pylint: disable=protected-access
+    h2, w2 = torsos._valid_size(h1, 4, 2), torsos._valid_size(w1, 4, 2)  # pylint: disable=protected-access
+    return height * width * channels + h1 * w1 * 16 + h2 * w2 * 32 + torsos.TORSO_OUTPUT_SIZE
   if network_config.torso != networks.DEEP:
     raise ValueError(f"No activation formula for torso {network_config.torso!r}.")
   total = 0
-  for section_channels, num_blocks in networks.DEEP_SECTIONS:
+  for section_channels, num_blocks in torsos.DEEP_SECTIONS:
     total += height * width * channels + height * width * section_channels
     height, width, channels = -(-height // 2), -(-width // 2), section_channels
     total += height * width * channels * (1 + 2 * num_blocks)
-  return total + height * width * channels + networks.TORSO_OUTPUT_SIZE
+  return total + height * width * channels + torsos.TORSO_OUTPUT_SIZE
 
 
 class SpecOnlyEnvironment:

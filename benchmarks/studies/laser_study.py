@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks.studies import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from scalable_agent_tf2 import config as config_lib  # pylint: disable=wrong-import-position
+from scalable_agent_tf2 import presets  # pylint: disable=wrong-import-position
 from scalable_agent_tf2 import runlog  # pylint: disable=wrong-import-position
 
 # IMPALA section 5.2.2 replays half of every batch; LASER replays 7 of 8 (section 5.3) but its
@@ -39,7 +39,7 @@ def variants(threshold, level):
   # clip: --laser_replay's defaults; the recorded study in RESULTS.md ran this way).
   laser = dict(replay_fraction=REPLAY_FRACTION, laser_replay=True,
                replay_mixing="within_batch",
-               max_grad_norm=config_lib.presets(level)["max_grad_norm"])
+               max_grad_norm=presets.presets(level)["max_grad_norm"])
   return {"V-trace, online only": {},
           "uniform replay": uniform,
           "uniform replay + trust region": {**uniform, **trust_region},
@@ -85,7 +85,7 @@ def main():
     base["num_actors"] = args.num_actors
   base.update(runs.parse_extra_flags(args.extra_flags))
   seeds = runs.parse_seeds(args.seeds)
-  preset = config_lib.presets(args.level)
+  preset = presets.presets(args.level)
   steps_per_batch = (int(base.get("batch_size", preset["batch_size"])) *
                      int(base.get("unroll_length", preset["unroll_length"])))
   log = runs.command_log(args.output_dir)
