@@ -599,12 +599,12 @@ def gaussian_impala_loss_terms(learner_outputs, env_outputs, agent_outputs, conf
       clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
       trust_region_threshold=(config.trust_region_threshold if config.uses_trust_region
                               else None))
+  # As impala_loss_terms: rejected steps count for none of the losses (LASER section 4.3),
+  # the entropy's included, and entropy_mask keeps the online trajectories (section 5.1).
   mask = returns.trust_region_mask if config.uses_trust_region else None
-  entropy = gaussian.entropy_loss(
-      batch.learner_log_std,
-      None if entropy_mask is None else tf.broadcast_to(entropy_mask, tf.shape(batch.values)))
-  terms = _vtrace_loss_terms(returns, batch.values, mask, entropy)
-  return terms, returns
+  entropy = gaussian.entropy_loss(batch.learner_log_std,
+                                  entropy_steps(mask, entropy_mask, batch.values))
+  return _vtrace_loss_terms(returns, batch.values, mask, entropy), returns
 
 
 def gaussian_impact_loss_terms(learner_outputs, target_policy_params, env_outputs,

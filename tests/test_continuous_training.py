@@ -14,6 +14,7 @@ from scalable_agent_tf2 import assembly
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import continuous_networks
 from scalable_agent_tf2 import evaluation
+from scalable_agent_tf2 import gaussian
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import training
 from scalable_agent_tf2.environments import mujoco
@@ -256,3 +257,25 @@ def test_learner_update_on_a_gaussian_batch_trains_and_checks_shapes():
   with pytest.raises(ValueError, match="agent_outputs.action has shape"):
     learner.update((), env_outputs, agent_outputs._replace(
         action=agent_outputs.action[..., :1]))
+
+
+def test_gaussian_trust_region_leaves_rejected_steps_out_of_the_entropy_too():
+  # LASER section 4.3: rejected transitions count "for all estimates", the entropy's
+  # included; section 5.1: with entropy_mask, only the online trajectories' entropy counts.
+  env_outputs, agent_outputs, learner_outputs = _batch(3)
+  implied_kl = gaussian.implied_policy_kl(
+      agent_outputs.policy_mean[1:], agent_outputs.policy_log_std[1:],
+      learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1]).numpy()
+  threshold = float(np.median(implied_kl))
+  kept = (implied_kl <= threshold).astype(np.float32)  # Ground truth: steps at or below.
+  assert 0 < kept.sum() < kept.size
+  online = np.array([1, 1, 0], np.float32)
+  config = learner_lib.LearnerConfig(reward_clipping="none", trust_region_threshold=threshold)
+  entropy = np.sum(learner_outputs.policy_log_std[:-1] + 0.5 * math.log(2 * math.pi * math.e),
+                   -1)
+  for entropy_mask, steps in ((None, kept), (online, kept * online)):
+    terms, returns = learner_lib.gaussian_impala_loss_terms(
+        learner_outputs, env_outputs, agent_outputs, config, entropy_mask)
+    np.testing.assert_array_equal(returns.trust_region_mask, kept)
+    np.testing.assert_allclose(terms["entropy_loss"], -np.sum(entropy * steps), rtol=1e-5)
+    assert float(terms["trust_region_rejected"]) == kept.size - kept.sum()
