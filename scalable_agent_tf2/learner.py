@@ -231,7 +231,7 @@ class ImpactLearner(Learner):
   """
 
   def __init__(self, agent, config, impact_config=ImpactConfig(), jit_compile=None,
-               name="learner"):
+               name="learner", kl_target=None):
     """Args:
       agent: a networks.Agent (trained in place).
       config: a LearnerConfig (optimizer, discounting, reward clipping, baseline and
@@ -239,10 +239,23 @@ class ImpactLearner(Learner):
       impact_config: an ImpactConfig.
       jit_compile: compile the update with XLA; None chooses default_jit_compile().
       name: module name.
+      kl_target: None keeps impact_config.kl_cost fixed; a KL (IMPACT Table 2: 0.04) makes
+        the KL coefficient adaptive: it starts at kl_cost and, at every target-network
+        refresh, losses.adapted_kl_coefficient steers it by that step's mean KL, as RLlib's
+        APPO (which ran the paper's IMPACT) did.
     """
+    if kl_target is not None and not kl_target > 0:
+      raise ValueError(f"kl_target must be positive (or None: a fixed KL cost), got "
+                       f"{kl_target}.")
     super().__init__(agent, config, jit_compile=jit_compile, name=name)
     self.impact_config = impact_config
+    self.kl_target = kl_target
     with self.name_scope:
+      if kl_target is not None:
+        # Only an adaptive coefficient is a variable (the checkpoints of fixed-cost runs keep
+        # their variables); a checkpoint carries it, so a resumed run continues adapting.
+        self.kl_coefficient = tf.Variable(impact_config.kl_cost, dtype=tf.float32,
+                                          trainable=False, name="kl_coefficient")
       # The learner's kind of network (networks.Agent or continuous_networks.ContinuousAgent).
       self.target_agent = type(agent)(agent.config, name="target_agent")
       # Learner steps so far: the target network is refreshed when it is a multiple of the
@@ -293,7 +306,8 @@ class ImpactLearner(Learner):
     Returns:
       dict of scalars: as Learner.update plus kl_loss, ppo_clipped_fraction (steps whose PPO
       clip is active), target_worker_clipped_fraction (steps where mu / rho > pi_target) and
-      target_updated (whether the target network was refreshed after this step).
+      target_updated (whether the target network was refreshed after this step); with
+      kl_target also kl_coefficient (the one this step used).
     """
     env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
                                              agent_outputs)
@@ -311,6 +325,7 @@ class ImpactLearner(Learner):
   def _update(self, agent_state, env_outputs, agent_outputs, target_policy_logits,
               num_new_trajectories):
     config, impact = self.config, self.impact_config
+    kl_cost = impact.kl_cost if self.kl_target is None else self.kl_coefficient.read_value()
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
       loss_terms = (gaussian_impact_loss_terms if _is_gaussian(agent_outputs)
@@ -321,15 +336,21 @@ class ImpactLearner(Learner):
       # docstring).
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
                     + self.entropy_cost * terms["entropy_loss"]
-                    + impact.kl_cost * terms["kl_loss"])
+                    + kl_cost * terms["kl_loss"])
     gradients = tape.gradient(total_loss, self._variables)
     stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
                         num_new_trajectories)
     self.num_updates.assign_add(1)
-    target_updated = tf.cond(
-        tf.equal(self.num_updates % impact.target_update_period, 0), self._copy_to_target,
-        lambda: tf.constant(False))
-    return dict(stats, target_updated=target_updated, **diagnostics)
+    refresh = tf.equal(self.num_updates % impact.target_update_period, 0)
+    target_updated = tf.cond(refresh, self._copy_to_target, lambda: tf.constant(False))
+    if self.kl_target is None:
+      return dict(stats, target_updated=target_updated, **diagnostics)
+    # RLlib's APPO adapts the coefficient when it refreshes the target network, from the
+    # mean KL of the learner's last step (kl_loss is summed over the T x B steps).
+    mean_kl = terms["kl_loss"] / tf.cast(tf.size(env_outputs.reward[1:]), tf.float32)
+    self.kl_coefficient.assign(tf.where(
+        refresh, losses.adapted_kl_coefficient(kl_cost, mean_kl, self.kl_target), kl_cost))
+    return dict(stats, target_updated=target_updated, kl_coefficient=kl_cost, **diagnostics)
 
 
 _Aligned = collections.namedtuple(

@@ -46,6 +46,7 @@ def test_mujoco_levels_take_table_2s_presets():
   assert impact.target_update_period == 16 * 32
   assert impact.max_grad_norm == 0.5 * 1024 * 32  # Averaged loss's clip on our sum.
   assert (impact.ppo_clip, impact.kl_cost, impact.gae_lambda) == (0.4, 1.0, 0.995)
+  assert impact.kl_target == 0.04 and impala.kl_target is None  # Table 2, "KL Target".
 
 
 def test_frame_flags_are_refused_on_mujoco():
