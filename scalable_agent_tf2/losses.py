@@ -88,7 +88,7 @@ def entropy_loss(policy_logits, mask=None):
     policy_logits: float32 [T, B, NUM_ACTIONS].
     mask: None, or float32 [T, B]: 0 leaves a step out (LASER section 5.1: the entropy cost
       on online data only; section 4.3: not on steps the trust region rejects;
-      learner.entropy_steps).
+      loss_terms.entropy_steps).
 
   Returns:
     float32 scalar. The learner multiplies it by entropy_cost.

@@ -16,6 +16,7 @@ from scalable_agent_tf2 import continuous_networks
 from scalable_agent_tf2 import evaluation
 from scalable_agent_tf2 import gaussian
 from scalable_agent_tf2 import learner as learner_lib
+from scalable_agent_tf2 import loss_terms
 from scalable_agent_tf2 import training
 from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.structures import EnvOutput, GaussianAgentOutput, Observation
@@ -193,7 +194,7 @@ def _np_vtrace(log_rhos, discounts, rewards, values, bootstrap, lambda_=1.0):
 def test_gaussian_impala_loss_terms_match_numpy():
   env_outputs, agent_outputs, learner_outputs = _batch()
   config = learner_lib.LearnerConfig(reward_clipping="none", discounting=0.9)
-  terms, _ = learner_lib.gaussian_impala_loss_terms(learner_outputs, env_outputs,
+  terms, _ = loss_terms.gaussian_impala_loss_terms(learner_outputs, env_outputs,
                                                     agent_outputs, config)
   actions = agent_outputs.action[1:]
   log_pi = _np_log_prob(learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1],
@@ -223,7 +224,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
   on_policy = agent_outputs._replace(policy_mean=shifted(learner_outputs.policy_mean),
                                      policy_log_std=shifted(learner_outputs.policy_log_std))
   target = np.concatenate([learner_outputs.policy_mean, learner_outputs.policy_log_std], -1)
-  terms, diagnostics = learner_lib.gaussian_impact_loss_terms(
+  terms, diagnostics = loss_terms.gaussian_impact_loss_terms(
       learner_outputs, target, env_outputs, on_policy, config, impact)
   values = learner_outputs.baseline[:-1]
   discounts = 0.9 * (1.0 - env_outputs.done[1:])
@@ -237,7 +238,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
   # Another target: KL(pi_target || pi) in closed form.
   target_mean = target[..., :A] + 0.5
   target_log_std = target[..., A:] - 0.2
-  terms, _ = learner_lib.gaussian_impact_loss_terms(
+  terms, _ = loss_terms.gaussian_impact_loss_terms(
       learner_outputs, np.concatenate([target_mean, target_log_std], -1), env_outputs,
       on_policy, config, impact)
   p_mean, p_log_std = target_mean[:-1], target_log_std[:-1]
@@ -275,7 +276,7 @@ def test_gaussian_trust_region_leaves_rejected_steps_out_of_the_entropy_too():
   entropy = np.sum(learner_outputs.policy_log_std[:-1] + 0.5 * math.log(2 * math.pi * math.e),
                    -1)
   for entropy_mask, steps in ((None, kept), (online, kept * online)):
-    terms, returns = learner_lib.gaussian_impala_loss_terms(
+    terms, returns = loss_terms.gaussian_impala_loss_terms(
         learner_outputs, env_outputs, agent_outputs, config, entropy_mask)
     np.testing.assert_array_equal(returns.trust_region_mask, kept)
     np.testing.assert_allclose(terms["entropy_loss"], -np.sum(entropy * steps), rtol=1e-5)

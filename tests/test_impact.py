@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from benchmarks import random_data
 from scalable_agent_tf2 import learner
+from scalable_agent_tf2 import loss_terms
 from scalable_agent_tf2 import losses
 from scalable_agent_tf2 import networks
 
@@ -112,9 +113,9 @@ def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas(
     target_logits = update.target_policy_logits(state, env_outputs, agent_outputs)
     with tf.GradientTape(persistent=True) as tape:
       outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
-      impact_terms, diagnostics = learner.impact_loss_terms(
+      impact_terms, diagnostics = loss_terms.impact_loss_terms(
           outputs, target_logits, env_outputs, agent_outputs, config, impact_config)
-      impala_terms, impala_returns = learner.impala_loss_terms(outputs, env_outputs,
+      impala_terms, impala_returns = loss_terms.impala_loss_terms(outputs, env_outputs,
                                                                agent_outputs, config)
       impact_total = (impact_terms["pg_loss"] + config.baseline_cost
                       * impact_terms["baseline_loss"] + config.entropy_cost
