@@ -194,7 +194,8 @@ def make_learner(config, agent, strategy=None):
   with --algorithm=impact (one learner: config.resolve checks)."""
   if config.algorithm == learner_lib.IMPACT:
     return learner_lib.ImpactLearner(agent, config.learner_config(), config.impact_config(),
-                                     jit_compile=config.jit_compile_choice())
+                                     jit_compile=config.jit_compile_choice(),
+                                     kl_target=config.kl_target)
   return learner_lib.Learner(agent, config.learner_config(),
                              jit_compile=config.jit_compile_choice(), strategy=strategy)
 

@@ -298,6 +298,9 @@ class LearnerInput:
       print_fn(f"IMPACT: circular buffer of N = {config.circular_buffer_size} batch(es), each "
                f"used K = {config.circular_buffer_max_uses} times; target network refreshed "
                f"every {config.target_update_period} learner steps.")
+      if config.kl_target is not None:
+        print_fn(f"IMPACT: KL coefficient {config.kl_cost} adapting towards a mean KL of "
+                 f"{config.kl_target} at each target refresh.")
     if config.laser_replay:
       self.replay = shared_replay
       if self.replay is None and config.shared_replay_address:

@@ -5,27 +5,20 @@
 `Learner` is IMPALA's; `ImpactLearner` is IMPACT's (Luo et al., 2020): the same step with a
 target network and the clipped target-worker surrogate.
 
-The indexing follows the released code's actor loop: step t of a trajectory holds the agent
-output whose action was taken at observation t-1 and the environment output that action led
-to. So, for t = 0..T-1, the action taken at observation t is agent_outputs.action[t+1], its
-reward env_outputs.reward[t+1], and the learner's policy and value at observation t come from
-unrolling over all T+1 observations; V(x_T) bootstraps.
+The loss terms of a batch (and how its steps are indexed) are loss_terms.py's; the checks of
+a batch's shapes, batch_checks.py's.
 """
-import collections
 import contextlib
 import dataclasses
 
 import tensorflow as tf
 
+from scalable_agent_tf2 import batch_checks
 from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import gaussian
+from scalable_agent_tf2 import loss_terms
 from scalable_agent_tf2 import losses
-from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import optimizers
 from scalable_agent_tf2 import settings
-from scalable_agent_tf2 import vtrace
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
-from scalable_agent_tf2.structures import Observation
 
 # The learner's configs are TensorFlow-free (config.py builds them from settings.py); they are
 # re-exported here for the learner's callers.
@@ -117,16 +110,16 @@ class Learner(tf.Module):
         as environment frames (the frame budget and the learning-rate schedule).
       entropy_mask: None (the entropy cost on every trajectory), or float32 [B]: 1 for the
         trajectories the entropy cost applies to (LASER section 5.1: online ones only;
-        online_mask). One learner only.
+        loss_terms.online_mask). One learner only.
 
     Returns:
       dict of scalars: total_loss, pg_loss, baseline_loss, entropy_loss, learning_rate (the
       one used for this step), grad_norm (before clipping), num_env_frames (after the step);
       with a trust region also trust_region_rejected (number of rejected steps).
     """
-    env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
-                                             agent_outputs)
-    num_new = _num_new_trajectories(num_new_trajectories, env_outputs)
+    env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
+                                                          env_outputs, agent_outputs)
+    num_new = batch_checks.checked_num_new_trajectories(num_new_trajectories, env_outputs)
     if entropy_mask is not None:
       if self.strategy is not None:
         raise ValueError("entropy_mask needs a single learner (LASER replay refuses several).")
@@ -149,9 +142,9 @@ class Learner(tf.Module):
     config = self.config
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
-      loss_terms = (gaussian_impala_loss_terms if _is_gaussian(agent_outputs)
-                    else impala_loss_terms)
-      terms, _ = loss_terms(learner_outputs, env_outputs, agent_outputs, config, entropy_mask)
+      terms_of = (loss_terms.gaussian_impala_loss_terms if loss_terms.is_gaussian(agent_outputs)
+                  else loss_terms.impala_loss_terms)
+      terms, _ = terms_of(learner_outputs, env_outputs, agent_outputs, config, entropy_mask)
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
                     + self.entropy_cost * terms["entropy_loss"])
     return total_loss, terms, tape.gradient(total_loss, self._variables)
@@ -224,14 +217,14 @@ class ImpactLearner(Learner):
   optimizer is IMPALA's RMSProp with TF1 semantics, whose settings assume summed losses: its
   mean square starts at 1, so the gradients of a mean (M = 640 times smaller) barely move the
   parameters for hundreds of steps. Table 1's learning rate and gradient clipping go with
-  averaged losses and an optimizer the paper does not name; config.py keeps the level's
+  averaged losses and an optimizer the paper does not name; presets.py keeps the level's
   IMPALA values for both algorithms instead (as Table 1 gives IMPACT and IMPALA the same
   learning rate). On the toy task of tests/, averaged losses with Table 1's values did not
   learn in 100k frames; summed ones with the level's values learn it in about 20k.
   """
 
   def __init__(self, agent, config, impact_config=ImpactConfig(), jit_compile=None,
-               name="learner"):
+               name="learner", kl_target=None):
     """Args:
       agent: a networks.Agent (trained in place).
       config: a LearnerConfig (optimizer, discounting, reward clipping, baseline and
@@ -239,10 +232,23 @@ class ImpactLearner(Learner):
       impact_config: an ImpactConfig.
       jit_compile: compile the update with XLA; None chooses default_jit_compile().
       name: module name.
+      kl_target: None keeps impact_config.kl_cost fixed; a KL (IMPACT Table 2: 0.04) makes
+        the KL coefficient adaptive: it starts at kl_cost and, at every target-network
+        refresh, losses.adapted_kl_coefficient steers it by that step's mean KL, as RLlib's
+        APPO (which ran the paper's IMPACT) did.
     """
+    if kl_target is not None and not kl_target > 0:
+      raise ValueError(f"kl_target must be positive (or None: a fixed KL cost), got "
+                       f"{kl_target}.")
     super().__init__(agent, config, jit_compile=jit_compile, name=name)
     self.impact_config = impact_config
+    self.kl_target = kl_target
     with self.name_scope:
+      if kl_target is not None:
+        # Only an adaptive coefficient is a variable (the checkpoints of fixed-cost runs keep
+        # their variables); a checkpoint carries it, so a resumed run continues adapting.
+        self.kl_coefficient = tf.Variable(impact_config.kl_cost, dtype=tf.float32,
+                                          trainable=False, name="kl_coefficient")
       # The learner's kind of network (networks.Agent or continuous_networks.ContinuousAgent).
       self.target_agent = type(agent)(agent.config, name="target_agent")
       # Learner steps so far: the target network is refreshed when it is a multiple of the
@@ -270,15 +276,15 @@ class ImpactLearner(Learner):
     Returns:
       float32 [T+1, B, NUM_ACTIONS], from the target network unrolled from agent_state.
     """
-    env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
-                                             agent_outputs)
+    env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
+                                                          env_outputs, agent_outputs)
     return self._compiled_target_logits(agent_state, env_outputs, agent_outputs.action)
 
   def _target_logits(self, agent_state, env_outputs, actions):
     outputs, _ = self.target_agent.unroll(actions, env_outputs, agent_state)
     if hasattr(outputs, "policy_logits"):
       return outputs.policy_logits
-    return _gaussian_params(outputs)
+    return loss_terms.gaussian_params(outputs)
 
   def update(self, agent_state, env_outputs, agent_outputs, target_policy_logits,
              num_new_trajectories=None):
@@ -293,379 +299,48 @@ class ImpactLearner(Learner):
     Returns:
       dict of scalars: as Learner.update plus kl_loss, ppo_clipped_fraction (steps whose PPO
       clip is active), target_worker_clipped_fraction (steps where mu / rho > pi_target) and
-      target_updated (whether the target network was refreshed after this step).
+      target_updated (whether the target network was refreshed after this step); with
+      kl_target also kl_coefficient (the one this step used).
     """
-    env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
-                                             agent_outputs)
+    env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
+                                                          env_outputs, agent_outputs)
     target_policy_logits = tf.convert_to_tensor(target_policy_logits, tf.float32)
-    behaviour_params = (_gaussian_params(agent_outputs) if _is_gaussian(agent_outputs)
-                        else agent_outputs.policy_logits)
+    behaviour_params = (loss_terms.gaussian_params(agent_outputs)
+                        if loss_terms.is_gaussian(agent_outputs) else agent_outputs.policy_logits)
     if not target_policy_logits.shape.is_compatible_with(behaviour_params.shape):
       raise ValueError(f"target_policy_logits has shape {target_policy_logits.shape}, "
                        f"expected {behaviour_params.shape} (like the behaviour policy's "
                        f"logits, or its mean and log_std concatenated).")
-    num_new = _num_new_trajectories(num_new_trajectories, env_outputs)
+    num_new = batch_checks.checked_num_new_trajectories(num_new_trajectories, env_outputs)
     return self._compiled_update(agent_state, env_outputs, agent_outputs,
                                  target_policy_logits, num_new)
 
   def _update(self, agent_state, env_outputs, agent_outputs, target_policy_logits,
               num_new_trajectories):
     config, impact = self.config, self.impact_config
+    kl_cost = impact.kl_cost if self.kl_target is None else self.kl_coefficient.read_value()
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
-      loss_terms = (gaussian_impact_loss_terms if _is_gaussian(agent_outputs)
-                    else impact_loss_terms)
-      terms, diagnostics = loss_terms(learner_outputs, target_policy_logits, env_outputs,
-                                      agent_outputs, config, impact)
+      terms_of = (loss_terms.gaussian_impact_loss_terms if loss_terms.is_gaussian(agent_outputs)
+                  else loss_terms.impact_loss_terms)
+      terms, diagnostics = terms_of(learner_outputs, target_policy_logits, env_outputs,
+                                    agent_outputs, config, impact)
       # Summed over T and B like IMPALA's terms (Algorithm 1 line 8 averages: see the class
       # docstring).
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
                     + self.entropy_cost * terms["entropy_loss"]
-                    + impact.kl_cost * terms["kl_loss"])
+                    + kl_cost * terms["kl_loss"])
     gradients = tape.gradient(total_loss, self._variables)
     stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
                         num_new_trajectories)
     self.num_updates.assign_add(1)
-    target_updated = tf.cond(
-        tf.equal(self.num_updates % impact.target_update_period, 0), self._copy_to_target,
-        lambda: tf.constant(False))
-    return dict(stats, target_updated=target_updated, **diagnostics)
-
-
-_Aligned = collections.namedtuple(
-    "_Aligned", "learner_logits values bootstrap_value actions behaviour_logits rewards "
-    "discounts")
-
-
-def _aligned(learner_outputs, env_outputs, agent_outputs, config):
-  """A batch aligned to "observation t, the action taken there, its reward", t = 0..T-1
-  (module docstring): logits and actions [T, B(, A)], values, rewards (clipped), discounts
-  [T, B] (0 after an episode's end), bootstrap value V(x_T) [B]."""
-  rewards, discounts = _rewards_and_discounts(env_outputs, config)
-  return _Aligned(
-      learner_logits=learner_outputs.policy_logits[:-1],
-      values=learner_outputs.baseline[:-1],
-      bootstrap_value=learner_outputs.baseline[-1],
-      actions=agent_outputs.action[1:],
-      behaviour_logits=agent_outputs.policy_logits[1:],
-      rewards=rewards, discounts=discounts)
-
-
-def _rewards_and_discounts(env_outputs, config):
-  """Rewards (clipped) and discounts [T, B] of steps 1..T (discount 0 after an episode's end:
-  no bootstrapping across an episode boundary)."""
-  return (losses.clip_rewards(env_outputs.reward[1:], config.reward_clipping),
-          tf.cast(~tf.cast(env_outputs.done[1:], tf.bool), tf.float32) * config.discounting)
-
-
-def online_mask(batch_size, num_replayed):
-  """float32 [B]: 1 for a batch's online trajectories, 0 for its replayed ones (the last
-  num_replayed: buffers.ReplayMixer, buffers.EpisodeMixer)."""
-  return tf.concat([tf.ones([batch_size - num_replayed]), tf.zeros([num_replayed])], 0)
-
-
-def entropy_steps(trust_region_mask, entropy_mask, like):
-  """float32 [T, B] (or None: every step): the steps whose entropy counts.
-
-  Those the trust region kept (trust_region_mask [T, B], LASER section 4.3: rejected
-  transitions count "for all estimates") of the trajectories entropy_mask [B] selects
-  (section 5.1: online ones only); `like` gives [T, B] for a mask given per trajectory.
-  """
-  if entropy_mask is None:
-    return trust_region_mask
-  per_step = tf.broadcast_to(tf.cast(entropy_mask, tf.float32), tf.shape(like))
-  return per_step if trust_region_mask is None else per_step * trust_region_mask
-
-
-def _vtrace_loss_terms(returns, values, mask, entropy_loss):
-  """The policy-gradient and baseline losses of V-trace's returns (section 4.2), the given
-  entropy loss, and the count of steps LASER's trust region rejected (mask [T, B] or None)."""
-  terms = dict(
-      pg_loss=losses.policy_gradient_loss(returns.target_action_log_probs,
-                                          returns.pg_advantages, mask),
-      baseline_loss=losses.baseline_loss(returns.vs - values, mask),
-      entropy_loss=entropy_loss)
-  if mask is not None:
-    terms["trust_region_rejected"] = tf.reduce_sum(1.0 - mask)
-  return terms
-
-
-def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config, entropy_mask=None):
-  """The three unweighted IMPALA loss terms (section 4.2) of one batch.
-
-  Args:
-    learner_outputs: networks.NetworkOutput of [T+1, B, ...] from the learner's unroll.
-    env_outputs: EnvOutput of [T+1, B, ...].
-    agent_outputs: AgentOutput of [T+1, B, ...] (the behaviour policy mu).
-    config: LearnerConfig.
-    entropy_mask: None, or float32 [B]: the trajectories whose entropy counts (LASER
-      section 5.1: online data only).
-
-  Returns:
-    (dict with float32 scalars pg_loss, baseline_loss, entropy_loss (sums over T and B) and,
-     with a trust region, trust_region_rejected (steps left out of the policy-gradient,
-     baseline and entropy losses), the vtrace.VTraceFromLogitsReturns
-     they were computed from ([T, B] each)).
-  """
-  batch = _aligned(learner_outputs, env_outputs, agent_outputs, config)
-  returns = vtrace.from_logits(
-      behaviour_policy_logits=batch.behaviour_logits,
-      target_policy_logits=batch.learner_logits, actions=batch.actions,
-      discounts=batch.discounts, rewards=batch.rewards, values=batch.values,
-      bootstrap_value=batch.bootstrap_value, clip_rho_threshold=config.clip_rho_threshold,
-      clip_pg_rho_threshold=config.clip_pg_rho_threshold,
-      clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
-      off_policy_correction=config.off_policy_correction,
-      trust_region_threshold=(config.trust_region_threshold if config.uses_trust_region
-                              else None))
-  # LASER section 4.3: rejected transitions count for none of the losses ("we reject
-  # transitions entirely for all estimates"). (Without a trust region, mask None: exactly
-  # IMPALA's graph.)
-  mask = returns.trust_region_mask if config.uses_trust_region else None
-  entropy = losses.entropy_loss(batch.learner_logits,
-                                entropy_steps(mask, entropy_mask, batch.rewards))
-  return _vtrace_loss_terms(returns, batch.values, mask, entropy), returns
-
-
-def impact_loss_terms(learner_outputs, target_policy_logits, env_outputs, agent_outputs,
-                      config, impact_config):
-  """IMPACT's unweighted loss terms of one batch (IMPACT paper, Algorithm 1 line 8), summed
-  over T and B like impala_loss_terms (see ImpactLearner).
-
-  Args:
-    learner_outputs: networks.NetworkOutput of [T+1, B, ...] from the learner's unroll.
-    target_policy_logits: float32 [T+1, B, NUM_ACTIONS], the target network's (constant).
-    env_outputs: EnvOutput of [T+1, B, ...].
-    agent_outputs: AgentOutput of [T+1, B, ...] (the workers' policy mu).
-    config: LearnerConfig (reward clipping, discounting, rho_bar and c_bar of the advantages).
-    impact_config: ImpactConfig.
-
-  Returns:
-    (dict of float32 scalars: pg_loss (the clipped surrogate of r = pi / max(pi_target,
-     mu / rho) and the V-trace GAE-lambda advantages of pi_target against mu), baseline_loss
-     (0.5 sum (V + A - V(x))^2, section 3.1's value target), entropy_loss (sum pi log pi),
-     kl_loss (sum KL(pi_target || pi));
-     dict of float32 scalars: ppo_clipped_fraction, target_worker_clipped_fraction).
-  """
-  batch = _aligned(learner_outputs, env_outputs, agent_outputs, config)
-  target_logits = tf.stop_gradient(target_policy_logits[:-1])
-  log_probs = lambda logits: vtrace.log_probs_from_logits_and_actions(logits, batch.actions)
-  return _impact_terms(
-      batch, log_probs(batch.learner_logits), log_probs(target_logits),
-      log_probs(batch.behaviour_logits), config, impact_config,
-      entropy_loss=losses.entropy_loss(batch.learner_logits),
-      kl_loss=losses.kl_divergence(target_logits, batch.learner_logits))
-
-
-def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs, config,
-                  impact_config, entropy_loss, kl_loss):
-  """impact_loss_terms from the log-probabilities of the taken actions [T, B] under pi,
-  pi_target and mu (any action space), and the entropy and KL terms."""
-  returns = vtrace.gae_from_importance_weights(
-      target_log_probs - behaviour_log_probs, batch.discounts, batch.rewards, batch.values,
-      batch.bootstrap_value, lambda_=impact_config.gae_lambda,
-      clip_rho_threshold=config.clip_rho_threshold, clip_c_threshold=config.clip_c_threshold)
-  beta = 1.0 / impact_config.target_worker_clipping  # Section 3.1: beta = 1 / rho.
-  log_ratios = losses.impact_log_ratio(action_log_probs, target_log_probs,
-                                       behaviour_log_probs, beta)
-  terms = dict(
-      pg_loss=losses.clipped_surrogate_loss(log_ratios, returns.pg_advantages,
-                                            impact_config.ppo_clip),
-      baseline_loss=losses.baseline_loss(returns.vs - batch.values),
-      entropy_loss=entropy_loss, kl_loss=kl_loss)
-  fraction = lambda mask: tf.reduce_mean(tf.cast(mask, tf.float32))
-  diagnostics = dict(
-      ppo_clipped_fraction=fraction(
-          tf.abs(tf.exp(log_ratios) - 1.0) > impact_config.ppo_clip),
-      target_worker_clipped_fraction=fraction(
-          tf.math.log(beta) + behaviour_log_probs > target_log_probs))
-  return terms, diagnostics
-
-
-def _num_new_trajectories(num_new_trajectories, env_outputs):
-  """int64 scalar: the batch's new trajectories (None: all B), checked against B."""
-  if num_new_trajectories is None:
-    return tf.cast(tf.shape(env_outputs.reward)[1], tf.int64)
-  batch_size = env_outputs.reward.shape[1]
-  if batch_size is not None and not 0 <= int(num_new_trajectories) <= batch_size:
-    raise ValueError(f"num_new_trajectories must be in [0, {batch_size}] (the batch size), "
-                     f"got {num_new_trajectories}.")
-  return tf.constant(int(num_new_trajectories), tf.int64)
-
-
-def check_batch(network_config, agent_state, env_outputs, agent_outputs):
-  """Validates a learner batch against the network, with messages that name the field.
-
-  Returns (env_outputs, agent_outputs) with every field converted to a tensor.
-  Raises ValueError (or TypeError) on a malformed batch.
-  """
-  if not isinstance(env_outputs, EnvOutput) or not isinstance(
-      env_outputs.observation, Observation):
-    raise TypeError("env_outputs must be an EnvOutput whose observation is an Observation.")
-  if _is_gaussian(agent_outputs):
-    return check_gaussian_batch(network_config, agent_state, env_outputs, agent_outputs)
-  if not isinstance(agent_outputs, AgentOutput):
-    raise TypeError("agent_outputs must be an AgentOutput (or a GaussianAgentOutput).")
-  env_outputs = tf.nest.map_structure(tf.convert_to_tensor, env_outputs)
-  agent_outputs = tf.nest.map_structure(tf.convert_to_tensor, agent_outputs)
-
-  reward_shape = env_outputs.reward.shape
-  if reward_shape.rank != 2 or reward_shape[0] is None or reward_shape[0] < 2:
-    raise ValueError(
-        f"env_outputs.reward must be [T+1, B] with T >= 1, got shape {reward_shape}.")
-  leading = reward_shape[:2]
-  frame_shape = tuple(network_config.frame_shape)
-  expected = {
-      "env_outputs.done": (env_outputs.done, ()),
-      "env_outputs.observation.frame": (env_outputs.observation.frame, frame_shape),
-      "agent_outputs.action": (agent_outputs.action, ()),
-      "agent_outputs.policy_logits": (agent_outputs.policy_logits,
-                                      (network_config.num_actions,)),
-      "agent_outputs.baseline": (agent_outputs.baseline, ()),
-  }
-  if network_config.use_instruction:
-    expected["env_outputs.observation.instruction"] = (
-        env_outputs.observation.instruction, (networks.MAX_INSTRUCTION_WORDS,))
-  for name, (tensor, trailing) in expected.items():
-    want = tf.TensorShape(list(leading) + list(trailing))
-    if not tensor.shape.is_compatible_with(want):
-      raise ValueError(f"{name} has shape {tensor.shape}, expected {want} "
-                       "([T+1, B] like env_outputs.reward, then the network's shape).")
-  if env_outputs.observation.frame.dtype != tf.uint8:
-    raise ValueError(f"env_outputs.observation.frame must be uint8, got "
-                     f"{env_outputs.observation.frame.dtype.name}.")
-  if not agent_outputs.action.dtype.is_integer:
-    raise ValueError(f"agent_outputs.action must be an integer tensor, got "
-                     f"{agent_outputs.action.dtype.name}.")
-  batch = leading[1]
-  for index, state in enumerate(tf.nest.flatten(agent_state)):
-    state = tf.convert_to_tensor(state)
-    if state.shape.rank < 1 or not state.shape[:1].is_compatible_with([batch]):
-      raise ValueError(f"agent_state component {index} has shape {state.shape}; its first "
-                       f"dimension must be the batch size {batch}.")
-  return env_outputs, agent_outputs
-
-
-# ---------------------------------------------------------------------------------------------
-# Gaussian policies (continuous actions; the IMPACT paper's section 4.3): the counterparts of
-# impala_loss_terms, impact_loss_terms and check_batch (gaussian.py's functions in place of
-# the logits' ones).
-# ---------------------------------------------------------------------------------------------
-
-_GaussianAligned = collections.namedtuple(
-    "_GaussianAligned", "learner_mean learner_log_std values bootstrap_value actions "
-    "behaviour_mean behaviour_log_std rewards discounts")
-
-
-def _is_gaussian(outputs):
-  return isinstance(outputs, GaussianAgentOutput)
-
-
-def _gaussian_params(outputs):
-  """[..., 2A]: the policy's mean and log_std concatenated (IMPACT's target "logits")."""
-  return tf.concat([outputs.policy_mean, outputs.policy_log_std], axis=-1)
-
-
-def _gaussian_aligned(learner_outputs, env_outputs, agent_outputs, config):
-  """_aligned for a Gaussian batch: means, log_stds and (unclipped) actions [T, B, A]."""
-  rewards, discounts = _rewards_and_discounts(env_outputs, config)
-  return _GaussianAligned(
-      learner_mean=learner_outputs.policy_mean[:-1],
-      learner_log_std=learner_outputs.policy_log_std[:-1],
-      values=learner_outputs.baseline[:-1], bootstrap_value=learner_outputs.baseline[-1],
-      actions=agent_outputs.action[1:], behaviour_mean=agent_outputs.policy_mean[1:],
-      behaviour_log_std=agent_outputs.policy_log_std[1:], rewards=rewards,
-      discounts=discounts)
-
-
-def gaussian_impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config,
-                               entropy_mask=None):
-  """impala_loss_terms for a Gaussian policy: V-trace from mu's and pi's densities of the
-  unclipped actions (gaussian.from_gaussian_params), the entropy of pi (gaussian.entropy_loss)
-  and LASER's trust region with the Monte-Carlo implied KL (gaussian.implied_policy_kl).
-
-  Args and returns: as impala_loss_terms, with continuous_networks.GaussianNetworkOutput and
-  structures.GaussianAgentOutput in place of the logits' outputs.
-  """
-  if config.off_policy_correction != settings.VTRACE:
-    raise ValueError(f"off_policy_correction={config.off_policy_correction!r} is IMPALA's "
-                     "discrete-action ablation (Table 2); Gaussian policies use 'vtrace'.")
-  batch = _gaussian_aligned(learner_outputs, env_outputs, agent_outputs, config)
-  returns = gaussian.from_gaussian_params(
-      batch.behaviour_mean, batch.behaviour_log_std, batch.learner_mean,
-      batch.learner_log_std, batch.actions, batch.discounts, batch.rewards, batch.values,
-      batch.bootstrap_value, clip_rho_threshold=config.clip_rho_threshold,
-      clip_pg_rho_threshold=config.clip_pg_rho_threshold,
-      clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
-      trust_region_threshold=(config.trust_region_threshold if config.uses_trust_region
-                              else None))
-  mask = returns.trust_region_mask if config.uses_trust_region else None
-  entropy = gaussian.entropy_loss(
-      batch.learner_log_std,
-      None if entropy_mask is None else tf.broadcast_to(entropy_mask, tf.shape(batch.values)))
-  terms = _vtrace_loss_terms(returns, batch.values, mask, entropy)
-  return terms, returns
-
-
-def gaussian_impact_loss_terms(learner_outputs, target_policy_params, env_outputs,
-                               agent_outputs, config, impact_config):
-  """impact_loss_terms for a Gaussian policy: the log-probabilities of the unclipped actions
-  under pi, pi_target and mu (gaussian.log_probs_from_params_and_actions), the entropy of pi
-  and KL(pi_target || pi) in closed form (gaussian.kl_divergence).
-
-  Args:
-    target_policy_params: float32 [T+1, B, 2A], the target network's mean and log_std
-      concatenated (ImpactLearner.target_policy_logits; constant).
-    The others: as impact_loss_terms.
-  """
-  batch = _gaussian_aligned(learner_outputs, env_outputs, agent_outputs, config)
-  target_mean, target_log_std = tf.split(tf.stop_gradient(target_policy_params[:-1]), 2,
-                                         axis=-1)
-  log_probs = lambda mean, log_std: gaussian.log_probs_from_params_and_actions(
-      mean, log_std, batch.actions)
-  return _impact_terms(
-      batch, log_probs(batch.learner_mean, batch.learner_log_std),
-      log_probs(target_mean, target_log_std),
-      log_probs(batch.behaviour_mean, batch.behaviour_log_std), config, impact_config,
-      entropy_loss=gaussian.entropy_loss(batch.learner_log_std),
-      kl_loss=gaussian.kl_divergence(target_mean, target_log_std, batch.learner_mean,
-                                     batch.learner_log_std))
-
-
-def check_gaussian_batch(network_config, agent_state, env_outputs, agent_outputs):
-  """check_batch for a Gaussian agent's batch: float32 observations [T+1, B, O], actions and
-  mu's mean and log_std [T+1, B, A]."""
-  if not isinstance(env_outputs, EnvOutput) or not isinstance(
-      env_outputs.observation, Observation):
-    raise TypeError("env_outputs must be an EnvOutput whose observation is an Observation.")
-  if not hasattr(network_config, "action_size"):
-    raise ValueError("A GaussianAgentOutput batch needs a continuous agent "
-                     "(continuous_networks.ContinuousAgent).")
-  env_outputs = tf.nest.map_structure(tf.convert_to_tensor, env_outputs)
-  agent_outputs = tf.nest.map_structure(tf.convert_to_tensor, agent_outputs)
-  reward_shape = env_outputs.reward.shape
-  if reward_shape.rank != 2 or reward_shape[0] is None or reward_shape[0] < 2:
-    raise ValueError(
-        f"env_outputs.reward must be [T+1, B] with T >= 1, got shape {reward_shape}.")
-  leading = list(reward_shape[:2])
-  action = [network_config.action_size]
-  expected = {
-      "env_outputs.done": (env_outputs.done, []),
-      "env_outputs.observation.frame": (env_outputs.observation.frame,
-                                        [network_config.observation_size]),
-      "agent_outputs.action": (agent_outputs.action, action),
-      "agent_outputs.policy_mean": (agent_outputs.policy_mean, action),
-      "agent_outputs.policy_log_std": (agent_outputs.policy_log_std, action),
-      "agent_outputs.baseline": (agent_outputs.baseline, []),
-  }
-  for name, (tensor, trailing) in expected.items():
-    want = tf.TensorShape(leading + trailing)
-    if not tensor.shape.is_compatible_with(want):
-      raise ValueError(f"{name} has shape {tensor.shape}, expected {want} "
-                       "([T+1, B] like env_outputs.reward, then the network's shape).")
-  for name, tensor in (("env_outputs.observation.frame", env_outputs.observation.frame),
-                       ("agent_outputs.action", agent_outputs.action)):
-    if tensor.dtype != tf.float32:
-      raise ValueError(f"{name} must be float32 for a Gaussian agent, got "
-                       f"{tensor.dtype.name}.")
-  return env_outputs, agent_outputs
+    refresh = tf.equal(self.num_updates % impact.target_update_period, 0)
+    target_updated = tf.cond(refresh, self._copy_to_target, lambda: tf.constant(False))
+    if self.kl_target is None:
+      return dict(stats, target_updated=target_updated, **diagnostics)
+    # RLlib's APPO adapts the coefficient when it refreshes the target network, from the
+    # mean KL of the learner's last step (kl_loss is summed over the T x B steps).
+    mean_kl = terms["kl_loss"] / tf.cast(tf.size(env_outputs.reward[1:]), tf.float32)
+    self.kl_coefficient.assign(tf.where(
+        refresh, losses.adapted_kl_coefficient(kl_cost, mean_kl, self.kl_target), kl_cost))
+    return dict(stats, target_updated=target_updated, kl_coefficient=kl_cost, **diagnostics)

@@ -88,7 +88,7 @@ def entropy_loss(policy_logits, mask=None):
     policy_logits: float32 [T, B, NUM_ACTIONS].
     mask: None, or float32 [T, B]: 0 leaves a step out (LASER section 5.1: the entropy cost
       on online data only; section 4.3: not on steps the trust region rejects;
-      learner.entropy_steps).
+      loss_terms.entropy_steps).
 
   Returns:
     float32 scalar. The learner multiplies it by entropy_cost.
@@ -157,3 +157,31 @@ def kl_divergence(p_logits, q_logits):
   """
   log_p = tf.stop_gradient(tf.nn.log_softmax(p_logits))
   return tf.reduce_sum(tf.exp(log_p) * (log_p - tf.nn.log_softmax(q_logits)))
+
+
+# PPO's adaptive KL penalty (Schulman et al., 2017, section 4) as the IMPACT paper's code base,
+# RLlib (2019), applies it to IMPACT's KL coefficient (Table 2: "KL Coeff" 1.0, "KL Target"
+# 0.04): scaled by 1.5 when the measured KL exceeds twice the target, halved when it is below
+# half of it. (PPO's paper scales by 2 and compares with target x / 1.5; RLlib's factors are
+# the ones the IMPACT runs used.)
+KL_COEFFICIENT_INCREASE = 1.5
+KL_COEFFICIENT_DECREASE = 0.5
+
+
+def adapted_kl_coefficient(kl_coefficient, mean_kl, kl_target):
+  """The KL coefficient after one adaptation step (constants above).
+
+  Args:
+    kl_coefficient: float32 scalar, the coefficient now.
+    mean_kl: float32 scalar, KL(pi_target || pi) averaged over a batch's steps.
+    kl_target: float, the KL the coefficient steers towards (> 0).
+
+  Returns:
+    float32 scalar: x1.5 if mean_kl > 2 kl_target, x0.5 if mean_kl < kl_target / 2, else
+    unchanged.
+  """
+  kl_coefficient = tf.convert_to_tensor(kl_coefficient, tf.float32)
+  mean_kl = tf.convert_to_tensor(mean_kl, tf.float32)
+  return tf.where(mean_kl > 2.0 * kl_target, KL_COEFFICIENT_INCREASE * kl_coefficient,
+                  tf.where(mean_kl < 0.5 * kl_target,
+                           KL_COEFFICIENT_DECREASE * kl_coefficient, kl_coefficient))

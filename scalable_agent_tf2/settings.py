@@ -304,6 +304,13 @@ class ExperimentSettings:
   kl_cost: Optional[float] = _preset(IMPACT_TOPIC, "Weight of KL(pi_target || pi).",
                                      "IMPACT Table 1: 0.0", check=NON_NEGATIVE,
                                      part_of=FOR_IMPACT)
+  kl_target: Optional[float] = setting(
+      None, IMPACT_TOPIC, "The KL(pi_target || pi) an adaptive --kl_cost steers towards: at "
+      "each target-network refresh the coefficient is scaled by 1.5 when the step's mean KL "
+      "exceeds twice this, by 0.5 below half of it (PPO's adaptive penalty as RLlib, the "
+      "paper's code base, applies it; --kl_cost is the start). Default: a fixed --kl_cost "
+      "(MuJoCo levels: Table 2's 0.04).", source="IMPACT Table 2: 0.04 (continuous control)",
+      check=POSITIVE)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ from scalable_agent_tf2 import assembly
 from scalable_agent_tf2 import checkpoint_files
 from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import input_pipeline
-from scalable_agent_tf2 import learner as learner_lib
+from scalable_agent_tf2 import loss_terms
 from scalable_agent_tf2 import monitoring
 from scalable_agent_tf2 import profiling
 from scalable_agent_tf2 import stop_signals
@@ -306,7 +306,7 @@ class _Run:
     # LASER section 5.1: the entropy cost on the batch's online trajectories only.
     self.update_options = {}
     if config.entropy_on_online_only:
-      self.update_options["entropy_mask"] = learner_lib.online_mask(
+      self.update_options["entropy_mask"] = loss_terms.online_mask(
           config.learner_batch_size, config.num_replayed_per_batch)
 
   def _actor_threads(self, environment_constructor, first_env):

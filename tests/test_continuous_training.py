@@ -14,7 +14,9 @@ from scalable_agent_tf2 import assembly
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import continuous_networks
 from scalable_agent_tf2 import evaluation
+from scalable_agent_tf2 import gaussian
 from scalable_agent_tf2 import learner as learner_lib
+from scalable_agent_tf2 import loss_terms
 from scalable_agent_tf2 import policies
 from scalable_agent_tf2 import training
 from scalable_agent_tf2.environments import mujoco
@@ -46,6 +48,7 @@ def test_mujoco_levels_take_table_2s_presets():
   assert impact.target_update_period == 16 * 32
   assert impact.max_grad_norm == 0.5 * 1024 * 32  # Averaged loss's clip on our sum.
   assert (impact.ppo_clip, impact.kl_cost, impact.gae_lambda) == (0.4, 1.0, 0.995)
+  assert impact.kl_target == 0.04 and impala.kl_target is None  # Table 2, "KL Target".
 
 
 def test_frame_flags_are_refused_on_mujoco():
@@ -192,7 +195,7 @@ def _np_vtrace(log_rhos, discounts, rewards, values, bootstrap, lambda_=1.0):
 def test_gaussian_impala_loss_terms_match_numpy():
   env_outputs, agent_outputs, learner_outputs = _batch()
   config = learner_lib.LearnerConfig(reward_clipping="none", discounting=0.9)
-  terms, _ = learner_lib.gaussian_impala_loss_terms(learner_outputs, env_outputs,
+  terms, _ = loss_terms.gaussian_impala_loss_terms(learner_outputs, env_outputs,
                                                     agent_outputs, config)
   actions = agent_outputs.action[1:]
   log_pi = _np_log_prob(learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1],
@@ -222,7 +225,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
   on_policy = agent_outputs._replace(policy_mean=shifted(learner_outputs.policy_mean),
                                      policy_log_std=shifted(learner_outputs.policy_log_std))
   target = np.concatenate([learner_outputs.policy_mean, learner_outputs.policy_log_std], -1)
-  terms, diagnostics = learner_lib.gaussian_impact_loss_terms(
+  terms, diagnostics = loss_terms.gaussian_impact_loss_terms(
       learner_outputs, target, env_outputs, on_policy, config, impact)
   values = learner_outputs.baseline[:-1]
   discounts = 0.9 * (1.0 - env_outputs.done[1:])
@@ -236,7 +239,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
   # Another target: KL(pi_target || pi) in closed form.
   target_mean = target[..., :A] + 0.5
   target_log_std = target[..., A:] - 0.2
-  terms, _ = learner_lib.gaussian_impact_loss_terms(
+  terms, _ = loss_terms.gaussian_impact_loss_terms(
       learner_outputs, np.concatenate([target_mean, target_log_std], -1), env_outputs,
       on_policy, config, impact)
   p_mean, p_log_std = target_mean[:-1], target_log_std[:-1]
@@ -257,3 +260,25 @@ def test_learner_update_on_a_gaussian_batch_trains_and_checks_shapes():
   with pytest.raises(ValueError, match="agent_outputs.action has shape"):
     learner.update((), env_outputs, agent_outputs._replace(
         action=agent_outputs.action[..., :1]))
+
+
+def test_gaussian_trust_region_leaves_rejected_steps_out_of_the_entropy_too():
+  # LASER section 4.3: rejected transitions count "for all estimates", the entropy's
+  # included; section 5.1: with entropy_mask, only the online trajectories' entropy counts.
+  env_outputs, agent_outputs, learner_outputs = _batch(3)
+  implied_kl = gaussian.implied_policy_kl(
+      agent_outputs.policy_mean[1:], agent_outputs.policy_log_std[1:],
+      learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1]).numpy()
+  threshold = float(np.median(implied_kl))
+  kept = (implied_kl <= threshold).astype(np.float32)  # Ground truth: steps at or below.
+  assert 0 < kept.sum() < kept.size
+  online = np.array([1, 1, 0], np.float32)
+  config = learner_lib.LearnerConfig(reward_clipping="none", trust_region_threshold=threshold)
+  entropy = np.sum(learner_outputs.policy_log_std[:-1] + 0.5 * math.log(2 * math.pi * math.e),
+                   -1)
+  for entropy_mask, steps in ((None, kept), (online, kept * online)):
+    terms, returns = loss_terms.gaussian_impala_loss_terms(
+        learner_outputs, env_outputs, agent_outputs, config, entropy_mask)
+    np.testing.assert_array_equal(returns.trust_region_mask, kept)
+    np.testing.assert_allclose(terms["entropy_loss"], -np.sum(entropy * steps), rtol=1e-5)
+    assert float(terms["trust_region_rejected"]) == kept.size - kept.sum()

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from benchmarks import random_data
 from scalable_agent_tf2 import learner
+from scalable_agent_tf2 import loss_terms
 from scalable_agent_tf2 import losses
 from scalable_agent_tf2 import networks
 
@@ -17,10 +18,11 @@ HPARAMS = dict(learning_rate=0.01, total_environment_frames=10**9,
                reward_clipping=losses.ABS_ONE)
 
 
-def _impact(config, jit_compile=False, seed=0, impact_config=learner.ImpactConfig(), **hparams):
+def _impact(config, jit_compile=False, seed=0, impact_config=learner.ImpactConfig(),
+            kl_target=None, **hparams):
   agent = networks.Agent(config, seed=seed)
   return learner.ImpactLearner(agent, learner.LearnerConfig(**{**HPARAMS, **hparams}),
-                               impact_config, jit_compile=jit_compile)
+                               impact_config, jit_compile=jit_compile, kl_target=kl_target)
 
 
 def _values(variables):
@@ -54,6 +56,38 @@ def test_target_network_starts_equal_and_changes_only_on_its_period():
   assert int(update.num_updates.numpy()) == 7
 
 
+@pytest.mark.parametrize("kl_target", [1e-9, 1e9])
+def test_kl_coefficient_adapts_at_target_refreshes_by_the_steps_mean_kl(kl_target):
+  # RLlib's APPO (the IMPACT paper's runs; Table 2's "KL Target"): at each target refresh,
+  # x1.5 if the step's mean KL > 2 x target, x0.5 if < target / 2 (a tiny target grows the
+  # coefficient, a huge one shrinks it).
+  T, B, period = 4, 3, 2
+  update = _impact(FF_SMALL, impact_config=learner.ImpactConfig(
+      target_update_period=period, kl_cost=1.0), kl_target=kl_target)
+  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, T, B, seed=1)
+  want = 1.0
+  for step in range(1, 6):
+    stats = update.update((), env_outputs, agent_outputs,
+                          update.target_policy_logits((), env_outputs, agent_outputs))
+    assert np.isclose(stats["kl_coefficient"], want), step  # The one this step used.
+    if step % period == 0:
+      mean_kl = float(stats["kl_loss"]) / (T * B)
+      assert mean_kl > 0, step  # The learner moved away from the target since the refresh.
+      want *= 1.5 if mean_kl > 2 * kl_target else (0.5 if mean_kl < kl_target / 2 else 1.0)
+    np.testing.assert_allclose(update.kl_coefficient.numpy(), want, rtol=1e-6)
+  assert want != 1.0
+
+
+def test_without_a_kl_target_the_kl_cost_is_fixed_and_not_a_variable():
+  update = _impact(FF_SMALL, impact_config=learner.ImpactConfig(kl_cost=0.5))
+  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2)
+  stats = update.update((), env_outputs, agent_outputs,
+                        update.target_policy_logits((), env_outputs, agent_outputs))
+  assert "kl_coefficient" not in stats and not hasattr(update, "kl_coefficient")
+  with pytest.raises(ValueError, match="kl_target must be positive"):
+    _impact(FF_SMALL, kl_target=0.0)
+
+
 def _near_on_policy_batch(agent, T, B, seed):
   """A batch whose behaviour logits are the agent's own plus noise: pi/mu in (1/2, 2), so
   neither IMPACT's target-worker clipping nor (at pi_target = pi) PPO's clip is active."""
@@ -79,9 +113,9 @@ def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas(
     target_logits = update.target_policy_logits(state, env_outputs, agent_outputs)
     with tf.GradientTape(persistent=True) as tape:
       outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
-      impact_terms, diagnostics = learner.impact_loss_terms(
+      impact_terms, diagnostics = loss_terms.impact_loss_terms(
           outputs, target_logits, env_outputs, agent_outputs, config, impact_config)
-      impala_terms, impala_returns = learner.impala_loss_terms(outputs, env_outputs,
+      impala_terms, impala_returns = loss_terms.impala_loss_terms(outputs, env_outputs,
                                                                agent_outputs, config)
       impact_total = (impact_terms["pg_loss"] + config.baseline_cost
                       * impact_terms["baseline_loss"] + config.entropy_cost

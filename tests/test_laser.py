@@ -232,7 +232,7 @@ import tensorflow as tf  # noqa: E402
 
 from scalable_agent_tf2.environments import toy as toy_environment  # noqa: E402
 from scalable_agent_tf2 import config as config_lib  # noqa: E402
-from scalable_agent_tf2 import learner as learner_lib  # noqa: E402
+from scalable_agent_tf2 import loss_terms  # noqa: E402
 from scalable_agent_tf2 import losses  # noqa: E402
 from scalable_agent_tf2 import networks  # noqa: E402
 from scalable_agent_tf2 import input_pipeline  # noqa: E402
@@ -245,7 +245,7 @@ TOY_LSTM = networks.NetworkConfig(
 
 def test_entropy_mask_keeps_the_online_trajectories_only():
   logits = np.random.default_rng(0).normal(size=[5, 4, 3]).astype(np.float32)
-  mask = learner_lib.online_mask(4, 3).numpy()
+  mask = loss_terms.online_mask(4, 3).numpy()
   assert mask.tolist() == [1, 0, 0, 0]
   p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
   expected = (p * np.log(p)).sum(-1)[:, :1].sum()  # Ground truth: trajectory 0 only.

@@ -187,3 +187,22 @@ def test_kl_divergence_matches_numpy():
   np.testing.assert_allclose(losses.kl_divergence(p_logits, q_logits).numpy(),
                              (p * np.log(p / q)).sum(), rtol=1e-5)
   assert abs(float(losses.kl_divergence(p_logits, p_logits))) < 1e-5
+
+
+def _np_adapted_kl_coefficient(coefficient, mean_kl, kl_target):
+  """RLlib's rule (the IMPACT paper's code base): x1.5 above 2 x target, x0.5 below half."""
+  if mean_kl > 2.0 * kl_target:
+    return coefficient * 1.5
+  if mean_kl < 0.5 * kl_target:
+    return coefficient * 0.5
+  return coefficient
+
+
+@pytest.mark.parametrize("mean_kl", [0.0, 0.01, 0.019, 0.02, 0.021, 0.04, 0.079, 0.08, 0.081,
+                                     1.0])
+@pytest.mark.parametrize("coefficient", [1.0, 0.3, 0.0])
+def test_adapted_kl_coefficient_matches_rllibs_rule(mean_kl, coefficient):
+  kl_target = 0.04  # IMPACT Table 2's "KL Target".
+  got = losses.adapted_kl_coefficient(np.float32(coefficient), np.float32(mean_kl), kl_target)
+  want = _np_adapted_kl_coefficient(coefficient, np.float32(mean_kl), np.float32(kl_target))
+  np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)

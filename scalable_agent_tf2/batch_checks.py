@@ -1,0 +1,112 @@
+"""Checks of a learner batch against the agent's network, with messages that name the field
+and the shape expected (learner.Learner.update and ImpactLearner.update call them before
+their compiled step).
+"""
+import tensorflow as tf
+
+from scalable_agent_tf2 import networks
+from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
+from scalable_agent_tf2.structures import Observation
+
+
+def checked_num_new_trajectories(num_new_trajectories, env_outputs):
+  """int64 scalar: the batch's new trajectories (None: all B), checked against B."""
+  if num_new_trajectories is None:
+    return tf.cast(tf.shape(env_outputs.reward)[1], tf.int64)
+  batch_size = env_outputs.reward.shape[1]
+  if batch_size is not None and not 0 <= int(num_new_trajectories) <= batch_size:
+    raise ValueError(f"num_new_trajectories must be in [0, {batch_size}] (the batch size), "
+                     f"got {num_new_trajectories}.")
+  return tf.constant(int(num_new_trajectories), tf.int64)
+
+
+def check_batch(network_config, agent_state, env_outputs, agent_outputs):
+  """Validates a learner batch against the network, with messages that name the field.
+
+  Returns (env_outputs, agent_outputs) with every field converted to a tensor.
+  Raises ValueError (or TypeError) on a malformed batch.
+  """
+  if not isinstance(env_outputs, EnvOutput) or not isinstance(
+      env_outputs.observation, Observation):
+    raise TypeError("env_outputs must be an EnvOutput whose observation is an Observation.")
+  if isinstance(agent_outputs, GaussianAgentOutput):
+    return check_gaussian_batch(network_config, agent_state, env_outputs, agent_outputs)
+  if not isinstance(agent_outputs, AgentOutput):
+    raise TypeError("agent_outputs must be an AgentOutput (or a GaussianAgentOutput).")
+  env_outputs = tf.nest.map_structure(tf.convert_to_tensor, env_outputs)
+  agent_outputs = tf.nest.map_structure(tf.convert_to_tensor, agent_outputs)
+
+  reward_shape = env_outputs.reward.shape
+  if reward_shape.rank != 2 or reward_shape[0] is None or reward_shape[0] < 2:
+    raise ValueError(
+        f"env_outputs.reward must be [T+1, B] with T >= 1, got shape {reward_shape}.")
+  leading = reward_shape[:2]
+  frame_shape = tuple(network_config.frame_shape)
+  expected = {
+      "env_outputs.done": (env_outputs.done, ()),
+      "env_outputs.observation.frame": (env_outputs.observation.frame, frame_shape),
+      "agent_outputs.action": (agent_outputs.action, ()),
+      "agent_outputs.policy_logits": (agent_outputs.policy_logits,
+                                      (network_config.num_actions,)),
+      "agent_outputs.baseline": (agent_outputs.baseline, ()),
+  }
+  if network_config.use_instruction:
+    expected["env_outputs.observation.instruction"] = (
+        env_outputs.observation.instruction, (networks.MAX_INSTRUCTION_WORDS,))
+  for name, (tensor, trailing) in expected.items():
+    want = tf.TensorShape(list(leading) + list(trailing))
+    if not tensor.shape.is_compatible_with(want):
+      raise ValueError(f"{name} has shape {tensor.shape}, expected {want} "
+                       "([T+1, B] like env_outputs.reward, then the network's shape).")
+  if env_outputs.observation.frame.dtype != tf.uint8:
+    raise ValueError(f"env_outputs.observation.frame must be uint8, got "
+                     f"{env_outputs.observation.frame.dtype.name}.")
+  if not agent_outputs.action.dtype.is_integer:
+    raise ValueError(f"agent_outputs.action must be an integer tensor, got "
+                     f"{agent_outputs.action.dtype.name}.")
+  batch = leading[1]
+  for index, state in enumerate(tf.nest.flatten(agent_state)):
+    state = tf.convert_to_tensor(state)
+    if state.shape.rank < 1 or not state.shape[:1].is_compatible_with([batch]):
+      raise ValueError(f"agent_state component {index} has shape {state.shape}; its first "
+                       f"dimension must be the batch size {batch}.")
+  return env_outputs, agent_outputs
+
+
+def check_gaussian_batch(network_config, agent_state, env_outputs, agent_outputs):
+  """check_batch for a Gaussian agent's batch: float32 observations [T+1, B, O], actions and
+  mu's mean and log_std [T+1, B, A]."""
+  if not isinstance(env_outputs, EnvOutput) or not isinstance(
+      env_outputs.observation, Observation):
+    raise TypeError("env_outputs must be an EnvOutput whose observation is an Observation.")
+  if not hasattr(network_config, "action_size"):
+    raise ValueError("A GaussianAgentOutput batch needs a continuous agent "
+                     "(continuous_networks.ContinuousAgent).")
+  env_outputs = tf.nest.map_structure(tf.convert_to_tensor, env_outputs)
+  agent_outputs = tf.nest.map_structure(tf.convert_to_tensor, agent_outputs)
+  reward_shape = env_outputs.reward.shape
+  if reward_shape.rank != 2 or reward_shape[0] is None or reward_shape[0] < 2:
+    raise ValueError(
+        f"env_outputs.reward must be [T+1, B] with T >= 1, got shape {reward_shape}.")
+  leading = list(reward_shape[:2])
+  action = [network_config.action_size]
+  expected = {
+      "env_outputs.done": (env_outputs.done, []),
+      "env_outputs.observation.frame": (env_outputs.observation.frame,
+                                        [network_config.observation_size]),
+      "agent_outputs.action": (agent_outputs.action, action),
+      "agent_outputs.policy_mean": (agent_outputs.policy_mean, action),
+      "agent_outputs.policy_log_std": (agent_outputs.policy_log_std, action),
+      "agent_outputs.baseline": (agent_outputs.baseline, []),
+  }
+  for name, (tensor, trailing) in expected.items():
+    want = tf.TensorShape(leading + trailing)
+    if not tensor.shape.is_compatible_with(want):
+      raise ValueError(f"{name} has shape {tensor.shape}, expected {want} "
+                       "([T+1, B] like env_outputs.reward, then the network's shape).")
+  for name, tensor in (("env_outputs.observation.frame", env_outputs.observation.frame),
+                       ("agent_outputs.action", agent_outputs.action)):
+    if tensor.dtype != tf.float32:
+      raise ValueError(f"{name} must be float32 for a Gaussian agent, got "
+                       f"{tensor.dtype.name}.")
+  return env_outputs, agent_outputs

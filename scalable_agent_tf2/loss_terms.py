@@ -1,0 +1,254 @@
+"""One batch's loss terms, unweighted and summed over its T x B steps: IMPALA's (section 4.2)
+with V-trace and LASER's trust region and entropy mask, IMPACT's (IMPACT paper, Algorithm 1
+line 8), for categorical and Gaussian policies. learner.py weights and differentiates them.
+
+The indexing follows the released code's actor loop: step t of a trajectory holds the agent
+output whose action was taken at observation t-1 and the environment output that action led
+to. So, for t = 0..T-1, the action taken at observation t is agent_outputs.action[t+1], its
+reward env_outputs.reward[t+1], and the learner's policy and value at observation t come from
+unrolling over all T+1 observations; V(x_T) bootstraps (`_aligned`).
+"""
+import collections
+
+import tensorflow as tf
+
+from scalable_agent_tf2 import gaussian
+from scalable_agent_tf2 import losses
+from scalable_agent_tf2 import settings
+from scalable_agent_tf2 import vtrace
+from scalable_agent_tf2.structures import GaussianAgentOutput
+
+
+_Aligned = collections.namedtuple(
+    "_Aligned", "learner_logits values bootstrap_value actions behaviour_logits rewards "
+    "discounts")
+
+
+def _aligned(learner_outputs, env_outputs, agent_outputs, config):
+  """A batch aligned to "observation t, the action taken there, its reward", t = 0..T-1
+  (module docstring): logits and actions [T, B(, A)], values, rewards (clipped), discounts
+  [T, B] (0 after an episode's end), bootstrap value V(x_T) [B]."""
+  rewards, discounts = _rewards_and_discounts(env_outputs, config)
+  return _Aligned(
+      learner_logits=learner_outputs.policy_logits[:-1],
+      values=learner_outputs.baseline[:-1],
+      bootstrap_value=learner_outputs.baseline[-1],
+      actions=agent_outputs.action[1:],
+      behaviour_logits=agent_outputs.policy_logits[1:],
+      rewards=rewards, discounts=discounts)
+
+
+def _rewards_and_discounts(env_outputs, config):
+  """Rewards (clipped) and discounts [T, B] of steps 1..T (discount 0 after an episode's end:
+  no bootstrapping across an episode boundary)."""
+  return (losses.clip_rewards(env_outputs.reward[1:], config.reward_clipping),
+          tf.cast(~tf.cast(env_outputs.done[1:], tf.bool), tf.float32) * config.discounting)
+
+
+def online_mask(batch_size, num_replayed):
+  """float32 [B]: 1 for a batch's online trajectories, 0 for its replayed ones (the last
+  num_replayed: buffers.ReplayMixer, buffers.EpisodeMixer)."""
+  return tf.concat([tf.ones([batch_size - num_replayed]), tf.zeros([num_replayed])], 0)
+
+
+def entropy_steps(trust_region_mask, entropy_mask, like):
+  """float32 [T, B] (or None: every step): the steps whose entropy counts.
+
+  Those the trust region kept (trust_region_mask [T, B], LASER section 4.3: rejected
+  transitions count "for all estimates") of the trajectories entropy_mask [B] selects
+  (section 5.1: online ones only); `like` gives [T, B] for a mask given per trajectory.
+  """
+  if entropy_mask is None:
+    return trust_region_mask
+  per_step = tf.broadcast_to(tf.cast(entropy_mask, tf.float32), tf.shape(like))
+  return per_step if trust_region_mask is None else per_step * trust_region_mask
+
+
+def _vtrace_loss_terms(returns, values, mask, entropy_loss):
+  """The policy-gradient and baseline losses of V-trace's returns (section 4.2), the given
+  entropy loss, and the count of steps LASER's trust region rejected (mask [T, B] or None)."""
+  terms = dict(
+      pg_loss=losses.policy_gradient_loss(returns.target_action_log_probs,
+                                          returns.pg_advantages, mask),
+      baseline_loss=losses.baseline_loss(returns.vs - values, mask),
+      entropy_loss=entropy_loss)
+  if mask is not None:
+    terms["trust_region_rejected"] = tf.reduce_sum(1.0 - mask)
+  return terms
+
+
+def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config, entropy_mask=None):
+  """The three unweighted IMPALA loss terms (section 4.2) of one batch.
+
+  Args:
+    learner_outputs: networks.NetworkOutput of [T+1, B, ...] from the learner's unroll.
+    env_outputs: EnvOutput of [T+1, B, ...].
+    agent_outputs: AgentOutput of [T+1, B, ...] (the behaviour policy mu).
+    config: LearnerConfig.
+    entropy_mask: None, or float32 [B]: the trajectories whose entropy counts (LASER
+      section 5.1: online data only).
+
+  Returns:
+    (dict with float32 scalars pg_loss, baseline_loss, entropy_loss (sums over T and B) and,
+     with a trust region, trust_region_rejected (steps left out of the policy-gradient,
+     baseline and entropy losses), the vtrace.VTraceFromLogitsReturns
+     they were computed from ([T, B] each)).
+  """
+  batch = _aligned(learner_outputs, env_outputs, agent_outputs, config)
+  returns = vtrace.from_logits(
+      behaviour_policy_logits=batch.behaviour_logits,
+      target_policy_logits=batch.learner_logits, actions=batch.actions,
+      discounts=batch.discounts, rewards=batch.rewards, values=batch.values,
+      bootstrap_value=batch.bootstrap_value, clip_rho_threshold=config.clip_rho_threshold,
+      clip_pg_rho_threshold=config.clip_pg_rho_threshold,
+      clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
+      off_policy_correction=config.off_policy_correction,
+      trust_region_threshold=(config.trust_region_threshold if config.uses_trust_region
+                              else None))
+  # LASER section 4.3: rejected transitions count for none of the losses ("we reject
+  # transitions entirely for all estimates"). (Without a trust region, mask None: exactly
+  # IMPALA's graph.)
+  mask = returns.trust_region_mask if config.uses_trust_region else None
+  entropy = losses.entropy_loss(batch.learner_logits,
+                                entropy_steps(mask, entropy_mask, batch.rewards))
+  return _vtrace_loss_terms(returns, batch.values, mask, entropy), returns
+
+
+def impact_loss_terms(learner_outputs, target_policy_logits, env_outputs, agent_outputs,
+                      config, impact_config):
+  """IMPACT's unweighted loss terms of one batch (IMPACT paper, Algorithm 1 line 8), summed
+  over T and B like impala_loss_terms (see ImpactLearner).
+
+  Args:
+    learner_outputs: networks.NetworkOutput of [T+1, B, ...] from the learner's unroll.
+    target_policy_logits: float32 [T+1, B, NUM_ACTIONS], the target network's (constant).
+    env_outputs: EnvOutput of [T+1, B, ...].
+    agent_outputs: AgentOutput of [T+1, B, ...] (the workers' policy mu).
+    config: LearnerConfig (reward clipping, discounting, rho_bar and c_bar of the advantages).
+    impact_config: ImpactConfig.
+
+  Returns:
+    (dict of float32 scalars: pg_loss (the clipped surrogate of r = pi / max(pi_target,
+     mu / rho) and the V-trace GAE-lambda advantages of pi_target against mu), baseline_loss
+     (0.5 sum (V + A - V(x))^2, section 3.1's value target), entropy_loss (sum pi log pi),
+     kl_loss (sum KL(pi_target || pi));
+     dict of float32 scalars: ppo_clipped_fraction, target_worker_clipped_fraction).
+  """
+  batch = _aligned(learner_outputs, env_outputs, agent_outputs, config)
+  target_logits = tf.stop_gradient(target_policy_logits[:-1])
+  log_probs = lambda logits: vtrace.log_probs_from_logits_and_actions(logits, batch.actions)
+  return _impact_terms(
+      batch, log_probs(batch.learner_logits), log_probs(target_logits),
+      log_probs(batch.behaviour_logits), config, impact_config,
+      entropy_loss=losses.entropy_loss(batch.learner_logits),
+      kl_loss=losses.kl_divergence(target_logits, batch.learner_logits))
+
+
+def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs, config,
+                  impact_config, entropy_loss, kl_loss):
+  """impact_loss_terms from the log-probabilities of the taken actions [T, B] under pi,
+  pi_target and mu (any action space), and the entropy and KL terms."""
+  returns = vtrace.gae_from_importance_weights(
+      target_log_probs - behaviour_log_probs, batch.discounts, batch.rewards, batch.values,
+      batch.bootstrap_value, lambda_=impact_config.gae_lambda,
+      clip_rho_threshold=config.clip_rho_threshold, clip_c_threshold=config.clip_c_threshold)
+  beta = 1.0 / impact_config.target_worker_clipping  # Section 3.1: beta = 1 / rho.
+  log_ratios = losses.impact_log_ratio(action_log_probs, target_log_probs,
+                                       behaviour_log_probs, beta)
+  terms = dict(
+      pg_loss=losses.clipped_surrogate_loss(log_ratios, returns.pg_advantages,
+                                            impact_config.ppo_clip),
+      baseline_loss=losses.baseline_loss(returns.vs - batch.values),
+      entropy_loss=entropy_loss, kl_loss=kl_loss)
+  fraction = lambda mask: tf.reduce_mean(tf.cast(mask, tf.float32))
+  diagnostics = dict(
+      ppo_clipped_fraction=fraction(
+          tf.abs(tf.exp(log_ratios) - 1.0) > impact_config.ppo_clip),
+      target_worker_clipped_fraction=fraction(
+          tf.math.log(beta) + behaviour_log_probs > target_log_probs))
+  return terms, diagnostics
+
+
+# ---------------------------------------------------------------------------------------------
+# Gaussian policies (continuous actions; the IMPACT paper's section 4.3): the counterparts of
+# impala_loss_terms and impact_loss_terms (gaussian.py's functions in place of the logits').
+# ---------------------------------------------------------------------------------------------
+_GaussianAligned = collections.namedtuple(
+    "_GaussianAligned", "learner_mean learner_log_std values bootstrap_value actions "
+    "behaviour_mean behaviour_log_std rewards discounts")
+
+
+def is_gaussian(outputs):
+  """Whether an agent's outputs are a Gaussian policy's (continuous actions)."""
+  return isinstance(outputs, GaussianAgentOutput)
+
+
+def gaussian_params(outputs):
+  """[..., 2A]: the policy's mean and log_std concatenated (IMPACT's target "logits")."""
+  return tf.concat([outputs.policy_mean, outputs.policy_log_std], axis=-1)
+
+
+def _gaussian_aligned(learner_outputs, env_outputs, agent_outputs, config):
+  """_aligned for a Gaussian batch: means, log_stds and (unclipped) actions [T, B, A]."""
+  rewards, discounts = _rewards_and_discounts(env_outputs, config)
+  return _GaussianAligned(
+      learner_mean=learner_outputs.policy_mean[:-1],
+      learner_log_std=learner_outputs.policy_log_std[:-1],
+      values=learner_outputs.baseline[:-1], bootstrap_value=learner_outputs.baseline[-1],
+      actions=agent_outputs.action[1:], behaviour_mean=agent_outputs.policy_mean[1:],
+      behaviour_log_std=agent_outputs.policy_log_std[1:], rewards=rewards,
+      discounts=discounts)
+
+
+def gaussian_impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config,
+                               entropy_mask=None):
+  """impala_loss_terms for a Gaussian policy: V-trace from mu's and pi's densities of the
+  unclipped actions (gaussian.from_gaussian_params), the entropy of pi (gaussian.entropy_loss)
+  and LASER's trust region with the Monte-Carlo implied KL (gaussian.implied_policy_kl).
+
+  Args and returns: as impala_loss_terms, with continuous_networks.GaussianNetworkOutput and
+  structures.GaussianAgentOutput in place of the logits' outputs.
+  """
+  if config.off_policy_correction != settings.VTRACE:
+    raise ValueError(f"off_policy_correction={config.off_policy_correction!r} is IMPALA's "
+                     "discrete-action ablation (Table 2); Gaussian policies use 'vtrace'.")
+  batch = _gaussian_aligned(learner_outputs, env_outputs, agent_outputs, config)
+  returns = gaussian.from_gaussian_params(
+      batch.behaviour_mean, batch.behaviour_log_std, batch.learner_mean,
+      batch.learner_log_std, batch.actions, batch.discounts, batch.rewards, batch.values,
+      batch.bootstrap_value, clip_rho_threshold=config.clip_rho_threshold,
+      clip_pg_rho_threshold=config.clip_pg_rho_threshold,
+      clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
+      trust_region_threshold=(config.trust_region_threshold if config.uses_trust_region
+                              else None))
+  # As impala_loss_terms: rejected steps count for none of the losses (LASER section 4.3),
+  # the entropy's included, and entropy_mask keeps the online trajectories (section 5.1).
+  mask = returns.trust_region_mask if config.uses_trust_region else None
+  entropy = gaussian.entropy_loss(batch.learner_log_std,
+                                  entropy_steps(mask, entropy_mask, batch.values))
+  return _vtrace_loss_terms(returns, batch.values, mask, entropy), returns
+
+
+def gaussian_impact_loss_terms(learner_outputs, target_policy_params, env_outputs,
+                               agent_outputs, config, impact_config):
+  """impact_loss_terms for a Gaussian policy: the log-probabilities of the unclipped actions
+  under pi, pi_target and mu (gaussian.log_probs_from_params_and_actions), the entropy of pi
+  and KL(pi_target || pi) in closed form (gaussian.kl_divergence).
+
+  Args:
+    target_policy_params: float32 [T+1, B, 2A], the target network's mean and log_std
+      concatenated (ImpactLearner.target_policy_logits; constant).
+    The others: as impact_loss_terms.
+  """
+  batch = _gaussian_aligned(learner_outputs, env_outputs, agent_outputs, config)
+  target_mean, target_log_std = tf.split(tf.stop_gradient(target_policy_params[:-1]), 2,
+                                         axis=-1)
+  log_probs = lambda mean, log_std: gaussian.log_probs_from_params_and_actions(
+      mean, log_std, batch.actions)
+  return _impact_terms(
+      batch, log_probs(batch.learner_mean, batch.learner_log_std),
+      log_probs(target_mean, target_log_std),
+      log_probs(batch.behaviour_mean, batch.behaviour_log_std), config, impact_config,
+      entropy_loss=gaussian.entropy_loss(batch.learner_log_std),
+      kl_loss=gaussian.kl_divergence(target_mean, target_log_std, batch.learner_mean,
+                                     batch.learner_log_std))
