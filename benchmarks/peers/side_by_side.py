@@ -1,0 +1,166 @@
+"""This project's README quick start against Sample Factory on Pong: interleaved rounds, medians.
+
+    bash benchmarks/peers/setup_sample_factory.sh     # once: the peer's venv in /tmp/sf_venv
+    python -m benchmarks.peers.side_by_side --rounds=3 --warmup=60 --seconds=240
+
+Each round runs every system once, one after the other, on the whole machine:
+  ours: `experiment.py --mode=train --level_name=atari/pong` exactly as README's quick start
+    types it (the Table G.1 preset; actors laid out for this machine's cores by
+    presets.atari_actor_layout), in a fresh logdir; the rate is the learner's frames over
+    --seconds, counted from --warmup seconds after the first trained frames, from log.jsonl.
+  ours_subprocess (optional, --systems): the same with `--num_actors=32 --envs_per_actor=1`,
+    one environment per subprocess (the layout before the in-process vector groups).
+  sample_factory: benchmarks/peers/sample_factory_pong.py --mode=throughput (its docstring
+    lists the setting and every difference), the median of its 10-second reports in the same
+    window.
+Frames are emulator frames trained by the learner in every system. The table prints each
+round's frames/s, the median, and each system's median over the first system's.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from scalable_agent_tf2 import runlog
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SYSTEMS = {
+    "ours": [],
+    "ours_subprocess": ["--num_actors=32", "--envs_per_actor=1"],
+}
+LABELS = {
+    "ours": "this project, README quick start (Table G.1, shallow, B=32, T=20)",
+    "ours_subprocess": "this project, 32 actors x 1 environment in a subprocess each",
+    "sample_factory": "Sample Factory 2.1.1, APPO + V-trace (2 workers x 16 envs, rollout 20, "
+                      "batch 640)",
+}
+
+
+def window_rate(progress, warmup, seconds):
+  """Frames/s over [first trained frames + warmup, + seconds] from progress records
+  (dicts with 'time' and 'frames'), interpolating the frame count at both ends."""
+  trained = [r for r in progress if r["frames"] > 0]
+  if not trained:
+    raise ValueError("no progress record with trained frames")
+  start = trained[0]["time"] + warmup
+  end = start + seconds
+  if progress[-1]["time"] < end:
+    raise ValueError(f"the log ends {end - progress[-1]['time']:.0f} s before the window does")
+
+  def frames_at(t):
+    for before, after in zip(progress, progress[1:]):
+      if before["time"] <= t <= after["time"]:
+        span = after["time"] - before["time"]
+        share = (t - before["time"]) / span if span else 1.0
+        return before["frames"] + share * (after["frames"] - before["frames"])
+    raise ValueError(f"time {t} is outside the log")
+
+  return (frames_at(end) - frames_at(start)) / seconds
+
+
+def run_ours(extra_flags, warmup, seconds, setup_timeout=600):
+  """Trains Pong as README's quick start does until the window is over; returns frames/s."""
+  logdir = tempfile.mkdtemp(prefix="side_by_side_")
+  command = [sys.executable, os.path.join(REPOSITORY, "experiment.py"), "--mode=train",
+             "--level_name=atari/pong", f"--logdir={logdir}", "--log_secs=5", *extra_flags]
+  process = subprocess.Popen(command, cwd=REPOSITORY, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + setup_timeout
+    while True:
+      if process.poll() is not None:
+        raise RuntimeError(f"{' '.join(command)} exited with code {process.returncode}:\n"
+                           f"{process.stderr.read()[-2000:]}")
+      progress = _progress(logdir)
+      trained = [r for r in progress if r["frames"] > 0]
+      if trained and progress[-1]["time"] >= trained[0]["time"] + warmup + seconds + 5:
+        return window_rate(progress, warmup, seconds)
+      if not trained and time.time() > deadline:
+        raise RuntimeError(f"no frame trained within {setup_timeout} s")
+      time.sleep(2)
+  finally:
+    if process.poll() is None:
+      process.send_signal(signal.SIGINT)  # Stops with a checkpoint, as a user's Ctrl-C.
+      try:
+        process.wait(120)
+      except subprocess.TimeoutExpired:
+        process.kill()
+    shutil.rmtree(logdir, ignore_errors=True)
+
+
+def _progress(logdir):
+  if not os.path.exists(runlog.log_path(logdir)):
+    return []
+  return runlog.of_kind(runlog.read_log(logdir), runlog.PROGRESS)
+
+
+def run_sample_factory(warmup, seconds, venv):
+  output_dir = tempfile.mkdtemp(prefix="side_by_side_sf_")
+  try:
+    subprocess.run([sys.executable, os.path.join(REPOSITORY, "benchmarks", "peers",
+                                                 "sample_factory_pong.py"),
+                    "--mode=throughput", f"--warmup={warmup}", f"--seconds={seconds}",
+                    f"--venv={venv}", f"--output_dir={output_dir}"],
+                   check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(output_dir, "throughput.json")) as f:
+      return json.load(f)["median_fps_10s"]
+  finally:
+    shutil.rmtree(output_dir, ignore_errors=True)
+
+
+def table(rates, systems):
+  """Markdown: one row per system, its rounds, median and ratio to the first system."""
+  rounds = len(rates[systems[0]])
+  lines = ["| system (Pong, this machine) | " + " | ".join(f"round {i + 1}" for i in
+                                                         range(rounds))
+           + " | median frames/s | vs first |",
+           "|---|" + "---:|" * (rounds + 2)]
+  first = statistics.median(rates[systems[0]])
+  for system in systems:
+    median = statistics.median(rates[system])
+    lines.append(f"| {LABELS[system]} | " + " | ".join(f"{r:,.0f}" for r in rates[system])
+                 + f" | **{median:,.0f}** | {median / first:.2f}x |")
+  return "\n".join(lines)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--systems", default="ours,sample_factory",
+                      help=f"Comma-separated, in round order; from {sorted(LABELS)}.")
+  parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--warmup", type=float, default=60)
+  parser.add_argument("--seconds", type=float, default=240)
+  parser.add_argument("--venv", default=os.environ.get("SF_VENV", "/tmp/sf_venv"))
+  parser.add_argument("--output", help="Also write the results (JSON) here.")
+  args = parser.parse_args(argv)
+  systems = args.systems.split(",")
+  unknown = set(systems) - set(LABELS)
+  if unknown:
+    parser.error(f"unknown systems {sorted(unknown)}; choose from {sorted(LABELS)}")
+  if "sample_factory" in systems and not os.path.exists(os.path.join(args.venv, "bin",
+                                                                      "python")):
+    parser.error(f"no Sample Factory venv at {args.venv}: run "
+                 "bash benchmarks/peers/setup_sample_factory.sh first")
+  rates = {system: [] for system in systems}
+  for round_index in range(args.rounds):
+    for system in systems:
+      if system == "sample_factory":
+        rate = run_sample_factory(args.warmup, args.seconds, args.venv)
+      else:
+        rate = run_ours(SYSTEMS[system], args.warmup, args.seconds)
+      rates[system].append(rate)
+      print(f"round {round_index + 1}: {system} {rate:,.0f} frames/s", flush=True)
+  print(table(rates, systems))
+  if args.output:
+    with open(args.output, "w") as f:
+      json.dump(dict(rates=rates, warmup=args.warmup, seconds=args.seconds), f, indent=1)
+
+
+if __name__ == "__main__":
+  main()
