@@ -53,9 +53,24 @@ def test_an_interrupted_run_resumes_and_counts_only_running_time(tmp_path):
 
 
 def test_running_seconds_skip_the_gaps_between_attempts():
-  record = dict(attempts=[dict(start=100.0, end=110.0), dict(start=500.0, end=520.0)])
-  assert list(runs._running_seconds(record, [100.0, 105.0, 110.0, 500.0, 515.0])) == [
-      0.0, 5.0, 10.0, 10.0, 25.0]
+  attempts = [dict(start=100.0, end=110.0), dict(start=500.0, end=520.0)]
+  assert list(plot_learning_curve.running_seconds(
+      attempts, [100.0, 105.0, 110.0, 500.0, 515.0])) == [0.0, 5.0, 10.0, 10.0, 25.0]
+
+
+def test_a_resumed_runs_training_hours_come_from_its_start_records(tmp_path):
+  # Attempt 1: 0-3600 s, checkpoint at 100 frames; attempt 2 starts 10 hours later there.
+  logged = [dict(kind="start", time=0.0, frames=0),
+            dict(kind="progress", time=1800.0, frames=50, updates=1),
+            dict(kind="progress", time=3600.0, frames=100, updates=2),
+            dict(kind="start", time=39600.0, frames=100),
+            dict(kind="progress", time=43200.0, frames=300, updates=2)]
+  with open(tmp_path / "log.jsonl", "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in logged)
+  assert plot_learning_curve.attempts_from_log(logged) == [
+      dict(start=0.0, end=3600.0), dict(start=39600.0, end=43200.0)]
+  hours = plot_learning_curve.training_hours(str(tmp_path), [50, 100, 200, 300])
+  assert list(hours) == pytest.approx([0.5, 1.0, 1.5, 2.0])  # Not the 10-hour gap.
 
 
 def test_a_resumed_runs_curve_drops_the_lost_episodes(tmp_path):

@@ -130,20 +130,6 @@ def _wall_seconds(record):
   return sum(a["end"] - a["start"] for a in record["attempts"] if a.get("end") is not None)
 
 
-def _running_seconds(record, times):
-  """Seconds of running time (attempts only) at each wall-clock time in `times`."""
-  times = np.asarray(times, np.float64)
-  seconds = np.zeros_like(times)
-  elapsed = 0.0
-  for attempt in record["attempts"]:
-    end = attempt["end"] if attempt.get("end") is not None else np.inf
-    inside = (times >= attempt["start"]) & (times <= end)
-    seconds[inside] = elapsed + times[inside] - attempt["start"]
-    seconds[times > end] = elapsed + end - attempt["start"]
-    elapsed += end - attempt["start"]
-  return seconds
-
-
 def summary(logdir):
   """dict of one finished run: frames, wall_seconds, frames_per_second (whole run), updates,
   episodes, final_return (mean of the last FINAL_EPISODES episodes; None without episodes),
@@ -158,7 +144,8 @@ def summary(logdir):
                      else np.zeros(0) for i in (0, 1))
   frames = spread_frames(frames)
   progress_frames = np.array([p["frames"] for p in progress], np.float64)
-  progress_seconds = _running_seconds(record, [p["time"] for p in progress])
+  progress_seconds = plot_learning_curve.running_seconds(record["attempts"],
+                                                      [p["time"] for p in progress])
   # An episode is logged with the frame count of the progress record written with it.
   seconds = (np.interp(frames, progress_frames, progress_seconds) if len(progress)
              else np.zeros_like(frames))
