@@ -17,15 +17,26 @@ import time
 LEVEL = "toy/lit_side"
 
 
-def parse(argv):
-  parser = argparse.ArgumentParser()
-  parser.add_argument("--mode", default="train")
+def add_member_flags(parser):
+  """The flags the population driver gives every member (shared with pbt_toy_member.py):
+  --logdir, --seed, the hyperparameters every member evolves (pbt.ADAPTED) and, with a shared
+  replay (population --shared_replay_capacity), --laser_replay, --shared_replay_address and
+  --agent_tag."""
   parser.add_argument("--logdir", required=True)
   parser.add_argument("--seed", type=int, default=1)
   parser.add_argument("--entropy_cost", type=float, required=True)
   parser.add_argument("--learning_rate", type=float, required=True)
   parser.add_argument("--epsilon", type=float, required=True)
-  parser.add_argument("--max_grad_norm", type=float, default=None)
+  parser.add_argument("--laser_replay", action="store_true")
+  parser.add_argument("--shared_replay_address", default="")
+  parser.add_argument("--agent_tag", default="")
+
+
+def parse(argv):
+  parser = argparse.ArgumentParser()
+  add_member_flags(parser)  # A shared replay's flags are accepted; nothing is sent.
+  parser.add_argument("--mode", default="train")
+  parser.add_argument("--max_grad_norm", type=float, default=None)  # Atari (pbt.ADAPTED_ATARI).
   parser.add_argument("--total_environment_frames", type=int, default=10_000)
   parser.add_argument("--frames_per_tick", type=int, default=100)
   parser.add_argument("--tick_secs", type=float, default=0.01)
@@ -34,10 +45,6 @@ def parse(argv):
                       help="Exit with code 3 once (a marker file remembers) at these frames.")
   parser.add_argument("--always_crash", action="store_true")
   parser.add_argument("--refuse", action="store_true", help="Exit with code 2 at once.")
-  # A shared replay (population --shared_replay_capacity): accepted, nothing is sent.
-  parser.add_argument("--laser_replay", action="store_true")
-  parser.add_argument("--shared_replay_address", default="")
-  parser.add_argument("--agent_tag", default="")
   return parser.parse_args(argv)
 
 

@@ -12,23 +12,18 @@ import json
 import os
 import sys
 
+from tests import pbt_fake_member  # Run with -m from the repository root.
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def main(argv):
   parser = argparse.ArgumentParser()
-  parser.add_argument("--logdir", required=True)
-  parser.add_argument("--seed", type=int, default=1)
-  parser.add_argument("--entropy_cost", type=float, required=True)
-  parser.add_argument("--learning_rate", type=float, required=True)
-  parser.add_argument("--epsilon", type=float, required=True)
+  pbt_fake_member.add_member_flags(parser)
   parser.add_argument("--total_environment_frames", type=int, required=True)
   parser.add_argument("--step_secs", type=float, default=0.01,
                       help="Seconds per environment step (paces the member).")
-  parser.add_argument("--laser_replay", action="store_true")
   parser.add_argument("--replay_fraction", type=float, default=0.0)
-  parser.add_argument("--shared_replay_address", default="")
-  parser.add_argument("--agent_tag", default="")
   parser.add_argument("--shared_replay_connect_secs", type=float, default=60.0)
   args = parser.parse_args(argv)
   # pylint: disable=g-import-not-at-top

@@ -1,4 +1,5 @@
 """The launcher (python -m scalable_agent_tf2.launch) with real processes."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,20 +14,26 @@ def _pids(pattern):
   return [int(pid) for pid in found.split()]
 
 
-def _start_launcher(logdir):
-  return subprocess.Popen(
+@contextlib.contextmanager
+def _training_cluster(tmp_path):
+  """Starts a launcher (a learner and one actor process) and yields (launcher, logdir, lines)
+  once the learner trains (the console lines read so far in `lines`); leaves no process of
+  the cluster behind, whatever the test saw."""
+  logdir = str(tmp_path / "run")
+  launcher = subprocess.Popen(
       [sys.executable, "-m", "scalable_agent_tf2.launch", "--num_actor_processes=1", "--",
        "--level_name=toy/lit_side", "--num_actors=2", "--total_environment_frames=100000000",
        f"--logdir={logdir}"],
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _kill_all(launcher, logdir):
-  """Leaves no process of a test's cluster behind, whatever the test saw."""
-  if launcher.poll() is None:
-    launcher.kill()
-  for pid in _pids(logdir):
-    os.kill(pid, signal.SIGKILL)
+  lines = []
+  try:
+    _read_until(launcher, "[learner] frames", lines)  # Training: a console line.
+    yield launcher, logdir, lines
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+    for pid in _pids(logdir):
+      os.kill(pid, signal.SIGKILL)
 
 
 def _read_until(process, marker, lines):
@@ -39,11 +46,7 @@ def _read_until(process, marker, lines):
 
 @pytest.mark.timeout(300)
 def test_a_killed_learner_is_reported_at_once_and_the_actors_stop(tmp_path):
-  logdir = str(tmp_path / "run")
-  launcher = _start_launcher(logdir)
-  lines = []
-  try:
-    _read_until(launcher, "[learner] frames", lines)  # Training: a console line.
+  with _training_cluster(tmp_path) as (launcher, logdir, lines):
     learner_pids = _pids(f"job_name=learner.*{logdir}|{logdir}.*job_name=learner")
     assert len(learner_pids) == 1, learner_pids
     killed_at = time.monotonic()
@@ -57,17 +60,11 @@ def test_a_killed_learner_is_reported_at_once_and_the_actors_stop(tmp_path):
     # The actors were stopped, not left to wait out their reconnection window (300 s).
     assert stopped_within < 60
     assert _pids(logdir) == []
-  finally:
-    _kill_all(launcher, logdir)
 
 
 @pytest.mark.timeout(300)
 def test_sigint_is_answered_at_once_and_the_cluster_stops_with_a_checkpoint(tmp_path):
-  logdir = str(tmp_path / "run")
-  launcher = _start_launcher(logdir)
-  lines = []
-  try:
-    _read_until(launcher, "[learner] frames", lines)
+  with _training_cluster(tmp_path) as (launcher, logdir, lines):
     launcher.send_signal(signal.SIGINT)
     _read_until(launcher, "[launch] SIGINT: stopping", lines)
     rest, _ = launcher.communicate(timeout=120)
@@ -75,8 +72,6 @@ def test_sigint_is_answered_at_once_and_the_cluster_stops_with_a_checkpoint(tmp_
     assert launcher.returncode == 0, output[-3000:]
     assert os.listdir(os.path.join(logdir, "checkpoints")), output[-3000:]
     assert _pids(logdir) == []
-  finally:
-    _kill_all(launcher, logdir)
 
 
 def test_bad_flags_are_reported_once_before_any_process_starts(capfd):

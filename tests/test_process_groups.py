@@ -5,34 +5,21 @@ import signal
 import subprocess
 import time
 
-import numpy as np
 import pytest
 
-from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import process
-from tests.test_process import is_gone, wait_until_gone
+from tests.test_process import ScriptedEnvironment, is_gone, wait_until_gone
 
 
-class EnvironmentWithACompiler(base.Environment):
-  """Starts a long `sleep` child, as DeepMind Lab starts a map compiler, and writes its pid."""
+class EnvironmentWithACompiler(ScriptedEnvironment):
+  """Starts a long `sleep` child, as DeepMind Lab starts a map compiler, and writes its pid;
+  its close leaves the compiler running, as an engine killed mid-compilation would."""
 
   def __init__(self, pid_path):
+    super().__init__()
     self._compiler = subprocess.Popen(["sleep", "300"])
     with open(pid_path, "w") as f:
       f.write(str(self._compiler.pid))
-
-  @property
-  def spec(self):
-    return base.EnvSpec(num_actions=2, frame_shape=(2, 2, 1))
-
-  def initial(self):
-    return base.make_env_output(0.0, True, np.zeros((2, 2, 1), np.uint8), "", 0.0, 0)
-
-  def step(self, action):
-    return self.initial()
-
-  def close(self):
-    pass  # Leaves its compiler running, as an engine killed mid-compilation would.
 
 
 def _start(tmp_path):

@@ -36,27 +36,17 @@ def parse_args():
   parser.add_argument("--level", default="atari/breakout",
                       help="Level name; the IMPACT paper's Figure 6 has atari/breakout, "
                            "atari/space_invaders and atari/pong.")
-  parser.add_argument("--total_environment_frames", type=int, default=10_000_000)
-  parser.add_argument("--num_actors", type=int, default=16)
-  parser.add_argument("--seeds", default="1", help="Comma-separated seeds: runs per algorithm.")
-  parser.add_argument("--max_seconds", type=float, default=None,
-                      help="Also stop each run after this many seconds (same wall clock).")
-  parser.add_argument("--quick", action="store_true",
-                      help="A check of the whole script in a few minutes: breakout, 8,000 "
-                           "frames per run, 4 actors, batch 8.")
-  parser.add_argument("--extra_flags", default="",
-                      help="More experiment.py flags for both runs, e.g. '--batch_size=16'.")
+  runs.add_budget_arguments(parser, total_environment_frames=10_000_000, runs_per="algorithm")
   return parser.parse_args()
 
 
 def main():
   args = parse_args()
-  flags = dict(level_name=args.level, total_environment_frames=args.total_environment_frames,
-               num_actors=args.num_actors, checkpoint_secs=600, log_secs=10)
   if args.quick:
-    flags.update(level_name="atari/breakout", total_environment_frames=8_000, num_actors=4,
-                 batch_size=8, log_secs=2)
-  flags.update(runs.parse_extra_flags(args.extra_flags))
+    args.level = runs.QUICK_LEVEL
+    runs.quick_budget(args)
+  flags = dict(level_name=args.level)
+  flags.update(runs.budget_flags(args))  # --extra_flags may name the level too.
   seeds = runs.parse_seeds(args.seeds)
   log = runs.command_log(args.output_dir)
   results = {}  # (algorithm, seed) -> summary

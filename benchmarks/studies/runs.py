@@ -33,6 +33,45 @@ def experiment_command(logdir, **flags):
            f"--logdir={logdir}"] + [f"--{name}={value}" for name, value in flags.items()])
 
 
+# --quick of table2.py and impact_vs_impala.py: a check of the whole script in a few minutes.
+QUICK_LEVEL = "atari/breakout"
+QUICK_HELP = ("A check of the whole script in a few minutes: breakout, 8,000 frames per run, "
+              "4 actors, batch 8")
+
+
+def add_budget_arguments(parser, total_environment_frames, runs_per, quick_also=""):
+  """The flags of a study whose runs all get one budget (table2.py, impact_vs_impala.py):
+  --total_environment_frames, --num_actors, --seeds (runs_per: what each seed adds a run to),
+  --max_seconds, --quick (quick_also: what else it shrinks) and --extra_flags."""
+  parser.add_argument("--total_environment_frames", type=int,
+                      default=total_environment_frames,
+                      help="Frame budget of every run (the same for all runs).")
+  parser.add_argument("--num_actors", type=int, default=16)
+  parser.add_argument("--seeds", default="1", help=f"Comma-separated seeds: runs per {runs_per}.")
+  parser.add_argument("--max_seconds", type=float, default=None,
+                      help="Also stop each run after this many seconds (with a checkpoint; "
+                           "the same wall clock for every run).")
+  parser.add_argument("--quick", action="store_true", help=QUICK_HELP + quick_also + ".")
+  parser.add_argument("--extra_flags", default="",
+                      help="More experiment.py flags for every run, e.g. '--batch_size=16'.")
+
+
+def quick_budget(args):
+  """--quick's budget (QUICK_HELP), set on the parsed flags so that tables and plots show it."""
+  args.total_environment_frames, args.num_actors = 8_000, 4
+
+
+def budget_flags(args):
+  """experiment.py flags of every run of a study with add_budget_arguments' flags: budget,
+  actors, checkpoint and log intervals (--quick: batch 8, faster logs), then --extra_flags."""
+  flags = dict(total_environment_frames=args.total_environment_frames,
+               num_actors=args.num_actors, checkpoint_secs=600, log_secs=10)
+  if args.quick:
+    flags.update(batch_size=8, log_secs=2)
+  flags.update(parse_extra_flags(args.extra_flags))
+  return flags
+
+
 def parse_extra_flags(text):
   """--extra_flags="--a=1 --b=x" of a study -> {"a": "1", "b": "x"} (experiment.py flags)."""
   return dict(flag.lstrip("-").split("=", 1) for flag in text.split())

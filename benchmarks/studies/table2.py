@@ -45,38 +45,19 @@ def parse_args():
   parser.add_argument("--output_dir", required=True)
   parser.add_argument("--levels", default="atari/breakout,atari/space_invaders,atari/qbert",
                       help="Comma-separated level names (Atari games or toy levels).")
-  parser.add_argument("--total_environment_frames", type=int, default=3_000_000,
-                      help="Frame budget of every run (the same for all cells).")
-  parser.add_argument("--num_actors", type=int, default=16)
-  parser.add_argument("--seeds", default="1", help="Comma-separated seeds: runs per cell.")
   parser.add_argument("--replay_capacity", type=int, default=10_000,
                       help="Table D.3: 10,000 trajectories.")
   parser.add_argument("--corrections", default=",".join(CORRECTIONS))
-  parser.add_argument("--max_seconds", type=float, default=None,
-                      help="Stop a run after this many seconds (with a checkpoint).")
-  parser.add_argument("--quick", action="store_true",
-                      help="A check of the whole script in a few minutes: breakout, 8,000 "
-                           "frames per run, 4 actors, batch 8, replay capacity 100.")
-  parser.add_argument("--extra_flags", default="",
-                      help="More experiment.py flags for every run, e.g. '--batch_size=16'.")
+  runs.add_budget_arguments(parser, total_environment_frames=3_000_000, runs_per="cell",
+                            quick_also=", replay capacity 100")
   return parser.parse_args()
-
-
-def run_flags(args):
-  """experiment.py flags shared by every run."""
-  flags = dict(total_environment_frames=args.total_environment_frames,
-               num_actors=args.num_actors, checkpoint_secs=600, log_secs=10)
-  if args.quick:
-    flags.update(batch_size=8, log_secs=2)
-  flags.update(runs.parse_extra_flags(args.extra_flags))
-  return flags
 
 
 def main():
   args = parse_args()
   if args.quick:
-    args.levels, args.total_environment_frames, args.num_actors = "atari/breakout", 8_000, 4
-    args.replay_capacity = 100
+    args.levels, args.replay_capacity = runs.QUICK_LEVEL, 100
+    runs.quick_budget(args)
   levels = args.levels.split(",")
   seeds = runs.parse_seeds(args.seeds)
   corrections = args.corrections.split(",")
@@ -91,7 +72,7 @@ def main():
                                 f"{replay}_replay", correction,
                                 *([f"seed{seed}"] if len(seeds) > 1 else []))
           flags = dict(level_name=level, off_policy_correction=correction, seed=seed,
-                       **run_flags(args))
+                       **runs.budget_flags(args))
           if fraction:
             flags.update(replay_fraction=fraction, replay_capacity=args.replay_capacity)
           runs.run(runs.experiment_command(logdir, **flags), logdir, args.max_seconds, log)
