@@ -33,14 +33,8 @@ def check_batch(network_config, agent_state, env_outputs, agent_outputs):
     return check_gaussian_batch(network_config, agent_state, env_outputs, agent_outputs)
   if not isinstance(agent_outputs, AgentOutput):
     raise TypeError("agent_outputs must be an AgentOutput (or a GaussianAgentOutput).")
-  env_outputs = tf.nest.map_structure(tf.convert_to_tensor, env_outputs)
-  agent_outputs = tf.nest.map_structure(tf.convert_to_tensor, agent_outputs)
-
-  reward_shape = env_outputs.reward.shape
-  if reward_shape.rank != 2 or reward_shape[0] is None or reward_shape[0] < 2:
-    raise ValueError(
-        f"env_outputs.reward must be [T+1, B] with T >= 1, got shape {reward_shape}.")
-  leading = reward_shape[:2]
+  env_outputs, agent_outputs, leading = _as_tensors_of_t_plus_1_steps(env_outputs,
+                                                                      agent_outputs)
   frame_shape = tuple(network_config.frame_shape)
   expected = {
       "env_outputs.done": (env_outputs.done, ()),
@@ -73,6 +67,17 @@ def check_batch(network_config, agent_state, env_outputs, agent_outputs):
   return env_outputs, agent_outputs
 
 
+def _as_tensors_of_t_plus_1_steps(env_outputs, agent_outputs):
+  """Both structures as tensors, and their leading shape [T+1, B] from the rewards (T >= 1)."""
+  env_outputs = tf.nest.map_structure(tf.convert_to_tensor, env_outputs)
+  agent_outputs = tf.nest.map_structure(tf.convert_to_tensor, agent_outputs)
+  reward_shape = env_outputs.reward.shape
+  if reward_shape.rank != 2 or reward_shape[0] is None or reward_shape[0] < 2:
+    raise ValueError(
+        f"env_outputs.reward must be [T+1, B] with T >= 1, got shape {reward_shape}.")
+  return env_outputs, agent_outputs, reward_shape[:2]
+
+
 def check_gaussian_batch(network_config, agent_state, env_outputs, agent_outputs):
   """check_batch for a Gaussian agent's batch: float32 observations [T+1, B, O], actions and
   mu's mean and log_std [T+1, B, A]."""
@@ -82,13 +87,9 @@ def check_gaussian_batch(network_config, agent_state, env_outputs, agent_outputs
   if not hasattr(network_config, "action_size"):
     raise ValueError("A GaussianAgentOutput batch needs a continuous agent "
                      "(continuous_networks.ContinuousAgent).")
-  env_outputs = tf.nest.map_structure(tf.convert_to_tensor, env_outputs)
-  agent_outputs = tf.nest.map_structure(tf.convert_to_tensor, agent_outputs)
-  reward_shape = env_outputs.reward.shape
-  if reward_shape.rank != 2 or reward_shape[0] is None or reward_shape[0] < 2:
-    raise ValueError(
-        f"env_outputs.reward must be [T+1, B] with T >= 1, got shape {reward_shape}.")
-  leading = list(reward_shape[:2])
+  env_outputs, agent_outputs, leading = _as_tensors_of_t_plus_1_steps(env_outputs,
+                                                                      agent_outputs)
+  leading = list(leading)
   action = [network_config.action_size]
   expected = {
       "env_outputs.done": (env_outputs.done, []),

@@ -45,6 +45,15 @@ def _rewards_and_discounts(env_outputs, config):
           tf.cast(~tf.cast(env_outputs.done[1:], tf.bool), tf.float32) * config.discounting)
 
 
+def _vtrace_options(config):
+  """V-trace's truncation levels, lambda and LASER's trust region, from the learner config."""
+  return dict(clip_rho_threshold=config.clip_rho_threshold,
+              clip_pg_rho_threshold=config.clip_pg_rho_threshold,
+              clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
+              trust_region_threshold=(config.trust_region_threshold
+                                      if config.uses_trust_region else None))
+
+
 def online_mask(batch_size, num_replayed):
   """float32 [B]: 1 for a batch's online trajectories, 0 for its replayed ones (the last
   num_replayed: buffers.ReplayMixer, buffers.EpisodeMixer)."""
@@ -99,12 +108,8 @@ def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config, entro
       behaviour_policy_logits=batch.behaviour_logits,
       target_policy_logits=batch.learner_logits, actions=batch.actions,
       discounts=batch.discounts, rewards=batch.rewards, values=batch.values,
-      bootstrap_value=batch.bootstrap_value, clip_rho_threshold=config.clip_rho_threshold,
-      clip_pg_rho_threshold=config.clip_pg_rho_threshold,
-      clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
-      off_policy_correction=config.off_policy_correction,
-      trust_region_threshold=(config.trust_region_threshold if config.uses_trust_region
-                              else None))
+      bootstrap_value=batch.bootstrap_value,
+      off_policy_correction=config.off_policy_correction, **_vtrace_options(config))
   # LASER section 4.3: rejected transitions count for none of the losses ("we reject
   # transitions entirely for all estimates"). (Without a trust region, mask None: exactly
   # IMPALA's graph.)
@@ -216,11 +221,7 @@ def gaussian_impala_loss_terms(learner_outputs, env_outputs, agent_outputs, conf
   returns = gaussian.from_gaussian_params(
       batch.behaviour_mean, batch.behaviour_log_std, batch.learner_mean,
       batch.learner_log_std, batch.actions, batch.discounts, batch.rewards, batch.values,
-      batch.bootstrap_value, clip_rho_threshold=config.clip_rho_threshold,
-      clip_pg_rho_threshold=config.clip_pg_rho_threshold,
-      clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
-      trust_region_threshold=(config.trust_region_threshold if config.uses_trust_region
-                              else None))
+      batch.bootstrap_value, **_vtrace_options(config))
   # As impala_loss_terms: rejected steps count for none of the losses (LASER section 4.3),
   # the entropy's included, and entropy_mask keeps the online trajectories (section 5.1).
   mask = returns.trust_region_mask if config.uses_trust_region else None
