@@ -66,6 +66,7 @@ PEER_FRAME_TOLERANCE = 0.02
 # prctl of the C library, looked up here: a child between fork and exec calls only it.
 _PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+POLL_SECONDS = 5.0  # How often our run's log is read for its frame count (log_secs: 5).
 STOP_GRACE_SECONDS = 300  # Our final checkpoint after SIGINT; then the process is killed.
 
 
@@ -188,7 +189,7 @@ def run_ours(logdir, seed, frames, print_fn):
     try:
       reached = 0
       while process.poll() is None and reached < frames:
-        time.sleep(5)
+        time.sleep(POLL_SECONDS)
         reached = max([reached] + [r["frames"] for r in runlog.of_kind(tail.read(),
                                                                       runlog.PROGRESS)])
     finally:
@@ -364,7 +365,8 @@ def report(output_dir, seeds, frames, every, figure_path):
 
 
 def parse_args(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  # No abbreviations: a mistyped flag (--frame=...) is refused, not taken for another.
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
   parser.add_argument("--frames", type=int, default=20_000_000,
                       help="Frames each run trains (the same budget for both systems).")
   parser.add_argument("--seeds", default="1,2", help="Comma-separated seeds, e.g. 1,2.")
