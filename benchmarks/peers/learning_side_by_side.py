@@ -359,7 +359,8 @@ def report(output_dir, seeds, frames, every, figure_path):
         "vs the peer's seed range by the mean of our seeds:")
   print(table(rows))
   print(verdict(rows))
-  if any(run is not None for by in runs_by_system.values() for run in by.values()):
+  if any(run is not None and len(run["returns"])
+         for by in runs_by_system.values() for run in by.values()):
     print(f"Wrote {plot(runs_by_system, frames, figure_path)}")
   return rows
 
