@@ -16,9 +16,9 @@ after the other on the whole machine. For each seed:
     frames (Table G.1's schedule, optimizers.linear_decay): nearly constant.
   sample_factory: `sample_factory_pong.py --mode=learning --frames=F --seed=S
     --lr_schedule=constant` (its docstring lists the setting and every difference left).
-    Constant 0.0006 is the closer match to ours over the window: at most 10% above our rate
-    (5% on average), where its linear_decay over a budget of --frames would end at 3/4 of the
-    start (0.00045, 17% below ours at the end).
+    Constant 0.0006 is the closer match to ours over a 20M window: ours falls 10% below it by
+    the end (5% on average), where its linear_decay over a budget of --frames would end at
+    3/4 of the start (0.00045, 17% below ours at the end; 8% on average).
 
 Interrupted runs: ours resumes from its last checkpoint (checkpoint_secs, 10 minutes by
 default; what came after it is dropped by runlog.read_trained_records). Sample Factory can
