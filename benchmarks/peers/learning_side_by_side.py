@@ -1,0 +1,419 @@
+"""Learning on Pong, side by side: README's quick start against Sample Factory, per frame.
+
+    bash benchmarks/peers/setup_sample_factory.sh     # once: the peer's venv in /tmp/sf_venv
+    python -m benchmarks.peers.learning_side_by_side --frames=20000000 --seeds=1,2 \\
+        --output_dir=/work/runs/pong_vs_sf
+
+Separates the implementation from the settings: both systems learn Pong with the same
+hyperparameters as far as the two allow, the same frame budget and the same seeds, one run
+after the other on the whole machine. For each seed:
+  ours: `experiment.py --mode=train --level_name=atari/pong --seed=S --logdir=<output_dir>/
+    ours/seed_S`, README's quick start (the Table G.1 preset, its 200M-frame budget left
+    unchanged), stopped with SIGINT (a checkpoint, as a user's Ctrl-C) once its log.jsonl
+    shows --frames trained. Passing --total_environment_frames=--frames instead would anneal
+    the learning rate to 0 within the comparison, which is not what a user of the quick start
+    gets; with the 200M budget the rate falls linearly from 0.0006 only to 0.00054 at 20M
+    frames (Table G.1's schedule, optimizers.linear_decay): nearly constant.
+  sample_factory: `sample_factory_pong.py --mode=learning --frames=F --seed=S
+    --lr_schedule=constant` (its docstring lists the setting and every difference left).
+    Constant 0.0006 is the closer match to ours over a 20M window: ours falls 10% below it by
+    the end (5% on average), where its linear_decay over a budget of --frames would end at
+    3/4 of the start (0.00045, 17% below ours at the end; 8% on average).
+
+Interrupted runs: ours resumes from its last checkpoint (checkpoint_secs, 10 minutes by
+default; what came after it is dropped by runlog.read_trained_records). Sample Factory can
+resume its own checkpoint (restart_behavior=resume), but sample_factory_pong.py's
+episodes.csv places games by the reports of one launch, so a killed peer run restarts from
+zero: its directory is moved aside (seed_S.interrupted_<time>), not deleted. Complete runs
+are skipped.
+
+Reported: per seed and system, the mean of the last 100 episode returns (runs.FINAL_EPISODES)
+at every --every frames, and whether the mean of our seeds is within the peer's seed range
+[min, max] or above it there; the goal is met when it is at every count. The figure has that
+return against frames and against hours of running time (ours: from each attempt's START
+record; the peer: from its launch, torch import and environment start-up included).
+"""
+import argparse
+import csv
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from benchmarks.peers import sample_factory_pong  # pylint: disable=wrong-import-position
+from benchmarks.studies import runs  # pylint: disable=wrong-import-position
+from benchmarks.tools import plot_learning_curve  # pylint: disable=wrong-import-position
+from scalable_agent_tf2 import runlog  # pylint: disable=wrong-import-position
+
+OURS, PEER = "ours", "sample_factory"
+LABELS = {OURS: "this project (IMPALA, README quick start: Table G.1)",
+          PEER: "Sample Factory 2.1.1 (APPO + V-trace)"}
+COLOURS = {OURS: "tab:blue", PEER: "tab:orange"}
+PEER_SCRIPT = os.path.join(runs.REPO_DIR, "benchmarks", "peers", "sample_factory_pong.py")
+PEER_LR_SCHEDULE = "constant"  # The closer match to ours over the window (docstring).
+COMPLETE_FILE = "complete.json"
+# Sample Factory reports its frame count every 5 s (~17,500 frames here) and stops a run at its
+# budget between two reports: a finished run's last report may lie this share below it.
+PEER_FRAME_TOLERANCE = 0.02
+# prctl of the C library, looked up here: a child between fork and exec calls only it.
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+POLL_SECONDS = 5.0  # How often our run's log is read for its frame count (log_secs: 5).
+STOP_GRACE_SECONDS = 300  # Our final checkpoint after SIGINT; then the process is killed.
+
+
+# ---------------------------------------------------------------------------------------
+# The comparison (pure functions).
+
+
+def frame_counts(total_frames, every):
+  """The frame counts the table compares at: every, 2 x every, ..., and total_frames."""
+  counts = list(range(every, total_frames + 1, every))
+  if not counts or counts[-1] != total_frames:
+    counts.append(total_frames)
+  return counts
+
+
+def curve_at(frames, returns, reached_frames, counts):
+  """A run's return at each frame count: the mean of the last runs.FINAL_EPISODES episodes
+  logged at or before it; None where the run has not reached it or had no episode yet."""
+  curves = dict(frames=np.asarray(frames, np.float64), returns=np.asarray(returns))
+  return [runs.return_at(curves, "frames", count) if count <= reached_frames else None
+          for count in counts]
+
+
+def standing(ours, peer_values):
+  """Where ours stands against the peer's seed range: "above", "within" or "below" it;
+  None when a value is missing."""
+  if ours is None or not peer_values or any(v is None for v in peer_values):
+    return None
+  if ours > max(peer_values):
+    return "above"
+  return "within" if ours >= min(peer_values) else "below"
+
+
+def comparison_rows(ours_by_seed, peer_by_seed, counts):
+  """One row per frame count: each system's per-seed returns (lists aligned with counts, as
+  curve_at gives), our mean over seeds (None unless every seed has a value) and its
+  standing against the peer's seed range."""
+  rows = []
+  for i, count in enumerate(counts):
+    ours = {seed: values[i] for seed, values in ours_by_seed.items()}
+    peer = {seed: values[i] for seed, values in peer_by_seed.items()}
+    complete = ours and all(v is not None for v in ours.values())
+    ours_mean = float(np.mean(list(ours.values()))) if complete else None
+    rows.append(dict(frames=count, ours=ours, peer=peer, ours_mean=ours_mean,
+                     standing=standing(ours_mean, list(peer.values()))))
+  return rows
+
+
+def verdict(rows):
+  """The goal (our return within the peer's seed range or above it at every frame count)
+  as one line: met, not met (at which counts), or not yet decidable."""
+  below = [row["frames"] for row in rows if row["standing"] == "below"]
+  missing = [row["frames"] for row in rows if row["standing"] is None]
+  if below:
+    return ("goal NOT met: ours is below Sample Factory's seed range at "
+            + ", ".join(f"{f / 1e6:g}M" for f in below) + " frames")
+  if missing:
+    return (f"not decided yet: {len(rows) - len(missing)} of {len(rows)} frame counts "
+            "compared (the others not reached by every run), none below")
+  return "goal met: ours is within Sample Factory's seed range or above it at every count"
+
+
+def table(rows):
+  """Markdown table of comparison_rows."""
+  ours_seeds, peer_seeds = sorted(rows[0]["ours"]), sorted(rows[0]["peer"])
+  lines = ["| frames | " + " | ".join(f"ours seed {s}" for s in ours_seeds)
+           + " | ours mean | " + " | ".join(f"SF seed {s}" for s in peer_seeds)
+           + " | SF range | ours vs SF range |",
+           "|---:|" + "---:|" * (len(ours_seeds) + len(peer_seeds) + 2) + "---|"]
+  for row in rows:
+    peer = [v for v in row["peer"].values() if v is not None]
+    span = f"[{min(peer):.2f}, {max(peer):.2f}]" if len(peer) == len(row["peer"]) else "n/a"
+    lines.append(f"| {row['frames'] / 1e6:g}M | "
+                 + " | ".join(runs.fmt(row["ours"][s], 2) for s in ours_seeds)
+                 + f" | {runs.fmt(row['ours_mean'], 2)} | "
+                 + " | ".join(runs.fmt(row["peer"][s], 2) for s in peer_seeds)
+                 + f" | {span} | {row['standing'] or 'n/a'} |")
+  return "\n".join(lines)
+
+
+def seed_band(curves, grid):
+  """(low, high) over seeds of curves [(x, y)] interpolated on grid; NaN where no curve
+  covers a grid point (a curve covers [its first x, its last x])."""
+  values = np.full((len(curves), len(grid)), np.nan)
+  for i, (x, y) in enumerate(curves):
+    if len(x):
+      inside = (grid >= x[0]) & (grid <= x[-1])
+      values[i, inside] = np.interp(grid[inside], x, y)
+  covered = ~np.all(np.isnan(values), axis=0)
+  low, high = np.full(len(grid), np.nan), np.full(len(grid), np.nan)
+  low[covered] = np.nanmin(values[:, covered], axis=0)
+  high[covered] = np.nanmax(values[:, covered], axis=0)
+  return low, high
+
+
+# ---------------------------------------------------------------------------------------
+# Running.
+
+
+def ours_frames(logdir):
+  """Frames our run has trained to (its last kept progress record), 0 before any."""
+  progress = runlog.read_trained_records(logdir)[1] if os.path.isdir(logdir) else []
+  return progress[-1]["frames"] if progress else 0
+
+
+def run_ours(logdir, seed, frames, print_fn):
+  """Trains README's quick start with this seed until frames are trained (resuming)."""
+  command = runs.experiment_command(logdir, level_name="atari/pong", seed=seed)
+  if ours_frames(logdir) >= frames:
+    print_fn(f"$ {runs.printable(command)}\n  already trained {ours_frames(logdir):,} frames")
+    return
+  os.makedirs(logdir, exist_ok=True)
+  _check_same_command(os.path.join(logdir, "side_by_side_command.json"),
+                      runs.printable(command))
+  print_fn(f"$ {runs.printable(command)}  # stopped with SIGINT at {frames:,} frames")
+  tail = runlog.LogTail(runlog.log_path(logdir), os.path.getsize(runlog.log_path(logdir))
+                        if os.path.exists(runlog.log_path(logdir)) else 0)
+  with open(os.path.join(logdir, "console.txt"), "a") as console:
+    process = _start(command, console)
+    try:
+      reached = 0
+      while process.poll() is None and reached < frames:
+        time.sleep(POLL_SECONDS)
+        reached = max([reached] + [r["frames"] for r in runlog.of_kind(tail.read(),
+                                                                      runlog.PROGRESS)])
+    finally:
+      _interrupt(process, STOP_GRACE_SECONDS)
+  if ours_frames(logdir) < frames:
+    raise RuntimeError(f"{runs.printable(command)} exited with {process.returncode} at "
+                       f"{ours_frames(logdir):,} frames; see {logdir}/console.txt")
+  print_fn(f"  trained {ours_frames(logdir):,} frames")
+
+
+def _check_same_command(path, command):
+  """Refuses to resume a directory whose run was started by another command."""
+  if os.path.exists(path):
+    with open(path) as f:
+      previous = json.load(f)
+    if previous != command:
+      raise SystemExit(f"{os.path.dirname(path)} holds a run of another command:\n  "
+                       f"{previous}\nnot\n  {command}\nChoose another --output_dir.")
+  with open(path, "w") as f:
+    json.dump(command, f)
+
+
+def _start(command, console):
+  """Starts a run in its own session, so that only this driver signals it (a terminal's
+  Ctrl-C reaches the driver alone, which then sends one SIGINT), and on Linux with SIGINT as
+  its parent-death signal, so that it stops cleanly if this driver is killed."""
+  return subprocess.Popen(command, cwd=runs.REPO_DIR, stdout=console,
+                          stderr=subprocess.STDOUT, start_new_session=True,
+                          preexec_fn=_interrupt_when_parent_dies)
+
+
+def _interrupt_when_parent_dies():
+  if _PRCTL is not None:
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGINT)
+
+
+def _interrupt(process, grace_seconds):
+  """SIGINT (the process stops cleanly), then SIGKILL after grace_seconds."""
+  if process.poll() is None:
+    process.send_signal(signal.SIGINT)
+    try:
+      process.wait(grace_seconds)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+
+
+def peer_complete(output_dir, frames):
+  """Whether Sample Factory's run in output_dir has finished with this budget."""
+  path = os.path.join(output_dir, COMPLETE_FILE)
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    return json.load(f)["frames"] == frames
+
+
+def run_peer(output_dir, seed, frames, venv, print_fn):
+  """Trains Sample Factory to frames with this seed; a killed run restarts from zero."""
+  if peer_complete(output_dir, frames):
+    print_fn(f"Sample Factory seed {seed}: already finished ({output_dir})")
+    return
+  if os.path.exists(output_dir):
+    aside = f"{output_dir}.interrupted_{time.strftime('%Y%m%d_%H%M%S')}"
+    os.rename(output_dir, aside)
+    print_fn(f"  an unfinished Sample Factory run restarts from zero (moved to {aside})")
+  command = [sys.executable, PEER_SCRIPT, "--mode=learning", f"--frames={frames}",
+             f"--seed={seed}", f"--lr_schedule={PEER_LR_SCHEDULE}", f"--venv={venv}",
+             f"--output_dir={output_dir}"]
+  print_fn(f"$ {runs.printable(command)}")
+  os.makedirs(output_dir)
+  with open(os.path.join(output_dir, "driver_console.txt"), "w") as console:
+    process = _start(command, console)
+    try:
+      process.wait()
+    finally:  # The driver stops Sample Factory's process group on SIGINT.
+      _interrupt(process, 180)
+  reports = sample_factory_pong.read_reports(os.path.join(output_dir, "sample_factory.log"))
+  reached = reports[-1][2] if reports else 0
+  if process.returncode != 0 or reached < (1 - PEER_FRAME_TOLERANCE) * frames:
+    raise RuntimeError(f"Sample Factory seed {seed} exited with {process.returncode} at "
+                       f"{reached:,} of {frames:,} frames; see {output_dir}")
+  with open(os.path.join(output_dir, COMPLETE_FILE), "w") as f:
+    json.dump(dict(frames=frames, last_report_frames=reached, command=command), f)
+  print_fn(f"  trained {reached:,} frames")
+
+
+# ---------------------------------------------------------------------------------------
+# Reading and reporting.
+
+
+def read_ours(logdir):
+  """dict(frames, returns, hours, reached) of our run's Pong episodes (None if no log)."""
+  if not os.path.exists(runlog.log_path(logdir)):
+    return None
+  episodes = plot_learning_curve.read_episodes(logdir)
+  if len(episodes) > 1:
+    raise ValueError(f"{logdir} logged several levels {sorted(episodes)}, not Pong alone")
+  frames, returns = next(iter(episodes.values())) if episodes else ([], [])
+  frames = runs.spread_frames(frames)
+  return dict(frames=frames, returns=np.asarray(returns, np.float64),
+              hours=plot_learning_curve.training_hours(logdir, frames),
+              reached=ours_frames(logdir))
+
+
+def read_peer(output_dir, frames):
+  """The same for Sample Factory's episodes.csv (None before the run has written it). A
+  finished run counts as having reached its budget (PEER_FRAME_TOLERANCE)."""
+  path = os.path.join(output_dir, "episodes.csv")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  episode_frames = np.array([float(r["frames"]) for r in rows])
+  reports = sample_factory_pong.read_reports(os.path.join(output_dir, "sample_factory.log"))
+  reached = frames if peer_complete(output_dir, frames) else (reports[-1][2] if reports else 0)
+  return dict(frames=episode_frames,
+              returns=np.array([float(r["episode_return"]) for r in rows]),
+              hours=np.array([float(r["seconds"]) for r in rows]) / 3600, reached=reached)
+
+
+def plot(runs_by_system, frames, path):
+  """Returns against frames and against hours: a thin line per seed, the seed range
+  shaded, one colour per system."""
+  figure, panels = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
+  for axes, key, scale in ((panels[0], "frames", 1e6), (panels[1], "hours", 1.0)):
+    for system, by_seed in runs_by_system.items():
+      curves = []
+      for seed, run in sorted(by_seed.items()):
+        if run is None or not len(run["returns"]):
+          continue
+        mean = plot_learning_curve.running_mean(run["returns"], runs.FINAL_EPISODES)
+        curves.append((run[key] / scale, mean))
+        axes.plot(curves[-1][0], mean, color=COLOURS[system], linewidth=0.8, alpha=0.8)
+      if curves:
+        grid = np.linspace(0, max(c[0][-1] for c in curves), 400)
+        low, high = seed_band(curves, grid)
+        axes.fill_between(grid, low, high, color=COLOURS[system], alpha=0.25,
+                          label=f"{LABELS[system]}, {len(curves)} seeds (range)")
+    axes.set_xlabel("environment frames (millions)" if key == "frames"
+                    else "hours of running time")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left", fontsize=8)
+  panels[0].set_ylabel(f"episode return (mean of last {runs.FINAL_EPISODES})")
+  seeds = max(len(by_seed) for by_seed in runs_by_system.values())
+  figure.suptitle(f"Pong, {frames / 1e6:g}M frames, {seeds} seeds each: this project and "
+                  "Sample Factory learning with the same setting as far as they allow,\n"
+                  f"per frame and per hour of running time on one {os.cpu_count()}-core "
+                  "machine")
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  plt.close(figure)
+  return path
+
+
+def report(output_dir, seeds, frames, every, figure_path):
+  """Reads every run, writes the figure, prints the table and the verdict."""
+  runs_by_system = {
+      OURS: {s: read_ours(os.path.join(output_dir, OURS, f"seed_{s}")) for s in seeds},
+      PEER: {s: read_peer(os.path.join(output_dir, PEER, f"seed_{s}"), frames) for s in seeds}}
+  counts = frame_counts(frames, every)
+  by_seed = {system: {seed: (curve_at(run["frames"], run["returns"], run["reached"], counts)
+                             if run else [None] * len(counts))
+                      for seed, run in runs_by_system[system].items()}
+             for system in runs_by_system}
+  rows = comparison_rows(by_seed[OURS], by_seed[PEER], counts)
+  print(f"Return (mean of last {runs.FINAL_EPISODES} episodes) at each frame count; ours "
+        "vs the peer's seed range by the mean of our seeds:")
+  print(table(rows))
+  print(verdict(rows))
+  if any(run is not None and len(run["returns"])
+         for by in runs_by_system.values() for run in by.values()):
+    print(f"Wrote {plot(runs_by_system, frames, figure_path)}")
+  return rows
+
+
+def parse_args(argv):
+  # No abbreviations: a mistyped flag (--frame=...) is refused, not taken for another.
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+  parser.add_argument("--frames", type=int, default=20_000_000,
+                      help="Frames each run trains (the same budget for both systems).")
+  parser.add_argument("--seeds", default="1,2", help="Comma-separated seeds, e.g. 1,2.")
+  parser.add_argument("--output_dir", required=True,
+                      help="Runs go to <output_dir>/ours/seed_S and sample_factory/seed_S; "
+                           "outside the repository.")
+  parser.add_argument("--every", type=int, default=2_000_000,
+                      help="The table compares the returns every this many frames.")
+  parser.add_argument("--figure", help="PNG path; default <output_dir>/pong_vs_sf.png.")
+  parser.add_argument("--venv", default=os.environ.get("SF_VENV", "/tmp/sf_venv"),
+                      help="Sample Factory's venv (benchmarks/peers/setup_sample_factory.sh).")
+  parser.add_argument("--report_only", action="store_true",
+                      help="Run nothing: table and figure of what the runs have logged.")
+  args = parser.parse_args(argv)
+  try:
+    args.seeds = runs.parse_seeds(args.seeds)
+  except ValueError:
+    parser.error(f"--seeds={args.seeds}: give integers separated by commas, e.g. 1,2")
+  if args.frames <= 0 or args.every <= 0:
+    parser.error("--frames and --every must be positive")
+  args.output_dir = os.path.abspath(args.output_dir)
+  if os.path.commonpath([args.output_dir, runs.REPO_DIR]) == runs.REPO_DIR:
+    parser.error(f"--output_dir {args.output_dir} is inside the repository; choose a "
+                 "directory outside it (runs are large and not part of the project)")
+  if not args.report_only and not os.path.exists(os.path.join(args.venv, "bin", "python")):
+    parser.error(f"no Sample Factory venv at {args.venv}: run "
+                 f"bash benchmarks/peers/setup_sample_factory.sh {args.venv} first "
+                 "(or pass --venv)")
+  args.figure = args.figure or os.path.join(args.output_dir, "pong_vs_sf.png")
+  return args
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  # SIGTERM ends the runs as Ctrl-C does: ours with a checkpoint, the peer's process group.
+  signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+  print_fn = runs.command_log(args.output_dir)
+  if not args.report_only:
+    for seed in args.seeds:
+      run_ours(os.path.join(args.output_dir, OURS, f"seed_{seed}"), seed, args.frames,
+               print_fn)
+      run_peer(os.path.join(args.output_dir, PEER, f"seed_{seed}"), seed, args.frames,
+               args.venv, print_fn)
+  rows = report(args.output_dir, args.seeds, args.frames, args.every, args.figure)
+  return rows
+
+
+if __name__ == "__main__":
+  main()
