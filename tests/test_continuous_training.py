@@ -26,7 +26,7 @@ HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def _flags(logdir, algorithm, *extra):
-  flags = [f"--level_name=mujoco/hopper", f"--algorithm={algorithm}", f"--logdir={logdir}",
+  flags = ["--level_name=mujoco/hopper", f"--algorithm={algorithm}", f"--logdir={logdir}",
            "--batch_size=2", "--unroll_length=8", "--num_actors=2", "--log_secs=60",
            "--total_environment_frames=64", "--test_num_episodes=1", *extra]
   if algorithm == "impact":

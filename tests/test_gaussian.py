@@ -11,7 +11,6 @@ from scalable_agent_tf2 import action_bounds
 from scalable_agent_tf2 import continuous_networks
 from scalable_agent_tf2 import gaussian
 from scalable_agent_tf2 import losses
-from scalable_agent_tf2 import vtrace
 from scalable_agent_tf2.structures import EnvOutput, Observation
 from tests import reference
 
