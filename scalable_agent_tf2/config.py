@@ -14,6 +14,7 @@ the settings marked for them; their defaults are the DMLab-30 and IMPACT Table 1
 import dataclasses
 import json
 import math
+import os
 
 from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import presets
@@ -287,6 +288,34 @@ def _check_levels(config):
                        "(section 5.3.1).")
 
 
+# Measured here (BUILD.md, "DeepMind Lab", memory): a DeepMind Lab environment process holds
+# about 0.2 GB (language levels up to 0.28); the training process about 2.5 GB at batch 32,
+# unroll 100, shallow or deep.
+DMLAB_ENVIRONMENT_GB = 0.2
+TRAINING_PROCESS_GB = 2.5
+
+
+def machine_memory_gb():
+  """The machine's physical memory in GB (1e9 bytes)."""
+  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+
+
+def check_dmlab_memory(num_actors, memory_gb):
+  """Refuses, before anything starts, a DeepMind Lab run whose environment processes (one per
+  actor) and training process would not fit in the machine's memory: the paper's 150 actors
+  (section 5.3.1) ran on as many machines; on one they need about 32 GB."""
+  need = num_actors * DMLAB_ENVIRONMENT_GB + TRAINING_PROCESS_GB
+  if need <= memory_gb:
+    return
+  fits = max(1, int((memory_gb - TRAINING_PROCESS_GB) / DMLAB_ENVIRONMENT_GB))
+  raise ValueError(
+      f"--num_actors={num_actors}: {num_actors} DeepMind Lab environment processes and the "
+      f"training process need about {need:.0f} GB of memory ({DMLAB_ENVIRONMENT_GB} GB each "
+      f"+ {TRAINING_PROCESS_GB} GB; BUILD.md, \"DeepMind Lab\"), and this machine has "
+      f"{memory_gb:.0f} GB. Pass --num_actors={fits} or fewer (the paper's 150 actors for "
+      f"DMLab-30 ran on 150 machines).")
+
+
 def check_levels_can_run(config):
   """What can be known, before any environment starts, about levels this run cannot play.
 
@@ -297,9 +326,6 @@ def check_levels_can_run(config):
     ValueError: naming the levels and what to do.
     ModuleNotFoundError: DeepMind Lab levels without deepmind_lab installed (BUILD.md).
   """
-  if any(suites.is_dmlab_level(level) for level in config.levels):
-    from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
-    dmlab.check_deepmind_lab_available()
   needing_dataset = [level for level in config.levels
                      if level in suites.DMLAB30_LEVELS_NEEDING_DATASET
                      or suites.DMLAB30_LEVEL_MAPPING.get(level)
@@ -309,6 +335,10 @@ def check_levels_can_run(config):
                  if config.is_multi_task else "")
     raise ValueError(f"{', '.join(needing_dataset)} need the Brady et al. (2008) image "
                      f"dataset: pass --dataset_path (BUILD.md, \"DeepMind Lab\"){leave_out}.")
+  if any(suites.is_dmlab_level(level) for level in config.levels):
+    check_dmlab_memory(config.num_actors, machine_memory_gb())
+    from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
+    dmlab.check_deepmind_lab_available()
 
 
 def _resolve_envs_per_actor(config, given):

@@ -27,8 +27,31 @@ def test_the_dataset_levels_need_the_dataset_and_the_message_says_how_to_go_on()
   assert "--dataset_path" in message and f"--excluded_levels={','.join(_BRADY)}" in message
   with pytest.raises(ValueError, match="--dataset_path"):
     _check_can_run("--level_name=psychlab_continuous_recognition")
-  _check_can_run("--level_name=dmlab30", "--dataset_path=/data/brady")
-  _check_can_run("--level_name=dmlab30", f"--excluded_levels={','.join(_BRADY)}")
+
+
+def test_the_dataset_or_leaving_its_levels_out_lets_the_suite_run(monkeypatch):
+  from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(dmlab, "check_deepmind_lab_available", lambda: None)  # Installed or not.
+  _check_can_run("--level_name=dmlab30", "--dataset_path=/data/brady", "--num_actors=30")
+  _check_can_run("--level_name=dmlab30", f"--excluded_levels={','.join(_BRADY)}",
+                 "--num_actors=30")
+
+
+def test_dmlab_actors_that_do_not_fit_in_memory_are_refused_with_a_count_that_fits(
+    monkeypatch):
+  # 150 environments x 0.2 GB + 2.5 GB for training = 32.5 GB.
+  with pytest.raises(ValueError) as raised:
+    config_lib.check_dmlab_memory(150, memory_gb=24.0)
+  message = str(raised.value)
+  assert "--num_actors=150" in message and "about 32 GB" in message and "has 24 GB" in message
+  assert "--num_actors=107 or fewer" in message  # (24 - 2.5) / 0.2 = 107.5.
+  config_lib.check_dmlab_memory(107, memory_gb=24.0)
+  config_lib.check_dmlab_memory(150, memory_gb=64.0)
+  # The run's check uses the machine's memory, after the dataset check, before any work.
+  monkeypatch.setattr(config_lib, "machine_memory_gb", lambda: 24.0)
+  with pytest.raises(ValueError, match="--num_actors=107 or fewer"):
+    _check_can_run("--level_name=dmlab30", f"--excluded_levels={','.join(_BRADY)}")
+  _check_can_run("--level_name=atari/pong", "--num_actors=150")  # Not a DMLab run.
 
 
 def test_experiment_py_stops_before_tensorflow_with_the_dataset_message(tmp_path):
