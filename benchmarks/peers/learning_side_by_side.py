@@ -193,7 +193,7 @@ def run_ours(logdir, seed, frames, print_fn):
         reached = max([reached] + [r["frames"] for r in runlog.of_kind(tail.read(),
                                                                       runlog.PROGRESS)])
     finally:
-      _interrupt(process, STOP_GRACE_SECONDS)
+      runs.interrupt(process, STOP_GRACE_SECONDS)
   if ours_frames(logdir) < frames:
     raise RuntimeError(f"{runs.printable(command)} exited with {process.returncode} at "
                        f"{ours_frames(logdir):,} frames; see {logdir}/console.txt")
@@ -226,17 +226,6 @@ def _interrupt_when_parent_dies():
     _PRCTL(PR_SET_PDEATHSIG, signal.SIGINT)
 
 
-def _interrupt(process, grace_seconds):
-  """SIGINT (the process stops cleanly), then SIGKILL after grace_seconds."""
-  if process.poll() is None:
-    process.send_signal(signal.SIGINT)
-    try:
-      process.wait(grace_seconds)
-    except subprocess.TimeoutExpired:
-      process.kill()
-      process.wait()
-
-
 def peer_complete(output_dir, frames):
   """Whether Sample Factory's run in output_dir has finished with this budget."""
   path = os.path.join(output_dir, COMPLETE_FILE)
@@ -265,7 +254,7 @@ def run_peer(output_dir, seed, frames, venv, print_fn):
     try:
       process.wait()
     finally:  # The driver stops Sample Factory's process group on SIGINT.
-      _interrupt(process, 180)
+      runs.interrupt(process, 180)
   reports = sample_factory_pong.read_reports(os.path.join(output_dir, "sample_factory.log"))
   reached = reports[-1][2] if reports else 0
   if process.returncode != 0 or reached < (1 - PEER_FRAME_TOLERANCE) * frames:

@@ -20,19 +20,19 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from benchmarks.studies import runs
 from scalable_agent_tf2 import runlog
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SYSTEMS = {
-    "ours": [],
-    "ours_subprocess": ["--num_actors=32", "--envs_per_actor=1"],
+SYSTEMS = {  # experiment.py flags beyond the README quick start's.
+    "ours": {},
+    "ours_subprocess": dict(num_actors=32, envs_per_actor=1),
 }
 LABELS = {
     "ours": "this project, README quick start (Table G.1, shallow, B=32, T=20)",
@@ -67,31 +67,36 @@ def window_rate(progress, warmup, seconds):
 def run_ours(extra_flags, warmup, seconds, setup_timeout=600):
   """Trains Pong as README's quick start does until the window is over; returns frames/s."""
   logdir = tempfile.mkdtemp(prefix="side_by_side_")
-  command = [sys.executable, os.path.join(REPOSITORY, "experiment.py"), "--mode=train",
-             "--level_name=atari/pong", f"--logdir={logdir}", "--log_secs=5", *extra_flags]
-  process = subprocess.Popen(command, cwd=REPOSITORY, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
+  command = runs.experiment_command(logdir, level_name="atari/pong", log_secs=5, **extra_flags)
+  console_path = os.path.join(logdir, "console.txt")
   try:
-    deadline = time.time() + setup_timeout
-    while True:
-      if process.poll() is not None:
-        raise RuntimeError(f"{' '.join(command)} exited with code {process.returncode}:\n"
-                           f"{process.stderr.read()[-2000:]}")
-      progress = _progress(logdir)
-      trained = [r for r in progress if r["frames"] > 0]
-      if trained and progress[-1]["time"] >= trained[0]["time"] + warmup + seconds + 5:
-        return window_rate(progress, warmup, seconds)
-      if not trained and time.time() > deadline:
-        raise RuntimeError(f"no frame trained within {setup_timeout} s")
-      time.sleep(2)
-  finally:
-    if process.poll() is None:
-      process.send_signal(signal.SIGINT)  # Stops with a checkpoint, as a user's Ctrl-C.
+    with open(console_path, "w") as console:
+      process = subprocess.Popen(command, cwd=REPOSITORY, stdout=console,
+                                 stderr=subprocess.STDOUT)
       try:
-        process.wait(120)
-      except subprocess.TimeoutExpired:
-        process.kill()
+        return _rate_once_measured(process, logdir, warmup, seconds, setup_timeout,
+                                   console_path)
+      finally:
+        runs.interrupt(process, 120)  # A user's Ctrl-C: stops with a checkpoint.
+  finally:
     shutil.rmtree(logdir, ignore_errors=True)
+
+
+def _rate_once_measured(process, logdir, warmup, seconds, setup_timeout, console_path):
+  """Waits for the run's log to cover the window; returns window_rate."""
+  deadline = time.time() + setup_timeout
+  while True:
+    if process.poll() is not None:
+      with open(console_path) as f:
+        raise RuntimeError(f"{runs.printable(process.args)} exited with code "
+                           f"{process.returncode}:\n{f.read()[-2000:]}")
+    progress = _progress(logdir)
+    trained = [r for r in progress if r["frames"] > 0]
+    if trained and progress[-1]["time"] >= trained[0]["time"] + warmup + seconds + 5:
+      return window_rate(progress, warmup, seconds)
+    if not trained and time.time() > deadline:
+      raise RuntimeError(f"no frame trained within {setup_timeout} s")
+    time.sleep(2)
 
 
 def _progress(logdir):

@@ -147,6 +147,18 @@ def run(command, logdir, max_seconds=None, print_fn=print):
   return record
 
 
+def interrupt(process, grace_seconds):
+  """SIGINT (a training run stops cleanly, with a checkpoint), then SIGKILL after
+  grace_seconds."""
+  if process.poll() is None:
+    process.send_signal(signal.SIGINT)
+    try:
+      process.wait(grace_seconds)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+
+
 def _read_record(logdir):
   path = os.path.join(logdir, RUN_FILE)
   if not os.path.exists(path):

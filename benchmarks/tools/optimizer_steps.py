@@ -30,11 +30,10 @@ def step_fraction(mean_square, epsilon):
   return np.sqrt(mean_square / (mean_square + epsilon))
 
 
-def _variable_names(reader, tf):
+def _variable_names(reader):
   """Index in the optimizer's lists -> the variable's path under the agent (e.g.
   'torso/fc/w'), from the checkpoint's object graph."""
   from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=g-import-not-at-top
-  del tf
   graph = trackable_object_graph_pb2.TrackableObjectGraph()
   graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
   paths, stack, seen = {}, [(0, ())], set()
@@ -60,7 +59,7 @@ def checkpoint_steps(path, tf):
   reader = tf.train.load_checkpoint(path)
   read = lambda name: reader.get_tensor(f"learner/{name}/.ATTRIBUTES/VARIABLE_VALUE")
   epsilon = float(read("optimizer/epsilon"))
-  names = _variable_names(reader, tf)
+  names = _variable_names(reader)
   rows, fractions = [], []
   for index in sorted(names):
     mean_square = read(f"optimizer/mean_squares/{index}")
