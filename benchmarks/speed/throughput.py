@@ -12,7 +12,8 @@ deep) and each --num_actors, back to back in one invocation:
   (d) a batched synchronous baseline (A2C-style, Table 1's "Batched A2C (sync step)"): the
       environments step in lock-step with one batched forward pass per step, and the update
       runs after every T steps of all B environments, with nothing overlapping.
-Each rate is the median of the frames/s of 5-second intervals after a warm-up.
+Each rate is taken over the steady window after a warm-up, from the first update (or step count
+change) in it to the last (steady_rate).
 
 Each alone, it also measures the core-seconds per environment frame of: environment stepping
 (one environment in this process, or for Atari one actor's vector group with ale-py's threads,
@@ -64,6 +65,8 @@ REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 ATARI_LEVELS = ("atari/pong",)
 DMLAB_LEVELS = ("seekavoid_arena_01", "rooms_keys_doors_puzzle")
 INTERVAL_SECS = 5.0
+# Training runs log every second, so that steady_rate times whole updates to within a second.
+TRAINING_LOG_SECS = 1.0
 VARIANT_NAMES = {
     "a": "(a) environments alone, random actions",
     "b": "(b) IMPALA, dynamic batching",
@@ -72,22 +75,33 @@ VARIANT_NAMES = {
 }
 
 
-def level_config(level, torso, num_actors, logdir="/tmp/unused", envs_per_actor=None):
+def level_config(level, torso, num_actors, logdir="/tmp/unused", envs_per_actor=None,
+                 level_cache_dir=""):
   """The resolved experiment config of a benchmark run (the level's presets otherwise;
   envs_per_actor None: the preset, which is 1 but for Atari's vector groups)."""
   return config_lib.resolve(config_lib.ExperimentConfig(
       level_name=level, torso=torso, num_actors=num_actors, batch_size=32, logdir=logdir,
-      total_environment_frames=10**9, envs_per_actor=envs_per_actor))
+      total_environment_frames=10**9, envs_per_actor=envs_per_actor,
+      level_cache_dir=level_cache_dir))
 
 
 def steady_rate(samples, warmup):
-  """Median frames/s over the intervals of [(time, frames)] that start after `warmup` s."""
+  """Frames/s over the steady window of [(time, frames)]: from the first sample after `warmup`
+  s at which the count moved to the last one at which it moved.
+
+  Trained frames arrive one update at a time (B x T x repeats frames: 12,800 on DMLab, one
+  every few seconds), so a median of short intervals would alternate between 0 and a peak;
+  timing from one arrival to another counts only whole updates. A steadily moving count (the
+  environments alone) gives the mean rate over the window.
+  """
   start = samples[0][0]
-  rates = [(f1 - f0) / (t1 - t0) for (t0, f0), (t1, f1) in zip(samples, samples[1:])
-           if t0 - start >= warmup and t1 > t0]
-  if not rates:
-    raise RuntimeError("The run was too short for its warm-up; raise --seconds.")
-  return statistics.median(rates)
+  moved = [(t1, f1) for (t0, f0), (t1, f1) in zip(samples, samples[1:])
+           if t0 - start >= warmup and f1 != f0]
+  if len(moved) < 2 or moved[-1][0] <= moved[0][0]:
+    raise RuntimeError("The run was too short for its warm-up (fewer than two updates after "
+                       "it); raise --seconds.")
+  (t_first, f_first), (t_last, f_last) = moved[0], moved[-1]
+  return (f_last - f_first) / (t_last - t_first)
 
 
 def _sample_until(frames_so_far, seconds):
@@ -241,9 +255,11 @@ def run_training(config, seconds, warmup, batched_inference, num_cores):
              f"--num_actors={config.num_actors}", f"--envs_per_actor={config.envs_per_actor}",
              f"--batch_size={config.batch_size}",
              f"--unroll_length={config.unroll_length}",
-             "--total_environment_frames=1000000000", f"--log_secs={INTERVAL_SECS}",
+             "--total_environment_frames=1000000000", f"--log_secs={TRAINING_LOG_SECS}",
              "--checkpoint_secs=1000000", f"--logdir={logdir}",
              f"--{'' if batched_inference else 'no'}batched_inference"]
+    if config.level_cache_dir:
+      flags.append(f"--level_cache_dir={config.level_cache_dir}")
     process = subprocess.Popen([sys.executable, "experiment.py", "--mode=train"] + flags,
                                cwd=REPO_DIR, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
@@ -377,6 +393,8 @@ def main():
                       help="Length of each cost measurement.")
   parser.add_argument("--inference_batch", type=int, default=16,
                       help="Batch of the acting forward pass in the inference cost.")
+  parser.add_argument("--level_cache_dir", default="",
+                      help="DMLab: compiled-map cache for every run (as experiment.py's flag).")
   parser.add_argument("--output", default="", help="Also write the Markdown here.")
   args = parser.parse_args()
   if args.quick:
@@ -400,7 +418,8 @@ def main():
   for level in levels:
     for torso in torsos:
       base = level_config(level, torso, actor_counts[0] if actor_counts else None,
-                          envs_per_actor=args.envs_per_actor)
+                          envs_per_actor=args.envs_per_actor,
+                          level_cache_dir=args.level_cache_dir)
       network_config = _network_config(base)
       costs = dict(environment=environment_cost(base, args.cost_seconds),
                    inference=inference_cost(base, network_config, args.inference_batch,

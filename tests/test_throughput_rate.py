@@ -1,0 +1,22 @@
+"""The Table 1 benchmark's rate: timed from update to update, not a median of short intervals."""
+import pytest
+
+from benchmarks.speed.throughput import steady_rate
+
+
+def test_updates_every_few_seconds_give_their_true_rate():
+  # One update of 12,800 frames every 8 s (a DMLab run at 1,600 frames/s), sampled every second:
+  # most 1-second intervals carry no frames, so a median of intervals would say 0.
+  samples = [(float(t), 12_800 * (t // 8)) for t in range(0, 81)]
+  assert steady_rate(samples, warmup=10) == pytest.approx(1_600.0)
+
+
+def test_a_steady_count_gives_its_mean_rate_after_the_warmup():
+  samples = [(0.0, 0), (5.0, 100), (10.0, 1_000), (15.0, 6_000), (20.0, 11_000)]
+  assert steady_rate(samples, warmup=5) == pytest.approx(1_000.0)  # 1,000 -> 11,000 in 10 s.
+
+
+def test_fewer_than_two_updates_after_the_warmup_is_an_error_naming_the_fix():
+  samples = [(float(t), 12_800 * (t // 30)) for t in range(0, 40)]
+  with pytest.raises(RuntimeError, match="raise --seconds"):
+    steady_rate(samples, warmup=5)
