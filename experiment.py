@@ -36,9 +36,9 @@ from scalable_agent_tf2 import settings
 # variable yourself to see them.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# The project's TensorFlow modules are imported in main(), not here: environment subprocesses
-# start by "spawn", which re-imports this file in every child, and an environment process must
-# not pay for importing TensorFlow.
+# The project's TensorFlow modules are imported in main(), not here: a bad flag is reported
+# before TensorFlow's import (environment processes do not re-import this file either:
+# environments/process.py starts them without the parent's main script).
 
 settings.define_flags(flags.FLAGS)
 FLAGS = flags.FLAGS

@@ -252,3 +252,34 @@ def test_levels_that_cannot_start_as_asked_are_refused(level_cache_dir):
   # A held-out level for training: DeepMind Lab's own check, at construction.
   with pytest.raises(RuntimeError, match="Failed to init environment.*allowHoldOutLevels"):
     create("rooms_collect_good_objects_test", level_cache_dir)
+
+
+_DRIVER_IMPORTING_TENSORFLOW = textwrap.dedent("""
+    import sys
+    import tensorflow  # At the top, as a benchmark or a user's driver script has it.
+    sys.path.insert(0, {repo!r})
+    if __name__ == "__main__":
+      from tests import test_dmlab_real
+      env = test_dmlab_real.create("seekavoid_arena_01", {cache!r}, in_subprocess=True)
+      try:
+        test_dmlab_real.check_output(env.initial(), "seekavoid_arena_01")
+        for _ in range(test_dmlab_real.NUM_STEPS):
+          test_dmlab_real.check_output(env.step(0), "seekavoid_arena_01")
+      finally:
+        env.close()
+      print("stepped")
+""")
+
+
+@pytest.mark.timeout(300)
+def test_an_environment_process_started_by_a_script_that_imports_tensorflow(
+    level_cache_dir, tmp_path):
+  # TensorFlow loaded next to DeepMind Lab crashes the engine at reset (SIGSEGV); a spawned
+  # child that re-imported its parent's script would load it.
+  script = tmp_path / "driver.py"
+  script.write_text(_DRIVER_IMPORTING_TENSORFLOW.format(
+      repo=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), cache=level_cache_dir))
+  result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=280)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.split()[-1] == "stepped"

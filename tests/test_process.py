@@ -233,3 +233,30 @@ def test_no_child_left_when_the_parent_is_killed():
   parent.kill()  # SIGKILL: no Python clean-up runs in the parent.
   parent.wait(timeout=30)
   assert wait_until_gone(child_pid)  # PR_SET_PDEATHSIG / end-of-file on the pipe.
+
+
+@pytest.mark.timeout(60)
+def test_the_child_does_not_run_the_parents_main_script(tmp_path):
+  # A driver script that imports TensorFlow at its top would load TensorFlow into DeepMind
+  # Lab's process if the spawned child re-imported it, and the engine crashes at reset there.
+  marks = tmp_path / "imports.txt"
+  script = tmp_path / "driver.py"
+  script.write_text(textwrap.dedent(f"""
+      import os, sys
+      with open({str(marks)!r}, "a") as f:
+        f.write(f"{{os.getpid()}}\\n")  # Every import of this script leaves its pid.
+      sys.path.insert(0, {REPO_DIR!r})
+      if __name__ == "__main__":
+        from scalable_agent_tf2.environments import process
+        from tests.test_process import ScriptedEnvironment
+        env = process.EnvironmentProcess(ScriptedEnvironment)
+        env.initial()
+        print(env.pid, flush=True)
+        env.close()
+  """))
+  result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=REPO_DIR, timeout=50, check=True)
+  child_pid = int(result.stdout.split()[-1])
+  importers = [int(line) for line in marks.read_text().split()]
+  assert child_pid not in importers
+  assert len(importers) == 1

@@ -16,7 +16,7 @@ Each rate is taken over the steady window after a warm-up, from the first update
 change) in it to the last (steady_rate).
 
 Each alone, it also measures the core-seconds per environment frame of: environment stepping
-(one environment in this process, or for Atari one actor's vector group with ale-py's threads,
+(one environment process, or for Atari one actor's vector group with ale-py's threads,
 random actions), acting inference (the acting network's
 forward pass on a batch of --inference_batch, no environment), the learner update (batches of
 B x T). The compute-bound limit is cores / (their sum): what the machine could do if it did
@@ -118,23 +118,35 @@ def _sample_until(frames_so_far, seconds):
 # Costs, each alone (core-seconds per environment frame).
 
 def environment_cost(config, seconds):
-  """Core-seconds per frame of one environment stepped in this process, random actions; with
-  Atari vector groups, of one actor's group (ale-py's threads included)."""
+  """Core-seconds per frame of one environment, random actions: for Atari vector groups, of
+  one actor's group stepped in this process (ale-py's threads included); otherwise of one
+  environment in its own process, as training runs it (DeepMind Lab segfaults at reset in a
+  process that has TensorFlow loaded), counting that process's CPU only (the pipe's other end
+  is the actor's)."""
   if config.uses_atari_groups:
     return _group_cost(config, seconds)
-  constructor, kwargs = assembly.default_environment_constructor(config)(
-      config.levels[0], 0, False)
-  env = constructor(**kwargs)
-  rng = np.random.default_rng(0)
-  env.initial()
-  steps = 0
-  start_cpu, deadline = time.process_time(), time.monotonic() + seconds
-  while time.monotonic() < deadline:
-    env.step(int(rng.integers(env.spec.num_actions)))
-    steps += 1
-  cpu = time.process_time() - start_cpu
-  env.close()
+  env = assembly.start_environment(assembly.default_environment_constructor(config),
+                                   config.levels[0], 0)
+  try:
+    rng = np.random.default_rng(0)
+    env.initial()
+    steps = 0
+    start_cpu, deadline = _process_cpu_seconds(env.pid), time.monotonic() + seconds
+    while time.monotonic() < deadline:
+      env.step(int(rng.integers(env.spec.num_actions)))
+      steps += 1
+    cpu = _process_cpu_seconds(env.pid) - start_cpu
+  finally:
+    env.close()
   return cpu / (steps * config.num_action_repeats)
+
+
+def _process_cpu_seconds(pid):
+  """User + system CPU seconds of process pid and its finished children (DeepMind Lab
+  compiles maps in children): /proc/<pid>/stat's utime, stime, cutime, cstime."""
+  with open(f"/proc/{pid}/stat") as stat:
+    fields = stat.read().rsplit(")", 1)[1].split()
+  return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _start_group(config, index):

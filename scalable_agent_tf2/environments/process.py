@@ -29,15 +29,24 @@ actor thread that uses the environment).
 
 The child runs in a fresh interpreter ("spawn"): forking a process that runs TensorFlow
 threads is unsafe, and the child must not import TensorFlow (docs/ARCHITECTURE.md "Rooms").
+"spawn" would also re-import the parent's main script in the child; a script that imports
+TensorFlow at its top (a benchmark, a user's own driver) would then load TensorFlow next to
+DeepMind Lab, which crashes the engine at its first reset (SIGSEGV). So the child is started
+without the parent's main script (`_without_main_script`), unless the environment's
+constructor is defined in it.
 
 This module is the parent's side; the child's side is process_child.py, the forwarding of the
 child's output and the message when it dies process_output.py.
 """
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.shared_memory
 import os
 import signal
+import sys
+import threading
+import types
 import weakref
 
 import numpy as np
@@ -55,6 +64,22 @@ _CLOSE_GRACE_SECONDS = 5.0
 
 # _receive's default: the per-call timeout given at construction.
 _CALL_TIMEOUT = object()
+
+
+_MAIN_SWAP_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _without_main_script():
+  """While a spawned child starts, __main__ is an empty module: multiprocessing then gives the
+  child no main script to re-import (it reads sys.modules["__main__"] when the process starts)."""
+  with _MAIN_SWAP_LOCK:
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+      yield
+    finally:
+      sys.modules["__main__"] = main
 
 
 class EnvironmentProcessDied(RuntimeError):
@@ -170,7 +195,11 @@ class EnvironmentProcess(base.Environment):
     self._process = context.Process(
         target=process_child.child_main, name="env:" + self._name, daemon=True,
         args=(child_conn, constructor, args, kwargs, os.getpid(), self._output.path))
-    self._process.start()
+    if getattr(constructor, "__module__", None) == "__main__":
+      self._process.start()  # The child needs the script to find the constructor.
+    else:
+      with _without_main_script():
+        self._process.start()
     try:  # Also from this side: the group exists before the child could start a compiler.
       os.setpgid(self._process.pid, self._process.pid)
     except OSError:  # The child did it first, or has exec'd or died already.
