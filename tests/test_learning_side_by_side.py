@@ -248,3 +248,25 @@ def test_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
   with pytest.raises(SystemExit):
     lsbs.main([f"--output_dir={tmp_path}", "--report_only", "--seeds=1,two"])
   assert "--seeds=1,two" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    lsbs.main([f"--output_dir={tmp_path}", "--report_only", "--systems=ours,torchbeast"])
+  assert "--systems" in capsys.readouterr().err
+
+
+def test_systems_makes_only_the_named_systems_runs(tmp_path, monkeypatch):
+  made = []
+  monkeypatch.setattr(lsbs, "run_ours",
+                      lambda logdir, seed, *rest: made.append((lsbs.OURS, seed)))
+  monkeypatch.setattr(lsbs, "run_peer", lambda out, seed, *rest: made.append((lsbs.PEER, seed)))
+  monkeypatch.setattr(lsbs, "report", lambda *args: [])
+  # No Sample Factory venv is needed when only our runs are made.
+  lsbs.main([f"--output_dir={tmp_path}", "--seeds=1,2", "--systems=ours",
+             f"--venv={tmp_path / 'none'}"])
+  assert made == [(lsbs.OURS, 1), (lsbs.OURS, 2)]
+  made.clear()
+  venv = tmp_path / "venv"
+  (venv / "bin").mkdir(parents=True)
+  (venv / "bin" / "python").write_text("")
+  lsbs.main([f"--output_dir={tmp_path}", "--seeds=1,2", f"--venv={venv}",
+             "--systems=sample_factory"])
+  assert made == [(lsbs.PEER, 1), (lsbs.PEER, 2)]

@@ -20,6 +20,9 @@ after the other on the whole machine. For each seed:
     the end (5% on average), where its linear_decay over a budget of --frames would end at
     3/4 of the start (0.00045, 17% below ours at the end; 8% on average).
 
+--systems=ours (or sample_factory) makes only that system's runs, so that a comparison longer
+than one sitting can be spread over several; the report reads whatever both have logged.
+
 Interrupted runs: ours resumes from its last checkpoint (checkpoint_secs, 10 minutes by
 default; what came after it is dropped by runlog.read_trained_records). Sample Factory can
 resume its own checkpoint (restart_behavior=resume), but sample_factory_pong.py's
@@ -368,6 +371,10 @@ def parse_args(argv):
   parser.add_argument("--figure", help="PNG path; default <output_dir>/pong_vs_sf.png.")
   parser.add_argument("--venv", default=os.environ.get("SF_VENV", "/tmp/sf_venv"),
                       help="Sample Factory's venv (benchmarks/peers/setup_sample_factory.sh).")
+  parser.add_argument("--systems", default=f"{OURS},{PEER}",
+                      help=f"Which systems' runs to make now ({OURS}, {PEER} or both): the "
+                           "runs of a long comparison can be spread over several sittings; "
+                           "the report covers both either way.")
   parser.add_argument("--report_only", action="store_true",
                       help="Run nothing: table and figure of what the runs have logged.")
   args = parser.parse_args(argv)
@@ -375,13 +382,17 @@ def parse_args(argv):
     args.seeds = runs.parse_seeds(args.seeds)
   except ValueError:
     parser.error(f"--seeds={args.seeds}: give integers separated by commas, e.g. 1,2")
+  args.systems = [name for name in args.systems.split(",") if name]
+  if not args.systems or set(args.systems) - {OURS, PEER}:
+    parser.error(f"--systems: give {OURS}, {PEER} or both separated by a comma")
   if args.frames <= 0 or args.every <= 0:
     parser.error("--frames and --every must be positive")
   args.output_dir = os.path.abspath(args.output_dir)
   if os.path.commonpath([args.output_dir, runs.REPO_DIR]) == runs.REPO_DIR:
     parser.error(f"--output_dir {args.output_dir} is inside the repository; choose a "
                  "directory outside it (runs are large and not part of the project)")
-  if not args.report_only and not os.path.exists(os.path.join(args.venv, "bin", "python")):
+  if (not args.report_only and PEER in args.systems
+      and not os.path.exists(os.path.join(args.venv, "bin", "python"))):
     parser.error(f"no Sample Factory venv at {args.venv}: run "
                  f"bash benchmarks/peers/setup_sample_factory.sh {args.venv} first "
                  "(or pass --venv)")
@@ -396,10 +407,12 @@ def main(argv=None):
   print_fn = runs.command_log(args.output_dir)
   if not args.report_only:
     for seed in args.seeds:
-      run_ours(os.path.join(args.output_dir, OURS, f"seed_{seed}"), seed, args.frames,
-               print_fn)
-      run_peer(os.path.join(args.output_dir, PEER, f"seed_{seed}"), seed, args.frames,
-               args.venv, print_fn)
+      if OURS in args.systems:
+        run_ours(os.path.join(args.output_dir, OURS, f"seed_{seed}"), seed, args.frames,
+                 print_fn)
+      if PEER in args.systems:
+        run_peer(os.path.join(args.output_dir, PEER, f"seed_{seed}"), seed, args.frames,
+                 args.venv, print_fn)
   rows = report(args.output_dir, args.seeds, args.frames, args.every, args.figure)
   return rows
 
