@@ -1,7 +1,7 @@
 """The Table 1 benchmark's rate: timed from update to update, not a median of short intervals."""
 import pytest
 
-from benchmarks.speed.throughput import steady_rate
+from benchmarks.speed.throughput import level_config, produced_frames, steady_rate
 
 
 def test_updates_every_few_seconds_give_their_true_rate():
@@ -20,3 +20,14 @@ def test_fewer_than_two_updates_after_the_warmup_is_an_error_naming_the_fix():
   samples = [(float(t), 12_800 * (t // 30)) for t in range(0, 40)]
   with pytest.raises(RuntimeError, match="raise --seconds"):
     steady_rate(samples, warmup=5)
+
+
+def test_frames_waiting_in_the_queue_count_as_produced():
+  config = level_config("atari/pong", "shallow", num_actors=2)
+  # Half of the 128-unroll queue full: 64 x 20 steps x 4 frames = 5,120 frames delivered.
+  progress = dict(frames=12_800, queue_fill=0.5)
+  assert produced_frames(progress, config) == 12_800 + 5_120
+  # A learner draining a full queue trains faster than the actors produce; produced frames
+  # then move only by what the actors add.
+  full, drained = dict(frames=0, queue_fill=1.0), dict(frames=10_240, queue_fill=0.0)
+  assert produced_frames(drained, config) == produced_frames(full, config)

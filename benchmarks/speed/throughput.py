@@ -299,8 +299,20 @@ def run_training(config, seconds, warmup, batched_inference, num_cores):
     if process.returncode not in (0, -signal.SIGTERM):
       raise RuntimeError(f"Training failed ({process.returncode}): {errors[-2000:]}")
     records = runlog.read_log(logdir)
-  samples = [(r["time"], r["frames"]) for r in runlog.of_kind(records, runlog.PROGRESS)]
+  samples = [(r["time"], produced_frames(r, config))
+             for r in runlog.of_kind(records, runlog.PROGRESS)]
   return steady_rate(samples, warmup), profile
+
+
+def produced_frames(progress, config):
+  """Frames the actors have delivered at a progress record: trained + waiting in the queues.
+
+  Trained frames alone overstate the rate while the learner drains a backlog that the actors
+  queued during start-up (its first update traces the graph): up to queue_capacity unrolls,
+  51,200 frames on DMLab (128 x 100 x 4), about 10 s of production there.
+  """
+  queued = progress.get("queue_fill", 0.0) * config.queue_capacity * config.num_learners
+  return progress["frames"] + queued * config.unroll_length * config.num_action_repeats
 
 
 def _latest_frames(log_path):
