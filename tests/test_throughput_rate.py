@@ -1,7 +1,8 @@
 """The Table 1 benchmark's rate: timed from update to update, not a median of short intervals."""
 import pytest
 
-from benchmarks.speed.throughput import level_config, produced_frames, steady_rate
+from benchmarks.speed.throughput import (level_config, produced_frames, steady_rate,
+                                         training_samples)
 
 
 def test_updates_every_few_seconds_give_their_true_rate():
@@ -31,3 +32,14 @@ def test_frames_waiting_in_the_queue_count_as_produced():
   # then move only by what the actors add.
   full, drained = dict(frames=0, queue_fill=1.0), dict(frames=10_240, queue_fill=0.0)
   assert produced_frames(drained, config) == produced_frames(full, config)
+
+
+def test_samples_run_from_the_first_update_to_the_stop():
+  config = level_config("atari/pong", "shallow", num_actors=2)
+  progress = [dict(time=0.0, frames=0, queue_fill=0.0),     # Start-up: no update yet.
+              dict(time=40.0, frames=0, queue_fill=0.5),
+              dict(time=41.0, frames=2_560, queue_fill=0.5),  # The first update.
+              dict(time=42.0, frames=5_120, queue_fill=0.5),
+              dict(time=43.0, frames=5_120, queue_fill=0.0)]  # After the stop: queue dropped.
+  assert training_samples(progress, config, stopped_at=42.5) == [
+      (41.0, 2_560 + 5_120), (42.0, 5_120 + 5_120)]

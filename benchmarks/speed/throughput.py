@@ -87,7 +87,8 @@ def level_config(level, torso, num_actors, logdir="/tmp/unused", envs_per_actor=
 
 def steady_rate(samples, warmup):
   """Frames/s over the steady window of [(time, frames)]: from the first sample after `warmup`
-  s at which the count moved to the last one at which it moved.
+  s (counted from the first sample) at which the count moved to the last one at which it
+  moved.
 
   Trained frames arrive one update at a time (B x T x repeats frames: 12,800 on DMLab, one
   every few seconds), so a median of short intervals would alternate between 0 and a peak;
@@ -272,15 +273,21 @@ def run_training(config, seconds, warmup, batched_inference, num_cores):
              f"--{'' if batched_inference else 'no'}batched_inference"]
     if config.level_cache_dir:
       flags.append(f"--level_cache_dir={config.level_cache_dir}")
-    process = subprocess.Popen([sys.executable, "experiment.py", "--mode=train"] + flags,
-                               cwd=REPO_DIR, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    console_path = os.path.join(logdir, "console.txt")
+    # The run's output goes to a file: a pipe that nothing drains while the run is measured
+    # fills up (48 environment processes' warnings, a progress line a second) and blocks it.
+    with open(console_path, "w") as console:
+      process = subprocess.Popen([sys.executable, "experiment.py", "--mode=train"] + flags,
+                                 cwd=REPO_DIR, stdout=console, stderr=subprocess.STDOUT)
+    console_tail = lambda: open(console_path, errors="replace").read()[-2000:]
     sampler = profiling.CpuSampler(process.pid)
     log_path = runlog.log_path(logdir)
     try:
-      while not os.path.exists(log_path):  # Start-up (TensorFlow, environments) is not
-        if process.poll() is not None:    # training time: the clock starts at the first log.
-          raise RuntimeError(f"Training exited early: {process.stderr.read()[-2000:]}")
+      # Start-up (TensorFlow, environments, every actor's first unroll: 40 s for 48 DMLab
+      # actors here) is not training time: the clock starts at the first update.
+      while not os.path.exists(log_path) or _latest_frames(log_path) == 0:
+        if process.poll() is not None:
+          raise RuntimeError(f"Training exited early: {console_tail()}")
         time.sleep(0.5)
       time.sleep(warmup)
       sampler.start()
@@ -290,18 +297,26 @@ def run_training(config, seconds, warmup, batched_inference, num_cores):
       profile = profiling.format_profile(wall, groups, num_cores,
                                          _latest_frames(log_path) - frames_before)
     finally:
+      stopped_at = time.time()  # Records after the stop (queues dropped) are not the run's.
       process.send_signal(signal.SIGTERM)
       try:
-        _, errors = process.communicate(timeout=180)
+        process.wait(timeout=180)
       except subprocess.TimeoutExpired:
         process.kill()
-        _, errors = process.communicate()
+        process.wait()
     if process.returncode not in (0, -signal.SIGTERM):
-      raise RuntimeError(f"Training failed ({process.returncode}): {errors[-2000:]}")
+      raise RuntimeError(f"Training failed ({process.returncode}): {console_tail()}")
     records = runlog.read_log(logdir)
-  samples = [(r["time"], produced_frames(r, config))
-             for r in runlog.of_kind(records, runlog.PROGRESS)]
+  samples = training_samples(runlog.of_kind(records, runlog.PROGRESS), config, stopped_at)
   return steady_rate(samples, warmup), profile
+
+
+def training_samples(progress, config, stopped_at):
+  """[(time, frames produced)] of a training run's progress records, from its first update
+  (start-up is not training time) to the stop (after it the queues are dropped)."""
+  first_update = next((i for i, r in enumerate(progress) if r["frames"] > 0), len(progress))
+  return [(r["time"], produced_frames(r, config)) for r in progress[first_update:]
+          if r["time"] < stopped_at]
 
 
 def produced_frames(progress, config):
