@@ -172,11 +172,14 @@ def _group_cost(config, seconds):
 
 
 def _network_config(config):
-  constructor, kwargs = assembly.default_environment_constructor(config)(
-      config.levels[0], 0, False)
-  env = constructor(**kwargs)
-  num_actions = env.spec.num_actions
-  env.close()
+  """The level's network config; its action count from an environment process (DeepMind Lab
+  created next to TensorFlow in this process crashes it, at reset or at exit)."""
+  env = assembly.start_environment(assembly.default_environment_constructor(config),
+                                   config.levels[0], 0)
+  try:
+    num_actions = env.spec.num_actions
+  finally:
+    env.close()
   return config.network_config(num_actions)
 
 
