@@ -29,6 +29,12 @@ learner's filter at the next unroll start, about when its trajectory reaches the
 is more often than RLlib's once per training iteration (about every 10 s), for three arrays of
 O numbers per unroll (O = 11 to 348). As in RLlib, the observations an actor process filters
 while its sync is on the way are in its next delta, not in the merged state it loads.
+
+A call that fails because the learner restarted is sent again to the restarted learner, so that
+delta is kept (what the learner merged after its last checkpoint is gone, like its updates
+since then: the actor processes load the restored statistics). A delta whose reply alone was lost (the
+learner still up) would be merged twice on the retry; unlike trajectories, deltas carry no
+sequence number: a few observations counted twice shift the statistics negligibly.
 """
 import threading
 import time
