@@ -32,9 +32,9 @@ while its sync is on the way are in its next delta, not in the merged state it l
 
 A call that fails because the learner restarted is sent again to the restarted learner, so that
 delta is kept (what the learner merged after its last checkpoint is gone, like its updates
-since then: the actor processes load the restored statistics). A delta whose reply alone was lost (the
-learner still up) would be merged twice on the retry; unlike trajectories, deltas carry no
-sequence number: a few observations counted twice shift the statistics negligibly.
+since then: the actor processes load the restored statistics). A delta whose reply alone was
+lost (the learner still up) would be merged twice on the retry; unlike trajectories, deltas
+carry no sequence number: a few observations counted twice shift the statistics negligibly.
 """
 import threading
 import time
