@@ -13,6 +13,8 @@ import tensorflow as tf
 
 from scalable_agent_tf2 import action_spaces
 from scalable_agent_tf2 import actor_process
+from scalable_agent_tf2 import assembly
+from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import filter_sync
 from scalable_agent_tf2.environments.mujoco import MeanStdFilter
@@ -218,7 +220,6 @@ HOPPER_CLUSTER_SCRIPT = textwrap.dedent("""
 
 
 def hopper_config(logdir):
-  from scalable_agent_tf2 import config as config_lib  # pylint: disable=g-import-not-at-top
   return config_lib.config_from_argv([
       "--level_name=mujoco/hopper", f"--logdir={logdir}", "--batch_size=2",
       "--unroll_length=8", "--num_actors=2", "--log_secs=60",
@@ -228,7 +229,6 @@ def hopper_config(logdir):
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_a_hopper_cluster_checkpoints_the_actor_processes_statistics(tmp_path):
-  from scalable_agent_tf2 import assembly  # pylint: disable=g-import-not-at-top
   address = f"localhost:{test_distributed.free_port()}"
   processes = [subprocess.Popen(
       [sys.executable, "-c", HOPPER_CLUSTER_SCRIPT.format(logdir=str(tmp_path), job=job,
