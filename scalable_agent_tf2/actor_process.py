@@ -4,6 +4,7 @@ feeding a remote learner) and the learner's end of them (RemoteActors).
     actor process:  --num_actors ActorThreads -> distributed.LearnerClient
                       .send_trajectory (one message per unroll, wire.MessageHeader first)
                       .report_episode, and the parameters at the start of every unroll
+                      (with them, MuJoCo's observation filter: filter_sync.FilterSync)
     learner:        distributed.TrajectoryServer -> pump thread -> the learner's queues
                     (duplicates dropped by distributed.DeliveryLedger)
 """
@@ -17,6 +18,7 @@ import tensorflow as tf
 from scalable_agent_tf2 import actor as actor_lib
 from scalable_agent_tf2 import assembly
 from scalable_agent_tf2 import distributed
+from scalable_agent_tf2 import filter_sync as filter_sync_lib
 from scalable_agent_tf2 import profiling
 from scalable_agent_tf2 import stop_signals
 from scalable_agent_tf2 import wire
@@ -71,19 +73,25 @@ def run_actor_process(config, learner_address, task, environment_constructor=Non
         connect_timeout_secs=connect_timeout_secs, print_fn=print_fn)
     sync = distributed.ParameterSync(client, agent.trainable_variables)
     sync.refresh()
+    # MuJoCo: the learner's (restored, when it resumed) filter, before any observation.
+    filter_sync = filter_sync_lib.for_actor_process(client, agent)
+    if filter_sync is not None:
+      filter_sync.sync()
     print_fn(f"Actor task {task}: {config.num_actors} actors connected to {learner_address}.")
-    process = _ActorProcess(config, task, client, sync, print_fn)
+    process = _ActorProcess(config, task, client, sync, filter_sync, print_fn)
     return process.run(policy, environment_constructor, first_env, first_env_owner)
 
 
 class _ActorProcess:
   """The actor threads of run_actor_process and what they share: the learner's client, the
-  parameter sync, the message sequence numbers, the news that the learner is gone."""
+  parameter sync, the observation filter's sync (None without a filter), the message
+  sequence numbers, the news that the learner is gone."""
 
-  def __init__(self, config, task, client, sync, print_fn):
+  def __init__(self, config, task, client, sync, filter_sync, print_fn):
     self._config = config
     self._client = client
     self._sync = sync
+    self._filter_sync = filter_sync
     self._print = print_fn
     self._first_index = task * config.num_actors
     self._stop_event = threading.Event()
@@ -112,7 +120,11 @@ class _ActorProcess:
       return False
 
   def _policy_version(self):
+    """At every unroll start: the learner's parameters and, with a filter, its merged
+    statistics (filter_sync.py says why there)."""
     try:
+      if self._filter_sync is not None:
+        self._filter_sync.sync()
       return self._sync.refresh()
     except _LEARNER_GONE as error:
       self._on_learner_gone(error)
@@ -180,7 +192,8 @@ class RemoteActors:
 
   A distributed.TrajectoryServer on the learner's address receives their trajectories; a
   pump thread moves them into the learner's queues (dropping repeated messages) and the
-  supervisor's polls move their episodes into the monitor.
+  supervisor's polls move their episodes into the monitor. With an observation filter
+  (MuJoCo) it also merges theirs into the agent's, which is checkpointed (filter_sync.py).
   """
 
   def __init__(self, config, agent, signature, listen_address, put_trajectory, monitor,
@@ -188,7 +201,7 @@ class RemoteActors:
     self.server = distributed.TrajectoryServer(
         listen_address, wire.message_layout(signature),
         assembly.wire_fingerprint(config, agent.config, signature), agent.trainable_variables,
-        capacity=config.queue_capacity)
+        capacity=config.queue_capacity, methods=filter_sync_lib.learner_methods(agent))
     # Trajectories carry their environment's stream (actor * envs_per_actor + slot).
     self.ledger = distributed.DeliveryLedger(
         config.num_actors * assembly.environment_group_size(config))

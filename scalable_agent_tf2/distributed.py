@@ -4,7 +4,7 @@
     actor process:    LearnerClient(address, ...)        tf.distribute.experimental.rpc client
                         .parameters()      -> the learner's latest variables (start of an unroll)
                         .send_trajectory() -> into the learner's trajectory queue
-                        .report_episode()  -> the learner's monitor
+                        .report_episode()  -> the learner's monitor; .sync_filter(): filter_sync.py
 
 Only tensors cross the wire, as arguments and results of registered tf.functions (gRPC);
 nothing is pickled or evaluated. Every peer first says hello with the protocol version and
@@ -34,8 +34,8 @@ from tensorflow.python.framework import errors as tf_errors  # Error code -> cla
 
 from scalable_agent_tf2 import wire
 
-# 2: messages start with a wire.MessageHeader (sender and sequence number), not a level index.
-PROTOCOL_VERSION = 2
+# 2: messages start with a wire.MessageHeader; 3: the filter sync (filter_sync.py).
+PROTOCOL_VERSION = 3
 LEARNER_JOB, ACTOR_JOB = "learner", "actor"
 # Loopback: with no cluster given, nothing listens beyond this machine.
 DEFAULT_LEARNER_ADDRESS = "localhost:8001"
@@ -153,7 +153,7 @@ class TrajectoryServer:
   """
 
   def __init__(self, address, layout, expected_fingerprint, variables, capacity,
-               log_stream=sys.stderr):
+               log_stream=sys.stderr, methods=()):
     """Args:
       address: "host:port" to listen on (the learner's address in the cluster spec).
       layout: wire.message_layout(...).
@@ -161,6 +161,7 @@ class TrajectoryServer:
       variables: the agent's variables, served by `parameters` in this order.
       capacity: queued trajectories at most.
       log_stream: where refusals are logged (tf.print's output_stream).
+      methods: more (name, tf.function) to serve (filter_sync.learner_methods).
     """
     self.address = address
     self._layout = layout
@@ -183,10 +184,11 @@ class TrajectoryServer:
                                                        episode_step])]):
         return tf.constant(True)
 
+    self._methods = list(methods)  # Kept alive as long as the server serves them.
     self._server = tf.distribute.experimental.rpc.Server.create("grpc", address)
-    for name, function in (("hello", _hello_method(expected_fingerprint, log_stream)),
+    for name, function in [("hello", _hello_method(expected_fingerprint, log_stream)),
                            ("enqueue", _enqueue_method(self._queue, layout, log_stream)),
-                           ("parameters", parameters), ("episode", episode)):
+                           ("parameters", parameters), ("episode", episode)] + self._methods:
       self._server.register(name, function)
     self._server.start()
 
@@ -387,6 +389,10 @@ class LearnerClient(ServiceClient):
                            tf.constant(episode_return, tf.float32),
                            tf.constant(episode_step, tf.int32)])
 
+  def sync_filter(self, count, mean, m2):
+    """filter_sync.py's exchange: an observation filter's delta in, the learner's merged out."""
+    return tuple(v.numpy() for v in self._call("filter_sync", [
+        tf.constant(count, tf.int64), tf.constant(mean, tf.float64), tf.constant(m2, tf.float64)]))
 
 
 class DeliveryLedger:

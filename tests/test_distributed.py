@@ -149,7 +149,9 @@ def test_actor_client_sends_trajectories_and_reads_parameters(learner_process):
   assert [line.split()[1] for line in lines if line.startswith("trajectory")] == ["0", "1", "2"]
   assert "episodes [(1, 7.5, 10)]" in output
   assert "refused a trajectory" in errors
-  assert "Learner: peer stranger refused: protocol 2 (learner 2), layout fingerprint 0123456789abcdef" in errors
+  version = distributed.PROTOCOL_VERSION
+  assert (f"Learner: peer stranger refused: protocol {version} (learner {version}), layout "
+          "fingerprint 0123456789abcdef") in errors
   assert process.returncode == 0
 
 

@@ -56,11 +56,13 @@ and sends the merged filter back to all workers. Here one MeanStdFilter per lear
 is shared by all its actor threads (thread-safe): every actor normalises with the statistics of
 all observations seen so far, never staler than RLlib's. The environment returns raw
 observations, so an environment process that is restarted loses nothing. Actors in other
-processes keep a filter each and sync as RLlib does: `take_delta()` on the actor (the
-observations since the last sync), `apply_delta()` on the learner's filter, `load_state()` of
-the merged state on the actor. The statistics are part of the policy (the network was trained
-on filtered inputs): `state()` / `load_state()` save and restore them with checkpoints, and
-evaluation uses the restored filter with update=False (RLlib's compute_action does the same).
+processes of a cluster keep a filter each and sync as RLlib does, at the start of every unroll
+with the parameters (filter_sync.py): `take_delta()` on the actor process (the observations
+since the last sync), `apply_delta()` on the learner's filter (the checkpointed one),
+`load_state()` of the merged state on the actor process. The statistics are part of the policy
+(the network was trained on filtered inputs): `state()` / `load_state()` save and restore them
+with checkpoints, and evaluation uses the restored filter with update=False (RLlib's
+compute_action does the same).
 
 No TensorFlow here: this runs in environment processes.
 """
