@@ -338,58 +338,78 @@ def _latest_frames(log_path):
   return progress[-1]["frames"] if progress else 0
 
 
+class _LockStepProcesses:
+  """B environment processes stepped together by a thread pool, seen as one group."""
+
+  def __init__(self, config, batch):
+    make = assembly.default_environment_constructor(config)
+    self._envs = [assembly.start_environment(make, config.levels[i % len(config.levels)], i)
+                  for i in range(batch)]
+    self._pool = concurrent.futures.ThreadPoolExecutor(batch)
+
+  def initial(self):
+    return self._stack(self._pool.map(lambda env: env.initial(), self._envs))
+
+  def step(self, actions):
+    return self._stack(self._pool.map(lambda pair: pair[0].step(int(pair[1])),
+                                      zip(self._envs, actions)))
+
+  @staticmethod
+  def _stack(outputs):
+    return tf.nest.map_structure(lambda *xs: np.stack(xs), *outputs)
+
+  def close(self):
+    self._pool.shutdown(wait=False)
+    for env in self._envs:
+      env.close()
+
+
+def _env_batch(outputs):
+  """A group's outputs [B] with word ids for instructions, in the dtypes of
+  assembly.trajectory_signature."""
+  batched = policies.encode_group_instructions(outputs)
+  return batched._replace(reward=batched.reward.astype(np.float32),
+                          episode_return=batched.episode_return.astype(np.float32),
+                          episode_step=batched.episode_step.astype(np.int32))
+
+
 def run_synchronous(config, network_config, seconds, warmup):
-  """(d): B environments in lock-step, one forward pass per step, an update every T steps."""
+  """(d): B environments in lock-step, one forward pass per step, an update every T steps.
+
+  The environments are stepped as training steps them: Atari's as one vector group of B games
+  (ale-py's threads), the others as B environment processes stepped together."""
   batch, unroll = config.batch_size, config.unroll_length
-  make = assembly.default_environment_constructor(config)
-  envs = [assembly.start_environment(make, config.levels[i % len(config.levels)], i)
-          for i in range(batch)]
-  pool = concurrent.futures.ThreadPoolExecutor(batch)
+  envs = (_start_group(dataclasses.replace(config, envs_per_actor=batch), 0)
+          if config.uses_atari_groups else _LockStepProcesses(config, batch))
   try:
     agent = networks.Agent(network_config, seed=0)
     learner = learner_lib.Learner(agent, config.learner_config(),
                                   jit_compile=config.jit_compile_choice())
     step = tf.function(policies.acting_step(agent))
     rng = np.random.default_rng(0)
-    outputs = list(pool.map(lambda env: policies.encode_instruction(env.initial()), envs))
     stack = lambda *xs: np.stack(xs)
-    actions = np.zeros(batch, np.int32)
-    logits = np.zeros((batch, network_config.num_actions), np.float32)
-    baselines = np.zeros(batch, np.float32)
+    current = _env_batch(envs.initial())
+    agent_output = AgentOutput(action=np.zeros(batch, np.int32),
+                               policy_logits=np.zeros((batch, network_config.num_actions),
+                                                      np.float32),
+                               baseline=np.zeros(batch, np.float32))
     state = agent.initial_state(batch)
-    frames = 0
-    stop_at = time.monotonic() + seconds
-
-    def env_batch(outs):  # In the dtypes of assembly.trajectory_signature.
-      batched = tf.nest.map_structure(stack, *outs)
-      return batched._replace(reward=batched.reward.astype(np.float32),
-                              episode_return=batched.episode_return.astype(np.float32),
-                              episode_step=batched.episode_step.astype(np.int32))
+    frames, stop_at = 0, time.monotonic() + seconds
     samples = [(time.monotonic(), 0)]
     while time.monotonic() < stop_at:
-      initial_state = state
-      env_steps = [env_batch(outputs)]
-      agent_steps = [AgentOutput(action=actions, policy_logits=logits, baseline=baselines)]
+      initial_state, env_steps, agent_steps = state, [current], [agent_output]
       for _ in range(unroll):
-        current = env_steps[-1]
         instruction = (current.observation.instruction if network_config.use_instruction
                        else ())
-        logits, baselines, state = step(actions, current.reward.astype(np.float32),
-                                        current.done, current.observation.frame,
-                                        instruction, state)
+        logits, baselines, state = step(agent_output.action, current.reward, current.done,
+                                        current.observation.frame, instruction, state)
         logits, baselines = logits.numpy(), baselines.numpy()
         actions = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1).astype(np.int32)
-        outputs = list(pool.map(lambda pair: policies.encode_instruction(
-            pair[0].step(int(pair[1]))), zip(envs, actions)))
-        env_steps.append(env_batch(outputs))
-        agent_steps.append(AgentOutput(action=actions, policy_logits=logits,
-                                       baseline=baselines))
-      env_outputs = tf.nest.map_structure(stack, *env_steps)
-      env_outputs = env_outputs._replace(observation=env_outputs.observation._replace(
-          instruction=(env_outputs.observation.instruction if network_config.use_instruction
-                       else np.zeros(env_outputs.reward.shape + (networks.MAX_INSTRUCTION_WORDS,),
-                                     np.int32))))
-      learner.update(initial_state, env_outputs,
+        current = _env_batch(envs.step(actions))
+        agent_output = AgentOutput(action=actions, policy_logits=logits, baseline=baselines)
+        env_steps.append(current)
+        agent_steps.append(agent_output)
+      learner.update(initial_state, tf.nest.map_structure(stack, *env_steps),
                      tf.nest.map_structure(stack, *agent_steps))["total_loss"].numpy()
       frames += batch * unroll * config.num_action_repeats
       now = time.monotonic()
@@ -397,9 +417,7 @@ def run_synchronous(config, network_config, seconds, warmup):
         samples.append((now, frames))
     return steady_rate(samples, warmup), None
   finally:
-    pool.shutdown(wait=False)
-    for env in envs:
-      env.close()
+    envs.close()
 
 
 # ---------------------------------------------------------------------------------------
