@@ -1,6 +1,6 @@
 """Random data in the shapes the agent and the learner expect.
 
-The learner benchmarks (speed/learner_step.py, speed/throughput.py) time updates on it, and the
+The learner benchmarks (speed/learner_step.py, speed/stage_costs.py) time updates on it, and the
 tests feed it to the learner; it lives here, outside the package and outside tests/, so the
 benchmarks do not depend on the tests.
 """

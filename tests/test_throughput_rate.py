@@ -1,7 +1,7 @@
 """The Table 1 benchmark's rate: timed from update to update, not a median of short intervals."""
 import pytest
 
-from benchmarks.speed.throughput import (level_config, produced_frames, steady_rate,
+from benchmarks.speed.throughput import (level_config, parse_args, produced_frames, steady_rate,
                                          training_samples)
 
 
@@ -43,3 +43,9 @@ def test_samples_run_from_the_first_update_to_the_stop():
               dict(time=43.0, frames=5_120, queue_fill=0.0)]  # After the stop: queue dropped.
   assert training_samples(progress, config, stopped_at=42.5) == [
       (41.0, 2_560 + 5_120), (42.0, 5_120 + 5_120)]
+
+
+def test_an_unknown_variant_is_refused_before_anything_runs(capsys):
+  with pytest.raises(SystemExit):
+    parse_args(["--variants=a,e", "--levels=atari/pong"])
+  assert "--variants: unknown e" in capsys.readouterr().err

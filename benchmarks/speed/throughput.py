@@ -36,7 +36,6 @@ import concurrent.futures
 import dataclasses
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,7 +55,7 @@ from scalable_agent_tf2 import policies
 from scalable_agent_tf2 import profiling
 from scalable_agent_tf2 import runlog
 from scalable_agent_tf2.structures import AgentOutput
-from benchmarks import random_data
+from benchmarks.speed import stage_costs
 from benchmarks.speed.learner_step import machine_description  # One machine line for all.
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -116,119 +115,6 @@ def _sample_until(frames_so_far, seconds):
 
 
 # ---------------------------------------------------------------------------------------
-# Costs, each alone (core-seconds per environment frame).
-
-def environment_cost(config, seconds):
-  """Core-seconds per frame of one environment, random actions: for Atari vector groups, of
-  one actor's group stepped in this process (ale-py's threads included); otherwise of one
-  environment in its own process, as training runs it (DeepMind Lab segfaults at reset in a
-  process that has TensorFlow loaded), counting that process's CPU only (the pipe's other end
-  is the actor's)."""
-  if config.uses_atari_groups:
-    return _group_cost(config, seconds)
-  env = assembly.start_environment(assembly.default_environment_constructor(config),
-                                   config.levels[0], 0)
-  try:
-    rng = np.random.default_rng(0)
-    env.initial()
-    steps = 0
-    start_cpu, deadline = _process_cpu_seconds(env.pid), time.monotonic() + seconds
-    while time.monotonic() < deadline:
-      env.step(int(rng.integers(env.spec.num_actions)))
-      steps += 1
-    cpu = _process_cpu_seconds(env.pid) - start_cpu
-  finally:
-    env.close()
-  return cpu / (steps * config.num_action_repeats)
-
-
-def _process_cpu_seconds(pid):
-  """User + system CPU seconds of process pid and its finished children (DeepMind Lab
-  compiles maps in children): /proc/<pid>/stat's utime, stime, cutime, cstime."""
-  with open(f"/proc/{pid}/stat") as stat:
-    fields = stat.read().rsplit(")", 1)[1].split()
-  return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
-def _start_group(config, index):
-  """Actor `index`'s vector group, as training starts it (assembly.group_factory)."""
-  size = config.envs_per_actor
-  return assembly.group_factory(config, None, config.levels[index % len(config.levels)],
-                                lambda attempt: list(range(index * size, (index + 1) * size)))(0)
-
-
-def _group_cost(config, seconds):
-  group = _start_group(config, 0)
-  rng = np.random.default_rng(0)
-  group.initial()
-  steps = 0
-  start_cpu, deadline = time.process_time(), time.monotonic() + seconds
-  while time.monotonic() < deadline:
-    group.step(rng.integers(group.spec.num_actions, size=group.num_envs))
-    steps += group.num_envs
-  cpu = time.process_time() - start_cpu
-  group.close()
-  return cpu / (steps * config.num_action_repeats)
-
-
-def _network_config(config):
-  """The level's network config; its action count from an environment process (DeepMind Lab
-  created next to TensorFlow in this process crashes it, at reset or at exit)."""
-  env = assembly.start_environment(assembly.default_environment_constructor(config),
-                                   config.levels[0], 0)
-  try:
-    num_actions = env.spec.num_actions
-  finally:
-    env.close()
-  return config.network_config(num_actions)
-
-
-def inference_cost(config, network_config, batch_size, seconds):
-  """Core-seconds per frame of the acting forward pass on batches of `batch_size`."""
-  agent = networks.Agent(network_config, seed=0)
-  step = tf.function(policies.acting_step(agent))
-  rng = np.random.default_rng(0)
-  inputs = (np.zeros(batch_size, np.int32), np.zeros(batch_size, np.float32),
-            np.zeros(batch_size, bool),
-            rng.integers(0, 256, (batch_size,) + tuple(network_config.frame_shape),
-                         dtype=np.uint8),
-            np.zeros((batch_size, networks.MAX_INSTRUCTION_WORDS), np.int32)
-            if network_config.use_instruction else (),
-            agent.initial_state(batch_size))
-  step(*inputs)  # Trace.
-  calls = 0
-  start_cpu, deadline = time.process_time(), time.monotonic() + seconds
-  while time.monotonic() < deadline:
-    tf.nest.map_structure(lambda t: t.numpy(), step(*inputs))
-    calls += 1
-  return (time.process_time() - start_cpu) / (calls * batch_size * config.num_action_repeats)
-
-
-def _random_batch(network_config, config, rng):
-  return random_data.random_learner_batch(
-      network_config, unroll_length=config.unroll_length, batch_size=config.batch_size,
-      seed=int(rng.integers(1 << 30)))
-
-
-def learner_cost(config, network_config, seconds):
-  """Core-seconds per frame of the learner update (B x T x action repeats frames each)."""
-  agent = networks.Agent(network_config, seed=0)
-  learner = learner_lib.Learner(agent, config.learner_config(),
-                                jit_compile=config.jit_compile_choice())
-  rng = np.random.default_rng(0)
-  env_outputs, agent_outputs = _random_batch(network_config, config, rng)
-  state = agent.initial_state(config.batch_size)
-  learner.update(state, env_outputs, agent_outputs)  # Trace.
-  updates = 0
-  start_cpu, start = time.process_time(), time.monotonic()
-  while updates < 2 or time.monotonic() - start < seconds:
-    learner.update(state, env_outputs, agent_outputs)["total_loss"].numpy()
-    updates += 1
-  frames = updates * config.batch_size * config.unroll_length * config.num_action_repeats
-  return (time.process_time() - start_cpu) / frames
-
-
-# ---------------------------------------------------------------------------------------
 # Variants.
 
 def run_environments_alone(config, seconds, warmup):
@@ -236,7 +122,7 @@ def run_environments_alone(config, seconds, warmup):
   actions; frames/s."""
   make = assembly.default_environment_constructor(config)
   if config.uses_atari_groups:
-    envs = [_start_group(config, i) for i in range(config.num_actors)]
+    envs = [stage_costs.start_group(config, i) for i in range(config.num_actors)]
   else:
     envs = [actor_lib.SingleEnvironmentGroup(
         assembly.start_environment(make, config.levels[i % len(config.levels)], i), "")
@@ -379,7 +265,7 @@ def run_synchronous(config, network_config, seconds, warmup):
   The environments are stepped as training steps them: Atari's as one vector group of B games
   (ale-py's threads), the others as B environment processes stepped together."""
   batch, unroll = config.batch_size, config.unroll_length
-  envs = (_start_group(dataclasses.replace(config, envs_per_actor=batch), 0)
+  envs = (stage_costs.start_group(dataclasses.replace(config, envs_per_actor=batch), 0)
           if config.uses_atari_groups else _LockStepProcesses(config, batch))
   try:
     agent = networks.Agent(network_config, seed=0)
@@ -430,7 +316,7 @@ def dmlab_available():
     return False
 
 
-def main():
+def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--quick", action="store_true",
                       help="About 2 minutes: Pong, shallow, the preset's actors, variants a and "
@@ -456,66 +342,83 @@ def main():
   parser.add_argument("--level_cache_dir", default="",
                       help="DMLab: compiled-map cache for every run (as experiment.py's flag).")
   parser.add_argument("--output", default="", help="Also write the Markdown here.")
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   if args.quick:
     args.levels, args.torsos, args.num_actors, args.variants = "atari/pong", "shallow", "", "a,b"
     args.seconds, args.warmup, args.cost_seconds = 40.0, 15.0, 5.0
   if args.levels is None:
     args.levels = ",".join(ATARI_LEVELS + (DMLAB_LEVELS if dmlab_available() else ()))
-  levels = args.levels.split(",")
-  torsos = args.torsos.split(",")
-  actor_counts = [int(n) for n in args.num_actors.split(",") if n]
-  variants = args.variants.split(",")
-  cores = os.cpu_count()
+  unknown = set(args.variants.split(",")) - set(VARIANT_NAMES)
+  if unknown:
+    parser.error(f"--variants: unknown {', '.join(sorted(unknown))}; use a, b, c, d")
+  return args
 
+
+def _log(text):
+  print(text, file=sys.stderr, flush=True)
+
+
+def _run_variant(variant, config, network_config, args, cores):
+  """(frames/s, profile rows or None) of one variant's run."""
+  if variant == "a":
+    return run_environments_alone(config, args.seconds, args.warmup)
+  if variant in ("b", "c"):
+    return run_training(config, args.seconds, args.warmup, variant == "b", cores)
+  return run_synchronous(config, network_config, args.seconds, args.warmup)
+
+
+def measure_table(level, torso, args, cores):
+  """One level and network: the costs, the limit and every variant; (lines, profile lines)."""
+  actor_counts = [int(n) for n in args.num_actors.split(",") if n]
+  base = level_config(level, torso, actor_counts[0] if actor_counts else None,
+                      envs_per_actor=args.envs_per_actor, level_cache_dir=args.level_cache_dir)
+  network_config = stage_costs.network_config(base)
+  costs = dict(environment=stage_costs.environment_cost(base, args.cost_seconds),
+               inference=stage_costs.inference_cost(base, network_config, args.inference_batch,
+                                        args.cost_seconds),
+               learner=stage_costs.learner_cost(base, network_config, args.cost_seconds))
+  limit = cores / sum(costs.values())
+  _log(f"{level} {torso}: costs {costs}, limit {limit:,.0f}")
+  lines = [f"### {level}, {torso} network, B={base.batch_size}, T={base.unroll_length}", "",
+           "Core-microseconds per environment frame, each alone: environment "
+           f"{1e6 * costs['environment']:.1f}, acting inference (batch "
+           f"{args.inference_batch}) {1e6 * costs['inference']:.1f}, learner update "
+           f"{1e6 * costs['learner']:.1f}. Compute-bound limit: {cores} cores / "
+           f"{1e6 * sum(costs.values()):.1f} us = **{limit:,.0f} frames/s**.", "",
+           "| variant | actors x environments each | frames/s | of the limit |",
+           "|---|---:|---:|---:|"]
+  profiles = []
+  for variant in args.variants.split(","):
+    counts = [base.batch_size] if variant == "d" else actor_counts or [base.num_actors]
+    for count in counts:
+      config = dataclasses.replace(base, num_actors=count)
+      fps, profile = _run_variant(variant, config, network_config, args, cores)
+      _log(f"  {VARIANT_NAMES[variant]}, {count} actors: {fps:,.0f} frames/s")
+      if variant != "d":
+        layout = f"{count} x {config.envs_per_actor}"
+      else:  # One vector group of B games (Atari), or B environment processes.
+        layout = f"1 x {count}" if config.uses_atari_groups else f"{count} x 1"
+      lines.append(f"| {VARIANT_NAMES[variant]} | {layout} | {fps:,.0f} | {fps / limit:.0%} |")
+      if profile:
+        profiles += ["", f"Profile of {VARIANT_NAMES[variant]}, {level}, {torso}, "
+                     f"{count} actors (steady state):", ""] + profile
+  return lines + [""], profiles
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  cores = os.cpu_count()
   lines = [f"Machine: {machine_description()}.", "",
            f"Command: `python -m benchmarks.speed.throughput {' '.join(sys.argv[1:])}`", ""]
   if not dmlab_available():
     lines += ["DeepMind Lab is not installed: its tasks (seekavoid_arena_01, "
               "rooms_keys_doors_puzzle) are left out.", ""]
   profiles = []
-  log = lambda text: print(text, file=sys.stderr, flush=True)
-  for level in levels:
-    for torso in torsos:
-      base = level_config(level, torso, actor_counts[0] if actor_counts else None,
-                          envs_per_actor=args.envs_per_actor,
-                          level_cache_dir=args.level_cache_dir)
-      network_config = _network_config(base)
-      costs = dict(environment=environment_cost(base, args.cost_seconds),
-                   inference=inference_cost(base, network_config, args.inference_batch,
-                                            args.cost_seconds),
-                   learner=learner_cost(base, network_config, args.cost_seconds))
-      limit = cores / sum(costs.values())
-      log(f"{level} {torso}: costs {costs}, limit {limit:,.0f}")
-      lines += [f"### {level}, {torso} network, B={base.batch_size}, T={base.unroll_length}", "",
-                "Core-microseconds per environment frame, each alone: environment "
-                f"{1e6 * costs['environment']:.1f}, acting inference (batch "
-                f"{args.inference_batch}) {1e6 * costs['inference']:.1f}, learner update "
-                f"{1e6 * costs['learner']:.1f}. Compute-bound limit: {cores} cores / "
-                f"{1e6 * sum(costs.values()):.1f} us = **{limit:,.0f} frames/s**.", "",
-                "| variant | actors x environments each | frames/s | of the limit |",
-                "|---|---:|---:|---:|"]
-      for variant in variants:
-        counts = [base.batch_size] if variant == "d" else actor_counts or [base.num_actors]
-        for count in counts:
-          config = dataclasses.replace(base, num_actors=count)
-          if variant == "a":
-            fps, profile = run_environments_alone(config, args.seconds, args.warmup)
-          elif variant in ("b", "c"):
-            fps, profile = run_training(config, args.seconds, args.warmup, variant == "b",
-                                        cores)
-          elif variant == "d":
-            fps, profile = run_synchronous(config, network_config, args.seconds, args.warmup)
-          else:
-            raise SystemExit(f"Unknown variant {variant!r}; use a, b, c, d.")
-          log(f"  {VARIANT_NAMES[variant]}, {count} actors: {fps:,.0f} frames/s")
-          layout = f"{count} x {config.envs_per_actor if variant != 'd' else 1}"
-          lines.append(f"| {VARIANT_NAMES[variant]} | {layout} | {fps:,.0f} | "
-                       f"{fps / limit:.0%} |")
-          if profile:
-            profiles += ["", f"Profile of {VARIANT_NAMES[variant]}, {level}, {torso}, "
-                         f"{count} actors (steady state):", ""] + profile
-      lines.append("")
+  for level in args.levels.split(","):
+    for torso in args.torsos.split(","):
+      table, profile = measure_table(level, torso, args, cores)
+      lines += table
+      profiles += profile
   text = "\n".join(lines + profiles) + "\n"
   print(text)
   if args.output:
