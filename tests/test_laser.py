@@ -423,7 +423,7 @@ def test_two_agents_with_different_hyperparameters_share_one_replay(tmp_path):
     # (The input pipeline has handed out up to two batches more than were trained on: the
     # prefetched one and the one being assembled.)
     handed_out = stats.num_replayed + stats.num_online_fill
-    assert result.num_updates * 4 <= handed_out < (result.num_updates + 2) * 4, stats
+    assert result.num_updates * 4 <= handed_out <= (result.num_updates + 2) * 4, stats
     # Frames count the online unrolls only: 4 of 5 steps per update, x the action repeats.
     assert result.num_env_frames == (result.num_updates * 4 * 5
                                      * configs[name].num_action_repeats)

@@ -26,6 +26,8 @@ REPO_DIR = os.path.dirname(TESTS_DIR)
 
 def test_a_signal_while_the_run_is_built_stops_the_build_and_later_only_wakes_the_supervisor():
   lines, woken = [], []
+  # What the runner gave this process (default_int_handler; SIG_IGN under nohup or `&`).
+  sigint_before = signal.getsignal(signal.SIGINT)
   request = stop_signals.StopRequest(lines.append).install()
   try:
     with pytest.raises(stop_signals.Stopping, match="SIGINT"):
@@ -42,7 +44,7 @@ def test_a_signal_while_the_run_is_built_stops_the_build_and_later_only_wakes_th
     assert woken == [True] and "still stopping" in lines[-1]
   finally:
     request.restore()
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  assert signal.getsignal(signal.SIGINT) is sigint_before
 
 
 def test_start_banner_says_what_runs_and_where_it_starts_from(tmp_path):
