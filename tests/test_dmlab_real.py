@@ -63,9 +63,9 @@ def level_cache_dir(tmp_path_factory):
 
 
 def create(level_name, level_cache_dir, test_mode=False, in_subprocess=True, **options):
-  """A level's environment, in an environment process as actors run it by default: many
-  DeepMind Lab instances created one after another in one process crashed it (a segfault in
-  reset that ended the whole test run), and a crash in a child only ends the child."""
+  """A level's environment, in an environment process as actors run it by default: DeepMind
+  Lab in a process that has TensorFlow loaded (the test runner's) crashes at reset or at exit,
+  which would end the whole test run; a crash in a child only ends the child."""
   if level_name in suites.DMLAB30_LEVELS_NEEDING_DATASET:
     options.setdefault("dataset_path", STAND_IN_DATASET)
   return environments.create_environment(
