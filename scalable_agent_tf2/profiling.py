@@ -41,6 +41,16 @@ def _cpu_ticks(stat_text):
   return int(fields[11]) + int(fields[12])
 
 
+def process_cpu_seconds(pid):
+  """User + system CPU seconds of process `pid` and of its children that have ended and been
+  waited for (DeepMind Lab compiles maps in child processes): utime, stime, cutime and cstime
+  of /proc/<pid>/stat."""
+  with open(f"/proc/{pid}/stat") as stat:
+    text = stat.read()
+  fields = text[text.rindex(")") + 2:].split()
+  return sum(int(value) for value in fields[11:15]) / _CLOCK_TICKS
+
+
 def _children(pid):
   found = []
   for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else ():

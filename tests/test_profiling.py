@@ -1,5 +1,7 @@
 """The per-stage CPU profile: thread names in /proc and core-seconds per group of threads."""
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -55,3 +57,12 @@ def test_format_profile_rows():
   assert rows[2:] == ["| learner | 0.75 | 75% | 1500.0 |",
                       "| actor | 0.25 | 25% | 500.0 |",
                       "| idle | 1.00 | | |"]
+
+
+def test_process_cpu_seconds_count_a_finished_child():
+  before = profiling.process_cpu_seconds(os.getpid())
+  # A child that spends about 0.3 s of CPU, waited for: its time joins this process's.
+  subprocess.run([sys.executable, "-c",
+                  "import time\nend = time.process_time() + 0.3\n"
+                  "while time.process_time() < end: pass"], check=True)
+  assert profiling.process_cpu_seconds(os.getpid()) - before >= 0.25

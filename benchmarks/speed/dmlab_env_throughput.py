@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 from scalable_agent_tf2 import environments
+from scalable_agent_tf2 import profiling
 from scalable_agent_tf2.environments import dmlab
 
 MODES = ("inprocess", "process")
@@ -47,18 +48,10 @@ def _resident_megabytes(pid):
   return None
 
 
-def _cpu_seconds(pid):
-  """CPU seconds of process pid and of its finished children (DeepMind Lab compiles maps in
-  child processes), user + system (Linux /proc/<pid>/stat: utime, stime, cutime, cstime)."""
-  with open("/proc/%d/stat" % pid) as stat:
-    fields = stat.read().rsplit(")", 1)[1].split()
-  return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
 def _environments_cpu_seconds(envs, mode):
   if mode == "process":
-    return sum(_cpu_seconds(env.pid) for env in envs)
-  return _cpu_seconds(os.getpid())
+    return sum(profiling.process_cpu_seconds(env.pid) for env in envs)
+  return profiling.process_cpu_seconds(os.getpid())
 
 
 def measure(level_name, mode, num_envs, seconds, level_cache_dir):

@@ -1,7 +1,6 @@
 """The costs of Table 1's stages, each measured alone: core-seconds per environment frame of
 environment stepping, of the acting forward pass and of the learner update (their sum bounds
 what the machine can do: benchmarks/speed/throughput.py)."""
-import os
 import time
 
 import numpy as np
@@ -12,8 +11,8 @@ from scalable_agent_tf2 import assembly
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import policies
+from scalable_agent_tf2 import profiling
 from benchmarks import random_data
-
 
 
 def environment_cost(config, seconds):
@@ -30,22 +29,14 @@ def environment_cost(config, seconds):
     rng = np.random.default_rng(0)
     env.initial()
     steps = 0
-    start_cpu, deadline = _process_cpu_seconds(env.pid), time.monotonic() + seconds
+    start_cpu, deadline = profiling.process_cpu_seconds(env.pid), time.monotonic() + seconds
     while time.monotonic() < deadline:
       env.step(int(rng.integers(env.spec.num_actions)))
       steps += 1
-    cpu = _process_cpu_seconds(env.pid) - start_cpu
+    cpu = profiling.process_cpu_seconds(env.pid) - start_cpu
   finally:
     env.close()
   return cpu / (steps * config.num_action_repeats)
-
-
-def _process_cpu_seconds(pid):
-  """User + system CPU seconds of process pid and its finished children (DeepMind Lab
-  compiles maps in children): /proc/<pid>/stat's utime, stime, cutime, cstime."""
-  with open(f"/proc/{pid}/stat") as stat:
-    fields = stat.read().rsplit(")", 1)[1].split()
-  return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def start_group(config, index):
