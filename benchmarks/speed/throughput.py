@@ -168,7 +168,6 @@ def run_training(config, seconds, warmup, batched_inference, num_cores):
     with open(console_path, "w") as console:
       process = subprocess.Popen([sys.executable, "experiment.py", "--mode=train"] + flags,
                                  cwd=REPO_DIR, stdout=console, stderr=subprocess.STDOUT)
-    console_tail = lambda: open(console_path, errors="replace").read()[-2000:]
     sampler = profiling.CpuSampler(process.pid)
     log_path = runlog.log_path(logdir)
     try:
@@ -176,7 +175,7 @@ def run_training(config, seconds, warmup, batched_inference, num_cores):
       # actors here) is not training time: the clock starts at the first update.
       while not os.path.exists(log_path) or _latest_frames(log_path) == 0:
         if process.poll() is not None:
-          raise RuntimeError(f"Training exited early: {console_tail()}")
+          raise RuntimeError(f"Training exited early: {_tail(console_path)}")
         time.sleep(0.5)
       time.sleep(warmup)
       sampler.start()
@@ -194,10 +193,15 @@ def run_training(config, seconds, warmup, batched_inference, num_cores):
         process.kill()
         process.wait()
     if process.returncode not in (0, -signal.SIGTERM):
-      raise RuntimeError(f"Training failed ({process.returncode}): {console_tail()}")
+      raise RuntimeError(f"Training failed ({process.returncode}): {_tail(console_path)}")
     records = runlog.read_log(logdir)
   samples = training_samples(runlog.of_kind(records, runlog.PROGRESS), config, stopped_at)
   return steady_rate(samples, warmup), profile
+
+
+def _tail(path, chars=2000):
+  with open(path, errors="replace") as f:
+    return f.read()[-chars:]
 
 
 def training_samples(progress, config, stopped_at):
