@@ -246,7 +246,10 @@ def resolve(config):
   values = presets.presets(config.level_name, config.algorithm, config.preset)
   if config.laser_replay:
     values.update(presets.LASER_PRESET)
+    values.pop(presets.MEAN_LOSS_MAX_GRAD_NORM, None)
   values.update(given)
+  if "max_grad_norm" not in given:  # A clip on the paper's mean loss, on our summed one.
+    values["max_grad_norm"] = presets.summed_loss_max_grad_norm(values)
   config = ExperimentConfig(**{name: values.get(name) for name in fields})
   settings.check_values(config)
   _check_combinations(config)

@@ -48,8 +48,9 @@ Not in the paper, from its code base (RLlib, 2019) or from how gymnasium counts:
   * Summed losses: the project's learners sum their loss terms over the T x B steps. RLlib's
     IMPALA summed them too (VTraceLoss), so IMPALA's gradient clip of 0.5 stays; RLlib's APPO
     (IMPACT) averaged them, so IMPACT's 0.5 on the mean is 0.5 x T x B on our sum (the same
-    clipping; presets.IMPACT_PAPER_IMPACT does the same for Table 1). A run that changes
-    --batch_size or --unroll_length should scale --max_grad_norm with them.
+    clipping; presets.IMPACT_PAPER_IMPACT does the same for Table 1). The preset gives the
+    0.5 as mean_loss_max_grad_norm and config.resolve multiplies it by the run's own T and B,
+    so a run with a smaller --batch_size or --unroll_length clips as the paper did.
   * Off-policy correction V-trace, no trust region (IMPALA's and IMPACT's own settings).
   * total_environment_frames: the paper fixes wall-clock time (three hours per run, section
     4.3), not steps; TOTAL_ENVIRONMENT_FRAMES is a budget of this project's choosing.
@@ -97,8 +98,9 @@ IMPACT_TABLE2 = dict(
     target_worker_clipping=2.0,    # Table 2, "Target-Worker Clipping".
     target_update_period=16 * 20,  # Section 4.1.1: n = N x K.
     # Table 2, "Grad Clipping" 0.5 on RLlib APPO's averaged loss: 0.5 x T x B on our summed
-    # loss (module docstring).
-    max_grad_norm=0.5 * 1024 * 32,
+    # loss, with the run's T and B (module docstring; config.resolve).
+    max_grad_norm=None,
+    mean_loss_max_grad_norm=0.5,
 )
 
 # Table 2's footnotes: HalfCheetah-v2's IMPACT values that differ.

@@ -58,6 +58,24 @@ IMPACT_PRESET = dict(baseline_cost=1.0, circular_buffer_size=4, circular_buffer_
                      ppo_clip=0.3, target_worker_clipping=2.0, gae_lambda=0.995, kl_cost=0.0)
 
 
+# A gradient-norm clip that a paper set on a loss averaged over the batch's T x B steps (the
+# IMPACT paper's Algorithm 1 and RLlib's APPO, which ran IMPACT), where this project's learners
+# sum the loss (learner.ImpactLearner), which scales every gradient by T x B. A preset gives it
+# under this key instead of max_grad_norm, and config.resolve sets max_grad_norm = it x T x B
+# with the run's own unroll and batch: the same clipping at the paper's batch and at any other
+# (a --max_grad_norm given still wins).
+MEAN_LOSS_MAX_GRAD_NORM = "mean_loss_max_grad_norm"
+
+
+def summed_loss_max_grad_norm(values):
+  """The max_grad_norm of a preset's values (with the run's unroll_length and batch_size):
+  MEAN_LOSS_MAX_GRAD_NORM x T x B when the preset clips a mean loss, else its own."""
+  mean_clip = values.get(MEAN_LOSS_MAX_GRAD_NORM)
+  if mean_clip is None:
+    return values.get("max_grad_norm")
+  return mean_clip * values["unroll_length"] * values["batch_size"]
+
+
 # The IMPACT paper's Atari setting (--preset=impact_paper): Figure 6 (Pong, SpaceInvaders,
 # Breakout) as published, for both of its algorithms. Section 4.3: its network on "a stack of
 # four 42x42 down-sampled images" (torsos.ImpactTorso), no LSTM (Table 1 lists none), "32 CPUs
@@ -70,18 +88,16 @@ IMPACT_PRESET = dict(baseline_cost=1.0, circular_buffer_size=4, circular_buffer_
 IMPACT_PAPER_IMPALA = dict(ATARI, learning_rate=1e-4, entropy_cost=0.01, max_grad_norm=40.0,
                            discounting=0.99, baseline_cost=0.5, unroll_length=50, batch_size=10,
                            width=42, height=42, torso=settings.IMPACT_CNN, num_actors=32)
-# Table 1, IMPACT column: as IMPALA's, and value function coefficient 1.0, gradient clipping 10,
-# clip parameter 0.3, N 4, K 2, lambda 0.995, KL coefficient 0, target-worker clipping 2.0.
-# Algorithm 1 (and RLlib's APPO, which runs IMPACT) averages the loss over the batch's M steps;
-# this learner sums it (learner.ImpactLearner), which scales every gradient by M = 50 x 10 =
-# 500. So Table 1's clip of 10 on the mean is 10 x 500 = 5000 on our sum: the same clipping.
-# The learning rate needs no rescaling: RMSProp divides the step by the gradient's root mean
-# square, and Table G.1's epsilon 0.01 under the root is 0.01 / 500**2 = 4e-8 on the mean's
-# scale, as negligible as the 1e-8 of RLlib's Adam.
+# Table 1, IMPACT column: as IMPALA's, and value function coefficient 1.0, gradient clipping 10
+# (on the mean loss: MEAN_LOSS_MAX_GRAD_NORM), clip parameter 0.3, N 4, K 2, lambda 0.995, KL
+# coefficient 0, target-worker clipping 2.0. The learning rate needs no rescaling for our summed
+# loss: RMSProp divides the step by the gradient's root mean square, and Table G.1's epsilon
+# 0.01 under the root is 0.01 / 500**2 = 4e-8 on the mean's scale (T x B = 500), as negligible
+# as the 1e-8 of RLlib's Adam.
 IMPACT_PAPER_IMPACT = dict(
-    IMPACT_PAPER_IMPALA, baseline_cost=1.0, max_grad_norm=10.0 * 50 * 10, ppo_clip=0.3,
-    circular_buffer_size=4, circular_buffer_max_uses=2, gae_lambda=0.995, kl_cost=0.0,
-    target_worker_clipping=2.0)
+    {k: v for k, v in IMPACT_PAPER_IMPALA.items() if k != "max_grad_norm"},
+    baseline_cost=1.0, ppo_clip=0.3, circular_buffer_size=4, circular_buffer_max_uses=2,
+    gae_lambda=0.995, kl_cost=0.0, target_worker_clipping=2.0, mean_loss_max_grad_norm=10.0)
 
 
 def impact_paper_presets(level_name, algorithm):
@@ -95,9 +111,8 @@ def impact_paper_presets(level_name, algorithm):
       linearly to 0 at --total_environment_frames (200M, Table G.1; a run stopped by a
       wall-clock budget ends at 1e-4 x (1 - frames reached / 200M));
     * averaged against summed losses: IMPACT's loss is summed here, its gradient clip scaled
-      to match (IMPACT_PAPER_IMPACT: 10 x T x B; a run that changes --batch_size or
-      --unroll_length should scale --max_grad_norm with them); IMPALA's loss was summed in
-      RLlib too;
+      to match (MEAN_LOSS_MAX_GRAD_NORM: 10 x T x B, with the run's own T and B); IMPALA's
+      loss was summed in RLlib too;
     * the unroll: RLlib learns from 49 steps of each 50-step fragment, the 50th one's value
       bootstrapping; here all 50 steps, bootstrapped from the 51st observation;
     * the network: its heads also see the clipped reward and the previous action, and its

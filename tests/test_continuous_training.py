@@ -51,6 +51,22 @@ def test_mujoco_levels_take_table_2s_presets():
   assert impact.kl_target == 0.04 and impala.kl_target is None  # Table 2, "KL Target".
 
 
+def test_impacts_gradient_clip_follows_the_runs_batch_and_unroll():
+  # Table 2's 0.5 clips RLlib APPO's mean over T x B steps; our loss is a sum over them.
+  small = config_lib.config_from_argv(["--level_name=mujoco/hopper", "--algorithm=impact",
+                                       "--batch_size=4", "--unroll_length=256"])
+  assert small.max_grad_norm == 0.5 * 256 * 4
+  given = config_lib.config_from_argv(["--level_name=mujoco/hopper", "--algorithm=impact",
+                                       "--batch_size=4", "--max_grad_norm=7"])
+  assert given.max_grad_norm == 7
+  impala = config_lib.config_from_argv(["--level_name=mujoco/hopper", "--batch_size=4"])
+  assert impala.max_grad_norm == 0.5  # RLlib's IMPALA summed its loss too: no scaling.
+  # Table 1's 10 on the mean of the IMPACT paper's Atari setting, scaled the same way.
+  pong = config_lib.config_from_argv(["--level_name=atari/pong", "--algorithm=impact",
+                                      "--preset=impact_paper", "--unroll_length=20"])
+  assert pong.max_grad_norm == 10.0 * 20 * 10
+
+
 def test_frame_flags_are_refused_on_mujoco():
   with pytest.raises(ValueError, match="--torso.*no frames or torso"):
     config_lib.config_from_argv(["--level_name=mujoco/hopper", "--torso=shallow"])
