@@ -5,9 +5,9 @@
     trajectories = loop.unroll(unroll_length)  # one Trajectory per environment of the group
 
 An actor thread drives a GROUP of G environments with one loop: an AtariVectorGroup (G Atari
-games stepped by ale-py's C++ threads in this process) or one environment process seen as a
-group of 1 (SingleEnvironmentGroup: DMLab, the toy levels, and Atari settings the vector group
-does not implement). Every step is one call to the batched policy with the group's G rows
+games stepped by ale-py's C++ threads in this process), G MuJoCo tasks in this process, or one
+environment process seen as a group of 1 (EnvironmentGroup: DMLab, the toy levels, and Atari
+settings the vector group does not implement). Every step is one call to the batched policy with the group's G rows
 (dynamic_batching batches it with other threads' calls), G actions sampled with array
 operations, and one `step(actions)` of the group; an unroll stacks the T steps once.
 
@@ -62,57 +62,78 @@ class EpisodeTracker:
     return finished
 
 
-class SingleEnvironmentGroup:
-  """One base.Environment (e.g. an environment process) as a group of 1, with the interface
-  of environments.atari_vector.AtariVectorGroup: initial(), step(actions [1]),
-  finished_games(), level_names, spec, close()."""
+class EnvironmentGroup:
+  """G base.Environments as one group with the interface of
+  environments.atari_vector.AtariVectorGroup: initial(), step(actions [G]), finished_games(),
+  level_names, num_envs, spec, close(). They are stepped one after another on the calling
+  thread: one environment process (DMLab, the toy levels, Atari settings the vector group does
+  not implement) or G MuJoCo tasks in this process."""
 
-  def __init__(self, env, level_name, observe=None):
-    """observe: callable(EnvOutput) -> EnvOutput applied to each output first (the action
-    space's observation filter, action_spaces.Gaussian.observe)."""
-    self._env = env
+  def __init__(self, envs, level_name, observe=None):
+    """observe: callable(EnvOutput) -> EnvOutput applied to the group's stacked outputs
+    [G, ...] (the action space's observation filter, action_spaces.Gaussian.observe)."""
+    self._envs = list(envs)
+    if not self._envs:
+      raise ValueError("An environment group needs at least one environment.")
     self._observe = observe or (lambda env_output: env_output)
-    self.num_envs = 1
-    self.level_names = [level_name]
-    self._tracker = EpisodeTracker()
+    self.num_envs = len(self._envs)
+    self.level_names = [level_name] * self.num_envs
+    self._trackers = [EpisodeTracker() for _ in self._envs]
     self._finished = []
 
   @property
   def spec(self):
-    return self._env.spec
+    return self._envs[0].spec
 
-  def _as_group(self, env_output):
-    env_output = self._observe(env_output)
-    finished = self._tracker.observe(env_output)
-    self._finished = [] if finished is None else [(0,) + tuple(finished)]
-    observation = env_output.observation
-    return EnvOutput(
-        reward=np.array([env_output.reward], np.float32),
-        done=np.array([env_output.done], bool),
-        observation=Observation(frame=np.asarray(observation.frame)[np.newaxis],
-                                instruction=(observation.instruction,)),
-        episode_return=np.array([env_output.episode_return], np.float32),
-        episode_step=np.array([env_output.episode_step], np.int32))
+  def _as_group(self, env_outputs):
+    self._finished = []
+    for slot, (tracker, env_output) in enumerate(zip(self._trackers, env_outputs)):
+      finished = tracker.observe(env_output)
+      if finished is not None:
+        self._finished.append((slot,) + tuple(finished))
+    return self._observe(EnvOutput(
+        reward=np.array([o.reward for o in env_outputs], np.float32),
+        done=np.array([o.done for o in env_outputs], bool),
+        observation=Observation(
+            frame=np.stack([np.asarray(o.observation.frame) for o in env_outputs]),
+            instruction=tuple(o.observation.instruction for o in env_outputs)),
+        episode_return=np.array([o.episode_return for o in env_outputs], np.float32),
+        episode_step=np.array([o.episode_step for o in env_outputs], np.int32)))
 
   def initial(self):
-    self._tracker = EpisodeTracker()
-    return self._as_group(self._env.initial())
+    self._trackers = [EpisodeTracker() for _ in self._envs]
+    return self._as_group([env.initial() for env in self._envs])
 
   def step(self, actions):
-    return self._as_group(self._env.step(actions[0]))
+    return self._as_group([env.step(action) for env, action in zip(self._envs, actions)])
 
   def finished_games(self):
     return list(self._finished)
 
   def close(self):
-    self._env.close()
+    close_all(self._envs)
+
+
+def close_all(envs):
+  """Closes every environment of envs, even when closing one raises (the first error is
+  raised after the others were closed)."""
+  error = None
+  for env in envs:
+    try:
+      env.close()
+    except Exception as e:  # pylint: disable=broad-except
+      error = error or e
+  if error is not None:
+    raise error
 
 
 def as_group(env_or_group, level_name, observe=None):
-  """A group as it is, a single environment as a SingleEnvironmentGroup (see its observe)."""
+  """A group as it is; a list of environments, or one environment, as an EnvironmentGroup
+  (see its observe)."""
   if hasattr(env_or_group, "finished_games"):
     return env_or_group
-  return SingleEnvironmentGroup(env_or_group, level_name, observe)
+  envs = env_or_group if isinstance(env_or_group, list) else [env_or_group]
+  return EnvironmentGroup(envs, level_name, observe)
 
 
 class RestartPolicy:
@@ -142,8 +163,8 @@ class EnvironmentLoop:
   def __init__(self, group_factory, policy, rngs, level_name, on_episode=None,
                on_restart=None, restart_policy=None):
     """Args:
-      group_factory: callable(attempt) -> a group (AtariVectorGroup, SingleEnvironmentGroup)
-        or a base.Environment (seen as a group of 1); attempt counts restarts from 0.
+      group_factory: callable(attempt) -> a group (AtariVectorGroup, EnvironmentGroup), a
+        list of base.Environments or one (as_group); attempt counts restarts from 0.
       policy: a policies.BatchedPolicy (or PerActorPolicy).
       rngs: one numpy Generator per environment of the group, for its actions.
       level_name: str, the group's level, for reports.

@@ -111,9 +111,9 @@ def start_environment(environment_constructor, level_name, seed, test_mode=False
 
 
 def environment_group_size(config):
-  """Environments per actor thread: --envs_per_actor where Atari games run in vector groups
-  (config.uses_atari_groups), else 1 (one environment process per actor)."""
-  return config.envs_per_actor if config.uses_atari_groups else 1
+  """Environments per actor thread: --envs_per_actor where environments run in groups in
+  this process (config.uses_environment_groups), else 1 (one environment process per actor)."""
+  return config.envs_per_actor if config.uses_environment_groups else 1
 
 
 def group_factory(config, environment_constructor, level_name, seeds, test_mode=False):
@@ -121,7 +121,10 @@ def group_factory(config, environment_constructor, level_name, seeds, test_mode=
 
   Atari with config.uses_atari_groups: an AtariVectorGroup of len(seeds(attempt)) games in
   this process (environments/atari_vector.py; `environment_constructor` is for environment
-  processes and is not used). Otherwise: one environment process (seeds(attempt) has one seed).
+  processes and is not used). MuJoCo: a list of len(seeds(attempt)) tasks built in this process
+  by `environment_constructor` (stepped one after another by the actor's thread: a MuJoCo step
+  costs far less than an environment process's round trip). Otherwise: one environment process
+  (seeds(attempt) has one seed).
 
   Args:
     seeds: callable(attempt) -> list of ints, one per environment.
@@ -133,10 +136,28 @@ def group_factory(config, environment_constructor, level_name, seeds, test_mode=
         game, seeds(attempt), full_action_space=config.is_multi_task,
         terminal_on_life_loss=not test_mode)
 
+  if config.is_mujoco:
+    return lambda attempt: start_in_process(environment_constructor, level_name, seeds(attempt),
+                                            test_mode)
+
   def start(attempt):
     (seed,) = seeds(attempt)
     return start_environment(environment_constructor, level_name, seed, test_mode)
   return start
+
+
+def start_in_process(environment_constructor, level_name, seeds, test_mode=False):
+  """A list of environments of level_name built in this process, one per seed (all closed
+  if one fails to build)."""
+  envs = []
+  try:
+    for seed in seeds:
+      constructor, kwargs = environment_constructor(level_name, seed, test_mode)
+      envs.append(constructor(**kwargs))
+  except BaseException:
+    actor_lib.close_all(envs)
+    raise
+  return envs
 
 
 def build_agent(config, environment_constructor, network_config=None, strategy=None):
@@ -218,7 +239,7 @@ def actor_loop_factory(config, index, policy, environment_constructor, first_env
   ActorThread's put_trajectory receives); each environment's seeds and action generator are
   derived from (seed, stream), so with G = 1 stream and actor number coincide. Actor
   `first_env_index` starts with `first_env` (already running, from build_agent), or closes it
-  when its games run in a vector group.
+  when its environments run in a group in this process.
   """
   levels = config.levels
   level = levels[index % len(levels)]
@@ -229,7 +250,7 @@ def actor_loop_factory(config, index, policy, environment_constructor, first_env
 
   def factory(attempt):
     if index == first_env_index and attempt == 0:
-      if not config.uses_atari_groups:
+      if not config.uses_environment_groups:
         return first_env
       first_env.close()
     return start(attempt)

@@ -63,6 +63,13 @@ class ExperimentConfig(settings.ExperimentSettings):
             and self.width == self.height == atari.DEFAULT_FRAME_SIZE)
 
   @property
+  def uses_environment_groups(self):
+    """Whether an actor thread steps --envs_per_actor environments in this process: Atari in
+    vector groups (uses_atari_groups) or MuJoCo tasks; otherwise every actor has one
+    environment process."""
+    return self.uses_atari_groups or self.is_mujoco
+
+  @property
   def is_toy(self):
     return suites.is_toy_level(self.levels[0])
 
@@ -346,13 +353,14 @@ def check_levels_can_run(config):
 
 def _resolve_envs_per_actor(config, given):
   """--envs_per_actor is 1 where environments do not run in groups (an error if asked for)."""
-  if config.uses_atari_groups or config.envs_per_actor == 1:
+  if config.uses_environment_groups or config.envs_per_actor == 1:
     return config
   if "envs_per_actor" in given:
     raise ValueError(
-        f"--envs_per_actor={config.envs_per_actor}: only Atari games at 84x84, action repeat 4 "
-        f"and without sticky actions run in groups; {config.level_name} with these settings "
-        f"runs one environment process per actor. Drop --envs_per_actor (or set it to 1).")
+        f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks and Atari games at "
+        f"84x84, action repeat 4 and without sticky actions run in groups; {config.level_name} "
+        f"with these settings runs one environment process per actor. Drop --envs_per_actor "
+        f"(or set it to 1).")
   return dataclasses.replace(config, envs_per_actor=1)
 
 

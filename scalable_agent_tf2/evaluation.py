@@ -176,7 +176,7 @@ def _worker_loop(policy, level, worker_seed, group_size, environment_constructor
                  print_fn):
   """An evaluation worker's EnvironmentLoop: group_size environments of `level` in test mode,
   seeded from worker_seed (environment slot, restart) and one action generator per slot."""
-  if config is None or not config.uses_atari_groups:
+  if config is None or not config.uses_environment_groups:
     seeds = lambda attempt: [assembly.derive_seed(worker_seed, attempt)]
     factory = lambda attempt: assembly.start_environment(
         environment_constructor, level, seeds(attempt)[0], test_mode=True)

@@ -140,15 +140,19 @@ def impact_paper_presets(level_name, algorithm):
 ATARI_ENVIRONMENTS = 48
 
 
-def atari_actor_layout(num_cores):
-  """num_actors and envs_per_actor of the Atari preset on a machine with num_cores cores.
+def actor_layout(num_environments, num_cores):
+  """num_actors and envs_per_actor for about num_environments environments stepped in groups
+  in the training process on a machine with num_cores cores: one actor thread per core (at
+  least 2, so that one group's forward pass overlaps another's stepping), the environments
+  shared out among them (rounded up): 48 on 2 cores are 2 x 24. benchmarks/RESULTS.md
+  ("Throughput") has the measurements behind the choice."""
+  num_actors = min(max(2, num_cores), num_environments)
+  return dict(num_actors=num_actors, envs_per_actor=-(-num_environments // num_actors))
 
-  Table 1's 48 environments, stepped in vector groups by one actor thread per core (at least
-  2, so that one group's forward pass overlaps another's emulation): on 2 cores, 2 x 24.
-  benchmarks/RESULTS.md ("Throughput") has the measurements behind the choice.
-  """
-  num_actors = min(max(2, num_cores), ATARI_ENVIRONMENTS)
-  return dict(num_actors=num_actors, envs_per_actor=-(-ATARI_ENVIRONMENTS // num_actors))
+
+def atari_actor_layout(num_cores):
+  """The Atari preset's layout: Table 1's 48 environments (actor_layout)."""
+  return actor_layout(ATARI_ENVIRONMENTS, num_cores)
 
 
 def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET):
@@ -172,8 +176,10 @@ def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET):
   elif suites.is_toy_level(levels[0]):
     values = dict(TOY)
   elif suites.is_mujoco_level(levels[0]):
-    # The IMPACT paper's Table 2, IMPALA or IMPACT column (IMPACT's own settings included).
+    # The IMPACT paper's Table 2, IMPALA or IMPACT column (IMPACT's own settings included);
+    # its 16 workers (section 4.3) as 16 tasks stepped in groups by one thread per core.
     values = mujoco_presets.presets(levels[0], algorithm)
+    values.update(actor_layout(values["num_actors"], os.cpu_count() or 1))
     values["queue_capacity"] = 4 * values["batch_size"]
     return values
   else:

@@ -141,18 +141,18 @@ class ExperimentSettings:
       "Table G.1: 200M per game; released code: 10e9 (DMLab-30), 1e9 (one level)",
       check=POSITIVE_INT, part_of=FOR_LEARNER)
   num_actors: Optional[int] = _preset(
-      RUN, "Actor threads. Each drives --envs_per_actor environments: Atari games stepped "
-      "together in this process, otherwise one environment process. Environments in all: "
-      "num_actors x envs_per_actor (the paper's \"48 actors\" are 48 environments, each "
-      "with its own actor: e.g. 2 x 24 here). Atari preset: by the machine's cores "
-      "(presets.atari_actor_layout).",
+      RUN, "Actor threads. Each drives --envs_per_actor environments: Atari games or MuJoCo "
+      "tasks stepped together in this process, otherwise one environment process. "
+      "Environments in all: num_actors x envs_per_actor (the paper's \"48 actors\" are 48 "
+      "environments, each with its own actor: e.g. 2 x 24 here). Atari and MuJoCo presets: "
+      "by the machine's cores (presets.actor_layout).",
       "Table 1 (48); section 5.3.1 (150 for DMLab-30)", check=POSITIVE_INT)
   envs_per_actor: Optional[int] = _preset(
       RUN, "Environments each actor thread steps together, with one batched forward pass "
-      "per step for all of them. Only Atari games run in groups (ale-py's vector "
-      "environment, without sticky actions, at 84x84 with action repeat 4); every other "
-      "level takes 1.", "not in the paper; Atari: by the machine's cores "
-      "(presets.atari_actor_layout, benchmarks/RESULTS.md), else 1", check=POSITIVE_INT)
+      "per step for all of them. Atari games (ale-py's vector environment, without sticky "
+      "actions, at 84x84 with action repeat 4) and MuJoCo tasks run in groups; every other "
+      "level takes 1.", "not in the paper; Atari and MuJoCo: by the machine's cores "
+      "(presets.actor_layout, benchmarks/RESULTS.md), else 1", check=POSITIVE_INT)
   batched_inference: bool = setting(
       True, RUN, "Batch the actors' forward passes (dynamic_batching); false: each actor "
       "thread runs the network itself.", source="Table 1's comparison")

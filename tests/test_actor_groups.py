@@ -1,5 +1,6 @@
 """The acting loop over environment groups: a vector group gives the trajectories one loop per
 environment gives, groups in the batched policy, restarts with backoff, seeded evaluation."""
+import os
 import threading
 
 import numpy as np
@@ -218,17 +219,25 @@ def test_seeded_evaluation_on_atari_groups_repeats():
   assert first == second
 
 
-def test_envs_per_actor_is_for_atari_groups_only():
+def test_envs_per_actor_is_for_groups_only():
   atari = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari/pong"))
-  assert atari.uses_atari_groups
+  assert atari.uses_atari_groups and atari.uses_environment_groups
   assert atari.num_actors * atari.envs_per_actor >= presets.ATARI_ENVIRONMENTS
   toy = config_lib.resolve(config_lib.ExperimentConfig(level_name="toy/lit_side"))
-  assert not toy.uses_atari_groups and toy.envs_per_actor == 1
+  assert not toy.uses_environment_groups and toy.envs_per_actor == 1
   sticky = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari/pong",
                                                           sticky_actions=True))
   assert sticky.envs_per_actor == 1
-  with pytest.raises(ValueError, match="only Atari games"):
+  with pytest.raises(ValueError, match="only MuJoCo tasks and Atari games"):
     config_lib.resolve(config_lib.ExperimentConfig(level_name="toy/lit_side",
                                                    envs_per_actor=4))
+  # MuJoCo: the IMPACT paper's 16 workers (section 4.3) as groups, one thread per core.
+  hopper = config_lib.resolve(config_lib.ExperimentConfig(level_name="mujoco/hopper"))
+  assert hopper.uses_environment_groups and not hopper.uses_atari_groups
+  assert (hopper.num_actors, hopper.envs_per_actor) == tuple(
+      presets.actor_layout(16, os.cpu_count()).values())
   assert presets.atari_actor_layout(2) == dict(num_actors=2, envs_per_actor=24)
   assert presets.atari_actor_layout(64) == dict(num_actors=48, envs_per_actor=1)
+  assert presets.actor_layout(16, 2) == dict(num_actors=2, envs_per_actor=8)
+  assert presets.actor_layout(16, 3) == dict(num_actors=3, envs_per_actor=6)
+  assert presets.actor_layout(16, 1) == dict(num_actors=2, envs_per_actor=8)

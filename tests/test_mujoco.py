@@ -5,6 +5,7 @@ import gymnasium
 import numpy as np
 import pytest
 
+from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import environments
 from scalable_agent_tf2 import suites
 from scalable_agent_tf2.environments import base
@@ -99,6 +100,62 @@ def test_episode_end_resets_and_reports_the_finished_episode():
     np.testing.assert_array_equal(output.observation.frame, observation.astype(np.float32),
                                   err_msg=f"step {step}")
   assert num_episodes >= 2  # Random actions topple the hopper within tens of steps.
+
+
+def test_a_group_in_this_process_steps_as_its_environments_alone():
+  from scalable_agent_tf2 import actor  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2 import assembly  # pylint: disable=g-import-not-at-top
+  config = config_lib.config_from_argv(["--level_name=mujoco/hopper", "--envs_per_actor=3"])
+  constructor = assembly.default_environment_constructor(config)
+  seeds = [3, 4, 5]
+  envs = assembly.group_factory(config, constructor, "mujoco/hopper", lambda attempt: seeds)(0)
+  assert [type(env) for env in envs] == [mujoco.MujocoEnvironment] * 3  # No processes.
+  observed = []
+  group = actor.as_group(envs, "mujoco/hopper",
+                         observe=lambda out: observed.append(out.observation.frame) or out)
+  alone = [mujoco.MujocoEnvironment("mujoco/hopper", seed=seed) for seed in seeds]
+  actions = random_actions(group.spec, 3 * 150, seed=2).reshape(150, 3, -1)
+  try:
+    outputs = [group.initial()] + [group.step(step_actions) for step_actions in actions]
+    assert group.num_envs == 3 and group.level_names == ["mujoco/hopper"] * 3
+    assert len(observed) == len(outputs) and observed[0].shape == (3, 11)
+    finished = 0
+    for slot, env in enumerate(alone):
+      expected = [env.initial()] + [env.step(action) for action in actions[:, slot]]
+      for t, (mine, theirs) in enumerate(zip(outputs, expected)):
+        assert (mine.reward[slot], mine.done[slot], mine.episode_step[slot]) == (
+            np.float32(theirs.reward), theirs.done, theirs.episode_step), (slot, t)
+        np.testing.assert_array_equal(mine.observation.frame[slot], theirs.observation.frame)
+      finished += sum(1 for o in expected[1:] if o.done)
+    assert finished >= 3  # Random actions topple the hopper: episodes end within the test.
+  finally:
+    group.close()
+    actor.close_all(alone)
+
+
+def test_group_reports_finished_games_by_slot():
+  from scalable_agent_tf2 import actor  # pylint: disable=g-import-not-at-top
+  group = actor.as_group([mujoco.MujocoEnvironment("mujoco/hopper", seed=s) for s in (1, 2)],
+                         "mujoco/hopper")
+  reference = mujoco.MujocoEnvironment("mujoco/hopper", seed=2)
+  try:
+    group.initial()
+    reference.initial()
+    actions = random_actions(group.spec, 2 * 300, seed=4).reshape(300, 2, -1)
+    reported, ended = [], []
+    for step_actions in actions:
+      group.step(step_actions)
+      reported.extend(g for g in group.finished_games() if g[0] == 1)
+      output = reference.step(step_actions[1])
+      if output.done:
+        ended.append((1, output.episode_return, output.episode_step))
+    # An episode is reported one step after its end (actor.EpisodeTracker).
+    assert reported and [r[1:] for r in reported] == pytest.approx(
+        [e[1:] for e in ended[:len(reported)]])
+    assert len(ended) - len(reported) in (0, 1)
+  finally:
+    group.close()
+    reference.close()
 
 
 def test_time_limit_ends_an_episode_like_a_termination():

@@ -124,7 +124,7 @@ def run_environments_alone(config, seconds, warmup):
   if config.uses_atari_groups:
     envs = [stage_costs.start_group(config, i) for i in range(config.num_actors)]
   else:
-    envs = [actor_lib.SingleEnvironmentGroup(
+    envs = [actor_lib.as_group(
         assembly.start_environment(make, config.levels[i % len(config.levels)], i), "")
             for i in range(config.num_actors)]
   stop = threading.Event()
