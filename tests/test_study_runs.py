@@ -1,5 +1,6 @@
 """benchmarks/studies/runs.py: a study's runs survive the end of a session (finished runs are not
 rerun, interrupted ones resume and their wall time counts only time spent running)."""
+import argparse
 import json
 import os
 import sys
@@ -151,3 +152,12 @@ def test_study_flags_parse_and_the_command_log_keeps_every_line(tmp_path, capsys
   assert (tmp_path / "study" / "commands.txt").read_text() == (
       "$ python experiment.py --seed=1\n  done in 3 s\n")
   assert capsys.readouterr().out == "$ python experiment.py --seed=1\n  done in 3 s\n"
+
+
+def test_a_study_leaves_the_actor_layout_to_the_preset_unless_told():
+  parser = argparse.ArgumentParser()
+  runs.add_budget_arguments(parser, total_environment_frames=1000, runs_per="level")
+  flags = runs.budget_flags(parser.parse_args([]))
+  assert "num_actors" not in flags and flags["total_environment_frames"] == 1000
+  flags = runs.budget_flags(parser.parse_args(["--num_actors=4", "--extra_flags=--seed=2"]))
+  assert (flags["num_actors"], flags["seed"]) == (4, "2")

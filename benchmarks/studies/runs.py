@@ -46,7 +46,9 @@ def add_budget_arguments(parser, total_environment_frames, runs_per, quick_also=
   parser.add_argument("--total_environment_frames", type=int,
                       default=total_environment_frames,
                       help="Frame budget of every run (the same for all runs).")
-  parser.add_argument("--num_actors", type=int, default=16)
+  parser.add_argument("--num_actors", type=int, default=None,
+                      help="Actor threads of every run; default: the level's preset (Atari and "
+                           "MuJoCo lay their environments out over the machine's cores).")
   parser.add_argument("--seeds", default="1", help=f"Comma-separated seeds: runs per {runs_per}.")
   parser.add_argument("--max_seconds", type=float, default=None,
                       help="Also stop each run after this many seconds (with a checkpoint; "
@@ -64,8 +66,10 @@ def quick_budget(args):
 def budget_flags(args):
   """experiment.py flags of every run of a study with add_budget_arguments' flags: budget,
   actors, checkpoint and log intervals (--quick: batch 8, faster logs), then --extra_flags."""
-  flags = dict(total_environment_frames=args.total_environment_frames,
-               num_actors=args.num_actors, checkpoint_secs=600, log_secs=10)
+  flags = dict(total_environment_frames=args.total_environment_frames, checkpoint_secs=600,
+               log_secs=10)
+  if args.num_actors is not None:
+    flags["num_actors"] = args.num_actors
   if args.quick:
     flags.update(batch_size=8, log_secs=2)
   flags.update(parse_extra_flags(args.extra_flags))
