@@ -152,22 +152,33 @@ def run_environments_alone(config, seconds, warmup):
 
 def run_training(config, seconds, warmup, batched_inference, num_cores):
   """(b) or (c): experiment.py training; (frames/s, per-stage profile rows or None)."""
+  flags = [f"--level_name={config.level_name}", f"--torso={config.torso}",
+           f"--num_actors={config.num_actors}", f"--envs_per_actor={config.envs_per_actor}",
+           f"--batch_size={config.batch_size}",
+           f"--unroll_length={config.unroll_length}",
+           f"--{'' if batched_inference else 'no'}batched_inference"]
+  if config.level_cache_dir:
+    flags.append(f"--level_cache_dir={config.level_cache_dir}")
+  rate, wall, groups, trained = measure_training(flags, config, seconds, warmup)
+  return rate, profiling.format_profile(wall, groups, num_cores, trained)
+
+
+def measure_training(flags, config, seconds, warmup, tree=REPO_DIR):
+  """Trains `experiment.py --mode=train` of the project checkout `tree` with flags for
+  `seconds` (config: the run's resolved config, for the queue's frames).
+
+  Returns (frames/s by steady_rate of the delivered frames, wall seconds measured, {thread
+  group: core-seconds} over them, frames trained over them).
+  """
   with tempfile.TemporaryDirectory() as logdir:
-    flags = [f"--level_name={config.level_name}", f"--torso={config.torso}",
-             f"--num_actors={config.num_actors}", f"--envs_per_actor={config.envs_per_actor}",
-             f"--batch_size={config.batch_size}",
-             f"--unroll_length={config.unroll_length}",
-             "--total_environment_frames=1000000000", f"--log_secs={TRAINING_LOG_SECS}",
-             "--checkpoint_secs=1000000", f"--logdir={logdir}",
-             f"--{'' if batched_inference else 'no'}batched_inference"]
-    if config.level_cache_dir:
-      flags.append(f"--level_cache_dir={config.level_cache_dir}")
+    flags = flags + ["--total_environment_frames=1000000000", f"--log_secs={TRAINING_LOG_SECS}",
+                     "--checkpoint_secs=1000000", f"--logdir={logdir}"]
     console_path = os.path.join(logdir, "console.txt")
     # The run's output goes to a file: a pipe that nothing drains while the run is measured
     # fills up (48 environment processes' warnings, a progress line a second) and blocks it.
     with open(console_path, "w") as console:
       process = subprocess.Popen([sys.executable, "experiment.py", "--mode=train"] + flags,
-                                 cwd=REPO_DIR, stdout=console, stderr=subprocess.STDOUT)
+                                 cwd=tree, stdout=console, stderr=subprocess.STDOUT)
     sampler = profiling.CpuSampler(process.pid)
     log_path = runlog.log_path(logdir)
     try:
@@ -182,8 +193,7 @@ def run_training(config, seconds, warmup, batched_inference, num_cores):
       frames_before = _latest_frames(log_path)
       time.sleep(max(seconds - warmup, 4 * INTERVAL_SECS))
       wall, groups = sampler.stop()
-      profile = profiling.format_profile(wall, groups, num_cores,
-                                         _latest_frames(log_path) - frames_before)
+      trained = _latest_frames(log_path) - frames_before
     finally:
       stopped_at = time.time()  # Records after the stop (queues dropped) are not the run's.
       process.send_signal(signal.SIGTERM)
@@ -196,7 +206,7 @@ def run_training(config, seconds, warmup, batched_inference, num_cores):
       raise RuntimeError(f"Training failed ({process.returncode}): {_tail(console_path)}")
     records = runlog.read_log(logdir)
   samples = training_samples(runlog.of_kind(records, runlog.PROGRESS), config, stopped_at)
-  return steady_rate(samples, warmup), profile
+  return steady_rate(samples, warmup), wall, groups, trained
 
 
 def _tail(path, chars=2000):
