@@ -199,8 +199,7 @@ def _derived_config(name, part_of, defaults, base, extra=()):
 # Defaults: DMLab-30's (max_grad_norm None: no clipping; learner.Learner reads None).
 LearnerConfig = _derived_config(
     "LearnerConfig", settings.FOR_LEARNER,
-    dict(presets.DMLAB30, max_grad_norm=None, rmsprop_initial_mean_square=settings.ExperimentSettings
-         .rmsprop_initial_mean_square), _LearnerChecks, extra=settings.VTRACE_CONSTANTS)
+    dict(presets.DMLAB30, max_grad_norm=None), _LearnerChecks, extra=settings.VTRACE_CONSTANTS)
 # Defaults: IMPACT Table 1's; section 4.1.1: "Our primary benchmark for target update frequency
 # is n = N K", 4 x 2 = 8.
 ImpactConfig = _derived_config(

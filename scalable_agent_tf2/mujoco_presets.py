@@ -42,11 +42,18 @@ Not in the paper, from its code base (RLlib, 2019) or from how gymnasium counts:
     exceeds 2 x target and by 0.5 if it is below target / 2 (losses.adapted_kl_coefficient;
     learner.ImpactLearner does the same at its refreshes).
   * Optimizer: the paper names none (Table 2 has no optimizer row). RLlib's IMPALA and APPO
-    default to Adam (`opt_type: adam`, epsilon 1e-8) with a
-    constant learning rate; the project's learners use IMPALA's RMSProp (TF1 semantics, decay
-    0.99, momentum 0, epsilon 0.01 as Table G.1) with the learning rate decaying linearly to 0
-    at total_environment_frames. RMSProp without momentum is Adam without its first moment;
-    both divide the step by the gradient's root mean square, so Table 2's rates carry over.
+    default to Adam (`opt_type: adam`, epsilon 1e-8) with a constant learning rate; the
+    project's learners use RMSProp (decay 0.99 and momentum 0 as Table G.1) with the learning
+    rate decaying linearly to 0 at total_environment_frames. RMSProp without momentum is Adam
+    without its first moment: both divide the step by the gradient's root mean square, so
+    Table 2's rates carry over, but only with Adam's two other traits, which Table G.1's
+    RMSProp lacks: an epsilon too small to matter (1e-8 outside the root, so (1e-8)^2 = 1e-16
+    inside ours) and full-size steps from the first update (the accumulator starts at 0, not
+    at TF1's 1). With Table G.1's epsilon 0.01 and TF1's start, IMPALA's clip of 0.5 on the
+    summed gradient leaves each weight a gradient near 1e-4, far below sqrt(0.01): measured
+    on Hopper after 1,980 updates, the median step was 0.001 x the learning rate (Adam's is
+    about 1 x), and the policy had not moved from random play in 2M steps (benchmarks/
+    RESULTS.md, IMPACT on MuJoCo).
   * Summed losses: the project's learners sum their loss terms over the T x B steps. RLlib's
     IMPALA summed them too (VTraceLoss), so IMPALA's gradient clip of 0.5 stays; RLlib's APPO
     (IMPACT) averaged them, so IMPACT's 0.5 on the mean is 0.5 x T x B on our sum (the same
@@ -77,11 +84,13 @@ IMPALA_TABLE2 = {
     "num_actors": 16,            # Section 4.3, "16 CPUs" (Table 2 gives no worker count).
     "num_action_repeats": 1,     # Not in the paper: one agent step is one gymnasium step.
     "reward_clipping": "none",   # Not in the paper: RLlib clips rewards for Atari only.
-    # Not in the paper: IMPALA's RMSProp (Table G.1's decay, momentum and epsilon) in place of
-    # RLlib's Adam (module docstring).
+    # Not in the paper: RMSProp (Table G.1's decay and momentum) in place of RLlib's Adam,
+    # with Adam's negligible epsilon ((1e-8)^2 inside the root) and its full-size first steps
+    # (module docstring).
     "decay": 0.99,
     "momentum": 0.0,
-    "epsilon": 0.01,
+    "epsilon": 1e-16,
+    "rmsprop_initial_mean_square": 0.0,
     "off_policy_correction": "vtrace",      # IMPALA section 4.1; IMPACT section 3.1.
     "trust_region_threshold": float("inf"),  # No LASER trust region.
 }

@@ -17,10 +17,11 @@ from scalable_agent_tf2 import suites
 from scalable_agent_tf2.settings import IMPACT, IMPALA
 
 # The learner's settings Tables D.3 and G.1 share: gamma 0.99, baseline cost 0.5, action
-# repeat 4, RMSProp momentum 0 (decay 0.99: released code); V-trace (section 5.2.1) without
+# repeat 4, RMSProp momentum 0 (decay 0.99 and the accumulator starting at 1: released code, TF1's
+# RMSPropOptimizer); V-trace (section 5.2.1) without
 # LASER's trust region.
 _SHARED = dict(discounting=0.99, baseline_cost=0.5, num_action_repeats=4, decay=0.99,
-               momentum=0.0, off_policy_correction=settings.VTRACE,
+               momentum=0.0, rmsprop_initial_mean_square=1.0, off_policy_correction=settings.VTRACE,
                trust_region_threshold=math.inf, envs_per_actor=1)
 # DMLab-30. Table D.3: unroll 100, 96x72 frames, Figure D.1's optimistic asymmetric reward
 # clipping. Released code: batch 32, RMSProp epsilon 0.1, no gradient clipping, entropy cost and

@@ -223,11 +223,12 @@ class ExperimentSettings:
   epsilon: Optional[float] = _preset(LEARNER, "RMSProp epsilon.",
                                      "Table G.1: 0.01; released code: 0.1 (DMLab)",
                                      check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  rmsprop_initial_mean_square: float = setting(
-      1.0, LEARNER, "Where RMSProp's mean-square accumulator starts. 1 (default): TF1's "
-      "RMSPropOptimizer, the paper's; its steps stay small for the first ~500 updates. 0: "
-      "full-size steps from the first update (PyTorch's and Keras' RMSprop start there). See "
-      "benchmarks/RESULTS.md, 'Short budgets'.", source="released code (TF1 RMSProp)",
+  rmsprop_initial_mean_square: Optional[float] = _preset(
+      LEARNER, "Where RMSProp's mean-square accumulator starts. 1: TF1's RMSPropOptimizer, "
+      "the paper's; its steps stay small for the first ~500 updates. 0: full-size steps from "
+      "the first update (PyTorch's and Keras' RMSprop start there; the MuJoCo presets, as "
+      "RLlib's Adam). See benchmarks/RESULTS.md, 'Short budgets'.",
+      "released code (TF1 RMSProp): 1; MuJoCo: 0 (mujoco_presets.py)",
       check=NON_NEGATIVE, part_of=FOR_LEARNER)
   max_grad_norm: Optional[float] = _preset(
       LEARNER, "Global gradient-norm clip; 0 for none (the default with --laser_replay).",

@@ -67,6 +67,29 @@ def test_impacts_gradient_clip_follows_the_runs_batch_and_unroll():
   assert pong.max_grad_norm == 10.0 * 20 * 10
 
 
+@pytest.mark.parametrize("algorithm", ["impala", "impact"])
+def test_mujoco_presets_step_like_adam_under_a_small_clipped_gradient(algorithm):
+  # RLlib's Adam (the paper's optimizer) steps about one learning rate per weight whatever the
+  # gradient's scale. IMPALA's clip of 0.5 on the summed gradient leaves a weight ~1e-4: the
+  # preset's RMSProp must still take steps of about the learning rate there (Table G.1's
+  # epsilon 0.01 and TF1's accumulator start took 0.001 of it).
+  from scalable_agent_tf2 import optimizers  # pylint: disable=g-import-not-at-top
+  learner = config_lib.config_from_argv(["--level_name=mujoco/hopper",
+                                         f"--algorithm={algorithm}"]).learner_config()
+  weight = tf.Variable(tf.zeros([64]))
+  optimizer = optimizers.RMSProp([weight], decay=learner.decay, momentum=learner.momentum,
+                                 epsilon=learner.epsilon,
+                                 initial_mean_square=learner.rmsprop_initial_mean_square)
+  gradient = tf.fill([64], 1e-4)
+  steps = []
+  for _ in range(300):
+    before = weight.numpy().copy()
+    optimizer.apply_gradients([gradient], learning_rate=1.0)
+    steps.append(np.abs(before - weight.numpy()).mean())
+  assert 0.9 < steps[-1] < 1.1  # Step / learning rate.
+  assert steps[0] >= 1.0  # Full-size from the first update (no TF1 warm-up).
+
+
 def test_frame_flags_are_refused_on_mujoco():
   with pytest.raises(ValueError, match="--torso.*no frames or torso"):
     config_lib.config_from_argv(["--level_name=mujoco/hopper", "--torso=shallow"])
