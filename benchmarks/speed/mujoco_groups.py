@@ -19,7 +19,6 @@ Prints a markdown table with the machine line. Agent steps are environment frame
 """
 import argparse
 import os
-import threading
 import time
 
 import numpy as np
@@ -57,34 +56,17 @@ def start_groups(config, in_process):
 def environments_alone(config, in_process, seconds, warmup):
   """(steps/s, core-us per step) of the environments stepped by one thread per group."""
   groups = start_groups(config, in_process)
-  stop = threading.Event()
-  steps = [0] * len(groups)
-
-  def play(index):
-    group, rng = groups[index], np.random.default_rng(index)
-    group.initial()
-    while not stop.is_set():
-      group.step(random_actions(group.spec, group.num_envs, rng))
-      steps[index] += group.num_envs
-  threads = [threading.Thread(target=play, args=(i,), daemon=True) for i in range(len(groups))]
-  for thread in threads:
-    thread.start()
   # This process's threads and its live environment processes' (a finished child's CPU
   # would reach this process's own count only once it is reaped).
   sampler = profiling.CpuSampler(os.getpid())
-  try:
+  with throughput.playing(groups, lambda group, rng: random_actions(
+      group.spec, group.num_envs, rng)) as steps:
     time.sleep(warmup)
     sampler.start()
-    steps_before = sum(steps)
+    steps_before = steps()
     time.sleep(seconds - warmup)
     wall, cpu_by_group = sampler.stop()
-    stepped = sum(steps) - steps_before
-  finally:
-    stop.set()
-    for thread in threads:
-      thread.join(30)
-    for group in groups:
-      group.close()
+    stepped = steps() - steps_before
   return stepped / wall, 1e6 * sum(cpu_by_group.values()) / max(stepped, 1)
 
 

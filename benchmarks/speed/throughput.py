@@ -33,6 +33,7 @@ Prints Markdown (and writes it to --output when given).
 """
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import signal
@@ -117,6 +118,33 @@ def _sample_until(frames_so_far, seconds):
 # ---------------------------------------------------------------------------------------
 # Variants.
 
+@contextlib.contextmanager
+def playing(groups, actions):
+  """Steps each group (actor.EnvironmentGroup or AtariVectorGroup) on a thread of its own with
+  actions(group, rng) until the block ends, then closes them; yields a callable() -> agent
+  steps so far, all groups together."""
+  stop = threading.Event()
+  steps = [0] * len(groups)
+
+  def play(index):
+    group, rng = groups[index], np.random.default_rng(index)
+    group.initial()
+    while not stop.is_set():
+      group.step(actions(group, rng))
+      steps[index] += group.num_envs
+  threads = [threading.Thread(target=play, args=(i,), daemon=True) for i in range(len(groups))]
+  for thread in threads:
+    thread.start()
+  try:
+    yield lambda: sum(steps)
+  finally:
+    stop.set()
+    for thread in threads:
+      thread.join(30)
+    for group in groups:
+      group.close()
+
+
 def run_environments_alone(config, seconds, warmup):
   """(a): one thread per actor's environments (a process, or an Atari vector group), random
   actions; frames/s."""
@@ -127,26 +155,9 @@ def run_environments_alone(config, seconds, warmup):
     envs = [actor_lib.as_group(
         assembly.start_environment(make, config.levels[i % len(config.levels)], i), "")
             for i in range(config.num_actors)]
-  stop = threading.Event()
-  steps = [0] * len(envs)
-
-  def play(index):
-    env, rng = envs[index], np.random.default_rng(index)
-    env.initial()
-    while not stop.is_set():
-      env.step(rng.integers(env.spec.num_actions, size=env.num_envs))
-      steps[index] += env.num_envs
-  threads = [threading.Thread(target=play, args=(i,), daemon=True) for i in range(len(envs))]
-  for thread in threads:
-    thread.start()
-  try:
-    samples = _sample_until(lambda: sum(steps) * config.num_action_repeats, seconds)
-  finally:
-    stop.set()
-    for thread in threads:
-      thread.join(30)
-    for env in envs:
-      env.close()
+  with playing(envs, lambda group, rng: rng.integers(group.spec.num_actions,
+                                                      size=group.num_envs)) as steps:
+    samples = _sample_until(lambda: steps() * config.num_action_repeats, seconds)
   return steady_rate(samples, warmup), None
 
 
