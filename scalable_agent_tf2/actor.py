@@ -6,10 +6,11 @@
 
 An actor thread drives a GROUP of G environments with one loop: an AtariVectorGroup (G Atari
 games stepped by ale-py's C++ threads in this process), G MuJoCo tasks in this process, or one
-environment process seen as a group of 1 (EnvironmentGroup: DMLab, the toy levels, and Atari
-settings the vector group does not implement). Every step is one call to the batched policy with the group's G rows
-(dynamic_batching batches it with other threads' calls), G actions sampled with array
-operations, and one `step(actions)` of the group; an unroll stacks the T steps once.
+environment process seen as a group of 1 (both an EnvironmentGroup; the process serves DMLab,
+the toy levels, and Atari settings the vector group does not implement). Every step is one
+call to the batched policy with the group's G rows (dynamic_batching batches it with other
+threads' calls), G actions sampled with array operations, and one `step(actions)` of the
+group; an unroll stacks the T steps once.
 
 The trajectory convention is the released code's (deepmind/scalable_agent, experiment.py
 build_actor), per environment: step t holds the agent output whose action was taken at

@@ -50,11 +50,12 @@ Not in the paper, from its code base (RLlib, 2019) or from how gymnasium counts:
     RMSProp lacks: an epsilon too small to matter (1e-8 outside the root, so (1e-8)^2 = 1e-16
     inside ours) and full-size steps from the first update (the accumulator starts at 0, not
     at TF1's 1; without Adam's bias correction the first steps are larger than Adam's, by
-    1 / sqrt(1 - 0.99^n) for a steady gradient: 10x at update 1, 1.6x at 50, 1.03x at 300). With Table G.1's epsilon 0.01 and TF1's start, IMPALA's clip of 0.5 on the
-    summed gradient leaves each weight a gradient near 1e-4, far below sqrt(0.01): measured
-    on Hopper after 1,980 updates, the median step was 0.001 x the learning rate (Adam's is
+    1 / sqrt(1 - 0.99^n) for a steady gradient: 10x at update 1, 1.6x at 50, 1.03x at 300).
+    With Table G.1's epsilon 0.01 and TF1's start, IMPALA's clip of 0.5 on the summed
+    gradient leaves each weight a gradient near 1e-4, far below sqrt(0.01): measured on
+    Hopper after 1,980 updates, the median step was 0.001 x the learning rate (Adam's is
     about 1 x), and the policy had not moved from random play in 2M steps (benchmarks/
-    RESULTS.md, IMPACT on MuJoCo).
+    RESULTS.md, "IMPALA on MuJoCo: Table 2's learning rate needs Adam's step size").
   * Summed losses: the project's learners sum their loss terms over the T x B steps. RLlib's
     IMPALA summed them too (VTraceLoss), so IMPALA's gradient clip of 0.5 stays; RLlib's APPO
     (IMPACT) averaged them, so IMPACT's 0.5 on the mean is 0.5 x T x B on our sum (the same

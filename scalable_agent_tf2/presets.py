@@ -17,12 +17,12 @@ from scalable_agent_tf2 import suites
 from scalable_agent_tf2.settings import IMPACT, IMPALA
 
 # The learner's settings Tables D.3 and G.1 share: gamma 0.99, baseline cost 0.5, action
-# repeat 4, RMSProp momentum 0 (decay 0.99 and the accumulator starting at 1: released code, TF1's
-# RMSPropOptimizer); V-trace (section 5.2.1) without
-# LASER's trust region.
+# repeat 4, RMSProp momentum 0 (decay 0.99 and the accumulator starting at 1: released code,
+# TF1's RMSPropOptimizer); V-trace (section 5.2.1) without LASER's trust region.
 _SHARED = dict(discounting=0.99, baseline_cost=0.5, num_action_repeats=4, decay=0.99,
-               momentum=0.0, rmsprop_initial_mean_square=1.0, off_policy_correction=settings.VTRACE,
-               trust_region_threshold=math.inf, envs_per_actor=1)
+               momentum=0.0, rmsprop_initial_mean_square=1.0,
+               off_policy_correction=settings.VTRACE, trust_region_threshold=math.inf,
+               envs_per_actor=1)
 # DMLab-30. Table D.3: unroll 100, 96x72 frames, Figure D.1's optimistic asymmetric reward
 # clipping. Released code: batch 32, RMSProp epsilon 0.1, no gradient clipping, entropy cost and
 # learning rate of the Table D.1 sweep's best agent, 10e9 frames (Figure 5); 150 actors
@@ -96,9 +96,9 @@ IMPACT_PAPER_IMPALA = dict(ATARI, learning_rate=1e-4, entropy_cost=0.01, max_gra
 # 0.01 under the root is 0.01 / 500**2 = 4e-8 on the mean's scale (T x B = 500), as negligible
 # as the 1e-8 of RLlib's Adam.
 IMPACT_PAPER_IMPACT = dict(
-    {k: v for k, v in IMPACT_PAPER_IMPALA.items() if k != "max_grad_norm"},
-    baseline_cost=1.0, ppo_clip=0.3, circular_buffer_size=4, circular_buffer_max_uses=2,
-    gae_lambda=0.995, kl_cost=0.0, target_worker_clipping=2.0, mean_loss_max_grad_norm=10.0)
+    IMPACT_PAPER_IMPALA, baseline_cost=1.0, ppo_clip=0.3, circular_buffer_size=4,
+    circular_buffer_max_uses=2, gae_lambda=0.995, kl_cost=0.0, target_worker_clipping=2.0,
+    max_grad_norm=None, mean_loss_max_grad_norm=10.0)
 
 
 def impact_paper_presets(level_name, algorithm):

@@ -221,7 +221,8 @@ class ExperimentSettings:
   momentum: Optional[float] = _preset(LEARNER, "RMSProp momentum.", "Table D.3: 0",
                                       check=NON_NEGATIVE, part_of=FOR_LEARNER)
   epsilon: Optional[float] = _preset(LEARNER, "RMSProp epsilon.",
-                                     "Table G.1: 0.01; released code: 0.1 (DMLab)",
+                                     "Table G.1: 0.01; released code: 0.1 (DMLab); MuJoCo: 1e-16 "
+                                     "(mujoco_presets.py)",
                                      check=NON_NEGATIVE, part_of=FOR_LEARNER)
   rmsprop_initial_mean_square: Optional[float] = _preset(
       LEARNER, "Where RMSProp's mean-square accumulator starts. 1: TF1's RMSPropOptimizer, "

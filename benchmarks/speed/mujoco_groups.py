@@ -27,6 +27,7 @@ from scalable_agent_tf2 import actor as actor_lib
 from scalable_agent_tf2 import assembly
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import profiling
+from benchmarks.speed import stage_costs
 from benchmarks.speed import throughput
 from benchmarks.speed.learner_step import machine_description
 
@@ -42,13 +43,11 @@ def random_actions(spec, count, rng):
 def start_groups(config, in_process):
   """The WORKERS environments as training would step them: in_process, config's layout of
   groups; else WORKERS environment processes, one per group."""
-  make = assembly.default_environment_constructor(config)
   level = config.levels[0]
   if in_process:
-    size = config.envs_per_actor
-    return [actor_lib.as_group(assembly.start_in_process(
-        make, level, range(i * size, (i + 1) * size)), level)
+    return [actor_lib.as_group(stage_costs.start_group(config, i), level)
             for i in range(config.num_actors)]
+  make = assembly.default_environment_constructor(config)
   return [actor_lib.as_group(assembly.start_environment(make, level, i), level)
           for i in range(WORKERS)]
 

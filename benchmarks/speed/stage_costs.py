@@ -40,9 +40,11 @@ def environment_cost(config, seconds):
 
 
 def start_group(config, index):
-  """Actor `index`'s vector group, as training starts it (assembly.group_factory)."""
+  """Actor `index`'s group (Atari's vector group; MuJoCo's list of tasks), as training starts
+  it (assembly.group_factory)."""
   size = config.envs_per_actor
-  return assembly.group_factory(config, None, config.levels[index % len(config.levels)],
+  return assembly.group_factory(config, assembly.default_environment_constructor(config),
+                                config.levels[index % len(config.levels)],
                                 lambda attempt: list(range(index * size, (index + 1) * size)))(0)
 
 
