@@ -83,7 +83,7 @@ def test_seed_band_spans_the_seeds_where_they_overlap_and_is_nan_where_none_does
   grid = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
   curves = [(np.array([1.0, 3.0]), np.array([-20.0, -10.0])),   # -15 at 2
             (np.array([2.0, 4.0]), np.array([-18.0, -14.0]))]   # -16 at 3
-  low, high = lsbs.seed_band(curves, grid)
+  low, high = runs.seed_band(curves, grid)
   np.testing.assert_allclose(low, [np.nan, -20, -18, -16, -14, np.nan])
   np.testing.assert_allclose(high, [np.nan, -20, -15, -10, -14, np.nan])
 

@@ -161,3 +161,52 @@ def test_a_study_leaves_the_actor_layout_to_the_preset_unless_told():
   assert "num_actors" not in flags and flags["total_environment_frames"] == 1000
   flags = runs.budget_flags(parser.parse_args(["--num_actors=4", "--extra_flags=--seed=2"]))
   assert (flags["num_actors"], flags["seed"]) == (4, "2")
+
+
+def _fake_run(logdir, episodes, seconds_per_100_frames):
+  """A finished run's logdir: one attempt from t=1000, progress every 100 frames, an episode
+  (return = `episodes[i]`) logged with each progress record."""
+  os.makedirs(logdir)
+  logged = [dict(kind="start", time=1000.0, frames=0)]
+  for i, episode_return in enumerate(episodes):
+    frames = 100 * (i + 1)
+    logged += [dict(kind="episode", level="mujoco/hopper", frames=frames,
+                    episode_return=episode_return),
+               dict(kind="progress", time=1000.0 + seconds_per_100_frames * (i + 1),
+                    frames=frames, updates=i + 1)]
+  with open(os.path.join(logdir, "log.jsonl"), "w") as f:
+    f.writelines(json.dumps(record) + "\n" for record in logged)
+  with open(os.path.join(logdir, runs.RUN_FILE), "w") as f:
+    json.dump(dict(command=f"python experiment.py --logdir={logdir}", returncode=0,
+                   attempts=[dict(start=1000.0, end=1000.0 + seconds_per_100_frames
+                                  * len(episodes))]), f)
+
+
+def test_impact_vs_impala_compares_at_the_frames_and_the_time_every_run_reached(
+    tmp_path, monkeypatch, capsys):
+  from benchmarks.studies import impact_vs_impala  # pylint: disable=import-outside-toplevel
+  # IMPALA: 4 episodes, 10 s per 100 frames; IMPACT: 2 episodes (200 frames), 30 s each.
+  # Common frames 200: IMPALA's return there is the mean of its first two (1, 2); common
+  # time 40 s: IMPACT's only episode by then is its first (at 30 s). Seed 2 has no runs yet.
+  _fake_run(str(tmp_path / "runs" / "impala" / "seed1"), [1.0, 2.0, 3.0, 4.0], 10.0)
+  _fake_run(str(tmp_path / "runs" / "impact" / "seed1"), [10.0, 20.0], 30.0)
+  monkeypatch.setattr(sys, "argv", [
+      "impact_vs_impala", f"--output_dir={tmp_path}", "--level=mujoco/hopper",
+      "--seeds=1,2", "--report_only"])
+  impact_vs_impala.main()
+  table = open(tmp_path / "impact_vs_impala.md").read()
+  assert "return at 200 frames | return at 40 s |" in table
+  rows = {line.split(" | ")[0]: line.split(" | ") for line in table.splitlines()
+          if line.startswith("| IMPA")}
+  assert rows["| IMPALA"][-2:] == ["1.50", "2.50 |"]  # At 200 frames; at 40 s: all four.
+  assert rows["| IMPACT"][-2:] == ["15.00", "10.00 |"]
+  assert os.path.getsize(tmp_path / "impact_vs_impala.png") > 0
+  assert "already finished" not in capsys.readouterr().out  # Nothing was run.
+
+
+def test_impact_vs_impala_report_only_says_so_when_there_are_no_runs(tmp_path, monkeypatch):
+  from benchmarks.studies import impact_vs_impala  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(sys, "argv", ["impact_vs_impala", f"--output_dir={tmp_path}",
+                                    "--report_only"])
+  with pytest.raises(SystemExit, match="No runs in"):
+    impact_vs_impala.main()

@@ -150,21 +150,6 @@ def table(rows):
   return "\n".join(lines)
 
 
-def seed_band(curves, grid):
-  """(low, high) over seeds of curves [(x, y)] interpolated on grid; NaN where no curve
-  covers a grid point (a curve covers [its first x, its last x])."""
-  values = np.full((len(curves), len(grid)), np.nan)
-  for i, (x, y) in enumerate(curves):
-    if len(x):
-      inside = (grid >= x[0]) & (grid <= x[-1])
-      values[i, inside] = np.interp(grid[inside], x, y)
-  covered = ~np.all(np.isnan(values), axis=0)
-  low, high = np.full(len(grid), np.nan), np.full(len(grid), np.nan)
-  low[covered] = np.nanmin(values[:, covered], axis=0)
-  high[covered] = np.nanmax(values[:, covered], axis=0)
-  return low, high
-
-
 # ---------------------------------------------------------------------------------------
 # Running.
 
@@ -308,18 +293,11 @@ def plot(runs_by_system, frames, path):
   figure, panels = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
   for axes, key, scale in ((panels[0], "frames", 1e6), (panels[1], "hours", 1.0)):
     for system, by_seed in runs_by_system.items():
-      curves = []
-      for seed, run in sorted(by_seed.items()):
-        if run is None or not len(run["returns"]):
-          continue
-        mean = plot_learning_curve.running_mean(run["returns"], runs.FINAL_EPISODES)
-        curves.append((run[key] / scale, mean))
-        axes.plot(curves[-1][0], mean, color=COLOURS[system], linewidth=0.8, alpha=0.8)
-      if curves:
-        grid = np.linspace(0, max(c[0][-1] for c in curves), 400)
-        low, high = seed_band(curves, grid)
-        axes.fill_between(grid, low, high, color=COLOURS[system], alpha=0.25,
-                          label=f"{LABELS[system]}, {len(curves)} seeds (range)")
+      curves = [(run[key] / scale,
+                 plot_learning_curve.running_mean(run["returns"], runs.FINAL_EPISODES))
+                for _, run in sorted(by_seed.items())
+                if run is not None and len(run["returns"])]
+      runs.plot_seeds(axes, curves, LABELS[system], COLOURS[system])
     axes.set_xlabel("environment frames (millions)" if key == "frames"
                     else "hours of running time")
     axes.grid(alpha=0.3)

@@ -37,6 +37,9 @@ def parse_args():
                       help="Level name; the IMPACT paper's Figure 6 has atari/breakout, "
                            "atari/space_invaders and atari/pong.")
   runs.add_budget_arguments(parser, total_environment_frames=10_000_000, runs_per="algorithm")
+  parser.add_argument("--report_only", action="store_true",
+                      help="Run nothing: write the table and figure from the runs in "
+                           "--output_dir as they are (unfinished ones up to where they are).")
   return parser.parse_args()
 
 
@@ -54,35 +57,55 @@ def main():
     for algorithm in ALGORITHMS:
       logdir = os.path.join(args.output_dir, "runs", algorithm,
                             *([f"seed{seed}"] if len(seeds) > 1 else []))
-      runs.run(runs.experiment_command(logdir, algorithm=algorithm, seed=seed, **flags),
-               logdir, args.max_seconds, log)
+      if args.report_only:
+        if not os.path.exists(os.path.join(logdir, runs.RUN_FILE)):
+          continue
+      else:
+        runs.run(runs.experiment_command(logdir, algorithm=algorithm, seed=seed, **flags),
+                 logdir, args.max_seconds, log)
       results[(algorithm, seed)] = runs.summary(logdir)
+  if not results:
+    raise SystemExit(f"No runs in {args.output_dir} yet.")
+  report(args, flags, seeds, results)
 
-  # The wall clock every run reached: compare returns there too.
+
+def report(args, flags, seeds, results):
+  """Writes the table (.md), the summaries (.json) and the figure (.png) of `results`
+  ({(algorithm, seed): runs.summary}) into args.output_dir."""
+  # The wall clock and the frames every run reached: compare returns there too.
   common_seconds = min(s["wall_seconds"] for s in results.values())
+  common_frames = min(s["frames"] for s in results.values())
   lines = [f"{flags['level_name']}, {flags['total_environment_frames']:,} frames per run"
            f"{'' if args.max_seconds is None else f' or {args.max_seconds:.0f} s'}; machine: "
            f"{runs.machine_description()}. Final return: mean of the last "
            f"{runs.FINAL_EPISODES} training episodes; mean return: of every episode of the "
            f"run.", "",
            f"| algorithm | seed | frames | wall (s) | frames/s | learner steps | episodes | "
-           f"final return | mean return | return at {common_seconds:.0f} s |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           f"final return | mean return | return at {common_frames:,} frames | "
+           f"return at {common_seconds:.0f} s |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  reached = lambda s: (runs.return_at(s["curves"], "frames", common_frames),
+                       runs.return_at(s["curves"], "seconds", common_seconds))
   for (algorithm, seed), s in results.items():
+    at_frames, at_seconds = reached(s)
     lines.append(
         f"| {algorithm.upper()} | {seed} | {s['frames']:,} | {s['wall_seconds']:.0f} | "
         f"{s['frames_per_second']:,.0f} | {s['updates']:,} | {s['episodes']:,} | "
         f"{runs.fmt(s['final_return'], 2)} | {runs.fmt(s['mean_return'], 2)} | "
-        f"{runs.fmt(runs.return_at(s['curves'], 'seconds', common_seconds), 2)} |")
+        f"{runs.fmt(at_frames, 2)} | {runs.fmt(at_seconds, 2)} |")
   if len(seeds) > 1:
     for algorithm in ALGORITHMS:
       mine = [s for (a, _), s in results.items() if a == algorithm]
+      if not mine:
+        continue
+      at_frames, at_seconds = zip(*map(reached, mine))
       lines.append(
           f"| {algorithm.upper()}, mean | | | "
           f"{np.mean([s['wall_seconds'] for s in mine]):.0f} | "
           f"{np.mean([s['frames_per_second'] for s in mine]):,.0f} | | | "
           f"{runs.mean_std([s['final_return'] for s in mine])} | "
-          f"{runs.mean_std([s['mean_return'] for s in mine])} | |")
+          f"{runs.mean_std([s['mean_return'] for s in mine])} | "
+          f"{runs.mean_std(at_frames)} | {runs.mean_std(at_seconds)} |")
   lines += ["", "Commands:", ""] + [f"    {s['command']}" for s in results.values()]
   text = "\n".join(lines) + "\n"
   with open(os.path.join(args.output_dir, "impact_vs_impala.md"), "w") as f:
@@ -95,12 +118,11 @@ def main():
   figure, (by_frames, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
   colours = dict(zip(ALGORITHMS, ("C0", "C3")))
   scale, unit = runs.frame_scale(int(flags["total_environment_frames"]))
-  for (algorithm, seed), s in results.items():
-    label = algorithm.upper() if seed == seeds[0] else None
-    runs.plot_curves(by_frames, s["curves"], "frames", label, scale=scale,
-                     color=colours[algorithm], linewidth=1)
-    runs.plot_curves(by_time, s["curves"], "seconds", label, scale=60.0,
-                     color=colours[algorithm], linewidth=1)
+  for axes, key, key_scale in ((by_frames, "frames", scale), (by_time, "seconds", 60.0)):
+    for algorithm in ALGORITHMS:
+      runs.plot_seeds(axes, [runs.running_mean_curve(s["curves"], key, key_scale)
+                             for (a, _), s in results.items() if a == algorithm],
+                      algorithm.upper(), colours[algorithm])
   by_frames.set_xlabel(f"environment frames ({unit})")
   by_time.set_xlabel("wall-clock time (minutes of running)")
   by_frames.set_ylabel(f"episode return (mean of last {runs.FINAL_EPISODES})")

@@ -269,6 +269,40 @@ def save_return_plot(figure, axes, unit, title, path, legend_loc="upper left"):
   print(f"Wrote {path}")
 
 
+def seed_band(curves, grid):
+  """(low, high) over seeds of curves [(x, y)] interpolated on grid; NaN where no curve
+  covers a grid point (a curve covers [its first x, its last x])."""
+  values = np.full((len(curves), len(grid)), np.nan)
+  for i, (x, y) in enumerate(curves):
+    if len(x):
+      inside = (grid >= x[0]) & (grid <= x[-1])
+      values[i, inside] = np.interp(grid[inside], x, y)
+  covered = ~np.all(np.isnan(values), axis=0)
+  low, high = np.full(len(grid), np.nan), np.full(len(grid), np.nan)
+  low[covered] = np.nanmin(values[:, covered], axis=0)
+  high[covered] = np.nanmax(values[:, covered], axis=0)
+  return low, high
+
+
+def plot_seeds(axes, curves, label, color):
+  """One system's seeds on axes: a thin line per seed (curves [(x, y)]) and the seed range
+  shaded, labelled `label, N seeds (range)`."""
+  curves = [(x, y) for x, y in curves if len(x)]
+  for x, y in curves:
+    axes.plot(x, y, color=color, linewidth=0.8, alpha=0.8)
+  if curves:
+    grid = np.linspace(0, max(x[-1] for x, _ in curves), 400)
+    low, high = seed_band(curves, grid)
+    axes.fill_between(grid, low, high, color=color, alpha=0.25,
+                      label=f"{label}, {len(curves)} seed{'s' * (len(curves) > 1)} (range)")
+
+
+def running_mean_curve(curves, key, scale=1.0):
+  """(curves[key] / scale, running mean (FINAL_EPISODES) of the returns): one seed's line."""
+  return (curves[key] / scale,
+          plot_learning_curve.running_mean(curves["returns"], FINAL_EPISODES))
+
+
 def plot_curves(axes, curves, key, label, scale=1.0, **style):
   """Running mean (FINAL_EPISODES) of the episode returns against curves[key] / scale."""
   if len(curves["returns"]):
