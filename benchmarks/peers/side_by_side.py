@@ -10,6 +10,7 @@ Each round runs every system once, one after the other, on the whole machine:
     --seconds, counted from --warmup seconds after the first trained frames, from log.jsonl.
   ours_subprocess (optional, --systems): the same with `--num_actors=32 --envs_per_actor=1`,
     one environment per subprocess (the layout before the in-process vector groups).
+  ours_one_intra_op_thread (optional): the quick start with `--intra_op_threads=1`.
   sample_factory: benchmarks/peers/sample_factory_pong.py --mode=throughput (its docstring
     lists the setting and every difference), the median of its 10-second reports in the same
     window.
@@ -33,10 +34,13 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 SYSTEMS = {  # experiment.py flags beyond the README quick start's.
     "ours": {},
     "ours_subprocess": dict(num_actors=32, envs_per_actor=1),
+    "ours_one_intra_op_thread": dict(intra_op_threads=1),
 }
 LABELS = {
     "ours": "this project, README quick start (Table G.1, shallow, B=32, T=20)",
     "ours_subprocess": "this project, 32 actors x 1 environment in a subprocess each",
+    "ours_one_intra_op_thread": "this project, README quick start with one TensorFlow thread "
+                                "per op (--intra_op_threads=1)",
     "sample_factory": "Sample Factory 2.1.1, APPO + V-trace (2 workers x 16 envs, rollout 20, "
                       "batch 640)",
 }
