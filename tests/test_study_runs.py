@@ -3,6 +3,7 @@ rerun, interrupted ones resume and their wall time counts only time spent runnin
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -195,11 +196,11 @@ def test_impact_vs_impala_compares_at_the_frames_and_the_time_every_run_reached(
       "--seeds=1,2", "--report_only"])
   impact_vs_impala.main()
   table = open(tmp_path / "impact_vs_impala.md").read()
-  assert "return at 200 frames | return at 40 s |" in table
+  assert "return at 200 frames | return at 40 s | test return |" in table
   rows = {line.split(" | ")[0]: line.split(" | ") for line in table.splitlines()
           if line.startswith("| IMPA")}
-  assert rows["| IMPALA"][-2:] == ["1.50", "2.50 |"]  # At 200 frames; at 40 s: all four.
-  assert rows["| IMPACT"][-2:] == ["15.00", "10.00 |"]
+  assert rows["| IMPALA"][-3:] == ["1.50", "2.50", "n/a |"]  # At 200 frames; at 40 s: all.
+  assert rows["| IMPACT"][-3:] == ["15.00", "10.00", "n/a |"]
   assert os.path.getsize(tmp_path / "impact_vs_impala.png") > 0
   assert "already finished" not in capsys.readouterr().out  # Nothing was run.
 
@@ -210,3 +211,49 @@ def test_impact_vs_impala_report_only_says_so_when_there_are_no_runs(tmp_path, m
                                     "--report_only"])
   with pytest.raises(SystemExit, match="No runs in"):
     impact_vs_impala.main()
+
+
+def _fake_test_command(logdir, mean_return):
+  """A stand-in for experiment.py --mode=test: counts its launches, writes results.json."""
+  script = ("import json, os, sys; open(sys.argv[1] + '/launches', 'a').write('x');"
+            "os.makedirs(sys.argv[1] + '/evaluation', exist_ok=True);"
+            "json.dump(dict(levels=[dict(level='mujoco/hopper', episodes=3, "
+            f"mean_return={mean_return})], summary={{}}), "
+            "open(sys.argv[1] + '/evaluation/results.json', 'w'))")
+  return [sys.executable, "-c", script, str(logdir)]
+
+
+def test_a_runs_test_is_played_once_per_checkpoint(tmp_path):
+  os.makedirs(tmp_path / "checkpoints")
+  open(tmp_path / "checkpoints" / "ckpt-1.index", "w").close()
+  quiet = lambda line: None
+  assert runs.test_return(_fake_test_command(tmp_path, 12.5), str(tmp_path), quiet) == (12.5, 3)
+  assert runs.test_return(_fake_test_command(tmp_path, 99.0), str(tmp_path), quiet) == (12.5, 3)
+  assert open(tmp_path / "launches").read() == "x"
+  # A newer checkpoint (the run was resumed) is tested again.
+  later = os.path.getmtime(tmp_path / runs.TEST_RESULTS) + 10
+  os.utime(tmp_path / "checkpoints" / "ckpt-1.index", (later, later))
+  assert runs.test_return(_fake_test_command(tmp_path, 30.0), str(tmp_path), quiet) == (30.0, 3)
+  assert open(tmp_path / "launches").read() == "xx"
+
+
+def test_the_study_reports_each_runs_test_return(tmp_path, monkeypatch):
+  from benchmarks.studies import impact_vs_impala  # pylint: disable=import-outside-toplevel
+  _fake_run(str(tmp_path / "runs" / "impala"), [1.0, 2.0], 10.0)
+  _fake_run(str(tmp_path / "runs" / "impact"), [3.0, 4.0], 10.0)
+  # IMPACT's run was tested (3 episodes, mean 250), IMPALA's not.
+  subprocess.run(_fake_test_command(tmp_path / "runs" / "impact", 250.0), check=True)
+  monkeypatch.setattr(sys, "argv", ["impact_vs_impala", f"--output_dir={tmp_path}",
+                                    "--level=mujoco/hopper", "--report_only"])
+  impact_vs_impala.main()
+  table = open(tmp_path / "impact_vs_impala.md").read()
+  assert "| test return (3 episodes) |" in table
+  rows = {line.split(" | ")[0]: line for line in table.splitlines() if line.startswith("| IMPA")}
+  assert rows["| IMPACT"].endswith("| 250.00 |") and rows["| IMPALA"].endswith("| n/a |")
+
+
+def test_a_test_command_is_the_training_command_in_test_mode():
+  command = runs.experiment_command("/tmp/run", mode="test", test_num_episodes=5, seed=2)
+  assert command[2:] == ["--mode=test", "--logdir=/tmp/run", "--test_num_episodes=5",
+                         "--seed=2"]
+  assert runs.experiment_command("/tmp/run", seed=2)[2] == "--mode=train"

@@ -12,9 +12,14 @@ settings for --algorithm=impact) and the same level, batch, unroll, actors, seed
 after that many seconds).
 
 Writes <output_dir>/impact_vs_impala.md (final return = mean of the last 100 training
-episodes, the return each had reached at the time the faster run finished, wall time,
-frames/s, learner steps), impact_vs_impala.json and impact_vs_impala.png (returns against
-frames and against wall-clock time).
+episodes; the return each run had reached at the frames and at the running time every run
+reached; with --test_episodes, the mean return of the last checkpoint played in test mode;
+wall time, frames/s, learner steps), impact_vs_impala.json and impact_vs_impala.png (returns
+against frames and against wall-clock time, a line per seed, the seed range shaded).
+--report_only rewrites them from the runs as they are, running nothing.
+
+Returns plotted are the training episodes' (the actors' sampled policy), as RLlib's
+episode_reward_mean that the IMPACT paper plotted; test mode also samples its actions.
 """
 import argparse
 import json
@@ -37,6 +42,10 @@ def parse_args():
                       help="Level name; the IMPACT paper's Figure 6 has atari/breakout, "
                            "atari/space_invaders and atari/pong.")
   runs.add_budget_arguments(parser, total_environment_frames=10_000_000, runs_per="algorithm")
+  parser.add_argument("--test_episodes", type=int, default=0,
+                      help="After each run, also play its last checkpoint for this many "
+                           "episodes in test mode (experiment.py --mode=test) and report "
+                           "their mean return; 0: no test.")
   parser.add_argument("--report_only", action="store_true",
                       help="Run nothing: write the table and figure from the runs in "
                            "--output_dir as they are (unfinished ones up to where they are).")
@@ -61,9 +70,14 @@ def main():
         if not os.path.exists(os.path.join(logdir, runs.RUN_FILE)):
           continue
       else:
-        runs.run(runs.experiment_command(logdir, algorithm=algorithm, seed=seed, **flags),
-                 logdir, args.max_seconds, log)
-      results[(algorithm, seed)] = runs.summary(logdir)
+        run_flags = dict(algorithm=algorithm, seed=seed, **flags)
+        runs.run(runs.experiment_command(logdir, **run_flags), logdir, args.max_seconds, log)
+        if args.test_episodes:
+          runs.test_return(runs.experiment_command(
+              logdir, mode="test", test_num_episodes=args.test_episodes, **run_flags),
+              logdir, log)
+      results[(algorithm, seed)] = dict(runs.summary(logdir),
+                                        test=runs.read_test_return(logdir))
   if not results:
     raise SystemExit(f"No runs in {args.output_dir} yet.")
   report(args, flags, seeds, results)
@@ -75,6 +89,8 @@ def report(args, flags, seeds, results):
   # The wall clock and the frames every run reached: compare returns there too.
   common_seconds = min(s["wall_seconds"] for s in results.values())
   common_frames = min(s["frames"] for s in results.values())
+  tested = {s["test"][1] for s in results.values() if s["test"]}
+  test_episodes = f" ({', '.join(map(str, sorted(tested)))} episodes)" if tested else ""
   lines = [f"{flags['level_name']}, {flags['total_environment_frames']:,} frames per run"
            f"{'' if args.max_seconds is None else f' or {args.max_seconds:.0f} s'}; machine: "
            f"{runs.machine_description()}. Final return: mean of the last "
@@ -82,30 +98,32 @@ def report(args, flags, seeds, results):
            f"run.", "",
            f"| algorithm | seed | frames | wall (s) | frames/s | learner steps | episodes | "
            f"final return | mean return | return at {common_frames:,} frames | "
-           f"return at {common_seconds:.0f} s |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           f"return at {common_seconds:.0f} s | test return{test_episodes} |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   reached = lambda s: (runs.return_at(s["curves"], "frames", common_frames),
-                       runs.return_at(s["curves"], "seconds", common_seconds))
+                       runs.return_at(s["curves"], "seconds", common_seconds),
+                       s["test"][0] if s["test"] else None)
   for (algorithm, seed), s in results.items():
-    at_frames, at_seconds = reached(s)
+    at_frames, at_seconds, tested = reached(s)
     lines.append(
         f"| {algorithm.upper()} | {seed} | {s['frames']:,} | {s['wall_seconds']:.0f} | "
         f"{s['frames_per_second']:,.0f} | {s['updates']:,} | {s['episodes']:,} | "
         f"{runs.fmt(s['final_return'], 2)} | {runs.fmt(s['mean_return'], 2)} | "
-        f"{runs.fmt(at_frames, 2)} | {runs.fmt(at_seconds, 2)} |")
+        f"{runs.fmt(at_frames, 2)} | {runs.fmt(at_seconds, 2)} | {runs.fmt(tested, 2)} |")
   if len(seeds) > 1:
     for algorithm in ALGORITHMS:
       mine = [s for (a, _), s in results.items() if a == algorithm]
       if not mine:
         continue
-      at_frames, at_seconds = zip(*map(reached, mine))
+      at_frames, at_seconds, tested = zip(*map(reached, mine))
       lines.append(
           f"| {algorithm.upper()}, mean | | | "
           f"{np.mean([s['wall_seconds'] for s in mine]):.0f} | "
           f"{np.mean([s['frames_per_second'] for s in mine]):,.0f} | | | "
           f"{runs.mean_std([s['final_return'] for s in mine])} | "
           f"{runs.mean_std([s['mean_return'] for s in mine])} | "
-          f"{runs.mean_std(at_frames)} | {runs.mean_std(at_seconds)} |")
+          f"{runs.mean_std(at_frames)} | {runs.mean_std(at_seconds)} | "
+          f"{runs.mean_std(tested)} |")
   lines += ["", "Commands:", ""] + [f"    {s['command']}" for s in results.values()]
   text = "\n".join(lines) + "\n"
   with open(os.path.join(args.output_dir, "impact_vs_impala.md"), "w") as f:

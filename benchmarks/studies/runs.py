@@ -27,9 +27,10 @@ RUN_FILE = "run.json"
 FINAL_EPISODES = 100
 
 
-def experiment_command(logdir, **flags):
-  """argv of an experiment.py training run with these flags (values as given)."""
-  return ([sys.executable, os.path.join(REPO_DIR, "experiment.py"), "--mode=train",
+def experiment_command(logdir, mode="train", **flags):
+  """argv of an experiment.py run (training unless mode="test") with these flags (values as
+  given)."""
+  return ([sys.executable, os.path.join(REPO_DIR, "experiment.py"), f"--mode={mode}",
            f"--logdir={logdir}"] + [f"--{name}={value}" for name, value in flags.items()])
 
 
@@ -149,6 +150,41 @@ def run(command, logdir, max_seconds=None, print_fn=print):
                        f"{os.path.join(logdir, 'console.txt')}.")
   print_fn(f"  done in {attempts[-1]['end'] - attempts[-1]['start']:.0f} s")
   return record
+
+
+# Where experiment.py --mode=test writes its results in a logdir (evaluation.py).
+TEST_RESULTS = os.path.join("evaluation", "results.json")
+
+
+def test_return(command, logdir, print_fn=print):
+  """Mean return of the test run `command` (experiment.py --mode=test on logdir's last
+  checkpoint, experiment_command(logdir, mode="test", ...)) over its episodes of the run's
+  one level. A test newer than every checkpoint is not run again. Console output goes to
+  logdir/test_console.txt."""
+  results_path = os.path.join(logdir, TEST_RESULTS)
+  checkpoints = os.path.join(logdir, "checkpoints")
+  newest_checkpoint = max((os.path.getmtime(os.path.join(checkpoints, name))
+                           for name in os.listdir(checkpoints)), default=0.0) if (
+                               os.path.isdir(checkpoints)) else 0.0
+  if not (os.path.exists(results_path)
+          and os.path.getmtime(results_path) > newest_checkpoint):
+    print_fn(f"$ {printable(command)}")
+    with open(os.path.join(logdir, "test_console.txt"), "w") as console:
+      subprocess.run(command, cwd=REPO_DIR, stdout=console, stderr=subprocess.STDOUT,
+                     check=True)
+  return read_test_return(logdir)
+
+
+def read_test_return(logdir):
+  """(mean return, episodes) of the run's one level from its test results; None if none."""
+  path = os.path.join(logdir, TEST_RESULTS)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    rows = json.load(f)["levels"]
+  if len(rows) != 1:
+    raise ValueError(f"{path} has {len(rows)} levels; a study's run has one.")
+  return rows[0]["mean_return"], rows[0]["episodes"]
 
 
 def interrupt(process, grace_seconds):
