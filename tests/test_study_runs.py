@@ -257,3 +257,14 @@ def test_a_test_command_is_the_training_command_in_test_mode():
   assert command[2:] == ["--mode=test", "--logdir=/tmp/run", "--test_num_episodes=5",
                          "--seed=2"]
   assert runs.experiment_command("/tmp/run", seed=2)[2] == "--mode=train"
+
+
+def test_a_running_or_killed_attempt_counts_up_to_its_last_progress_record(tmp_path):
+  logdir = tmp_path / "run"
+  _fake_run(str(logdir), [1.0, 2.0, 3.0], 10.0)  # Progress at 1010, 1020, 1030.
+  record = json.load(open(logdir / runs.RUN_FILE))
+  record["attempts"][-1]["end"], record["returncode"] = None, None
+  json.dump(record, open(logdir / runs.RUN_FILE, "w"))
+  summary = runs.summary(str(logdir))
+  assert summary["wall_seconds"] == 30.0 and summary["frames_per_second"] == 10.0
+  assert list(summary["curves"]["seconds"]) == [10.0, 20.0, 30.0]

@@ -123,9 +123,7 @@ def run(command, logdir, max_seconds=None, print_fn=print):
     return record
   attempts = record["attempts"] if record and record["command"] == printable(command) else []
   if attempts and attempts[-1].get("end") is None:
-    progress = runlog.of_kind(runlog.read_log(logdir), runlog.PROGRESS)
-    times = [p["time"] for p in progress if p["time"] >= attempts[-1]["start"]]
-    attempts[-1]["end"] = max(times) if times else attempts[-1]["start"]
+    attempts[-1]["end"] = _last_progress_time(logdir, attempts[-1]["start"])
     print_fn("  resuming an interrupted run from its last checkpoint")
   print_fn(f"$ {printable(command)}")
   budget = None
@@ -199,6 +197,13 @@ def interrupt(process, grace_seconds):
       process.wait()
 
 
+def _last_progress_time(logdir, since):
+  """Time of logdir's last progress record at or after `since` (`since` when none): where an
+  attempt without an end (killed, or still running) has got to."""
+  progress = runlog.of_kind(runlog.read_log(logdir), runlog.PROGRESS)
+  return max([p["time"] for p in progress if p["time"] >= since], default=since)
+
+
 def _read_record(logdir):
   path = os.path.join(logdir, RUN_FILE)
   if not os.path.exists(path):
@@ -227,8 +232,11 @@ def summary(logdir):
   mean_return (of every episode: the area under the learning curve, per episode),
   and curves: frames [N], seconds [N] (running time of the run's attempts when the episode
   was logged) and returns [N] of the episodes, in order. A resumed run counts what led to its
-  final parameters (runlog.read_trained_records)."""
+  final parameters (runlog.read_trained_records); an attempt without an end (killed, or still
+  running) counts up to its last progress record."""
   record = _read_record(logdir)
+  if record["attempts"] and record["attempts"][-1].get("end") is None:  # Killed or running.
+    record["attempts"][-1]["end"] = _last_progress_time(logdir, record["attempts"][-1]["start"])
   progress = runlog.read_trained_records(logdir)[1]
   episodes = plot_learning_curve.read_episodes(logdir)
   frames, returns = (np.concatenate([e[i] for e in episodes.values()]) if episodes
