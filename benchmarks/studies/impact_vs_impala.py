@@ -141,7 +141,9 @@ def report(args, flags, seeds, results):
       runs.plot_seeds(axes, [runs.running_mean_curve(s["curves"], key, key_scale)
                              for (a, _), s in results.items() if a == algorithm],
                       algorithm.upper(), colours[algorithm])
-  by_frames.set_xlabel(f"environment frames ({unit})")
+  # A MuJoCo task's frame is one environment step (the paper's "timesteps", Figure 5).
+  counted = "steps" if flags["level_name"].startswith("mujoco/") else "frames"
+  by_frames.set_xlabel(f"environment {counted} ({unit})")
   by_time.set_xlabel("wall-clock time (minutes of running)")
   by_frames.set_ylabel(f"episode return (mean of last {runs.FINAL_EPISODES})")
   for axes in (by_frames, by_time):
