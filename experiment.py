@@ -93,8 +93,10 @@ def _hold_logdir(config):
 def main(argv):
   del argv  # parse_flags took everything.
   logging.set_verbosity(logging.WARNING)  # TensorFlow's Python INFO lines (checkpointing).
-  _hold_logdir(config_from_flags())  # Held until this process ends.
-  quiet_tensorflow.import_tensorflow()
+  held_config = config_from_flags()
+  _hold_logdir(held_config)  # Held until this process ends.
+  # Threads per op can only be set before TensorFlow's first op, which this import runs.
+  quiet_tensorflow.import_tensorflow(held_config.intra_op_threads)
   # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2 import actor_process
   from scalable_agent_tf2 import checkpoints

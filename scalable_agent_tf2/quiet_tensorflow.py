@@ -54,11 +54,17 @@ def _spend_once_per_process_notices(tf):
   tf.function(tf.transpose)(tf.constant([[True], [False]]))
 
 
-def import_tensorflow():
-  """Imports TensorFlow and lists its devices (where cuInit runs); returns the module."""
+def import_tensorflow(intra_op_threads=0):
+  """Imports TensorFlow and lists its devices (where cuInit runs); returns the module.
+
+  intra_op_threads: TensorFlow threads per op (--intra_op_threads), set before the first op
+    runs here (it cannot change afterwards); 0: TensorFlow's default.
+  """
   if show_startup_logs():
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.list_physical_devices()
+    if intra_op_threads:
+      tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
     return tf
   sys.stderr.flush()
   saved_fd = os.dup(2)
@@ -67,6 +73,8 @@ def import_tensorflow():
     try:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
       tf.config.list_physical_devices()
+      if intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
       _spend_once_per_process_notices(tf)
     finally:
       sys.stderr.flush()

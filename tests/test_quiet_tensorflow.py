@@ -44,3 +44,16 @@ def test_the_notices_show_when_asked():
   # TensorFlow prints its oneDNN notice on every x86 CPU start; asked for, it is shown.
   assert "oneDNN custom operations are on" in _stderr(
       **{quiet_tensorflow.SHOW_VARIABLE: "1"})
+
+
+def test_threads_per_op_are_set_before_the_first_op_so_training_can_keep_them():
+  # experiment.py imports TensorFlow this way before training's assembly.configure_threads,
+  # which raises when TensorFlow already runs with another setting.
+  script = ("from scalable_agent_tf2 import quiet_tensorflow as q; "
+            "tf = q.import_tensorflow(intra_op_threads=1); "
+            "from scalable_agent_tf2 import assembly; import types; "
+            "assembly.configure_threads(types.SimpleNamespace(intra_op_threads=1)); "
+            "print(tf.config.threading.get_intra_op_parallelism_threads())")
+  result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+  assert result.stdout.strip() == "1"
