@@ -293,8 +293,7 @@ def plot(runs_by_system, frames, path):
   figure, panels = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
   for axes, key, scale in ((panels[0], "frames", 1e6), (panels[1], "hours", 1.0)):
     for system, by_seed in runs_by_system.items():
-      curves = [(run[key] / scale,
-                 plot_learning_curve.running_mean(run["returns"], runs.FINAL_EPISODES))
+      curves = [runs.running_mean_curve(run, key, scale)
                 for _, run in sorted(by_seed.items())
                 if run is not None and len(run["returns"])]
       runs.plot_seeds(axes, curves, LABELS[system], COLOURS[system])

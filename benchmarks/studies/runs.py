@@ -161,9 +161,9 @@ def test_return(command, logdir, print_fn=print):
   logdir/test_console.txt."""
   results_path = os.path.join(logdir, TEST_RESULTS)
   checkpoints = os.path.join(logdir, "checkpoints")
-  newest_checkpoint = max((os.path.getmtime(os.path.join(checkpoints, name))
-                           for name in os.listdir(checkpoints)), default=0.0) if (
-                               os.path.isdir(checkpoints)) else 0.0
+  names = os.listdir(checkpoints) if os.path.isdir(checkpoints) else []
+  newest_checkpoint = max((os.path.getmtime(os.path.join(checkpoints, name)) for name in names),
+                          default=0.0)
   if not (os.path.exists(results_path)
           and os.path.getmtime(results_path) > newest_checkpoint):
     print_fn(f"$ {printable(command)}")
@@ -350,6 +350,4 @@ def running_mean_curve(curves, key, scale=1.0):
 def plot_curves(axes, curves, key, label, scale=1.0, **style):
   """Running mean (FINAL_EPISODES) of the episode returns against curves[key] / scale."""
   if len(curves["returns"]):
-    axes.plot(curves[key] / scale,
-              plot_learning_curve.running_mean(curves["returns"], FINAL_EPISODES),
-              label=label, **style)
+    axes.plot(*running_mean_curve(curves, key, scale), label=label, **style)
