@@ -213,6 +213,23 @@ def test_impact_vs_impala_report_only_says_so_when_there_are_no_runs(tmp_path, m
     impact_vs_impala.main()
 
 
+def test_impact_vs_impala_runs_and_reports_only_the_algorithms_asked_for(tmp_path,
+                                                                          monkeypatch):
+  from benchmarks.studies import impact_vs_impala  # pylint: disable=import-outside-toplevel
+  _fake_run(str(tmp_path / "runs" / "impala"), [1.0, 2.0], 10.0)
+  _fake_run(str(tmp_path / "runs" / "impact"), [3.0, 4.0], 10.0)
+  monkeypatch.setattr(sys, "argv", ["impact_vs_impala", f"--output_dir={tmp_path}",
+                                    "--level=mujoco/hopper", "--algorithms=impala",
+                                    "--report_only"])
+  impact_vs_impala.main()
+  table = open(tmp_path / "impact_vs_impala.md").read()
+  assert "| IMPALA | 1 |" in table and "| IMPACT" not in table
+  monkeypatch.setattr(sys, "argv", ["impact_vs_impala", f"--output_dir={tmp_path}",
+                                    "--algorithms=impala,ppo", "--report_only"])
+  with pytest.raises(SystemExit, match="--algorithms=impala,ppo: choose from impala, impact"):
+    impact_vs_impala.main()
+
+
 def _fake_test_command(logdir, mean_return):
   """A stand-in for experiment.py --mode=test: counts its launches, writes results.json."""
   script = ("import json, os, sys; open(sys.argv[1] + '/launches', 'a').write('x');"

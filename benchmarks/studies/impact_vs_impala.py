@@ -42,6 +42,9 @@ def parse_args():
                       help="Level name; the IMPACT paper's Figure 6 has atari/breakout, "
                            "atari/space_invaders and atari/pong.")
   runs.add_budget_arguments(parser, total_environment_frames=10_000_000, runs_per="algorithm")
+  parser.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                      help="Comma-separated, from impala and impact: run (or report) only "
+                           "these, e.g. one algorithm again with other --extra_flags.")
   parser.add_argument("--test_episodes", type=int, default=0,
                       help="After each run, also play its last checkpoint for this many "
                            "episodes in test mode (experiment.py --mode=test) and report "
@@ -54,6 +57,10 @@ def parse_args():
 
 def main():
   args = parse_args()
+  algorithms = [a for a in ALGORITHMS if a in args.algorithms.split(",")]
+  unknown = set(args.algorithms.split(",")) - set(ALGORITHMS)
+  if unknown or not algorithms:
+    raise SystemExit(f"--algorithms={args.algorithms}: choose from {', '.join(ALGORITHMS)}.")
   if args.quick:
     args.level = runs.QUICK_LEVEL
     runs.quick_budget(args)
@@ -63,7 +70,7 @@ def main():
   log = runs.command_log(args.output_dir)
   results = {}  # (algorithm, seed) -> summary
   for seed in seeds:
-    for algorithm in ALGORITHMS:
+    for algorithm in algorithms:
       logdir = os.path.join(args.output_dir, "runs", algorithm,
                             *([f"seed{seed}"] if len(seeds) > 1 else []))
       if args.report_only:
