@@ -47,3 +47,14 @@ def test_unknown_system_or_missing_venv_is_refused(capsys, tmp_path):
   with pytest.raises(SystemExit):
     side_by_side.main([f"--venv={tmp_path}"])
   assert "setup_sample_factory.sh" in capsys.readouterr().err
+
+
+def test_extra_flags_reach_every_system_of_ours_and_its_label(monkeypatch, capsys):
+  launched = []
+  monkeypatch.setattr(side_by_side, "run_ours",
+                      lambda flags, warmup, seconds: launched.append(flags) or 1000.0)
+  side_by_side.main(["--systems=ours,ours_one_intra_op_thread", "--rounds=1",
+                     "--extra_flags=--torso=deep"])
+  assert launched == [{"torso": "deep"}, {"torso": "deep", "intra_op_threads": 1}]
+  rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| this")]
+  assert len(rows) == 2 and all(", with `--torso=deep` |" in row for row in rows)

@@ -11,6 +11,8 @@ Each round runs every system once, one after the other, on the whole machine:
   ours_subprocess (optional, --systems): the same with `--num_actors=32 --envs_per_actor=1`,
     one environment per subprocess (the layout before the in-process vector groups).
   ours_one_intra_op_thread (optional): the quick start with `--intra_op_threads=1`.
+  --extra_flags: more experiment.py flags for every system of ours (e.g. `--torso=deep`, to
+    compare our variants on another network; the peer runs as always).
   sample_factory: benchmarks/peers/sample_factory_pong.py --mode=throughput (its docstring
     lists the setting and every difference), the median of its 10-second reports in the same
     window.
@@ -123,8 +125,9 @@ def run_sample_factory(warmup, seconds, venv):
     shutil.rmtree(output_dir, ignore_errors=True)
 
 
-def table(rates, systems):
-  """Markdown: one row per system, its rounds, median and ratio to the first system."""
+def table(rates, systems, extra_flags=""):
+  """Markdown: one row per system, its rounds, median and ratio to the first system; our
+  systems' labels name extra_flags."""
   rounds = len(rates[systems[0]])
   lines = ["| system (Pong, this machine) | " + " | ".join(f"round {i + 1}" for i in
                                                          range(rounds))
@@ -133,7 +136,9 @@ def table(rates, systems):
   first = statistics.median(rates[systems[0]])
   for system in systems:
     median = statistics.median(rates[system])
-    lines.append(f"| {LABELS[system]} | " + " | ".join(f"{r:,.0f}" for r in rates[system])
+    label = LABELS[system] + (f", with `{extra_flags}`" if extra_flags and system in SYSTEMS
+                              else "")
+    lines.append(f"| {label} | " + " | ".join(f"{r:,.0f}" for r in rates[system])
                  + f" | **{median:,.0f}** | {median / first:.2f}x |")
   return "\n".join(lines)
 
@@ -147,6 +152,9 @@ def main(argv=None):
   parser.add_argument("--seconds", type=float, default=240)
   parser.add_argument("--venv", default=os.environ.get("SF_VENV", "/tmp/sf_venv"))
   parser.add_argument("--output", help="Also write the results (JSON) here.")
+  parser.add_argument("--extra_flags", default="",
+                      help="More experiment.py flags for every system of ours, e.g. "
+                           "'--torso=deep'.")
   args = parser.parse_args(argv)
   systems = args.systems.split(",")
   unknown = set(systems) - set(LABELS)
@@ -156,19 +164,21 @@ def main(argv=None):
                                                                       "python")):
     parser.error(f"no Sample Factory venv at {args.venv}: run "
                  "bash benchmarks/peers/setup_sample_factory.sh first")
+  extra = runs.parse_extra_flags(args.extra_flags)
   rates = {system: [] for system in systems}
   for round_index in range(args.rounds):
     for system in systems:
       if system == "sample_factory":
         rate = run_sample_factory(args.warmup, args.seconds, args.venv)
       else:
-        rate = run_ours(SYSTEMS[system], args.warmup, args.seconds)
+        rate = run_ours(dict(SYSTEMS[system], **extra), args.warmup, args.seconds)
       rates[system].append(rate)
       print(f"round {round_index + 1}: {system} {rate:,.0f} frames/s", flush=True)
-  print(table(rates, systems))
+  print(table(rates, systems, args.extra_flags))
   if args.output:
     with open(args.output, "w") as f:
-      json.dump(dict(rates=rates, warmup=args.warmup, seconds=args.seconds), f, indent=1)
+      json.dump(dict(rates=rates, warmup=args.warmup, seconds=args.seconds,
+                     extra_flags=args.extra_flags), f, indent=1)
 
 
 if __name__ == "__main__":
