@@ -68,20 +68,22 @@ def learner_device():
   return gpus[0].name if gpus else "/cpu:0"
 
 
-def configure_threads(config):
-  """Applies --intra_op_threads; must run before TensorFlow executes its first op.
-
-  Raises:
-    ValueError: TensorFlow already runs with another setting.
-  """
+def configure_threads(config, print_fn=print):
+  """Applies --intra_op_threads if TensorFlow has not started yet (experiment.py sets it as
+  it starts TensorFlow; then this checks). A process whose TensorFlow already runs (a
+  library caller, a test) keeps its own count, and is told so: the count is a matter of
+  speed, not of results."""
   wanted = config.intra_op_threads
-  if not wanted or tf.config.threading.get_intra_op_parallelism_threads() == wanted:
+  current = tf.config.threading.get_intra_op_parallelism_threads()
+  if not wanted or current == wanted:
     return
   try:
     tf.config.threading.set_intra_op_parallelism_threads(wanted)
-  except RuntimeError as error:
-    raise ValueError(f"--intra_op_threads={wanted} must be set before TensorFlow starts "
-                     f"({error}).") from error
+  except RuntimeError:
+    print_fn(f"Note: TensorFlow already runs in this process with "
+             f"{current or 'its default number of'} threads per op; --intra_op_threads="
+             f"{wanted} applies only when set before TensorFlow starts (as experiment.py "
+             f"does). Continuing with the running count.")
 
 
 def default_environment_constructor(config):

@@ -256,6 +256,9 @@ def resolve(config):
   values.update(given)
   if "max_grad_norm" not in given:  # A clip on the paper's mean loss, on our summed one.
     values["max_grad_norm"] = presets.summed_loss_max_grad_norm(values)
+  if "intra_op_threads" not in given:  # By the machine's cores and the run's network.
+    values["intra_op_threads"] = presets.intra_op_threads(
+        config.level_name, values.get("torso"), os.cpu_count() or 1)
   config = ExperimentConfig(**{name: values.get(name) for name in fields})
   settings.check_values(config)
   _check_combinations(config)

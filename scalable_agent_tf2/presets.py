@@ -156,9 +156,32 @@ def atari_actor_layout(num_cores):
   return actor_layout(ATARI_ENVIRONMENTS, num_cores)
 
 
+# Machines with at most this many cores run Atari's shallow network with one TensorFlow
+# thread per op.
+SMALL_MACHINE_CORES = 2
+
+
+def intra_op_threads(level_name, torso, num_cores):
+  """TensorFlow threads per op for a run of level_name with torso on num_cores cores: 1 for
+  Atari with the shallow network on a machine of at most SMALL_MACHINE_CORES cores, else 0
+  (TensorFlow's default, one per core). config.resolve applies it unless a flag gives one.
+
+  Why (benchmarks/RESULTS.md, "Side by side with a peer"): TensorFlow's intra-op threads spin
+  while they wait for work, on the cores that the actor threads and ale-py's stepping threads
+  need. With the shallow network, one thread per op ran README's Pong quick start faster in
+  every round on 2 cores (1.08x); with the deep network, whose convolutions are most of
+  the work, it did not help (0.95x). Other levels and bigger machines are not measured and keep TensorFlow's
+  default."""
+  small_network_on_atari = (suites.is_atari_level(suites.level_names(level_name)[0])
+                            and torso == settings.SHALLOW)
+  return 1 if small_network_on_atari and num_cores <= SMALL_MACHINE_CORES else 0
+
+
 def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET):
   """The paper's settings for a level or suite, for IMPALA or IMPACT (IMPACT paper, Table 1);
   with preset=impact_paper, the IMPACT paper's own Atari setting (`impact_paper_presets`).
+  The threads per op depend on the run's torso too: config.resolve sets them
+  (`intra_op_threads`).
 
   Raises:
     ValueError: unknown level name (the message lists the valid ones).

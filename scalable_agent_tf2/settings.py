@@ -163,9 +163,12 @@ class ExperimentSettings:
       1, RUN, "Synchronous learners (the paper's \"8 learners\"): one per GPU, else logical "
       "CPU devices; each trains on --batch_size trajectories of its own actors per update, "
       "gradients all-reduced.", source="Figure 1 (right), Table 3", check=POSITIVE_INT)
-  intra_op_threads: int = setting(
-      0, RUN, "TensorFlow threads per op; 0: TensorFlow's default (one per core). See "
-      "benchmarks/RESULTS.md, \"Throughput\".", check=NON_NEGATIVE)
+  intra_op_threads: Optional[int] = _preset(
+      RUN, "TensorFlow threads per op, set when TensorFlow starts (experiment.py starts it "
+      "after reading the flags); 0: TensorFlow's default (one per core).",
+      "not in the paper; Atari's shallow network on machines of at most 2 cores: 1, "
+      "else 0 "
+      "(presets.intra_op_threads, benchmarks/RESULTS.md)", check=NON_NEGATIVE)
   checkpoint_secs: float = setting(600.0, RUN, "Seconds between checkpoints; also at exit.",
                                    source="released code", check=POSITIVE)
   log_secs: float = setting(5.0, RUN, "Seconds between console lines and summaries.",

@@ -159,7 +159,7 @@ def _build_and_supervise(config, environment_constructor, network_config, print_
                          listen_address, shared_replay, agent_tag, stop_request):
   """train's work: builds the run (a signal raises Stopping here) and supervises it."""
   # Threads and several learners' devices: set up before TensorFlow initialises them.
-  assembly.configure_threads(config)
+  assembly.configure_threads(config, print_fn)
   strategy = distributed.learner_strategy(config.num_learners)
   environment_constructor = assembly.checked_environment_constructor(
       config, environment_constructor)

@@ -241,3 +241,25 @@ def test_envs_per_actor_is_for_groups_only():
   assert presets.actor_layout(16, 2) == dict(num_actors=2, envs_per_actor=8)
   assert presets.actor_layout(16, 3) == dict(num_actors=3, envs_per_actor=6)
   assert presets.actor_layout(16, 1) == dict(num_actors=2, envs_per_actor=8)
+
+
+def test_atari_shallow_on_a_small_machine_runs_one_tensorflow_thread_per_op():
+  assert presets.intra_op_threads("atari/pong", "shallow", 2) == 1
+  assert presets.intra_op_threads("atari/pong", "shallow", 1) == 1
+  assert presets.intra_op_threads("atari/pong", "shallow", 4) == 0  # Not measured.
+  assert presets.intra_op_threads("atari/pong", "deep", 2) == 0  # Measured slower.
+  assert presets.intra_op_threads("atari57", "deep", 2) == 0
+  for level in ("toy/lit_side", "mujoco/hopper", "seekavoid_arena_01"):
+    assert presets.intra_op_threads(level, "shallow", 2) == 0
+  # config.resolve applies it with the run's torso and this machine's cores; a flag, 0
+  # included, wins over it.
+  def threads(*flags):
+    return config_lib.config_from_argv(list(flags)).intra_op_threads
+  cores = os.cpu_count()
+  assert threads("--level_name=atari/pong") == presets.intra_op_threads(
+      "atari/pong", "shallow", cores)
+  assert threads("--level_name=atari/pong", "--torso=deep") == 0
+  assert threads("--level_name=atari57") == 0  # Appendix G: the deep network.
+  assert threads("--level_name=atari/pong", "--intra_op_threads=0") == 0
+  assert threads("--level_name=toy/lit_side", "--intra_op_threads=3") == 3
+  assert threads("--level_name=mujoco/hopper") == 0

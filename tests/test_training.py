@@ -426,14 +426,20 @@ def test_training_with_each_actor_calling_the_network_itself(tmp_path):
   assert result.trajectories.trained == result.num_updates * config.batch_size
 
 
-def test_thread_settings_must_come_before_tensorflow_starts(tmp_path):
+def test_a_thread_count_after_tensorflow_started_is_kept_with_a_note(tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.constant(1.0) + 1.0  # TensorFlow is running in this process now.
-  assembly.configure_threads(toy_config(tmp_path, total_frames=1))  # 0: nothing to do.
+  lines = []
   current = tf.config.threading.get_intra_op_parallelism_threads()
-  with pytest.raises(ValueError, match="before TensorFlow starts"):
-    assembly.configure_threads(toy_config(tmp_path, total_frames=1,
-                                          intra_op_threads=current + 3))
+  assembly.configure_threads(toy_config(tmp_path, total_frames=1, intra_op_threads=0),
+                             lines.append)  # 0: nothing to do.
+  assembly.configure_threads(toy_config(tmp_path, total_frames=1, intra_op_threads=current),
+                             lines.append)  # Already so.
+  assert not lines
+  assembly.configure_threads(toy_config(tmp_path, total_frames=1,
+                                        intra_op_threads=current + 3), lines.append)
+  assert tf.config.threading.get_intra_op_parallelism_threads() == current
+  assert len(lines) == 1 and f"--intra_op_threads={current + 3} applies only" in lines[0]
 
 
 def test_trajectory_accounts_tell_laser_online_fills_from_untrained():

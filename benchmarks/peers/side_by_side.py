@@ -10,7 +10,10 @@ Each round runs every system once, one after the other, on the whole machine:
     --seconds, counted from --warmup seconds after the first trained frames, from log.jsonl.
   ours_subprocess (optional, --systems): the same with `--num_actors=32 --envs_per_actor=1`,
     one environment per subprocess (the layout before the in-process vector groups).
-  ours_one_intra_op_thread (optional): the quick start with `--intra_op_threads=1`.
+  ours_one_intra_op_thread (optional): the quick start with `--intra_op_threads=1` (the
+    Atari preset's count on machines of at most 2 cores, presets.intra_op_threads).
+  ours_tf_default_threads (optional): the quick start with `--intra_op_threads=0`,
+    TensorFlow's default of one thread per core for each op.
   --extra_flags: more experiment.py flags for every system of ours (e.g. `--torso=deep`, to
     compare our variants on another network; the peer runs as always).
   sample_factory: benchmarks/peers/sample_factory_pong.py --mode=throughput (its docstring
@@ -37,12 +40,15 @@ SYSTEMS = {  # experiment.py flags beyond the README quick start's.
     "ours": {},
     "ours_subprocess": dict(num_actors=32, envs_per_actor=1),
     "ours_one_intra_op_thread": dict(intra_op_threads=1),
+    "ours_tf_default_threads": dict(intra_op_threads=0),
 }
 LABELS = {
     "ours": "this project, README quick start (Table G.1, shallow, B=32, T=20)",
     "ours_subprocess": "this project, 32 actors x 1 environment in a subprocess each",
     "ours_one_intra_op_thread": "this project, README quick start with one TensorFlow thread "
                                 "per op (--intra_op_threads=1)",
+    "ours_tf_default_threads": "this project, README quick start with TensorFlow's default "
+                               "threads per op (--intra_op_threads=0)",
     "sample_factory": "Sample Factory 2.1.1, APPO + V-trace (2 workers x 16 envs, rollout 20, "
                       "batch 640)",
 }
