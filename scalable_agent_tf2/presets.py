@@ -170,8 +170,8 @@ def intra_op_threads(level_name, torso, num_cores):
   while they wait for work, on the cores that the actor threads and ale-py's stepping threads
   need. With the shallow network, one thread per op ran README's Pong quick start faster in
   every round on 2 cores (1.08x); with the deep network, whose convolutions are most of
-  the work, it did not help (0.95x). Other levels and bigger machines are not measured and keep TensorFlow's
-  default."""
+  the work, it did not help (0.95x). Other levels and bigger machines are not measured and
+  keep TensorFlow's default."""
   small_network_on_atari = (suites.is_atari_level(suites.level_names(level_name)[0])
                             and torso == settings.SHALLOW)
   return 1 if small_network_on_atari and num_cores <= SMALL_MACHINE_CORES else 0

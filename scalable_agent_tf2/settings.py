@@ -166,8 +166,7 @@ class ExperimentSettings:
   intra_op_threads: Optional[int] = _preset(
       RUN, "TensorFlow threads per op, set when TensorFlow starts (experiment.py starts it "
       "after reading the flags); 0: TensorFlow's default (one per core).",
-      "not in the paper; Atari's shallow network on machines of at most 2 cores: 1, "
-      "else 0 "
+      "not in the paper; Atari's shallow network on machines of at most 2 cores: 1, else 0 "
       "(presets.intra_op_threads, benchmarks/RESULTS.md)", check=NON_NEGATIVE)
   checkpoint_secs: float = setting(600.0, RUN, "Seconds between checkpoints; also at exit.",
                                    source="released code", check=POSITIVE)

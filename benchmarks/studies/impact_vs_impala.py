@@ -57,9 +57,9 @@ def parse_args():
 
 def main():
   args = parse_args()
-  algorithms = [a for a in ALGORITHMS if a in args.algorithms.split(",")]
-  unknown = set(args.algorithms.split(",")) - set(ALGORITHMS)
-  if unknown or not algorithms:
+  asked = args.algorithms.split(",")
+  algorithms = [a for a in ALGORITHMS if a in asked]
+  if set(asked) - set(ALGORITHMS) or not algorithms:
     raise SystemExit(f"--algorithms={args.algorithms}: choose from {', '.join(ALGORITHMS)}.")
   if args.quick:
     args.level = runs.QUICK_LEVEL
