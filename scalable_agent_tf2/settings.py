@@ -174,6 +174,16 @@ class ExperimentSettings:
                             check=POSITIVE)
   test_num_episodes: int = setting(500, RUN, "Test mode: episodes per level.",
                                    source="the paper's 500", check=POSITIVE_INT)
+  restore_checkpoint: str = setting(
+      "", RUN, "Resume from this checkpoint of --logdir (its name, e.g. ckpt-80000) instead of "
+      "the newest: what to pass when the newest cannot be restored (the error names the "
+      "newest intact one). Newer checkpoints are moved to <logdir>/checkpoints/set_aside/, "
+      "never deleted. Empty: the newest.")
+  max_nonfinite_updates: int = setting(
+      20, RUN, "Consecutive learner updates with a non-finite loss or gradient norm after "
+      "which the run stops with an error. Each such update is skipped (parameters and "
+      "optimizer state unchanged) and counted; the last checkpoint stays as it was.",
+      source="not in the paper: a diverged run, not a noisy batch", check=POSITIVE_INT)
   # Environment.
   num_action_repeats: Optional[int] = _preset(
       ENVIRONMENT, "Environment frames per agent step.", _G1_D3 + ": 4",
@@ -329,6 +339,16 @@ class ClusterSettings:
       "", CLUSTER, 'The cluster as JSON, e.g. \'{"learner": ["host:8001"], "actor": '
       '["host2:8002"]}\'; default: TF_CONFIG\'s "cluster", else the learner on '
       "localhost:8001 (loopback only).")
+  cluster_secret_file: str = setting(
+      "", CLUSTER, "A file holding the cluster's shared secret (any text; readable by you "
+      "alone): every call to the learner or a replay service must prove it, so processes "
+      "without it can neither read parameters nor send anything. Default: the environment "
+      "variable IMPALA_CLUSTER_SECRET (the secret itself; the launcher sets it for its own "
+      "processes), else none: a learner then listens on a loopback address only.")
+  insecure_open_cluster: bool = setting(
+      False, CLUSTER, "Let a learner without a secret listen on a non-loopback address: "
+      "anyone who reaches the port can read the model and train it. Only on a network you "
+      "trust completely; the learner says so at start.")
 
 
 # The learner's fixed V-trace settings (LearnerConfig fields without a flag).
