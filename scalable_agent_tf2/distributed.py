@@ -20,8 +20,43 @@ Cluster layout (the standard TF_CONFIG format, or --cluster with the same "clust
     {"cluster": {"learner": ["host:port"], "actor": ["host:port", ...]},
      "task": {"type": "actor", "index": 0}}
 Only the learner listens (on its own address from the spec); actors only connect.
+
+Only the cluster's own processes may call (issue 30). Anyone who reaches an open learner's
+port could read the whole model (`parameters`) and train it on whatever they send
+(`enqueue`), so every call to a service (the learner's TrajectoryServer, LASER's replay
+service: every registered method, hello included) proves that its caller holds the cluster's
+shared secret (--cluster_secret_file, or IMPALA_CLUSTER_SECRET; cluster_secret):
+
+    key        = SHA-256(secret)[:16] as two 64-bit words           (cluster_key)
+    credential = (nonce, tag): nonce a random 64-bit number drawn per connection,
+                 tag = SipHash-2-4_key(domain + ":" + nonce)        (credential_tag)
+
+SipHash-2-4 is a keyed pseudo-random function; TensorFlow has it as
+tf.strings.to_hash_bucket_strong (with the most buckets it takes, 2**63 - 1, so a tag is 63
+bits). The client computes its tag once per connection, eagerly; the server recomputes it
+inside every registered tf.function (Gatekeeper), so a call costs one hash of ~30 bytes and
+never enters Python. A call whose tag does not verify fails a tf.debugging.Assert that every
+op of the method waits on (control dependencies): it reads and writes nothing, the caller
+gets an error naming the mismatch (PeerRejected: "not authenticated: the cluster's secrets
+differ ..."), and the service counts it and logs it with the method's name. The secret
+itself never crosses the wire; the domain ("impala learner", "laser replay service") keeps a
+credential for one service from opening another.
+
+Why a credential per connection rather than a MAC of every message's content: a trajectory
+is ~0.6 MB on Atari and thousands of frames arrive per second; hashing every message on both
+sides would cost the learner CPU it needs for input. The threat named is anyone who can reach
+the port, and a credential stops them. Whoever can read the traffic can read the parameters
+(and replay a credential) anyway: confidentiality and integrity on a network you do not
+trust need an encrypted tunnel, which TensorFlow's RPC cannot provide itself (its
+Server.create takes a protocol and an address, no credentials): listen on localhost and
+forward with `ssh -N -L 8001:localhost:8001 user@learner-host` on every actor host (or put
+the hosts on WireGuard). Without a secret, clients send a zero credential and services check
+nothing: allowed on loopback, or anywhere with --insecure_open_cluster
+(check_listen_address).
 """
 import collections
+import hashlib
+import ipaddress
 import json
 import os
 import sys
@@ -34,11 +69,22 @@ from tensorflow.python.framework import errors as tf_errors  # Error code -> cla
 
 from scalable_agent_tf2 import wire
 
-# 2: messages start with a wire.MessageHeader; 3: the filter sync (filter_sync.py).
-PROTOCOL_VERSION = 3
+# 2: messages start with a wire.MessageHeader; 3: the filter sync (filter_sync.py); 4: every
+# call carries a credential (nonce, tag) first, and "ping".
+PROTOCOL_VERSION = 4
 LEARNER_JOB, ACTOR_JOB = "learner", "actor"
 # Loopback: with no cluster given, nothing listens beyond this machine.
 DEFAULT_LEARNER_ADDRESS = "localhost:8001"
+# Where the cluster's secret is when no --cluster_secret_file names a file: the secret itself.
+SECRET_ENVIRONMENT_VARIABLE = "IMPALA_CLUSTER_SECRET"
+# What the learner's credentials are computed for (a replay service's: replay_service.py).
+LEARNER_DOMAIN = "impala learner"
+# The most buckets tf.strings.to_hash_bucket_strong takes (an int64 attribute): a tag is the
+# SipHash output modulo 2**63 - 1.
+_TAG_BUCKETS = 2**63 - 1
+# Starts the error of a call whose credential did not verify (what clients recognise).
+NOT_AUTHENTICATED = "not authenticated"
+_CREDENTIAL_SPEC = tf.TensorSpec([], tf.int64)
 
 
 class ClusterError(ValueError):
@@ -46,7 +92,159 @@ class ClusterError(ValueError):
 
 
 class PeerRejected(RuntimeError):
-  """A service refused this peer or its data (protocol or trajectory layout differs)."""
+  """A service refused this peer or its data (secret, protocol or trajectory layout differs)."""
+
+
+def cluster_secret(secret_file="", environ=None):
+  """The cluster's shared secret: --cluster_secret_file's content, else IMPALA_CLUSTER_SECRET.
+
+  Args:
+    secret_file: a file holding the secret (any bytes; one trailing newline is dropped, as
+      editors and `echo` add one), or "" to read the environment.
+    environ: the environment (os.environ by default).
+
+  Returns:
+    bytes, or None when neither gives a secret.
+
+  Raises:
+    ClusterError: the file cannot be read or is empty (a mistake that would otherwise open the
+      cluster or lock its own processes out).
+  """
+  environ = os.environ if environ is None else environ
+  if secret_file:
+    try:
+      with open(secret_file, "rb") as f:
+        secret = f.read()
+    except OSError as error:
+      raise ClusterError(
+          f"Cannot read the cluster secret file {secret_file} "
+          f"({error.strerror or error}); give --cluster_secret_file a file this user can "
+          f"read, holding the same secret as the rest of the cluster.") from error
+    secret = _without_newline(secret)
+    if not secret:
+      raise ClusterError(
+          f"The cluster secret file {secret_file} is empty; write the secret into it, e.g. "
+          f"python -c 'import secrets; print(secrets.token_hex(32))' > {secret_file} && "
+          f"chmod 600 {secret_file}, and give every process of the cluster the same file.")
+    return secret
+  value = _without_newline(environ.get(SECRET_ENVIRONMENT_VARIABLE, "").encode())
+  return value or None
+
+
+def _without_newline(data):
+  return data[:-2] if data.endswith(b"\r\n") else data[:-1] if data.endswith(b"\n") else data
+
+
+def is_loopback(address):
+  """Whether "host:port" (or "[v6]:port") names this machine only: localhost, 127.x.x.x, ::1."""
+  host = address.rpartition(":")[0].strip("[]").lower()
+  if host == "localhost":
+    return True
+  try:
+    return ipaddress.ip_address(host).is_loopback
+  except ValueError:
+    return False
+
+
+def check_listen_address(address, secret, insecure_open_cluster):
+  """Whether a service may listen on `address`: its console lines, or an error.
+
+  A service without a secret answers anyone who reaches it; that is fine on loopback and
+  nowhere else unless the user says so (--insecure_open_cluster).
+
+  Returns:
+    list of console lines (a warning for an open non-loopback address; a note that the
+    traffic is not encrypted for a protected one); empty on loopback.
+
+  Raises:
+    ClusterError: a non-loopback address, no secret, and no --insecure_open_cluster.
+  """
+  if is_loopback(address):
+    return []
+  if secret is None and not insecure_open_cluster:
+    raise ClusterError(
+        f"the learner at {address} would accept anyone who reaches it (read the model, train "
+        f"it on anything); set a secret with --cluster_secret_file=PATH or "
+        f"{SECRET_ENVIRONMENT_VARIABLE} (the launcher generates one), or pass "
+        f"--insecure_open_cluster on a network you trust.")
+  if secret is None:
+    return [f"WARNING: --insecure_open_cluster: {address} accepts anyone who reaches it; "
+            f"they can read the model and train it on anything they send."]
+  return [f"Calls to {address} must prove the cluster's secret; they are not encrypted: on a "
+          f"network you do not trust, listen on localhost and tunnel (ssh -N -L) or use "
+          f"WireGuard."]
+
+
+def cluster_key(secret):
+  """SipHash's 128-bit key of a secret: SHA-256's first 16 bytes as two 64-bit words (signed,
+  TensorFlow's attribute type), or None without a secret."""
+  if secret is None:
+    return None
+  digest = hashlib.sha256(secret).digest()
+  return [int.from_bytes(digest[i:i + 8], "little", signed=True) for i in (0, 8)]
+
+
+def credential_tag(key, domain, nonce):
+  """SipHash-2-4 of "domain:nonce" under `key` (int64 tensor): the same ops on both sides."""
+  text = tf.strings.join([domain, tf.strings.as_string(nonce)], separator=":")
+  return tf.strings.to_hash_bucket_strong(text, _TAG_BUCKETS, key=key)
+
+
+def new_credential(secret, domain):
+  """(nonce, tag) int64 tensors for a new connection; (0, 0) without a secret."""
+  key = cluster_key(secret)
+  if key is None:
+    return tf.constant(0, tf.int64), tf.constant(0, tf.int64)
+  nonce = tf.constant(int.from_bytes(os.urandom(8), "little", signed=True), tf.int64)
+  return nonce, credential_tag(key, domain, nonce)
+
+
+class Gatekeeper:
+  """A service's check of every call's credential, inside its registered tf.functions.
+
+  `guard(name, function)` is what the service registers: (nonce, tag, *function's arguments).
+  Without a secret nothing is checked (loopback, or --insecure_open_cluster).
+  """
+
+  def __init__(self, secret, domain, service, log_stream=sys.stderr):
+    """Args:
+      secret: the cluster's secret (bytes) or None.
+      domain: what the credentials are computed for (LEARNER_DOMAIN, ...).
+      service: how the log names this service ("Learner", "Replay service").
+      log_stream: where refused calls are logged (tf.print's output_stream).
+    """
+    self._key = cluster_key(secret)
+    self._domain = domain
+    self._service = service
+    self._stream = log_stream
+    self.refused = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+  def guard(self, name, function):
+    """`function` (a tf.function with an input signature) behind the credential check."""
+    specs = list(function.input_signature)
+
+    @tf.function(input_signature=[_CREDENTIAL_SPEC, _CREDENTIAL_SPEC] + specs)
+    def guarded(nonce, tag, *args):
+      # Every op of the method waits for the check: its call, and its arguments.
+      with tf.control_dependencies([self._check(name, nonce, tag)]):
+        return function(*[tf.identity(arg) for arg in args])
+    return guarded
+
+  def _check(self, name, nonce, tag):
+    if self._key is None:
+      return tf.no_op()
+    valid = tf.equal(credential_tag(self._key, self._domain, nonce), tag)
+
+    def refuse():
+      count = self.refused.assign_add(1)
+      printed = tf.print(f"{self._service}: refused a call to {name}: {NOT_AUTHENTICATED} "
+                         f"(a caller without the cluster's secret);", count,
+                         "refused so far.", output_stream=self._stream)
+      with tf.control_dependencies([printed]):
+        return tf.constant(False)
+    accepted = tf.cond(valid, lambda: tf.constant(True), refuse)
+    return tf.debugging.Assert(accepted, [
+        f"{NOT_AUTHENTICATED}: the caller does not hold this cluster secret"])
 
 
 def parse_cluster(cluster_json="", environ=None):
@@ -149,11 +347,12 @@ class TrajectoryServer:
   """The learner's side: an RPC server that queues trajectories and serves parameters.
 
   Trajectories wait in a FIFOQueue (`capacity` messages; a full queue blocks the sending
-  actor, which is the back-pressure). `dequeue` hands them to the training loop.
+  actor, which is the back-pressure). `dequeue` hands them to the training loop. With a
+  secret, every method refuses callers that cannot prove it (Gatekeeper).
   """
 
   def __init__(self, address, layout, expected_fingerprint, variables, capacity,
-               log_stream=sys.stderr, methods=()):
+               log_stream=sys.stderr, methods=(), secret=None):
     """Args:
       address: "host:port" to listen on (the learner's address in the cluster spec).
       layout: wire.message_layout(...).
@@ -162,6 +361,7 @@ class TrajectoryServer:
       capacity: queued trajectories at most.
       log_stream: where refusals are logged (tf.print's output_stream).
       methods: more (name, tf.function) to serve (filter_sync.learner_methods).
+      secret: the cluster's secret (bytes; cluster_secret), or None: nothing is checked.
     """
     self.address = address
     self._layout = layout
@@ -184,13 +384,26 @@ class TrajectoryServer:
                                                        episode_step])]):
         return tf.constant(True)
 
-    self._methods = list(methods)  # Kept alive as long as the server serves them.
+    @tf.function(input_signature=[])
+    def ping():  # The actor processes' heartbeat: the cheapest authenticated answer.
+      return version.read_value()
+
+    self._gatekeeper = Gatekeeper(secret, LEARNER_DOMAIN, "Learner", log_stream)
+    methods = [("hello", _hello_method(expected_fingerprint, log_stream)),
+               ("enqueue", _enqueue_method(self._queue, layout, log_stream)),
+               ("parameters", parameters), ("episode", episode), ("ping", ping)] + list(methods)
+    # Kept alive as long as the server serves them (the guarded ones call the originals).
+    self._methods = [(name, self._gatekeeper.guard(name, function), function)
+                     for name, function in methods]
     self._server = tf.distribute.experimental.rpc.Server.create("grpc", address)
-    for name, function in [("hello", _hello_method(expected_fingerprint, log_stream)),
-                           ("enqueue", _enqueue_method(self._queue, layout, log_stream)),
-                           ("parameters", parameters), ("episode", episode)] + self._methods:
-      self._server.register(name, function)
+    for name, guarded, _ in self._methods:
+      self._server.register(name, guarded)
     self._server.start()
+
+  @property
+  def refused_calls(self):
+    """Calls refused so far because their credential did not verify."""
+    return int(self._gatekeeper.refused.numpy())
 
   def dequeue(self):
     """The next trajectory message (list of numpy arrays), or None once closed and empty."""
@@ -229,13 +442,14 @@ class ServiceClient:
   A service that becomes unreachable (crashed, restarting) is waited for: calls reconnect,
   say hello again and retry until `connect_timeout_secs` pass, then raise `unavailable_error`.
   TensorFlow's gRPC client does not fail a call made after its server died; the call waits
-  for its deadline (`call_timeout_secs`), so a lost service is noticed only then.
+  for its deadline (`call_timeout_secs`), so a lost service is noticed only then (`ping`
+  notices sooner). Every call carries this connection's credential (new_credential).
   Subclasses add the service's methods on top of `_call`.
   """
 
   def __init__(self, address, name, hello_args, service, start_hint, refusal_hint,
                unavailable_error, connect_timeout_secs=300.0, call_timeout_secs=600.0,
-               print_fn=print):
+               print_fn=print, secret=None, domain=LEARNER_DOMAIN):
     """Connects (retrying until connect_timeout_secs) and says hello.
 
     Args:
@@ -249,10 +463,13 @@ class ServiceClient:
       unavailable_error: the ServiceUnavailable subclass to raise.
       call_timeout_secs: how long one call may take (a full learner queue makes sending
         wait); a call that takes longer is retried.
+      secret: the cluster's secret (bytes; cluster_secret), or None.
+      domain: what the service's credentials are computed for (LEARNER_DOMAIN, ...).
 
     Raises:
       unavailable_error: no service answered in time.
-      PeerRejected: the service refused this peer (the message says why).
+      PeerRejected: the service refused this peer (the message says why: another secret,
+        protocol or layout).
     """
     self.address = address
     self._name = name
@@ -264,9 +481,13 @@ class ServiceClient:
     self._connect_timeout_secs = connect_timeout_secs
     self._call_timeout_ms = int(call_timeout_secs * 1000)
     self._print = print_fn
+    self._secret = secret
+    self._domain = domain
     self._lock = threading.Lock()
     self._generation = 0
     self._attempts = 0
+    self._ping_client = None
+    self._ping_connections = 0
     self._connect(waiting_message=f"Waiting for the {service} at {address} ...")
 
   def _connect(self, waiting_message, announce=False):
@@ -295,6 +516,7 @@ class ServiceClient:
           self._print(waiting_message)
           announced = True
         time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+    self._credential = new_credential(self._secret, self._domain)  # For this connection.
     accepted, message = self._checked_call(client, "hello", self._hello_args)
     if not accepted.numpy():
       raise PeerRejected(f"The {self._service} at {self.address} refused {self._name}: "
@@ -312,16 +534,49 @@ class ServiceClient:
         self._connect(waiting_message=f"{reason}; reconnecting for up to "
                       f"{self._connect_timeout_secs:.0f} s ...", announce=True)
 
-  def _checked_call(self, client, method, args):
-    """One call; raises the service's error as a tf.errors exception with a readable text."""
+  def _checked_call(self, client, method, args, timeout_ms=None):
+    """One call; raises the service's error as a tf.errors exception with a readable text,
+    or PeerRejected when the service did not accept this process's credential."""
     # The generated method knows the method's output signature.
-    result = getattr(client, method)(*args, timeout_in_ms=self._call_timeout_ms)
+    result = getattr(client, method)(*self._credential, *args,
+                                     timeout_in_ms=timeout_ms or self._call_timeout_ms)
     if result.is_ok():
       return result.get_value()
     code, message = result.get_error()
+    message = message.numpy().decode(errors="replace")
+    if NOT_AUTHENTICATED in message:
+      has = ("holds another secret" if self._secret is not None else
+             "has no secret")
+      raise PeerRejected(
+          f"The {self._service} at {self.address} refused {self._name}'s call to {method}: "
+          f"{NOT_AUTHENTICATED}: the cluster's secrets differ (this process {has}); pass "
+          f"the same --cluster_secret_file (or {SECRET_ENVIRONMENT_VARIABLE}) as the "
+          f"{self._service}.")
     error_class = tf_errors.exception_type_from_error_code(int(code.numpy()))
     raise error_class(None, None, f"{method} on the {self._service} at {self.address} "
-                      f"failed: {message.numpy().decode(errors='replace')}")
+                      f"failed: {message}")
+
+  def ping(self, timeout_secs):
+    """Whether the service answers its "ping" within `timeout_secs` (no retry).
+
+    On a connection of its own, opened again after a failure: a call on a channel to a dead
+    server waits for its deadline, and a new connection to a restarted one answers at once.
+    A refusal is an answer (the service's calls report it).
+    """
+    timeout_ms = max(1, int(timeout_secs * 1000))
+    try:
+      if self._ping_client is None:
+        self._ping_connections += 1
+        self._ping_client = tf.distribute.experimental.rpc.Client.create(
+            "grpc", self.address, name=f"{self._name}-ping-{self._ping_connections}",
+            timeout_in_ms=timeout_ms)
+      self._checked_call(self._ping_client, "ping", [], timeout_ms=timeout_ms)
+      return True
+    except PeerRejected:
+      return True
+    except tf.errors.OpError:
+      self._ping_client = None
+      return False
 
   def _call(self, method, args):
     """A call that survives a service restart (reconnects, then calls again)."""
@@ -346,9 +601,9 @@ class LearnerClient(ServiceClient):
   """
 
   def __init__(self, address, layout, peer_fingerprint, name, connect_timeout_secs=300.0,
-               call_timeout_secs=600.0, print_fn=print):
-    """Connects and says hello with the protocol and the layout's fingerprint (arguments and
-    timeouts as ServiceClient's).
+               call_timeout_secs=600.0, print_fn=print, secret=None):
+    """Connects and says hello with the protocol and the layout's fingerprint (arguments,
+    timeouts and the cluster's secret as ServiceClient's).
 
     Raises:
       LearnerUnavailable: no learner answered in time.
@@ -363,7 +618,8 @@ class LearnerClient(ServiceClient):
         refusal_hint="Run the same version with the same level, network and unroll "
                      "settings as the learner.",
         unavailable_error=LearnerUnavailable, connect_timeout_secs=connect_timeout_secs,
-        call_timeout_secs=call_timeout_secs, print_fn=print_fn)
+        call_timeout_secs=call_timeout_secs, print_fn=print_fn, secret=secret,
+        domain=LEARNER_DOMAIN)
 
   def parameters(self):
     """(version int, [numpy arrays] in the learner's variable order)."""
@@ -494,6 +750,8 @@ class ParameterSync:
       return self.version
 
 
-__all__ = ["ClusterError", "DeliveryLedger", "LearnerClient", "LearnerUnavailable",
-           "ParameterSync", "PeerRejected", "ServiceClient", "ServiceUnavailable",
-           "TrajectoryServer", "learner_strategy", "parse_cluster", "task_from_environment"]
+__all__ = ["ClusterError", "DeliveryLedger", "Gatekeeper", "LearnerClient",
+           "LearnerUnavailable", "ParameterSync", "PeerRejected", "ServiceClient",
+           "ServiceUnavailable", "TrajectoryServer", "check_listen_address", "cluster_key",
+           "cluster_secret", "credential_tag", "is_loopback", "learner_strategy",
+           "new_credential", "parse_cluster", "task_from_environment"]
