@@ -1,19 +1,37 @@
 """The checkpoint files under a run's logdir, TensorFlow-free.
 
-    <logdir>/checkpoints/checkpoint          tf.train.CheckpointManager's state file (text):
-                                             model_checkpoint_path: "ckpt-<frames>"
+    <logdir>/checkpoints/checkpoint          the state file (text, tf.train.CheckpointManager's
+                                             format): model_checkpoint_path: "ckpt-<frames>"
+                                             then all_model_checkpoint_paths, oldest first
     <logdir>/checkpoints/ckpt-<frames>.index and .data-*   one checkpoint, numbered by the
                                              learner's environment frames
     <logdir>/checkpoints/settings.json       the run's settings, checked on resume
+    <logdir>/checkpoints/set_aside/          checkpoints moved out of the way, never deleted:
+                                             newer than a --restore_checkpoint, or found
+                                             complete but not in the state file
 
 checkpoints.Checkpointer writes and restores them with TensorFlow; the population driver
 finds a member's newest checkpoint and copies it into another member (PBT's exploit step,
 IMPALA Appendix F) with this module alone.
+
+A kill at any moment leaves a restorable checkpoint (issue 30): a checkpoint is written in a
+temporary directory (SAVING_PREFIX) and moved into place, data files before the .index, and
+only then named in the state file, which is replaced atomically. An .index thus means a complete
+checkpoint; data files without one, and the temporary files, are leftovers of a save cut short,
+which clean_leftovers removes at the next start.
 """
+import contextlib
+import errno
 import hashlib
 import os
 import re
+import secrets
 import shutil
+
+try:
+  import fcntl
+except ImportError:  # Not on Windows: saves are then not locked against a cleaner.
+  fcntl = None
 
 CHECKPOINT_SUBDIR = "checkpoints"
 # tf.train.CheckpointManager's names: its state file, and its checkpoints' prefix.
@@ -22,6 +40,15 @@ PREFIX = "ckpt"
 SETTINGS_FILE = "settings.json"
 # Checkpoints kept (the newest ones); a copy relies on the newest surviving a few more saves.
 MAX_TO_KEEP = 5
+SET_ASIDE_SUBDIR = "set_aside"
+# A save's temporary directory inside the checkpoint directory (the same filesystem, so moving
+# its files into place is a rename): SAVING_PREFIX + "<pid>-<random hex>". The name does not
+# start with PREFIX: has_checkpoint_files and copy_checkpoint pass it by.
+SAVING_PREFIX = ".saving-"
+# Temporary files replaced onto the state and settings files: <name>.tmp<hex> (TensorFlow's
+# CheckpointManager names its own the same way).
+_TEMP_SUFFIX = ".tmp"
+_NAME = re.compile(rf"{PREFIX}-(\d+)")
 
 
 def checkpoint_dir(logdir):
@@ -32,23 +59,227 @@ def settings_path(logdir):
   return os.path.join(checkpoint_dir(logdir), SETTINGS_FILE)
 
 
+def set_aside_dir(logdir):
+  return os.path.join(checkpoint_dir(logdir), SET_ASIDE_SUBDIR)
+
+
+def checkpoint_number(name):
+  """The frames in a checkpoint's name ("ckpt-1200" -> 1200), or None for another name."""
+  match = _NAME.fullmatch(name)
+  return int(match.group(1)) if match else None
+
+
+def read_state(directory):
+  """(newest, names) from the state file in `directory`: the newest checkpoint's name and all
+  it lists, oldest first, the newest last; None when the file is missing or names none."""
+  try:
+    with open(os.path.join(directory, STATE_FILE)) as f:
+      text = f.read()
+  except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+    return None
+  match = re.search(r'^model_checkpoint_path: "([^"]+)"', text, re.M)
+  if match is None:
+    return None
+  newest = os.path.basename(match.group(1))  # Old TensorFlow versions wrote absolute paths.
+  names = [os.path.basename(path) for path in
+           re.findall(r'^all_model_checkpoint_paths: "([^"]+)"', text, re.M)]
+  return newest, [name for name in names if name != newest] + [newest]
+
+
 def latest_checkpoint(logdir):
   """(file-name prefix, frames) of a run's newest checkpoint ("ckpt-1200", 1200), or None.
 
   Reads the state file; the number after the prefix is the frame count (Checkpointer.save
   numbers checkpoints by frames).
   """
-  try:
-    with open(os.path.join(checkpoint_dir(logdir), STATE_FILE)) as f:
-      text = f.read()
-  except FileNotFoundError:
+  state = read_state(checkpoint_dir(logdir))
+  if state is None:
     return None
-  match = re.search(r'^model_checkpoint_path: "([^"]+)"', text, re.M)
-  if match is None:
-    return None
-  prefix = os.path.basename(match.group(1))
+  prefix = state[0]
   number = re.search(r"-(\d+)$", prefix)
   return prefix, int(number.group(1)) if number else 0
+
+
+def sync_file(path):
+  """Forces `path`'s contents to disk (a power loss after this cannot lose them)."""
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def sync_directory(path):
+  """Forces the renames, creations and removals in directory `path` to disk."""
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  except OSError as error:
+    if error.errno not in (errno.EINVAL, errno.ENOTSUP):  # Filesystems that cannot sync one.
+      raise
+  finally:
+    os.close(fd)
+
+
+def write_atomically(path, text):
+  """Replaces file `path` with `text`: after a kill or a power loss it holds the old text or
+  the new, never a part (a temporary file is synced, then renamed onto it)."""
+  temp = f"{path}{_TEMP_SUFFIX}{secrets.token_hex(4)}"
+  try:
+    with open(temp, "w") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(temp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.remove(temp)
+    raise
+  sync_directory(os.path.dirname(path))
+
+
+def write_state(directory, names):
+  """Makes names[-1] the newest checkpoint; the state file lists `names` (oldest first) in
+  tf.train.CheckpointManager's format, so tf.train.latest_checkpoint reads it too."""
+  write_atomically(os.path.join(directory, STATE_FILE),
+                   f'model_checkpoint_path: "{names[-1]}"\n'
+                   + "".join(f'all_model_checkpoint_paths: "{name}"\n' for name in names))
+
+
+def complete_checkpoints(directory):
+  """Names of the numbered checkpoints in `directory` with an .index (a save moves the .index
+  in last, so it means the data files are there), oldest (fewest frames) first."""
+  try:
+    names = os.listdir(directory)
+  except FileNotFoundError:
+    return []
+  found = (name[:-len(".index")] for name in names if name.endswith(".index"))
+  return sorted((name for name in found if checkpoint_number(name) is not None),
+                key=checkpoint_number)
+
+
+def _files_of(directory, name):
+  """Checkpoint `name`'s files in `directory`: its data files, then its .index if there."""
+  names = os.listdir(directory)
+  data = sorted(n for n in names if n.startswith(name + ".data-"))
+  return data + [name + ".index"] * (name + ".index" in names)
+
+
+def remove_checkpoint(directory, name):
+  """Deletes checkpoint `name`: the .index first, so that a kill half-way leaves data files
+  without one (leftovers clean_leftovers removes), never an .index without its data."""
+  files = _files_of(directory, name)
+  for file_name in files[-1:] + files[:-1]:
+    os.remove(os.path.join(directory, file_name))
+
+
+def set_aside(logdir, name):
+  """Moves checkpoint `name` of the run into set_aside/ (never deleted); returns its path
+  prefix there.
+
+  It keeps its name unless set_aside/ holds a complete one of that name ("ckpt-80_1", ...).
+  The data files move first: a move cut short leaves the .index, which the next move of that
+  checkpoint brings to its data under the same name.
+  """
+  directory = checkpoint_dir(logdir)
+  target_dir = set_aside_dir(logdir)
+  os.makedirs(target_dir, exist_ok=True)
+  target, number = name, 0
+  while os.path.exists(os.path.join(target_dir, target + ".index")):
+    number += 1
+    target = f"{name}_{number}"
+  for file_name in _files_of(directory, name):
+    os.replace(os.path.join(directory, file_name),
+               os.path.join(target_dir, target + file_name[len(name):]))
+  sync_directory(target_dir)
+  sync_directory(directory)
+  return os.path.join(target_dir, target)
+
+
+@contextlib.contextmanager
+def locked(directory, wait=True):
+  """Holds the lock of `directory` (flock on the directory itself): one process at a time
+  saves, sets aside or cleans there. Yields whether it holds it (False with wait=False while
+  another process does). The kernel releases it when its process dies, even by kill -9."""
+  if fcntl is None:
+    yield True
+    return
+  fd = os.open(directory, os.O_RDONLY)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+      held = False
+    else:
+      held = True
+    yield held
+  finally:
+    os.close(fd)  # Releases the lock.
+
+
+def _is_leftover(directory, name, names):
+  """Whether file or directory `name` is what an interrupted save left behind."""
+  if os.path.isdir(os.path.join(directory, name)):
+    # Ours, and TensorFlow's shards before it merges them (ckpt-N_temp/).
+    return name.startswith(SAVING_PREFIX) or (name.startswith(PREFIX + "-")
+                                              and "_temp" in name)
+  if name.startswith((STATE_FILE + _TEMP_SUFFIX, SETTINGS_FILE + _TEMP_SUFFIX)):
+    return True
+  if name.startswith(PREFIX + "-") and ".tempstate" in name:  # TensorFlow's file writer's.
+    return True
+  return (name.startswith(PREFIX + "-") and ".data-" in name
+          and name.split(".data-")[0] + ".index" not in names)
+
+
+def clean_leftovers(logdir):
+  """Tidies a run's checkpoint directory after saves cut short (at the next start).
+
+  Deletes temporary files and directories and data files without an .index (incomplete
+  checkpoints). Moves complete checkpoints that the state file does not list into set_aside/
+  (a save killed before naming its checkpoint, files someone put there): they might be
+  someone's, so they are kept, out of the way of later saves. Only those older than every
+  listed one while the list is full are deleted: the run itself deletes them (MAX_TO_KEEP)
+  right after writing the state file, and a kill came between. Without a state file nothing
+  complete is touched (Checkpointer.restore asks which to resume from).
+
+  Does nothing while another process holds the directory's lock (it is saving: its
+  temporary files are no leftovers).
+
+  Returns:
+    (names deleted, paths of the checkpoints moved to set_aside/).
+  """
+  directory = checkpoint_dir(logdir)
+  removed, moved = [], []
+  if not os.path.isdir(directory):
+    return removed, moved
+  with locked(directory, wait=False) as held:
+    if not held:
+      return removed, moved
+    names = os.listdir(directory)
+    for name in sorted(names):
+      if _is_leftover(directory, name, names):
+        path = os.path.join(directory, name)
+        if os.path.isdir(path):
+          shutil.rmtree(path)
+        else:
+          os.remove(path)
+        removed.append(name)
+    state = read_state(directory)
+    if state is not None:
+      listed = [checkpoint_number(name) for name in state[1]]
+      oldest = min((n for n in listed if n is not None), default=None)
+      for name in complete_checkpoints(directory):
+        if name in state[1]:
+          continue
+        if (len(state[1]) >= MAX_TO_KEEP and oldest is not None
+            and checkpoint_number(name) < oldest):
+          remove_checkpoint(directory, name)
+          removed.append(name)
+        else:
+          moved.append(set_aside(logdir, name))
+    if removed:
+      sync_directory(directory)
+  return removed, moved
 
 
 def has_checkpoint_files(logdir):
@@ -101,10 +332,10 @@ def _replace(target_dir, staging, names, prefix):
   for name in names:
     os.replace(os.path.join(staging, name), os.path.join(target_dir, name))
   os.rmdir(staging)
-  state = os.path.join(target_dir, STATE_FILE)
-  with open(state + ".tmp", "w") as f:
-    f.write(f'model_checkpoint_path: "{prefix}"\nall_model_checkpoint_paths: "{prefix}"\n')
-  os.replace(state + ".tmp", state)
+  for name in names:
+    sync_file(os.path.join(target_dir, name))
+  sync_directory(target_dir)
+  write_state(target_dir, [prefix])
 
 
 def copy_checkpoint(source_logdir, target_logdir, attempts=3):
