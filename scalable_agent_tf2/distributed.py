@@ -146,8 +146,9 @@ def is_loopback(address):
     return False
 
 
-def check_listen_address(address, secret, insecure_open_cluster):
-  """Whether a service may listen on `address`: its console lines, or an error.
+def check_listen_address(address, secret, insecure_open_cluster, service="learner"):
+  """Whether a service (`service`: "learner", "replay service") may listen on `address`: its
+  console lines, or an error.
 
   A service without a secret answers anyone who reaches it; that is fine on loopback and
   nowhere else unless the user says so (--insecure_open_cluster).
@@ -163,8 +164,8 @@ def check_listen_address(address, secret, insecure_open_cluster):
     return []
   if secret is None and not insecure_open_cluster:
     raise ClusterError(
-        f"the learner at {address} would accept anyone who reaches it (read the model, train "
-        f"it on anything); set a secret with --cluster_secret_file=PATH or "
+        f"the {service} at {address} would accept anyone who reaches it (read the model, "
+        f"train it on anything); set a secret with --cluster_secret_file=PATH or "
         f"{SECRET_ENVIRONMENT_VARIABLE} (the launcher generates one), or pass "
         f"--insecure_open_cluster on a network you trust.")
   if secret is None:

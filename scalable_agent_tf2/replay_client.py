@@ -13,7 +13,7 @@ from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import wire
 from scalable_agent_tf2.replay_service import (
-    DEFAULT_CALL_TIMEOUT_SECS, DEFAULT_CONNECT_TIMEOUT_SECS, NO_LAYOUT_YET,
+    DEFAULT_CALL_TIMEOUT_SECS, DEFAULT_CONNECT_TIMEOUT_SECS, NO_LAYOUT_YET, REPLAY_DOMAIN,
     REPLAY_PROTOCOL_VERSION, STATS_COUNTS, ReplayServiceUnavailable, tensor_text)
 
 
@@ -27,7 +27,7 @@ class ReplayClient(distributed.ServiceClient):
 
   def __init__(self, address, agent_tag, signature=None, settings=None, levels=(),
                connect_timeout_secs=DEFAULT_CONNECT_TIMEOUT_SECS,
-               call_timeout_secs=DEFAULT_CALL_TIMEOUT_SECS, print_fn=print):
+               call_timeout_secs=DEFAULT_CALL_TIMEOUT_SECS, print_fn=print, secret=None):
     """Connects (waiting up to connect_timeout_secs) and says hello.
 
     Args:
@@ -40,18 +40,21 @@ class ReplayClient(distributed.ServiceClient):
       connect_timeout_secs: how long to wait for the service at the start and after losing it.
       call_timeout_secs: a call unanswered this long counts the service as lost (then the
         client reconnects, up to connect_timeout_secs).
+      secret: the cluster's secret (bytes; distributed.cluster_secret), the service's.
 
     Raises:
       ReplayServiceUnavailable: no service answered within connect_timeout_secs.
       distributed.PeerRejected: the service refused this agent's layout (the message names
-        what differs).
+        what differs) or its secret.
     """
     self.agent_tag = agent_tag
     self._signature = signature
     self._levels = list(levels)
     self._layout = None if signature is None else wire.message_layout(signature)
+    # The number of levels too: the service refuses an unroll naming a level beyond them.
     description = ("" if signature is None else json.dumps(
-        wire.describe_layout(signature, **(settings or {})), sort_keys=True))
+        wire.describe_layout(signature, **(settings or {}), num_levels=len(self._levels)),
+        sort_keys=True))
     self._incarnation = wire.new_incarnation()
     self._sequences = collections.Counter()  # Actor index -> unrolls sent so far.
     self._send_lock = threading.Lock()
@@ -66,7 +69,8 @@ class ReplayClient(distributed.ServiceClient):
         refusal_hint=("Agents sharing a replay must play the same level with the same "
                       "network and --unroll_length; only hyperparameters may differ."),
         unavailable_error=ReplayServiceUnavailable, connect_timeout_secs=connect_timeout_secs,
-        call_timeout_secs=call_timeout_secs, print_fn=print_fn)
+        call_timeout_secs=call_timeout_secs, print_fn=print_fn, secret=secret,
+        domain=REPLAY_DOMAIN)
 
   def _require_layout(self, what):
     if self._layout is None:

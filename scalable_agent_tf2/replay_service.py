@@ -55,6 +55,13 @@ and waited for during --shared_replay_connect_secs, after which their learners s
 error and write their final checkpoint; a restarted service starts empty and takes its layout
 from the first agent that reconnects. A service refuses to start on an address something listens
 on already (gRPC shares ports silently; two services would split the replay).
+
+Like the learner, the service answers only callers that prove the cluster's secret
+(--cluster_secret_file or IMPALA_CLUSTER_SECRET; distributed.Gatekeeper, every method
+including hello) and, without a secret, listens on loopback only unless
+--insecure_open_cluster. An unroll is checked beyond its shapes before it is stored
+(wire.message_problem: header fields, level index, actions), so that no sampler receives one
+it cannot read.
 """
 import argparse
 import collections
@@ -72,8 +79,11 @@ from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import stop_signals
 from scalable_agent_tf2 import wire
 
-# 1: the first version (hello with a JSON layout; serialized payloads; episodes by token).
-REPLAY_PROTOCOL_VERSION = 1
+# 1: the first version (hello with a JSON layout; serialized payloads; episodes by token);
+# 2: every call carries a credential first (distributed.Gatekeeper), and "ping".
+REPLAY_PROTOCOL_VERSION = 2
+# What the replay service's credentials are computed for (distributed.credential_tag).
+REPLAY_DOMAIN = "laser replay service"
 # Loopback: the service listens on this machine only unless told otherwise.
 DEFAULT_REPLAY_ADDRESS = "localhost:8010"
 # LASER section 5.4 shares the replay of a sweep run at once; an agent's learner waits this
@@ -129,7 +139,8 @@ def tensor_text(tensor):
 class ReplayService:
   """One buffers.EpisodeReplay served over TensorFlow's RPC; see the module docstring."""
 
-  def __init__(self, address, capacity, seed=0, print_fn=print):
+  def __init__(self, address, capacity, seed=0, print_fn=print, secret=None,
+               insecure_open_cluster=False):
     """Starts listening.
 
     Args:
@@ -137,10 +148,18 @@ class ReplayService:
       capacity: unrolls held (FIFO by episode: buffers.EpisodeReplay).
       seed: seeds the uniform sampling.
       print_fn: where joins, refusals and problems are logged.
+      secret: the cluster's secret (bytes; distributed.cluster_secret) every call must prove,
+        or None.
+      insecure_open_cluster: let a service without a secret listen beyond loopback.
 
     Raises:
       ValueError: a capacity that is not a positive integer, or an address taken.
+      distributed.ClusterError (a ValueError): a non-loopback address without a secret or
+        insecure_open_cluster.
     """
+    for line in distributed.check_listen_address(address, secret, insecure_open_cluster,
+                                                 service="replay service"):
+      print_fn(line)
     check_address_free(address)
     self.address = address
     self.replay = buffers.EpisodeReplay(capacity, seed=seed)
@@ -151,6 +170,7 @@ class ReplayService:
     self._dtypes = None          # tf.DType per payload tensor.
     self._shapes = None          # list of ints per payload tensor.
     self._done_index = None      # Where env_outputs.done is in a payload.
+    self._checked_indices = None  # Where policy_version and the actions are (or None).
     self._ledgers = collections.defaultdict(lambda: distributed.DeliveryLedger(1))
     self._incarnations = {}      # (agent, actor index) -> the incarnation it streams from.
     self._replaced = set()       # (agent, incarnation) of agent processes a newer one replaced.
@@ -160,10 +180,19 @@ class ReplayService:
     # Random start: a token of this service's predecessor (a fetch in flight across a
     # restart) names no episode here.
     self._next_token = wire.new_incarnation()
+    self._gatekeeper = distributed.Gatekeeper(secret, REPLAY_DOMAIN, "Replay service")
+    # Kept alive as long as the server serves them (the guarded ones call the originals).
+    self._functions = [(name, self._gatekeeper.guard(name, function), function)
+                       for name, function in self._methods().items()]
     self._server = tf.distribute.experimental.rpc.Server.create("grpc", address)
-    for name, function in self._methods().items():
-      self._server.register(name, function)
+    for name, guarded, _ in self._functions:
+      self._server.register(name, guarded)
     self._server.start()
+
+  @property
+  def refused_calls(self):
+    """Calls refused so far because their credential did not verify."""
+    return int(self._gatekeeper.refused.numpy())
 
   def _methods(self):
     """The registered tf.functions; each runs one of this object's methods in Python."""
@@ -190,7 +219,11 @@ class ReplayService:
     def stats():
       return tf.py_function(self._stats, [],
                             [int64, string, int64, int64, int64, string, string, int64])
-    return dict(hello=hello, add=add, sample=sample, unroll=unroll, stats=stats)
+
+    @tf.function(input_signature=[])
+    def ping():  # A client's liveness check (distributed.ServiceClient.ping).
+      return tf.constant(True)
+    return dict(hello=hello, add=add, sample=sample, unroll=unroll, stats=stats, ping=ping)
 
   # The methods' Python side (eager tensors in, numpy or Python values out).
 
@@ -219,6 +252,10 @@ class ReplayService:
         self._dtypes = dtypes
         self._shapes = [list(shape) for _, _, shape in offered["tensors"]]
         self._done_index = done_index
+        self._checked_indices = ((names.index("policy_version"),
+                                  names.index("agent_outputs/action"))
+                                 if {"policy_version", "agent_outputs/action"} <= set(names)
+                                 else None)
         self._print(f"Replay service: layout set by {peer}: "
                     f"{json.dumps(offered['settings'], sort_keys=True)}, "
                     f"{len(names)} tensors per unroll.")
@@ -257,7 +294,12 @@ class ReplayService:
       if reason is not None:
         self._print(f"Replay service: refused an unroll of {agent}: {reason}.")
         return False, reason
-      header = wire.MessageHeader(*(int(v) for v in arrays[0]))
+      header = wire.header_of(arrays)
+      reason = self._problem(header, arrays)
+      if reason is not None:
+        self._print(f"Replay service: refused an unroll of {agent} (actor "
+                    f"{header.actor_index}, sequence {header.sequence}): {reason}.")
+        return False, reason
       if (agent, header.incarnation) in self._replaced:
         # Its streams went on in a newer process with the same tag: two live agents share the
         # tag, and alternating streams would cut every episode short.
@@ -281,6 +323,15 @@ class ReplayService:
                       done=arrays[self._done_index])
       self._unrolls_added[agent] += 1
     return True, "accepted"
+
+  def _problem(self, header, arrays):
+    """wire.message_problem of a parsed unroll, against the layout's settings (levels and
+    actions, when the first agent gave them)."""
+    settings = self._layout.get("settings", {})
+    version, actions = ((arrays[i] for i in self._checked_indices)
+                        if self._checked_indices else (0, np.zeros([0], np.int32)))
+    return wire.message_problem(header, version, actions, settings.get("num_levels"),
+                                settings.get("num_actions"))
 
   def _sample(self, requester):
     requester = tensor_text(requester)
@@ -364,6 +415,14 @@ def _parser():
   parser.add_argument("--seed", type=int, default=0, help="Seeds the uniform sampling.")
   parser.add_argument("--log_secs", type=float, default=30.0,
                       help="Seconds between console lines of the replay's contents.")
+  parser.add_argument("--cluster_secret_file", default="",
+                      help="A file holding the secret every agent must prove (the same as "
+                      "their --cluster_secret_file). Default: the environment variable "
+                      f"{distributed.SECRET_ENVIRONMENT_VARIABLE} (the secret itself), else "
+                      "none: then the service listens on loopback only.")
+  parser.add_argument("--insecure_open_cluster", action="store_true",
+                      help="Let a service without a secret listen beyond loopback: anyone "
+                      "who reaches it can read and fill the replay.")
   return parser
 
 
@@ -375,12 +434,16 @@ def main(argv=None):
     return 2
   say = lambda line: print(line, flush=True)
   try:
-    service = ReplayService(args.address, args.replay_capacity, seed=args.seed, print_fn=say)
+    secret = distributed.cluster_secret(args.cluster_secret_file)
+    service = ReplayService(args.address, args.replay_capacity, seed=args.seed, print_fn=say,
+                            secret=secret, insecure_open_cluster=args.insecure_open_cluster)
   except (ValueError, tf.errors.OpError) as error:
     print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
     return 2
-  say(f"Replay service listening on {args.address}: up to {args.replay_capacity:,} unrolls; "
-      f"the first agent sets the trajectory layout.")
+  protection = ("calls must prove the cluster's secret" if secret is not None else
+                "no cluster secret")
+  say(f"Replay service listening on {args.address} ({protection}): up to "
+      f"{args.replay_capacity:,} unrolls; the first agent sets the trajectory layout.")
   sigterm = stop_signals.SigtermRaises()
   try:
     while True:

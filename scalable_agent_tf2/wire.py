@@ -7,6 +7,11 @@ tensors (message_layout). Peers agree on the layout before they exchange message
 learner compares a short digest (fingerprint); the replay service, which learns its layout from its
 first agent, compares a readable account (describe_layout, layout_differences) so that it can
 name what differs.
+
+What arrives is checked beyond its shapes before anything trains on it or stores it
+(message_problem): a level index outside the run's levels, an action outside the action space,
+a policy version from the future or a negative header field would otherwise crash the
+learner's pump (an index out of range) or be trained on as if it were true.
 """
 import collections
 import hashlib
@@ -125,9 +130,62 @@ def flatten_message(layout, header, trajectory):
        trajectory.agent_outputs))
   return [np.asarray(value, spec.dtype.as_numpy_dtype) for value, spec in zip(values, layout)]
 
+
+def message_problem(header, policy_version, actions, num_levels, num_actions=None,
+                    newest_version=None):
+  """Why a message cannot be trained on or stored, or None when it can.
+
+  Non-finite rewards and observations are the learner's input's business
+  (input_pipeline.LearnerInput.put_trajectory); this is what only the wire can get wrong.
+
+  Args:
+    header: its MessageHeader.
+    policy_version: the trajectory's policy_version (learner updates when it started).
+    actions: its agent_outputs.action array: integers for a discrete action space, floats
+      for a continuous one.
+    num_levels: the run's levels (a level index must name one); None: only checked to be
+      non-negative.
+    num_actions: the discrete action space's size (None: not checked).
+    newest_version: the receiver's learner updates so far (None: not checked). A learner
+      restarted from its checkpoint refuses the unrolls its actors started before (at most
+      one per actor thread): they name updates it no longer has.
+
+  Returns:
+    str, the reason (e.g. "level index 7 is outside the run's 2 levels"), or None.
+  """
+  for field in ("actor_index", "incarnation", "sequence"):
+    if getattr(header, field) < 0:
+      return f"header field {field} is negative ({getattr(header, field)})"
+  if header.level_index < 0 or (num_levels is not None and header.level_index >= num_levels):
+    return f"level index {header.level_index} is outside the run's {num_levels} levels"
+  version = int(np.asarray(policy_version))
+  if version < 0:
+    return f"policy version {version} is negative"
+  if newest_version is not None and version > newest_version:
+    return (f"policy version {version} is from the future (the learner has made "
+            f"{newest_version} updates)")
+  actions = np.asarray(actions)
+  if np.issubdtype(actions.dtype, np.floating):
+    if not np.all(np.isfinite(actions)):
+      return "a continuous action is not finite"
+  elif np.issubdtype(actions.dtype, np.integer) and num_actions is not None and actions.size:
+    low, high = int(actions.min()), int(actions.max())
+    if low < 0 or high >= num_actions:
+      bad = low if low < 0 else high
+      return f"action {bad} is outside the {num_actions} actions (0 to {num_actions - 1})"
+  return None
+
+
+def header_of(message):
+  """The MessageHeader of a message of message_layout (its first tensor)."""
+  fields = np.asarray(message[0]).reshape(-1)[:len(MessageHeader._fields)]
+  return MessageHeader(*(int(v) for v in fields))
+
+
 def unflatten_message(message, signature, levels):
-  """(MessageHeader, structures.Trajectory) from a message of message_layout."""
-  header = MessageHeader(*(int(v) for v in message[0]))
+  """(MessageHeader, structures.Trajectory) from a message of message_layout (checked by
+  message_problem first: the header's level index picks one of `levels`)."""
+  header = header_of(message)
   policy_version, agent_state, env_outputs, agent_outputs = tf.nest.pack_sequence_as(
       signature, message[1:])
   return header, Trajectory(
