@@ -10,11 +10,19 @@ themselves); Ctrl-C or SIGTERM stops the learner (which writes its checkpoint) a
 An actor process that dies is reported with its last lines; the others and the learner go on.
 A learner that fails or is killed is reported at once with its exit code and last lines, the
 actors are stopped within seconds, and the launcher exits non-zero.
+
+Only its own processes can join: the launcher draws a random secret for the cluster
+(distributed.py: every call to the learner must prove it) and hands it to its processes in
+the environment (IMPALA_CLUSTER_SECRET; never on a command line, which `ps` shows anyone). It
+is also written to <logdir>/cluster_secret (mode 0600), for an actor process started by hand
+(--cluster_secret_file=<logdir>/cluster_secret). A secret the user gives (that environment
+variable, or --cluster_secret_file among the experiment flags) is used instead.
 """
 import argparse
 import collections
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -23,6 +31,7 @@ import threading
 import time
 
 from scalable_agent_tf2 import config as config_lib
+from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import run_directory
 
 _EXPERIMENT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -41,17 +50,19 @@ ACTORS_STOP_SECS = 120.0
 ACTORS_TERMINATE_SECS = 10.0
 # Lines of a process's output kept to show when it dies.
 LAST_LINES = 20
+# The generated secret's file, in the logdir.
+SECRET_FILE_NAME = "cluster_secret"
 
 
 class _Process:
   """One process of the cluster, its output forwarded with a prefix and its tail kept."""
 
-  def __init__(self, role, command):
+  def __init__(self, role, command, env=None):
     self.role = role
     self.last_lines = collections.deque(maxlen=LAST_LINES)
     self.reported = False
     self.popen = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, start_new_session=True)
+                                  text=True, start_new_session=True, env=env)
     self._forwarder = threading.Thread(target=self._forward, daemon=True)
     self._forwarder.start()
 
@@ -102,7 +113,8 @@ def _report_dead_actors(actors):
 
 
 def _check_flags(experiment_flags):
-  """The experiment flags checked once, here, before any process starts (error text or None).
+  """The experiment flags checked once, here, before any process starts: (logdir, error text
+  or None).
 
   Otherwise each of the 1 + N processes would print the same error and the launcher would
   report dead actors of a cluster whose learner never started.
@@ -111,23 +123,75 @@ def _check_flags(experiment_flags):
     config = config_lib.config_from_argv(["--mode=train", *experiment_flags])
     run_directory.check_usable(config.logdir)
   except ValueError as error:
-    return str(error)
-  return None
+    return None, str(error)
+  return config.logdir, None
+
+
+def _secret_file_flag(experiment_flags):
+  """--cluster_secret_file's value among the experiment flags, or ""."""
+  found = ""
+  for index, flag in enumerate(experiment_flags):
+    if flag.startswith("--cluster_secret_file="):
+      found = flag.split("=", 1)[1]
+    elif flag == "--cluster_secret_file" and index + 1 < len(experiment_flags):
+      found = experiment_flags[index + 1]
+  return found
+
+
+def _protect(logdir, experiment_flags, environ):
+  """The environment of the cluster's processes (with its secret) and the line that says how
+  the cluster is protected.
+
+  A secret the user gave (IMPALA_CLUSTER_SECRET, or --cluster_secret_file, which the
+  processes read themselves) is kept; otherwise a random one is drawn and written to
+  <logdir>/cluster_secret, readable by this user alone.
+
+  Raises:
+    distributed.ClusterError: a given secret file that cannot be read, or the secret file
+      that cannot be written.
+  """
+  env = dict(environ)
+  secret_file = _secret_file_flag(experiment_flags)
+  if secret_file:
+    distributed.cluster_secret(secret_file)  # Readable and not empty, once, here.
+    return env, f"The cluster is protected by the secret in {secret_file}."
+  if distributed.cluster_secret(environ=environ) is not None:
+    return env, (f"The cluster is protected by the secret in "
+                 f"{distributed.SECRET_ENVIRONMENT_VARIABLE}.")
+  secret = secrets.token_hex(32)
+  path = os.path.join(logdir, SECRET_FILE_NAME)
+  try:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # A file left by an earlier run keeps no wider mode.
+    with os.fdopen(descriptor, "w") as f:
+      f.write(secret + "\n")
+  except OSError as error:
+    raise distributed.ClusterError(f"Cannot write the cluster's secret to {path} "
+                                   f"({error.strerror or error}).") from error
+  env[distributed.SECRET_ENVIRONMENT_VARIABLE] = secret
+  return env, (f"The cluster is protected by a generated secret; to add an actor process by "
+               f"hand, pass it --cluster_secret_file={path}.")
 
 
 def launch(num_actor_processes, experiment_flags, port=None):
   """Runs the cluster; returns the learner's exit code (1 if it died by a signal, 2 for bad
   flags, found before any process starts)."""
-  error = _check_flags(experiment_flags)
+  logdir, error = _check_flags(experiment_flags)
+  if not error:
+    try:
+      env, protection = _protect(logdir, experiment_flags, os.environ)
+    except distributed.ClusterError as secret_error:
+      error = str(secret_error)
   if error:
     print(f"error: {error}", file=sys.stderr)
     return 2
+  _say(protection)
   address = f"localhost:{port or _free_port()}"
   cluster = json.dumps({"learner": [address]})
   common = [sys.executable, _EXPERIMENT, "--mode=train", f"--cluster={cluster}",
             *experiment_flags]
-  learner = _Process("learner", common + ["--job_name=learner"])
-  actors = [_Process(f"actor {k}", common + ["--job_name=actor", f"--task={k}"])
+  learner = _Process("learner", common + ["--job_name=learner"], env)
+  actors = [_Process(f"actor {k}", common + ["--job_name=actor", f"--task={k}"], env)
             for k in range(num_actor_processes)]
   stopping = threading.Event()
 
