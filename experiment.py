@@ -8,9 +8,11 @@ experience replay into every batch (IMPALA section 5.2.2); --laser_replay replay
 episodes (LASER, Schmitt et al., 2019), shared with agents in other processes through a replay
 service with --shared_replay_address (scalable_agent_tf2/replay_service.py).
 
-Exit codes: 0 done (also when stopped by SIGINT or SIGTERM, with a checkpoint); 2 bad flags,
-unusable checkpoint or logdir, levels that cannot run here, or refused by a learner or replay
-service; 3 the shared replay service unreachable or lost (the checkpoint is written).
+Exit codes: 0 done (also when stopped by SIGINT or SIGTERM, with a checkpoint); 1 the run
+failed (updates that stay non-finite, a dead thread of the learner, a checkpoint or log that
+cannot be written: the newest good checkpoint is kept); 2 bad flags, unusable checkpoint or
+logdir, levels that cannot run here, or refused by a learner or replay service; 3 the shared
+replay service unreachable or lost (the checkpoint is written).
 
 --level_name takes a level ("atari/pong", "explore_goal_locations_small") or a suite
 ("atari57", "dmlab30"). Flags left unset take the paper's value for that level or suite
@@ -131,6 +133,11 @@ def main(argv):
           training.LevelsCannotRun) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
+  except training.RunFailed as error:
+    # A failure of the run itself (non-finite updates, a dead thread of the learner, a
+    # checkpoint or log that could not be written); the message names the checkpoint kept.
+    print(f"error: {error}", file=sys.stderr)
+    return 1
   except replay_service.ReplayServiceUnavailable as error:
     # Not 2 ("bad flags"): the population driver restarts such a member (the service may be
     # back by then).

@@ -268,6 +268,35 @@ class ReplayAccounts:
   num_online_fill: int
 
 
+def non_finite_fields(trajectory):
+  """Names of the trajectory's floating-point fields holding NaN or Inf, with their counts
+  (e.g. ["env_outputs/reward (3)"]); empty for a trajectory the learner may train on.
+
+  Integer fields (Atari's and DMLab's uint8 frames, actions) cannot hold either. Checked in
+  numpy as each trajectory arrives (a few microseconds for an Atari unroll's rewards, logits
+  and baselines): one NaN reward or logit in a batch makes the loss NaN, and RMSProp would
+  write it into every parameter.
+  """
+  names = []
+  for part in ("env_outputs", "agent_outputs"):
+    value = getattr(trajectory, part)
+    for name, array in zip(_field_names(value), tf.nest.flatten(value)):
+      array = np.asarray(array)
+      if array.dtype.kind == "f":
+        bad = array.size - int(np.count_nonzero(np.isfinite(array)))
+        if bad:
+          names.append(f"{part}/{name} ({bad})")
+  return names
+
+
+def _field_names(structure, prefix=""):
+  """Names of tf.nest.flatten(structure)'s leaves ("observation/frame"), namedtuples only."""
+  if hasattr(structure, "_fields"):
+    return [name for field, value in zip(structure._fields, structure)
+            for name in _field_names(value, f"{prefix}{field}/")]
+  return [prefix.rstrip("/")]
+
+
 class LearnerInput:
   """One run's learner input: the actors' queues, then (dataset) the batches over them.
 
@@ -276,8 +305,10 @@ class LearnerInput:
   `lost_replay`.
   """
 
-  def __init__(self, config, stop_event):
+  def __init__(self, config, stop_event, print_fn=print):
     self._config = config
+    self._print = print_fn
+    self.dropped_trajectories = 0  # Non-finite numbers (put_trajectory).
     self.queues = LearnerQueues(config.num_learners, config.queue_capacity, config.batch_size,
                                 stop_event)
     self.replay = None  # LASER: the buffers.EpisodeReplay or replay_client.ReplayClient.
@@ -285,7 +316,19 @@ class LearnerInput:
     self.lost_replay = []
 
   def put_trajectory(self, trajectory, actor_index):
-    """Queues an actor's trajectory; blocks while full; False once stopping."""
+    """Queues an actor's trajectory; blocks while full; False once stopping.
+
+    A trajectory with NaN or Inf in its observations, rewards or behaviour-policy outputs
+    (from a local actor or over the wire) is dropped and logged with its actor instead: it
+    is never trained on (non_finite_fields says why).
+    """
+    bad = non_finite_fields(trajectory)
+    if bad:
+      self.dropped_trajectories += 1
+      self._print(f"Dropped a trajectory of actor {actor_index} ({trajectory.level_name}): "
+                  f"non-finite {', '.join(bad)}; not trained on "
+                  f"({self.dropped_trajectories} dropped so far).")
+      return True
     if self._config.laser_replay:
       return self.queues.put((trajectory, actor_index), actor_index)
     return self.queues.put(trajectory, actor_index)

@@ -114,8 +114,10 @@ class Learner(tf.Module):
 
     Returns:
       dict of scalars: total_loss, pg_loss, baseline_loss, entropy_loss, learning_rate (the
-      one used for this step), grad_norm (before clipping), num_env_frames (after the step);
-      with a trust region also trust_region_rejected (number of rejected steps).
+      one used for this step), grad_norm (before clipping), num_env_frames (after the step),
+      update_skipped (bool: the loss or gradient norm was not finite and nothing changed,
+      see _apply); with a trust region also trust_region_rejected (number of rejected
+      steps).
     """
     env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
                                                           env_outputs, agent_outputs)
@@ -180,21 +182,34 @@ class Learner(tf.Module):
                        num_new_trajectories)
 
   def _apply(self, total_loss, terms, gradients, rewards, num_new_trajectories):
-    """Clips, applies RMSProp, counts frames; returns the update's statistics."""
+    """Clips, applies RMSProp, counts frames; returns the update's statistics.
+
+    An update whose loss or gradient norm is not finite (a diverged network, a batch that
+    overflows) is skipped: RMSProp's step would write NaN into every parameter and slot, and
+    a checkpoint would then keep them. Parameters, optimizer state and the frame count stay
+    as they were (the batch was not trained on); `update_skipped` says so (training.py counts
+    skipped updates in a row and stops the run at --max_nonfinite_updates).
+    """
     config = self.config
     unroll_length = tf.cast(tf.shape(rewards)[0] - 1, tf.int64)
     # The released code computes the rate from the frames BEFORE this update.
     learning_rate = optimizers.linear_decay(self.learning_rate, self.num_env_frames,
                                             config.total_environment_frames)
     grad_norm = tf.linalg.global_norm(gradients)
+    finite = tf.logical_and(tf.math.is_finite(total_loss), tf.math.is_finite(grad_norm))
     if config.max_grad_norm is not None:
       gradients, _ = tf.clip_by_global_norm(gradients, config.max_grad_norm,
                                             use_norm=grad_norm)
-    self.optimizer.apply_gradients(gradients, learning_rate)
-    self.num_env_frames.assign_add(
-        unroll_length * num_new_trajectories * config.num_action_repeats)
+
+    def apply():
+      self.optimizer.apply_gradients(gradients, learning_rate)
+      self.num_env_frames.assign_add(
+          unroll_length * num_new_trajectories * config.num_action_repeats)
+      return tf.constant(True)
+    applied = tf.cond(finite, apply, lambda: tf.constant(False))
     return dict(total_loss=total_loss, learning_rate=learning_rate, grad_norm=grad_norm,
-                num_env_frames=self.num_env_frames.read_value(), **terms)
+                num_env_frames=self.num_env_frames.read_value(),
+                update_skipped=tf.logical_not(applied), **terms)
 
 
 class ImpactLearner(Learner):
@@ -333,8 +348,12 @@ class ImpactLearner(Learner):
     gradients = tape.gradient(total_loss, self._variables)
     stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
                         num_new_trajectories)
-    self.num_updates.assign_add(1)
-    refresh = tf.equal(self.num_updates % impact.target_update_period, 0)
+    # A skipped step (non-finite, see _apply) is no step: it neither counts towards the
+    # target refresh nor adapts the KL coefficient (whose KL would be NaN too).
+    applied = tf.logical_not(stats["update_skipped"])
+    self.num_updates.assign_add(tf.cast(applied, tf.int64))
+    refresh = tf.logical_and(applied,
+                             tf.equal(self.num_updates % impact.target_update_period, 0))
     target_updated = tf.cond(refresh, self._copy_to_target, lambda: tf.constant(False))
     if self.kl_target is None:
       return dict(stats, target_updated=target_updated, **diagnostics)

@@ -34,6 +34,7 @@ from scalable_agent_tf2 import actor as actor_lib
 from scalable_agent_tf2 import actor_process
 from scalable_agent_tf2 import assembly
 from scalable_agent_tf2 import checkpoint_files
+from scalable_agent_tf2 import checkpoints
 from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import input_pipeline
 from scalable_agent_tf2 import loss_terms
@@ -187,6 +188,16 @@ def _build_and_supervise(config, environment_constructor, network_config, print_
     return _supervise(run, stop_request)
 
 
+class RunFailed(RuntimeError):
+  """The run stopped on a failure of its own (not a bad flag): updates that stay non-finite,
+  a thread of the learner that died, a checkpoint or log that could not be written. The
+  message says what happened and which checkpoint holds the run's state."""
+
+
+class NonFiniteUpdates(RunFailed):
+  """--max_nonfinite_updates updates in a row had a non-finite loss or gradient norm."""
+
+
 class LevelsCannotRun(RuntimeError):
   """Levels whose environments cannot start or reset here (environments.LevelCannotRun from
   one or more actors), named together with what to do.
@@ -219,6 +230,8 @@ class _Progress:
   """What the learner thread counts; actors and the supervisor read it."""
   num_updates: int = 0
   trained: int = 0  # New trajectories trained on (not replayed, not used again by IMPACT).
+  skipped_updates: int = 0  # Non-finite loss or gradient norm: nothing changed (learner.py).
+  skipped_in_a_row: int = 0
 
 
 class _LocalActors:
@@ -237,6 +250,9 @@ class _LocalActors:
 
   def failed(self):
     return actor_lib.first_failed(self.threads)
+
+  def failed_thread(self):
+    return None  # The actor threads' failures are `failed`'s; there is no other thread.
 
   def poll(self):
     pass  # Local actors report their episodes to the monitor themselves.
@@ -273,6 +289,9 @@ class _Run:
     self.progress = _Progress()
     self.update_lock = threading.Lock()  # Checkpoints never see half an update.
     self.learner_error = None
+    # What stopped the run that is neither an actor's nor the learner thread's error: a
+    # checkpoint or log that could not be written, a dead thread of the learner's (RunFailed).
+    self.failure = None
     self.stop_reason = "frame budget reached"
     self.last_checkpoint = checkpointer.latest
     self.accounts = None
@@ -290,7 +309,7 @@ class _Run:
     cleanup.callback(self.monitor.close)
     self.policy = assembly.make_policy(config, self.agent, self.device)
     cleanup.callback(self.policy.close)
-    self.input = input_pipeline.LearnerInput(config, self.stop_event)
+    self.input = input_pipeline.LearnerInput(config, self.stop_event, self.print)
     signature = assembly.trajectory_signature(self.agent.config, config.unroll_length,
                                               self.policy)
     if listen_address is None:
@@ -334,8 +353,9 @@ class _Run:
         for policy_versions, batch, num_new in input_pipeline.learner_steps(
             self.dataset, self.learner, self.config):
           stats = self._update(batch, num_new)
+          if stats is None:
+            continue  # Skipped: non-finite (see _update).
           self.actors.publish_version(self.progress.num_updates)
-          stats = {k: v.numpy() for k, v in stats.items()}
           self.monitor.record_update(
               stats, self.progress.num_updates - 1 - policy_versions.numpy())
           if (stats["num_env_frames"] >= self.config.total_environment_frames
@@ -347,11 +367,28 @@ class _Run:
       self.stop_event.set()
 
   def _update(self, batch, num_new):
+    """One learner update; its statistics (numpy), or None when the learner skipped it
+    (non-finite loss or gradient norm: parameters, optimizer and frames unchanged)."""
     with self.update_lock:
       stats = self.learner.update(*batch, num_new_trajectories=num_new, **self.update_options)
-      self.progress.num_updates += 1
-      self.progress.trained += num_new
-    return stats
+      stats = {k: v.numpy() for k, v in stats.items()}
+      if not stats.pop("update_skipped"):
+        self.progress.num_updates += 1
+        self.progress.trained += num_new
+        self.progress.skipped_in_a_row = 0
+        return stats
+      self.progress.skipped_updates += 1
+      self.progress.skipped_in_a_row += 1
+    in_a_row, limit = self.progress.skipped_in_a_row, self.config.max_nonfinite_updates
+    self.print(f"Skipped a learner update: loss {stats['total_loss']:.3g}, gradient norm "
+               f"{stats['grad_norm']:.3g} (not finite); parameters unchanged ({in_a_row} in a "
+               f"row, the run stops at {limit}).")
+    if in_a_row >= limit:
+      raise NonFiniteUpdates(
+          f"{in_a_row} learner updates in a row had a non-finite loss or gradient norm "
+          f"(--max_nonfinite_updates={limit}): training has diverged. Lower --learning_rate "
+          f"(or set --max_grad_norm), then resume from the last checkpoint.")
+    return None
 
   def start(self):
     self.monitor.start(self.frames())
@@ -366,17 +403,44 @@ class _Run:
     next_checkpoint = time.monotonic() + config.checkpoint_secs
     while not self.stop_event.wait(min(0.5, config.log_secs)):
       now = time.monotonic()
-      if self._actors_stop_the_run(now):
+      if self._actors_stop_the_run(now) or self._a_thread_died():
         return
       self.actors.poll()
       if now >= next_log:
-        self.monitor.write(self.frames(), self.input.queues.fill())
+        try:
+          self.monitor.write(self.frames(), self.input.queues.fill())
+        except OSError as error:  # A full disk, a read-only or deleted logdir.
+          self.failure = RunFailed(f"Cannot write the run's log in {config.logdir}: {error}.")
+          return
         next_log = now + config.log_secs
       if now >= next_checkpoint:
-        with self.update_lock:
-          self.last_checkpoint = self.checkpointer.save(self.frames())
+        if not self.save():
+          return
         self.print(f"Checkpoint {self.last_checkpoint}")
         next_checkpoint = now + config.checkpoint_secs
+
+  def save(self):
+    """Writes a checkpoint (never half an update); False, with `failure` set, when it could
+    not be written (the previous checkpoint stays the newest: checkpoints.py)."""
+    try:
+      with self.update_lock:
+        self.last_checkpoint = self.checkpointer.save(self.frames())
+      return True
+    except checkpoints.CheckpointError as error:  # Non-finite parameters, a full disk, ...
+      if self.failure is None:
+        self.failure = RunFailed(str(error))
+      return False
+
+  def _a_thread_died(self):
+    """Whether a thread of the learner's (a cluster's trajectory pump) died: the run stops
+    (an actor's failure is _actors_stop_the_run's; the learner thread's, learner_error)."""
+    dead = self.actors.failed_thread()
+    if dead is None:
+      return False
+    name, error = dead
+    self.failure = RunFailed(f"The learner's {name} thread died: {type(error).__name__}: "
+                             f"{error}")
+    return True
 
   def _actors_stop_the_run(self, now):
     """Whether actors' failures stop the run now: an error at once; levels that cannot run
@@ -413,7 +477,11 @@ class _Run:
     if self.learner_thread.ident is not None:  # Started.
       self.learner_thread.join(actor_process.JOIN_TIMEOUT_SECS)
     self.actors.join(actor_process.JOIN_TIMEOUT_SECS)
-    self.last_checkpoint = self.checkpointer.save(self.frames())
+    if isinstance(self.learner_error, NonFiniteUpdates):
+      # The parameters that led to non-finite updates are not worth a checkpoint: the last
+      # one stays the newest.
+      return
+    self.save()
 
   def report(self):
     """The final log record and console lines: trajectory accounts, why the run stopped."""
@@ -423,8 +491,20 @@ class _Run:
                                              **self.actors.delivered())
     for line in self.accounts.lines():
       self.print(line)
-    self.print(f"Stopped: {self.stop_reason}. Checkpoint {self.last_checkpoint} at "
-               f"{self.frames():,} frames.")
+    if self.progress.skipped_updates:
+      self.print(f"Learner updates skipped (non-finite loss or gradient norm): "
+                 f"{self.progress.skipped_updates}.")
+    if self.input.dropped_trajectories:
+      self.print(f"Trajectories dropped (non-finite numbers): "
+                 f"{self.input.dropped_trajectories}.")
+    failure = self.failure or self.learner_error
+    if isinstance(failure, RunFailed):
+      self.stop_reason = f"{failure}"
+      self.print(f"Stopped: {self.stop_reason} Checkpoint {self.last_checkpoint} kept as "
+                 f"the newest.")
+    else:
+      self.print(f"Stopped: {self.stop_reason}. Checkpoint {self.last_checkpoint} at "
+                 f"{self.frames():,} frames.")
     self.actors.farewell()
 
   def raise_failure(self):
@@ -442,9 +522,21 @@ class _Run:
     if self.input.lost_replay:
       lost = self.input.lost_replay[0]
       raise type(lost)(f"{lost}{saved}") from lost
+    if self.failure is not None:
+      raise RunFailed(f"{self.failure}{self._kept()}") from self.failure
+    if isinstance(self.learner_error, RunFailed):
+      raise type(self.learner_error)(f"{self.learner_error}{self._kept()}") from (
+          self.learner_error)
     if self.learner_error is not None and not isinstance(self.learner_error,
                                                          tf.errors.CancelledError):
-      raise self.learner_error
+      error = self.learner_error
+      raise RunFailed(f"The learner thread failed: {type(error).__name__}: {error}"
+                      f"{self._kept()}") from error
+
+  def _kept(self):
+    if self.last_checkpoint is None:
+      return " No checkpoint was written."
+    return f" Training stopped; the checkpoint {self.last_checkpoint} holds its last good state."
 
   def result(self):
     return TrainResult(num_env_frames=self.frames(), num_updates=self.progress.num_updates,

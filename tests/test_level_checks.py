@@ -100,3 +100,24 @@ def test_dmlab_levels_without_deepmind_lab_point_to_build_md(monkeypatch):
   with pytest.raises(ModuleNotFoundError, match="BUILD.md"):
     _check_can_run("--level_name=seekavoid_arena_01")
   _check_can_run("--level_name=atari/pong")  # Other levels do not need it.
+
+
+def test_actors_of_any_level_that_do_not_fit_in_memory_are_refused_before_anything_starts(
+    monkeypatch):
+  monkeypatch.setattr(config_lib, "machine_memory_gb", lambda: 24.0)
+  # One environment process per actor: 0.1 GB each + 2.5 GB; (24 - 2.5) / 0.1 = 215.
+  with pytest.raises(ValueError) as raised:
+    _check_can_run("--level_name=toy/lit_side", "--num_actors=100000")
+  message = str(raised.value)
+  assert "100,000 environment processes" in message and "--num_actors=215 or fewer" in message
+  _check_can_run("--level_name=toy/lit_side", "--num_actors=215")
+  # Atari games stepped in the training process: 0.002 GB each; 10,750 games / 24 per actor.
+  with pytest.raises(ValueError, match="--num_actors=447 or fewer"):
+    _check_can_run("--level_name=atari/pong", "--num_actors=100000", "--envs_per_actor=24")
+  _check_can_run("--level_name=atari/pong", "--num_actors=447", "--envs_per_actor=24")
+  # experiment.py refuses it before TensorFlow starts (exit 2, one error line).
+  result = subprocess.run([sys.executable, "experiment.py", "--level_name=toy/lit_side",
+                           "--num_actors=100000", "--logdir=/nonexistent/never/made"],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=__import__("tests.test_training").test_training.REPO_DIR)
+  assert result.returncode == 2 and result.stderr.startswith("error: --num_actors=100000")
