@@ -224,11 +224,13 @@ class Gatekeeper:
     """`function` (a tf.function with an input signature) behind the credential check."""
     specs = list(function.input_signature)
 
+    body = function.python_function  # Traced into this graph: one function, no nesting.
+
     @tf.function(input_signature=[_CREDENTIAL_SPEC, _CREDENTIAL_SPEC] + specs)
     def guarded(nonce, tag, *args):
-      # Every op of the method waits for the check: its call, and its arguments.
+      # Every op of the method waits for the check: its arguments and everything it runs.
       with tf.control_dependencies([self._check(name, nonce, tag)]):
-        return function(*[tf.identity(arg) for arg in args])
+        return body(*[tf.identity(arg) for arg in args])
     return guarded
 
   def _check(self, name, nonce, tag):
