@@ -13,6 +13,7 @@ import gc
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import time
@@ -114,8 +115,9 @@ def _intact(path):
 
 def _describe(error):
   """An OSError or TensorFlow error in one line."""
-  if isinstance(error, tf.errors.OpError):
-    return f"{type(error).__name__}: {error.message}"
+  if isinstance(error, tf.errors.OpError):  # Without the op's internal names around it.
+    message = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]", "", error.message)
+    return f"{type(error).__name__}: {message}"
   return str(error)
 
 

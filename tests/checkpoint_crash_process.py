@@ -1,0 +1,68 @@
+"""Processes that checkpoint until killed, for test_checkpoint_safety.py's crash tests (run
+from the repository root, unbuffered: python -u -m tests.checkpoint_crash_process MODE LOGDIR).
+
+MODE saver: restores the newest checkpoint with checkpoints.Checkpointer, checks that every
+  value is the one saved at its frames and prints "restored <frames>", then saves without end,
+  three times at each frame count (a run that has not trained since its last checkpoint saves
+  under the same name), printing "saved <frames>" after each save. A failed restore prints
+  "error: ..." and exits 1. The environment variable CHECKPOINTS_PY names another
+  checkpoints.py to run instead (the code before issue 30, to show that it fails).
+MODE train: a toy training (tests/test_training.py's) that checkpoints every 0.5 s; the
+  console's start banner says where it resumes from, "Checkpoint <path>" each save.
+
+Everything is imported under __main__: the toy's environment processes start by "spawn" and
+re-import this module, and must not import TensorFlow.
+"""
+import os
+import sys
+
+# Big enough that a save takes a while (kills land inside writes), small enough to be quick.
+VALUES = 1 << 20
+
+
+def _checkpoints_module():
+  path = os.environ.get("CHECKPOINTS_PY")
+  if not path:
+    from scalable_agent_tf2 import checkpoints  # pylint: disable=import-outside-toplevel
+    return checkpoints
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location("checkpoints_under_test", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def saver(logdir):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  checkpoints = _checkpoints_module()
+  frames = tf.Variable(0, dtype=tf.int64)
+  values = tf.Variable(tf.zeros([VALUES]))
+  checkpointer = checkpoints.Checkpointer(logdir, {"torso": "shallow"}, frames=frames,
+                                          values=values)
+  try:
+    checkpointer.restore()
+  except checkpoints.CheckpointError as error:
+    print(f"error: {error}", flush=True)
+    sys.exit(1)
+  start = int(frames.numpy())
+  if not bool(tf.reduce_all(values == float(start))):
+    print(f"error: the values restored at {start} frames are not the ones saved", flush=True)
+    sys.exit(1)
+  print(f"restored {start}", flush=True)
+  step = 0
+  while True:
+    frames.assign(start + 10 * (step // 3))
+    values.assign(tf.fill([VALUES], float(frames.numpy())))
+    checkpointer.save(int(frames.numpy()))
+    print(f"saved {int(frames.numpy())}", flush=True)
+    step += 1
+
+
+def train(logdir):
+  from tests.test_training import toy_config, train_toy  # pylint: disable=import-outside-toplevel
+  train_toy(toy_config(logdir, total_frames=100_000_000, num_actors=2, log_secs=1.0,
+                       checkpoint_secs=0.5))
+
+
+if __name__ == "__main__":
+  {"saver": saver, "train": train}[sys.argv[1]](sys.argv[2])
