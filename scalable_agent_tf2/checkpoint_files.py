@@ -42,8 +42,8 @@ SETTINGS_FILE = "settings.json"
 MAX_TO_KEEP = 5
 SET_ASIDE_SUBDIR = "set_aside"
 # A save's temporary directory inside the checkpoint directory (the same filesystem, so moving
-# its files into place is a rename): SAVING_PREFIX + "<pid>-<random hex>". The name does not
-# start with PREFIX: has_checkpoint_files and copy_checkpoint pass it by.
+# its files into place is a rename): saving_dir_name(). The name does not start with PREFIX:
+# has_checkpoint_files and copy_checkpoint pass it by.
 SAVING_PREFIX = ".saving-"
 # Temporary files replaced onto the state and settings files: <name>.tmp<hex> (TensorFlow's
 # CheckpointManager names its own the same way).
@@ -217,6 +217,12 @@ def locked(directory, wait=True):
     os.close(fd)  # Releases the lock.
 
 
+def saving_dir_name(name):
+  """The name of the temporary directory of a save of checkpoint `name`: it says which
+  checkpoint was being saved (clean_leftovers adopts it when only the state file is missing)."""
+  return f"{SAVING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.{name}"
+
+
 def _is_leftover(directory, name, names):
   """Whether file or directory `name` is what an interrupted save left behind."""
   if os.path.isdir(os.path.join(directory, name)):
@@ -234,24 +240,69 @@ def _is_leftover(directory, name, names):
 def clean_leftovers(logdir):
   """Tidies a run's checkpoint directory after saves cut short (at the next start).
 
-  Deletes temporary files and directories and data files without an .index (incomplete
-  checkpoints). Moves complete checkpoints that the state file does not list into set_aside/
-  (a save killed before naming its checkpoint, files someone put there): they might be
-  someone's, so they are kept, out of the way of later saves. Only those older than every
-  listed one while the list is full are deleted: the run itself deletes them (MAX_TO_KEEP)
-  right after writing the state file, and a kill came between. Without a state file nothing
-  complete is touched (Checkpointer.restore asks which to resume from).
+  A save killed after moving its checkpoint in but before naming it in the state file left
+  its complete checkpoint and its temporary directory, which names it (saving_dir_name): that
+  checkpoint is adopted, made the newest, when it is newer than every other. This is safe: the
+  save read every tensor of it back and synced its files before moving them in, its .index
+  last (an .index there before the save began would have been set aside or, as the newest, not
+  saved again, so this one is the save's own).
+
+  Then deletes temporary files and directories and data files without an .index (incomplete
+  checkpoints). Moves other complete checkpoints that the state file does not list into
+  set_aside/ (files someone put there): they might be someone's, so they are kept, out of the
+  way of later saves. Only those older than every listed one while the list is full are
+  deleted: the run itself deletes them (MAX_TO_KEEP) right after writing the state file, and a
+  kill came between. Without a state file nothing complete is touched (Checkpointer.restore
+  asks which to resume from).
 
   Does nothing while another process holds the directory's lock (it is saving: its
   temporary files are no leftovers).
 
   Returns:
-    (names deleted, paths of the checkpoints moved to set_aside/).
+    (names deleted, paths of the checkpoints moved to set_aside/, names adopted).
   """
   directory = checkpoint_dir(logdir)
-  removed, moved = [], []
+  removed, moved, adopted = [], [], []
   if not os.path.isdir(directory):
-    return removed, moved
+    return removed, moved, adopted
+  with locked(directory, wait=False) as held:
+    if not held:
+      return removed, moved, adopted
+    names = os.listdir(directory)
+    state = read_state(directory)
+    complete = complete_checkpoints(directory)
+    for name in sorted(names):
+      saving = (name[len(SAVING_PREFIX):].partition(".")[2]
+                if name.startswith(SAVING_PREFIX) else "")
+      # The newest complete checkpoint, unlisted; without a state file, the only one.
+      if (saving and complete and saving == complete[-1]
+          and (saving not in state[1] if state else complete == [saving])):
+        write_state(directory, ((state[1] if state else []) + [saving])[-MAX_TO_KEEP:])
+        adopted.append(saving)
+        state = read_state(directory)
+    for name in sorted(names):
+      if _is_leftover(directory, name, names):
+        path = os.path.join(directory, name)
+        if os.path.isdir(path):
+          shutil.rmtree(path)
+        else:
+          os.remove(path)
+        removed.append(name)
+    if state is not None:
+      listed = [checkpoint_number(name) for name in state[1]]
+      oldest = min((n for n in listed if n is not None), default=None)
+      for name in complete_checkpoints(directory):
+        if name in state[1]:
+          continue
+        if (len(state[1]) >= MAX_TO_KEEP and oldest is not None
+            and checkpoint_number(name) < oldest):
+          remove_checkpoint(directory, name)
+          removed.append(name)
+        else:
+          moved.append(set_aside(logdir, name))
+    if removed:
+      sync_directory(directory)
+  return removed, moved, adopted
   with locked(directory, wait=False) as held:
     if not held:
       return removed, moved

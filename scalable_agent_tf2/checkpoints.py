@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import shutil
 import time
 
@@ -133,6 +132,8 @@ class Checkpointer:
       complete ones the state file did not list (at creation), those newer than
       restore(restore_from=...), one in the way of a save; set_aside_note says it in a line.
     removed: names of the leftovers of interrupted saves it deleted at creation.
+    adopted: names of the checkpoints it made the newest at creation: complete, but their
+      save was killed before it named them in the state file (checkpoint_files.clean_leftovers).
   """
 
   def __init__(self, logdir, settings, **trackables):
@@ -151,8 +152,9 @@ class Checkpointer:
     self._directory_existed = os.path.isdir(self._directory)
     self.set_aside = []
     self.removed = []
+    self.adopted = []
     try:
-      self.removed, self.set_aside = checkpoint_files.clean_leftovers(logdir)
+      self.removed, self.set_aside, self.adopted = checkpoint_files.clean_leftovers(logdir)
     except OSError:
       pass  # A read-only logdir (testing a copied run): nothing to clean that a save needs.
 
@@ -162,7 +164,6 @@ class Checkpointer:
     state = checkpoint_files.read_state(self._directory)
     return None if state is None else os.path.join(self._directory, state[0])
 
-  @property
   def set_aside_note(self):
     """A line naming the checkpoints in set_aside, for the caller to print; None if none."""
     if not self.set_aside:
@@ -395,8 +396,7 @@ class Checkpointer:
       self.set_aside.append(checkpoint_files.set_aside(self._logdir, name))
     # As tf.train.CheckpointManager did: checkpoints hold the same variables as before.
     self._checkpoint.save_counter.assign_add(1)
-    temp_dir = os.path.join(directory, f"{checkpoint_files.SAVING_PREFIX}{os.getpid()}-"
-                            f"{secrets.token_hex(4)}")
+    temp_dir = os.path.join(directory, checkpoint_files.saving_dir_name(name))
     os.mkdir(temp_dir)
     placed = []  # Files moved into the directory: removed unless the checkpoint became newest.
     newest = False
