@@ -321,7 +321,11 @@ class _Forwarder:
         near, _ = self._listener.accept()
       except OSError:
         return
-      far = socket.create_connection(self._target)
+      try:
+        far = socket.create_connection(self._target)
+      except OSError:  # The learner is not up yet: as ssh, drop this connection.
+        near.close()
+        continue
       self.connections += 1
       for source, sink in ((near, far), (far, near)):
         threading.Thread(target=self._copy, args=(source, sink), daemon=True).start()
@@ -387,8 +391,18 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
   actor = threading.Thread(target=lambda: result.append(actor_process.run_actor_process(
       config, f"localhost:{forwarder.port}", task=0, network_config=test_training.TOY_NETWORK,
       environment_constructor=td.toy_environment.environment_constructor(),
-      print_fn=lines.append, connect_timeout_secs=120, secret=SECRET)), daemon=True)
+      print_fn=lines.append, connect_timeout_secs=180, secret=SECRET)), daemon=True)
   try:
+    # The tunnel is opened to a learner that listens (ssh would accept and drop connections
+    # until then, and gRPC backs off from such an address for up to minutes).
+    deadline = time.monotonic() + 240
+    while True:
+      assert learner.poll() is None and time.monotonic() < deadline, learner.stdout.read()
+      try:
+        socket.create_connection(("localhost", learner_port)).close()
+        break
+      except OSError:
+        time.sleep(0.5)
     actor.start()
     deadline = time.monotonic() + 180
     while not any("first trajectory delivered" in l for l in lines):
