@@ -31,7 +31,6 @@ import threading
 import time
 
 from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import distributed
 from scalable_agent_tf2 import run_directory
 
 _EXPERIMENT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -52,6 +51,8 @@ ACTORS_TERMINATE_SECS = 10.0
 LAST_LINES = 20
 # The generated secret's file, in the logdir.
 SECRET_FILE_NAME = "cluster_secret"
+# distributed.SECRET_ENVIRONMENT_VARIABLE (the launcher does not import TensorFlow).
+SECRET_VARIABLE = "IMPALA_CLUSTER_SECRET"
 
 
 class _Process:
@@ -147,17 +148,24 @@ def _protect(logdir, experiment_flags, environ):
   <logdir>/cluster_secret, readable by this user alone.
 
   Raises:
-    distributed.ClusterError: a given secret file that cannot be read, or the secret file
-      that cannot be written.
+    ValueError: a given secret file that cannot be read or is empty, or the secret file that
+      cannot be written.
   """
   env = dict(environ)
   secret_file = _secret_file_flag(experiment_flags)
   if secret_file:
-    distributed.cluster_secret(secret_file)  # Readable and not empty, once, here.
+    try:  # Checked once, here (as distributed.cluster_secret will in every process).
+      with open(secret_file, "rb") as f:
+        given = f.read().strip()
+    except OSError as error:
+      raise ValueError(f"Cannot read the cluster secret file {secret_file} "
+                       f"({error.strerror or error}).") from error
+    if not given:
+      raise ValueError(f"The cluster secret file {secret_file} is empty; write the secret "
+                       f"into it.")
     return env, f"The cluster is protected by the secret in {secret_file}."
-  if distributed.cluster_secret(environ=environ) is not None:
-    return env, (f"The cluster is protected by the secret in "
-                 f"{distributed.SECRET_ENVIRONMENT_VARIABLE}.")
+  if environ.get(SECRET_VARIABLE, "").strip():
+    return env, f"The cluster is protected by the secret in {SECRET_VARIABLE}."
   secret = secrets.token_hex(32)
   path = os.path.join(logdir, SECRET_FILE_NAME)
   try:
@@ -166,9 +174,9 @@ def _protect(logdir, experiment_flags, environ):
     with os.fdopen(descriptor, "w") as f:
       f.write(secret + "\n")
   except OSError as error:
-    raise distributed.ClusterError(f"Cannot write the cluster's secret to {path} "
-                                   f"({error.strerror or error}).") from error
-  env[distributed.SECRET_ENVIRONMENT_VARIABLE] = secret
+    raise ValueError(f"Cannot write the cluster's secret to {path} "
+                     f"({error.strerror or error}).") from error
+  env[SECRET_VARIABLE] = secret
   return env, (f"The cluster is protected by a generated secret; to add an actor process by "
                f"hand, pass it --cluster_secret_file={path}.")
 
@@ -180,7 +188,7 @@ def launch(num_actor_processes, experiment_flags, port=None):
   if not error:
     try:
       env, protection = _protect(logdir, experiment_flags, os.environ)
-    except distributed.ClusterError as secret_error:
+    except ValueError as secret_error:
       error = str(secret_error)
   if error:
     print(f"error: {error}", file=sys.stderr)
