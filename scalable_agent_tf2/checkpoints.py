@@ -353,6 +353,9 @@ class Checkpointer:
     then are checkpoints beyond MAX_TO_KEEP deleted. Until that moment the previous newest is
     untouched, and no save ever writes over an existing checkpoint's files.
 
+    A save at the frames of the newest checkpoint, intact, writes nothing and returns its path:
+    checkpoints are numbered by frames, which grow with every update (see _save).
+
     Raises:
       NonFiniteState: a floating-point variable holds NaN or Inf (nothing written).
       CheckpointSaveError: an OSError (or TensorFlow's error for one) stopped the save; its

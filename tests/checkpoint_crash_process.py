@@ -4,7 +4,8 @@ from the repository root, unbuffered: python -u -m tests.checkpoint_crash_proces
 MODE saver: restores the newest checkpoint with checkpoints.Checkpointer, checks that every
   value is the one saved at its frames and prints "restored <frames>", then saves without end,
   three times at each frame count (a run that has not trained since its last checkpoint saves
-  under the same name), printing "saved <frames>" after each save. A failed restore prints
+  under the same name), printing "saving <frames>" before each save and "saved <frames>"
+  after. A failed restore prints
   "error: ..." and exits 1. The environment variable CHECKPOINTS_PY names another
   checkpoints.py to run instead (the code before issue 30, to show that it fails).
 MODE train: a toy training (tests/test_training.py's) that checkpoints every 0.5 s; the
@@ -16,8 +17,10 @@ re-import this module, and must not import TensorFlow.
 import os
 import sys
 
-# Big enough that a save takes a while (kills land inside writes), small enough to be quick.
-VALUES = 1 << 20
+# Like a network's variables and their optimizer slots: many tensors (a long index file to
+# merge and write, where TensorFlow's own saves were open to a kill), a few MiB in all.
+VARIABLES = int(os.environ.get("CRASH_VARIABLES", "100"))
+VALUES = 8192
 
 
 def _checkpoints_module():
@@ -36,7 +39,7 @@ def saver(logdir):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   checkpoints = _checkpoints_module()
   frames = tf.Variable(0, dtype=tf.int64)
-  values = tf.Variable(tf.zeros([VALUES]))
+  values = [tf.Variable(tf.zeros([VALUES])) for _ in range(VARIABLES)]
   checkpointer = checkpoints.Checkpointer(logdir, {"torso": "shallow"}, frames=frames,
                                           values=values)
   try:
@@ -45,14 +48,17 @@ def saver(logdir):
     print(f"error: {error}", flush=True)
     sys.exit(1)
   start = int(frames.numpy())
-  if not bool(tf.reduce_all(values == float(start))):
+  if not all(bool(tf.reduce_all(v == float(start))) for v in values):
     print(f"error: the values restored at {start} frames are not the ones saved", flush=True)
     sys.exit(1)
   print(f"restored {start}", flush=True)
   step = 0
   while True:
-    frames.assign(start + 10 * (step // 3))
-    values.assign(tf.fill([VALUES], float(frames.numpy())))
+    if step % 3 == 0:
+      frames.assign(start + 10 * (step // 3))
+      for v in values:
+        v.assign(tf.fill([VALUES], float(frames.numpy())))
+    print(f"saving {int(frames.numpy())}", flush=True)
     checkpointer.save(int(frames.numpy()))
     print(f"saved {int(frames.numpy())}", flush=True)
     step += 1

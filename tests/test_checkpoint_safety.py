@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2 import checkpoint_files
 from scalable_agent_tf2 import checkpoints
+from tests import checkpoint_crash_process as crash_process
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(TESTS_DIR)
@@ -35,10 +36,11 @@ _STARTUP_SECS = 120  # A loaded machine: importing TensorFlow and building the t
 
 class _Child:
   """A crash process in its own process group (its environment processes die with it); a
-  thread collects its output lines."""
+  thread collects its output lines and when each came."""
 
   def __init__(self, mode, logdir, env):
     self.lines = []
+    self.times = []
     self._queue = queue.Queue()
     self._process = subprocess.Popen(
         [sys.executable, "-u", "-m", "tests.checkpoint_crash_process", mode, str(logdir)],
@@ -49,23 +51,26 @@ class _Child:
 
   def _read(self):
     for line in self._process.stdout:
+      self.times.append(time.monotonic())
       self.lines.append(line.rstrip("\n"))
-      self._queue.put(self.lines[-1])
+      self._queue.put(len(self.lines) - 1)
     self._queue.put(None)
 
   def wait_for(self, pattern, timeout):
-    """The first match of `pattern` in the next lines; None if the process ends first."""
+    """The first match of `pattern` in the next lines; None if the process ends first. Its
+    line's index is `matched`."""
     deadline = time.monotonic() + timeout
     while True:
       try:
-        line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        index = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
       except queue.Empty:
         raise AssertionError(f"no line matching {pattern.pattern!r} within {timeout} s:\n"
                              + "\n".join(self.lines[-20:])) from None
-      if line is None:
+      if index is None:
         return None
-      match = pattern.search(line)
+      match = pattern.search(self.lines[index])
       if match:
+        self.matched = index
         return match
 
   def kill(self):
@@ -75,11 +80,34 @@ class _Child:
     self._reader.join(30)
 
 
+_SAVING = re.compile(r"^saving (\d+)$")
+_SAVER_KILLS = ("in_save", "random", "phase")
+
+
+def _kill_inside_a_save(child, rng):
+  """Waits for a save (saver mode) and kills the process at a random moment of it: after a
+  delay drawn up to the length of the last save it completed. Every other time it is a save
+  again at the frames of the last one (the old code wrote ckpt-N over itself there)."""
+  again = rng.random() < 0.5
+  for _ in range(100):
+    saved = child.wait_for(_SAVED["saver"], _STARTUP_SECS)
+    assert saved, child.lines[-20:]
+    began = max(i for i in range(child.matched) if _SAVING.search(child.lines[i]))
+    length = child.times[child.matched] - child.times[began]
+    saving = child.wait_for(_SAVING, _STARTUP_SECS)
+    assert saving, child.lines[-20:]
+    if (saving.group(1) == saved.group(1)) == again:
+      time.sleep(rng.uniform(0, 1.2 * length))
+      return
+  raise AssertionError("no save of the kind wanted")
+
+
 def _crash_and_restart(logdir, mode, kills, seed, phases=checkpoints.SAVE_PHASES,
-                       checkpoints_py=None, delay_secs=(0.0, 1.5)):
+                       kinds=("random", "phase"), checkpoints_py=None, delay_secs=(0.0, 1.5)):
   """Starts a crash process `kills` + 1 times on `logdir`, killing it (SIGKILL) after each
-  start: first inside a save paused at each of `phases` in turn (the hook), then after a
-  random delay (seeded) and in a save by turns.
+  start: first inside a save paused at each of `phases` in turn (the hook), then by `kinds` in
+  turn: "random": after a random delay (seeded) in `delay_secs`; "phase": inside a save paused
+  at the next of `phases`; "in_save" (saver mode): at a random moment of a save.
 
   Returns:
     One (resumed, last_saved) per start: the frames it resumed from (0 for a fresh start) or
@@ -87,12 +115,15 @@ def _crash_and_restart(logdir, mode, kills, seed, phases=checkpoints.SAVE_PHASES
   """
   rng = random.Random(seed)
   outcomes, last_saved = [], None
+  schedule = ["phase"] * len(phases) + [kinds[i % len(kinds)] for i in range(kills)]
+  phase_turn = 0
   for start in range(kills + 1):
     env = {k: v for k, v in os.environ.items() if k != checkpoints.SAVE_PAUSE_VARIABLE}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    phase = (phases[start % len(phases)]
-             if phases and (start < len(phases) or (start - len(phases)) % 2) else None)
-    if phase:
+    kind = schedule[start] if phases or schedule[start] != "phase" else "random"
+    if kind == "phase":
+      phase = phases[phase_turn % len(phases)]
+      phase_turn += 1
       env[checkpoints.SAVE_PAUSE_VARIABLE] = f"{phase}:600"
     if checkpoints_py:
       env["CHECKPOINTS_PY"] = checkpoints_py
@@ -105,9 +136,11 @@ def _crash_and_restart(logdir, mode, kills, seed, phases=checkpoints.SAVE_PHASES
       outcomes.append((int((started.group(1) or "0").replace(",", "")), last_saved))
       if start == kills:
         break
-      if phase:
+      if kind == "phase":
         assert child.wait_for(re.compile(f"^checkpoint save paused at {phase}: "),
                               _STARTUP_SECS), child.lines[-20:]
+      elif kind == "in_save":
+        _kill_inside_a_save(child, rng)
       else:
         time.sleep(rng.uniform(*delay_secs))
     finally:
@@ -138,19 +171,19 @@ def _crash_test(tmp_path, mode, kills, seed, **kwargs):
 def test_a_checkpointer_killed_at_any_moment_resumes_from_its_last_save(tmp_path):
   # Three saves at each frame count, as a run that has not trained since its last checkpoint:
   # the old code rewrote ckpt-N in place there (tester's second reproduction).
-  _crash_test(tmp_path, "saver", kills=5, seed=1)
+  _crash_test(tmp_path, "saver", kills=6, seed=1, kinds=_SAVER_KILLS)
 
 
 @pytest.mark.timeout(300)
 def test_a_training_killed_at_any_moment_resumes_from_its_last_checkpoint(tmp_path):
   _crash_test(tmp_path, "train", kills=2, seed=2, phases=("index_moved",),
-              delay_secs=(2.0, 5.0))
+              delay_secs=(5.0, 8.0))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_thirty_kills_of_a_checkpointer(tmp_path):
-  _crash_test(tmp_path, "saver", kills=30, seed=3)
+  _crash_test(tmp_path, "saver", kills=30, seed=3, kinds=_SAVER_KILLS)
 
 
 @pytest.mark.slow
@@ -170,13 +203,16 @@ def test_the_crash_test_fails_the_checkpoints_before_issue_30(tmp_path):
     pytest.skip(f"the old checkpoints.py is not in this checkout: {old.stderr.strip()}")
   (tmp_path / "old_checkpoints.py").write_text(old.stdout)
   outcomes = _crash_and_restart(tmp_path / "run", "saver", 30, seed=5, phases=(),
+                                kinds=("in_save", "random"),
                                 checkpoints_py=str(tmp_path / "old_checkpoints.py"))
   assert _failures(outcomes), outcomes
 
 
 def _saver_variables():
   """The variables of checkpoint_crash_process's saver."""
-  return dict(frames=tf.Variable(0, dtype=tf.int64), values=tf.Variable(tf.zeros([1 << 20])))
+  return dict(frames=tf.Variable(0, dtype=tf.int64),
+              values=[tf.Variable(tf.zeros([crash_process.VALUES]))
+                      for _ in range(crash_process.VARIABLES)])
 
 
 def _leftovers(logdir):
