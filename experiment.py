@@ -114,6 +114,8 @@ def main(argv):
     if task < 0:
       raise ValueError(f"--task must be >= 0, got {task}.")
     learner_address = None
+    # Raises distributed.ClusterError (a ValueError) for an unreadable or empty file.
+    secret = distributed.cluster_secret(FLAGS.cluster_secret_file)
     if job_name:
       if config.mode != config_lib.TRAIN:
         raise ValueError("--job_name is for training; test on one machine (--job_name=).")
@@ -125,11 +127,12 @@ def main(argv):
     if config.mode == config_lib.TEST:
       evaluation.evaluate(config)
     elif job_name == distributed.ACTOR_JOB:
-      actor_process.run_actor_process(config, learner_address, task)
+      actor_process.run_actor_process(config, learner_address, task, secret=secret)
     else:
-      training.train(config, listen_address=learner_address)
+      training.train(config, listen_address=learner_address, cluster_secret=secret,
+                     insecure_open_cluster=FLAGS.insecure_open_cluster)
   except (ModuleNotFoundError, checkpoints.CheckpointError, distributed.LearnerUnavailable,
-          distributed.PeerRejected, run_directory.RunDirectoryError,
+          distributed.PeerRejected, distributed.ClusterError, run_directory.RunDirectoryError,
           training.LevelsCannotRun) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2

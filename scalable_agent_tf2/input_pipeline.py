@@ -187,8 +187,10 @@ def with_replay(next_trajectory, config, signature, print_fn):
   return buffers.ReplayMixer(next_trajectory, replay, config.learner_batch_size, num_replayed)
 
 
-def connect_shared_replay(config, network_config, signature, agent_tag, print_fn):
-  """The replay_client.ReplayClient of --shared_replay_address, connected as agent_tag.
+def connect_shared_replay(config, network_config, signature, agent_tag, print_fn,
+                          secret=None):
+  """The replay_client.ReplayClient of --shared_replay_address, connected as agent_tag
+  (proving the cluster's `secret`, bytes or None).
 
   LASER section 5.4 across processes: the replay service's first agent sets the trajectory
   layout; this agent must have the same (else distributed.PeerRejected names what differs).
@@ -200,7 +202,8 @@ def connect_shared_replay(config, network_config, signature, agent_tag, print_fn
   client = replay_client.ReplayClient(
       config.shared_replay_address, agent_tag, signature,
       layout_settings(config, network_config), config.levels,
-      connect_timeout_secs=config.shared_replay_connect_secs, print_fn=print_fn)
+      connect_timeout_secs=config.shared_replay_connect_secs, print_fn=print_fn,
+      secret=secret)
   print_fn(f"Sharing the LASER replay of {config.shared_replay_address} as agent "
            f"{agent_tag!r}.")
   return client
@@ -333,9 +336,11 @@ class LearnerInput:
       return self.queues.put((trajectory, actor_index), actor_index)
     return self.queues.put(trajectory, actor_index)
 
-  def dataset(self, agent, signature, shared_replay, agent_tag, device, print_fn):
+  def dataset(self, agent, signature, shared_replay, agent_tag, device, print_fn,
+              secret=None):
     """The dataset of batches (make_dataset) over the queues and the run's replay; prints
-    the IMPACT and replay settings. shared_replay and agent_tag: as training.train's."""
+    the IMPACT and replay settings. shared_replay, agent_tag and secret (cluster_secret):
+    as training.train's."""
     config = self._config
     if config.algorithm == learner_lib.IMPACT:
       print_fn(f"IMPACT: circular buffer of N = {config.circular_buffer_size} batch(es), each "
@@ -348,7 +353,7 @@ class LearnerInput:
       self.replay = shared_replay
       if self.replay is None and config.shared_replay_address:
         self.replay = connect_shared_replay(config, agent.config, signature, agent_tag,
-                                            print_fn)
+                                            print_fn, secret)
       elif self.replay is None:
         self.replay = buffers.EpisodeReplay(config.replay_capacity,
                                             seed=derive_seed(config.seed, _REPLAY_SEED_TAG))

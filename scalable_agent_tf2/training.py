@@ -106,7 +106,8 @@ class TrainResult:
 
 
 def train(config, environment_constructor=None, network_config=None, print_fn=print,
-          listen_address=None, shared_replay=None, agent_tag=None):
+          listen_address=None, shared_replay=None, agent_tag=None, cluster_secret=None,
+          insecure_open_cluster=False):
   """Trains until config.total_environment_frames; resumes from logdir's checkpoint.
 
   Args:
@@ -124,6 +125,9 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
       set, else a replay of this run's own (--replay_capacity unrolls).
     agent_tag: this run's tag on its episodes in the replay; default: --agent_tag, else the
       logdir's name.
+    cluster_secret: bytes (distributed.cluster_secret) that every call to this learner's
+      address and to a shared replay service must prove; None: nothing is checked, and the
+      learner listens on a loopback address only unless insecure_open_cluster.
 
   Returns:
     TrainResult.
@@ -133,12 +137,16 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     actor.ActorFailed: an actor thread hit an error (a checkpoint is written first).
     replay_service.ReplayServiceUnavailable: the shared replay service did not answer at the
       start, or was lost during training (a checkpoint is written first).
-    distributed.PeerRejected: the shared replay service refused this agent's layout.
+    distributed.PeerRejected: the shared replay service refused this agent's layout or
+      secret.
+    distributed.ClusterError: a non-loopback listen_address without a cluster_secret nor
+      insecure_open_cluster.
   """
   stop_request = stop_signals.StopRequest(print_fn).install()
   try:
     return _build_and_supervise(config, environment_constructor, network_config, print_fn,
-                                listen_address, shared_replay, agent_tag, stop_request)
+                                listen_address, shared_replay, agent_tag, stop_request,
+                                _ClusterAccess(cluster_secret, insecure_open_cluster))
   except stop_signals.Stopping as interrupt:
     latest = checkpoint_files.latest_checkpoint(config.logdir)
     checkpoint, frames = ((os.path.join(checkpoint_files.checkpoint_dir(config.logdir),
@@ -156,8 +164,15 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     stop_request.restore()
 
 
+@dataclasses.dataclass(frozen=True)
+class _ClusterAccess:
+  """Who may call this run's services: train's cluster_secret and insecure_open_cluster."""
+  secret: Optional[bytes] = None
+  insecure_open_cluster: bool = False
+
+
 def _build_and_supervise(config, environment_constructor, network_config, print_fn,
-                         listen_address, shared_replay, agent_tag, stop_request):
+                         listen_address, shared_replay, agent_tag, stop_request, access):
   """train's work: builds the run (a signal raises Stopping here) and supervises it."""
   # Threads and several learners' devices: set up before TensorFlow initialises them.
   assembly.configure_threads(config, print_fn)
@@ -171,7 +186,9 @@ def _build_and_supervise(config, environment_constructor, network_config, print_
     first_env_owner.callback(first_env.close)
     learner = assembly.make_learner(config, agent, strategy)
     checkpointer = assembly.make_checkpointer(config, agent, learner)
-    restored = checkpointer.restore()
+    restored = checkpointer.restore(restore_from=config.restore_checkpoint)
+    if checkpointer.set_aside_note():
+      print_fn(checkpointer.set_aside_note())
     # The flags' learning rate, entropy cost and RMSProp epsilon win over the checkpoint's
     # (population-based training restarts members with changed ones, IMPALA Appendix F).
     learner.use_config_hyperparameters()
@@ -184,7 +201,7 @@ def _build_and_supervise(config, environment_constructor, network_config, print_
     run = _Run(config, agent, learner, checkpointer, print_fn)
     run.build(cleanup, environment_constructor, first_env, first_env_owner, listen_address,
               shared_replay, agent_tag or config.agent_tag
-              or os.path.basename(os.path.normpath(config.logdir)))
+              or os.path.basename(os.path.normpath(config.logdir)), access)
     return _supervise(run, stop_request)
 
 
@@ -300,7 +317,7 @@ class _Run:
     self.learner_thread = threading.Thread(target=self.learn, name="learner", daemon=True)
 
   def build(self, cleanup, environment_constructor, first_env, first_env_owner,
-            listen_address, shared_replay, agent_tag):
+            listen_address, shared_replay, agent_tag, access=_ClusterAccess()):
     """The monitor, the policy, the actors and the learner's input; `cleanup` (an ExitStack)
     closes them when train returns."""
     config = self.config
@@ -316,12 +333,13 @@ class _Run:
       self.actors = _LocalActors(self._actor_threads(environment_constructor, first_env),
                                  first_env_owner)
     else:
-      self.actors = actor_process.RemoteActors(config, self.agent, signature, listen_address,
-                                               self.input.put_trajectory, self.monitor,
-                                               self.print)
+      self.actors = actor_process.RemoteActors(
+          config, self.agent, signature, listen_address, self.input.put_trajectory,
+          self.monitor, self.print, secret=access.secret,
+          insecure_open_cluster=access.insecure_open_cluster)
       cleanup.callback(self.actors.close)
     self.dataset = self.input.dataset(self.agent, signature, shared_replay, agent_tag,
-                                      self.device, self.print)
+                                      self.device, self.print, secret=access.secret)
     # LASER section 5.1: the entropy cost on the batch's online trajectories only.
     self.update_options = {}
     if config.entropy_on_online_only:
@@ -392,6 +410,7 @@ class _Run:
 
   def start(self):
     self.monitor.start(self.frames())
+    self.actors.publish_version(self.progress.num_updates)
     self.actors.start()
     self.learner_thread.start()
 

@@ -159,3 +159,44 @@ def test_experiment_reports_a_diverged_run_as_an_error_line_with_exit_code_1(tmp
   assert result.returncode == 1, result.stdout + result.stderr
   assert "error: 2 learner updates in a row had a non-finite loss" in result.stderr
   assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.timeout(180)
+def test_a_non_finite_trajectory_over_the_wire_is_dropped_with_its_sender(tmp_path):
+  import threading  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2 import actor_process  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2 import assembly  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2 import distributed  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2 import wire  # pylint: disable=g-import-not-at-top
+  from tests import test_distributed as td  # pylint: disable=g-import-not-at-top
+  config = toy_config(tmp_path, total_frames=1, num_actors=2, unroll_length=td.UNROLL_LENGTH)
+  lines = []
+  learner_input = input_pipeline.LearnerInput(config, threading.Event(), lines.append)
+  signature = assembly.trajectory_signature(td.TOY_NETWORK, config.unroll_length,
+                                            td._NoPolicy())
+  actors = actor_process.RemoteActors(
+      config, networks.Agent(td.TOY_NETWORK, seed=3), signature,
+      f"localhost:{td.free_port()}", learner_input.put_trajectory, monitor=None,
+      print_fn=lines.append)
+  actors.start()
+  actors.publish_version(5)
+  client = distributed.LearnerClient(
+      actors.server.address, wire.message_layout(signature),
+      assembly.wire_fingerprint(config, td.TOY_NETWORK, signature), name="actor-0",
+      connect_timeout_secs=30)
+  poisoned = td.toy_trajectory()
+  poisoned.env_outputs.reward[4] = np.nan
+  poisoned.agent_outputs.baseline[2] = np.inf
+  client.send_trajectory(wire.MessageHeader(0, 1, 7, 0), poisoned)
+  client.send_trajectory(wire.MessageHeader(0, 1, 7, 1), td.toy_trajectory())
+  deadline = time.monotonic() + 60
+  while learner_input.queues.fill() == 0 and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert learner_input.dropped_trajectories == 1
+  assert learner_input.queues.get().env_outputs.reward[4] == 1.0  # Only the finite one.
+  dropped = [line for line in lines if line.startswith("Dropped a trajectory")]
+  assert len(dropped) == 1 and "actor 1" in dropped[0], lines
+  assert "env_outputs/reward (1)" in dropped[0] and "agent_outputs/baseline (1)" in dropped[0]
+  actors.close()
+  actors.join(30)
