@@ -1,19 +1,23 @@
 """Acting for each kind of action space: what an actor samples, stores and sends.
 
     space = action_spaces.for_agent(agent)              # Discrete or Gaussian
-    params = action_spaces.policy_params(network_output)  # one array per row: logits, or
-                                                          # [mean, log_std] concatenated
+    params = space.distribution.params_of(network_output)  # one array per row: logits, or
+                                                            # [mean, log_std] concatenated
     agent_output = space.empty_agent_output(env.spec)   # paired with an episode's first step
     env_output = space.observe(env.initial())           # the observation filter (MuJoCo)
     action = space.sample(params_row, rng)              # what the trajectory stores
+    actions = space.sample_group(params, rngs)          # the same for a group's rows
     env.step(space.to_environment(action, env.spec))    # what the environment receives
     agent_output = space.agent_output(action, params_row, baseline)
+
+Each space holds its policy's distributions family (`space.distribution`, the network config's
+`action_distribution`, distributions.py), which samples in numpy.
 
 Discrete (IMPALA's agents): a categorical sample by the Gumbel-max trick; the trajectory's
 AgentOutput holds the int32 action and the behaviour policy's logits.
 
 Gaussian (the IMPACT paper's continuous control, section 4.3): a diagonal Gaussian sample
-(gaussian.sample_action), UNCLIPPED in the trajectory (structures.GaussianAgentOutput holds it
+(distributions.DiagGaussianFamily.sample_numpy), UNCLIPPED in the trajectory (structures.GaussianAgentOutput holds it
 with mu's mean and log_std: the behaviour log-probability is the density of that sample); only
 the copy sent to the environment is clipped to the spec's bounds (action_bounds.clip_to_bounds,
 RLlib's `clip_actions`). Observations pass through the run's ObservationFilter (RLlib's
@@ -28,51 +32,54 @@ import numpy as np
 import tensorflow as tf
 
 from scalable_agent_tf2 import action_bounds
-from scalable_agent_tf2 import gaussian
+from scalable_agent_tf2 import distributions
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.structures import AgentOutput, GaussianAgentOutput
 
 
-def sample_categorical(policy_logits, rng):
-  """Samples from softmax(policy_logits) by the Gumbel-max trick.
-
-  Args:
-    policy_logits: float [NUM_ACTIONS].
-    rng: numpy Generator.
-
-  Returns:
-    int, the sampled action.
-  """
-  return int(np.argmax(policy_logits + rng.gumbel(size=policy_logits.shape)))
-
-
-def policy_params(network_output):
-  """The policy part of a network's output, as one tensor [..., P] per row: the logits
-  (networks.NetworkOutput), or mean and log_std concatenated, [..., 2A]
-  (continuous_networks.GaussianNetworkOutput)."""
-  if hasattr(network_output, "policy_logits"):
-    return network_output.policy_logits
-  return tf.concat([network_output.policy_mean, network_output.policy_log_std], axis=-1)
-
-
 class Discrete:
   """A finite set of actions: categorical policies (IMPALA)."""
+
+  def __init__(self, distribution=None):
+    """Args:
+      distribution: the network's distributions.CategoricalFamily (None: sampling only
+        needs the logits' own size).
+    """
+    self.distribution = distribution
 
   def empty_agent_output(self, spec):
     """The agent output paired with an episode's first observation (released code: zeros)."""
     return AgentOutput(action=np.int32(0), policy_logits=np.zeros(spec.num_actions, np.float32),
                        baseline=np.float32(0))
 
+  def empty_group_outputs(self, num_envs, spec):
+    """empty_agent_output for each of a group's num_envs environments: [G] rows."""
+    return AgentOutput(action=np.zeros(num_envs, np.int32),
+                       policy_logits=np.zeros((num_envs, spec.num_actions), np.float32),
+                       baseline=np.zeros(num_envs, np.float32))
+
   def observe(self, env_output):
     return env_output
 
+  def _family(self, policy_logits):
+    return self.distribution or distributions.CategoricalFamily(np.shape(policy_logits)[-1])
+
   def sample(self, policy_logits, rng):
-    return sample_categorical(policy_logits, rng)
+    return self._family(policy_logits).sample_numpy(policy_logits, rng)
+
+  def sample_group(self, policy_logits, rngs):
+    """The group's actions int32 [G] from its logits [G, NUM_ACTIONS], row g with rngs[g]."""
+    return self._family(policy_logits).sample_rows(policy_logits, rngs)
 
   def to_environment(self, action, spec):
     del spec
     return action
+
+  def group_to_environment(self, actions, spec):
+    """What a group's step() receives for the sampled actions int32 [G]: the actions."""
+    del spec
+    return actions
 
   def agent_output(self, action, policy_logits, baseline):
     return AgentOutput(action=np.int32(action), policy_logits=policy_logits, baseline=baseline)
@@ -124,6 +131,7 @@ class Gaussian:
     """
     self.action_size = action_size
     self.observation_filter = observation_filter
+    self.distribution = distributions.DiagGaussianFamily(action_size)
 
   def empty_agent_output(self, spec):
     """Zeros, like Discrete's: mean 0 and log_std 0 (never used: the learner's step t=0 is
@@ -131,6 +139,11 @@ class Gaussian:
     zeros = np.zeros(spec.action_size, np.float32)
     return GaussianAgentOutput(action=zeros, policy_mean=zeros.copy(),
                                policy_log_std=zeros.copy(), baseline=np.float32(0))
+
+  def empty_group_outputs(self, num_envs, spec):
+    """empty_agent_output for each of a group's num_envs environments: [G] rows."""
+    return tf.nest.map_structure(lambda *rows: np.stack(rows),
+                                 *[self.empty_agent_output(spec) for _ in range(num_envs)])
 
   def observe(self, env_output):
     """env_output with its observation filtered (before the policy sees or stores it)."""
@@ -140,17 +153,13 @@ class Gaussian:
     return env_output._replace(observation=observation._replace(
         frame=self.observation_filter(observation.frame)))
 
-  def _split(self, params):
-    params = np.asarray(params, np.float32)
-    if params.shape[-1] != 2 * self.action_size:
-      raise ValueError(f"Gaussian policy parameters of shape {params.shape}; expected "
-                       f"[..., {2 * self.action_size}] (mean and log_std of "
-                       f"{self.action_size} action dimensions).")
-    return params[..., :self.action_size], params[..., self.action_size:]
-
   def sample(self, params, rng):
-    """An unclipped sample float32 [A] of N(mean, exp(log_std)^2)."""
-    return gaussian.sample_action(*self._split(params), rng)
+    """An unclipped sample float32 [A] of N(mean, exp(log_std)^2) from params [2A]."""
+    return self.distribution.sample_numpy(params, rng)
+
+  def sample_group(self, params, rngs):
+    """The group's unclipped actions float32 [G, A] from params [G, 2A], row g with rngs[g]."""
+    return self.distribution.sample_rows(params, rngs)
 
   def to_environment(self, action, spec):
     """The copy the environment receives, clipped to the spec's bounds."""
@@ -159,8 +168,12 @@ class Gaussian:
                        f"spec is {spec}.")
     return action_bounds.clip_to_bounds(action, spec.action_low, spec.action_high)
 
+  def group_to_environment(self, actions, spec):
+    """to_environment for each of a group's actions [G, A]."""
+    return np.stack([self.to_environment(action, spec) for action in actions])
+
   def agent_output(self, action, params, baseline):
-    mean, log_std = self._split(params)
+    mean, log_std = self.distribution.split_numpy(params)
     return GaussianAgentOutput(action=np.asarray(action, np.float32), policy_mean=mean,
                                policy_log_std=log_std, baseline=baseline)
 
@@ -169,15 +182,17 @@ class Gaussian:
 
 
 def is_continuous(network_config):
-  """True for a continuous_networks.ContinuousNetworkConfig (it has action_size)."""
-  return hasattr(network_config, "action_size")
+  """True for a network whose policy is not discrete (a diagonal Gaussian: its
+  action_distribution says so)."""
+  return not network_config.action_distribution.discrete
 
 
 def for_network(network_config, observation_filter=None):
-  """The action space of a network config."""
-  if is_continuous(network_config):
-    return Gaussian(network_config.action_size, observation_filter)
-  return Discrete()
+  """The action space of a network config (of its action distribution)."""
+  distribution = network_config.action_distribution
+  if distribution.discrete:
+    return Discrete(distribution)
+  return Gaussian(distribution.action_size, observation_filter)
 
 
 def for_agent(agent):

@@ -5,8 +5,7 @@ their compiled step).
 import tensorflow as tf
 
 from scalable_agent_tf2 import networks
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
-from scalable_agent_tf2.structures import Observation
+from scalable_agent_tf2.structures import EnvOutput, Observation
 
 
 def checked_num_new_trajectories(num_new_trajectories, env_outputs):
@@ -23,27 +22,32 @@ def checked_num_new_trajectories(num_new_trajectories, env_outputs):
 def check_batch(network_config, agent_state, env_outputs, agent_outputs):
   """Validates a learner batch against the network, with messages that name the field.
 
+  The network config fixes the observation (frame_shape, frame_dtype: uint8 frames, or a
+  float32 observation vector [O]) and its `action_distribution` (distributions.py) the
+  agent outputs: their record type, the action's dtype and shape and the policy's fields
+  (policy_logits [N], or policy_mean and policy_log_std [A]).
+
   Returns (env_outputs, agent_outputs) with every field converted to a tensor.
   Raises ValueError (or TypeError) on a malformed batch.
   """
   if not isinstance(env_outputs, EnvOutput) or not isinstance(
       env_outputs.observation, Observation):
     raise TypeError("env_outputs must be an EnvOutput whose observation is an Observation.")
-  if isinstance(agent_outputs, GaussianAgentOutput):
-    return check_gaussian_batch(network_config, agent_state, env_outputs, agent_outputs)
-  if not isinstance(agent_outputs, AgentOutput):
-    raise TypeError("agent_outputs must be an AgentOutput (or a GaussianAgentOutput).")
+  family = network_config.action_distribution
+  if not isinstance(agent_outputs, family.output_type):
+    raise TypeError(f"agent_outputs must be a {family.output_type.__name__} for the network's "
+                    f"{family} (got a {type(agent_outputs).__name__}).")
   env_outputs, agent_outputs, leading = _as_tensors_of_t_plus_1_steps(env_outputs,
                                                                       agent_outputs)
-  frame_shape = tuple(network_config.frame_shape)
   expected = {
       "env_outputs.done": (env_outputs.done, ()),
-      "env_outputs.observation.frame": (env_outputs.observation.frame, frame_shape),
-      "agent_outputs.action": (agent_outputs.action, ()),
-      "agent_outputs.policy_logits": (agent_outputs.policy_logits,
-                                      (network_config.num_actions,)),
-      "agent_outputs.baseline": (agent_outputs.baseline, ()),
+      "env_outputs.observation.frame": (env_outputs.observation.frame,
+                                        tuple(network_config.frame_shape)),
+      "agent_outputs.action": (agent_outputs.action, tuple(family.action_shape)),
   }
+  for field, trailing in family.policy_fields().items():
+    expected[f"agent_outputs.{field}"] = (getattr(agent_outputs, field), tuple(trailing))
+  expected["agent_outputs.baseline"] = (agent_outputs.baseline, ())
   if network_config.use_instruction:
     expected["env_outputs.observation.instruction"] = (
         env_outputs.observation.instruction, (networks.MAX_INSTRUCTION_WORDS,))
@@ -52,12 +56,17 @@ def check_batch(network_config, agent_state, env_outputs, agent_outputs):
     if not tensor.shape.is_compatible_with(want):
       raise ValueError(f"{name} has shape {tensor.shape}, expected {want} "
                        "([T+1, B] like env_outputs.reward, then the network's shape).")
-  if env_outputs.observation.frame.dtype != tf.uint8:
-    raise ValueError(f"env_outputs.observation.frame must be uint8, got "
+  frame_dtype = tf.as_dtype(network_config.frame_dtype)
+  if env_outputs.observation.frame.dtype != frame_dtype:
+    raise ValueError(f"env_outputs.observation.frame must be {frame_dtype.name}, got "
                      f"{env_outputs.observation.frame.dtype.name}.")
-  if not agent_outputs.action.dtype.is_integer:
+  action_dtype = tf.as_dtype(family.action_dtype)
+  if action_dtype.is_integer and not agent_outputs.action.dtype.is_integer:
     raise ValueError(f"agent_outputs.action must be an integer tensor, got "
                      f"{agent_outputs.action.dtype.name}.")
+  if not action_dtype.is_integer and agent_outputs.action.dtype != action_dtype:
+    raise ValueError(f"agent_outputs.action must be {action_dtype.name} for a "
+                     f"{family}, got {agent_outputs.action.dtype.name}.")
   batch = leading[1]
   for index, state in enumerate(tf.nest.flatten(agent_state)):
     state = tf.convert_to_tensor(state)
@@ -76,38 +85,3 @@ def _as_tensors_of_t_plus_1_steps(env_outputs, agent_outputs):
     raise ValueError(
         f"env_outputs.reward must be [T+1, B] with T >= 1, got shape {reward_shape}.")
   return env_outputs, agent_outputs, reward_shape[:2]
-
-
-def check_gaussian_batch(network_config, agent_state, env_outputs, agent_outputs):
-  """check_batch for a Gaussian agent's batch: float32 observations [T+1, B, O], actions and
-  mu's mean and log_std [T+1, B, A]."""
-  if not isinstance(env_outputs, EnvOutput) or not isinstance(
-      env_outputs.observation, Observation):
-    raise TypeError("env_outputs must be an EnvOutput whose observation is an Observation.")
-  if not hasattr(network_config, "action_size"):
-    raise ValueError("A GaussianAgentOutput batch needs a continuous agent "
-                     "(continuous_networks.ContinuousAgent).")
-  env_outputs, agent_outputs, leading = _as_tensors_of_t_plus_1_steps(env_outputs,
-                                                                      agent_outputs)
-  leading = list(leading)
-  action = [network_config.action_size]
-  expected = {
-      "env_outputs.done": (env_outputs.done, []),
-      "env_outputs.observation.frame": (env_outputs.observation.frame,
-                                        [network_config.observation_size]),
-      "agent_outputs.action": (agent_outputs.action, action),
-      "agent_outputs.policy_mean": (agent_outputs.policy_mean, action),
-      "agent_outputs.policy_log_std": (agent_outputs.policy_log_std, action),
-      "agent_outputs.baseline": (agent_outputs.baseline, []),
-  }
-  for name, (tensor, trailing) in expected.items():
-    want = tf.TensorShape(leading + trailing)
-    if not tensor.shape.is_compatible_with(want):
-      raise ValueError(f"{name} has shape {tensor.shape}, expected {want} "
-                       "([T+1, B] like env_outputs.reward, then the network's shape).")
-  for name, tensor in (("env_outputs.observation.frame", env_outputs.observation.frame),
-                       ("agent_outputs.action", agent_outputs.action)):
-    if tensor.dtype != tf.float32:
-      raise ValueError(f"{name} must be float32 for a Gaussian agent, got "
-                       f"{tensor.dtype.name}.")
-  return env_outputs, agent_outputs

@@ -10,7 +10,7 @@ network", and Figure 5's tasks do not share weights between the two (the discret
     observation [O] --> FC 256, tanh --> FC 256, tanh --> linear --> baseline V(x)
 
 The details the paper leaves to its code base follow RLlib's defaults (FullyConnectedNetwork,
-rllib/models/tf/fcnet.py; see gaussian.py for the log_std choice): hidden kernels initialised
+rllib/models/tf/fcnet.py; see distributions.py for the log_std choice): hidden kernels initialised
 with normc(1.0) (normal columns rescaled to norm 1), output kernels with normc(0.01), zero
 biases; `free_log_std=False`, i.e. a state-dependent log_std from the policy's last layer
 (`state_dependent_log_std=True` here), or, with `free_log_std=True`, a learned vector
@@ -28,7 +28,7 @@ from typing import Tuple
 
 import tensorflow as tf
 
-from scalable_agent_tf2 import gaussian
+from scalable_agent_tf2 import distributions
 from scalable_agent_tf2 import structures
 
 HIDDEN_SIZES = (256, 256)   # IMPACT section 4.3: "two fully-connected layers of 256 units".
@@ -67,9 +67,18 @@ class ContinuousNetworkConfig:
   use_instruction = False
   use_lstm = False
 
+  # The observation vector is float32 [O] (batch_checks.check_batch).
+  frame_dtype = "float32"
+
   @property
   def frame_shape(self):
     return (self.observation_size,)
+
+  @property
+  def action_distribution(self):
+    """The policy's distributions family: a diagonal Gaussian over action_size dimensions
+    (IMPACT section 4.3, Appendix E)."""
+    return distributions.DiagGaussianFamily(self.action_size)
 
   def __post_init__(self):
     if self.observation_size < 1 or self.action_size < 1:
@@ -203,7 +212,8 @@ class ContinuousAgent(tf.Module):
     output, core_state = self.unroll(
         add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)
     mean, log_std = output.policy_mean[0], output.policy_log_std[0]
-    action = gaussian.sample(mean, log_std, seed=self._sampler.make_seeds(1)[:, 0])
+    action = distributions.DiagGaussian(mean, log_std).sample(
+        seed=self._sampler.make_seeds(1)[:, 0])
     return GaussianAgentOutput(action=action, policy_mean=mean, policy_log_std=log_std,
                                baseline=output.baseline[0]), core_state
 

@@ -227,19 +227,20 @@ def ending_on_lost_replay(source, lost):
 
 
 def learner_steps(dataset, learner, config):
-  """The learner's steps: (policy_versions [B], arguments of learner.update, number of new
+  """The learner's steps: (policy_versions [B], learner.update's keyword arguments for the
+  batch (learner.batch: the same call for IMPALA's and IMPACT's learners), number of new
   trajectories in the batch).
 
   IMPALA: one step per batch. IMPACT (Algorithm 1 lines 6, 7, 10): batches pass through a
   buffers.CircularBuffer of --circular_buffer_size batches, each used
-  --circular_buffer_max_uses times; the target network's policy is evaluated on a batch when
-  it enters. Only a batch's first use brings new trajectories (and of those, not the
-  replayed ones): frames are counted once.
+  --circular_buffer_max_uses times; learner.batch evaluates the target network's policy on a
+  batch when it enters. Only a batch's first use brings new trajectories (and of those, not
+  the replayed ones): frames are counted once.
   """
   num_new = config.num_learners * config.num_online_per_batch  # Replay: one learner.
   if config.algorithm != learner_lib.IMPACT:
-    for policy_versions, *batch in dataset:
-      yield policy_versions, batch, num_new
+    for policy_versions, *inputs in dataset:
+      yield policy_versions, learner.batch(*inputs), num_new
     return
   ring = buffers.CircularBuffer(config.circular_buffer_size, config.circular_buffer_max_uses)
   batches = iter(dataset)
@@ -249,7 +250,7 @@ def learner_steps(dataset, learner, config):
     if batch is None:
       return None
     policy_versions, *inputs = batch
-    return policy_versions, inputs + [learner.target_policy_logits(*inputs)]
+    return policy_versions, learner.batch(*inputs)
 
   while (step := ring.next(enter)) is not None:
     (policy_versions, inputs), use = step

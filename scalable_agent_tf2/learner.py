@@ -95,6 +95,20 @@ class Learner(tf.Module):
     self.entropy_cost.assign(self.config.entropy_cost)
     self.optimizer.epsilon.assign(self.config.epsilon)
 
+  def batch(self, agent_state, env_outputs, agent_outputs):
+    """A batch of trajectories as `update`'s keyword arguments, for either learner: callers
+    run `learner.update(**learner.batch(...), num_new_trajectories=...)` without knowing
+    which learner they hold. IMPALA's is the three inputs; ImpactLearner's adds the target
+    network's policy on the batch, frozen at this call (Algorithm 1 line 7: when the batch
+    enters the circular buffer).
+
+    Args: as `update`'s first three.
+
+    Returns:
+      dict(agent_state=..., env_outputs=..., agent_outputs=...).
+    """
+    return dict(agent_state=agent_state, env_outputs=env_outputs, agent_outputs=agent_outputs)
+
   def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None,
              entropy_mask=None):
     """One learner step on a batch of trajectories.
@@ -104,7 +118,9 @@ class Learner(tf.Module):
         or () for a feed-forward agent).
       env_outputs: EnvOutput of [T+1, B, ...] tensors; observation.instruction holds word
         ids (networks.hash_instructions) when the agent uses language.
-      agent_outputs: AgentOutput of [T+1, B, ...] tensors from the actors.
+      agent_outputs: AgentOutput (or, for a Gaussian policy, GaussianAgentOutput) of
+        [T+1, B, ...] tensors from the actors (the agent config's action_distribution says
+        which).
       num_new_trajectories: how many of the B trajectories are new environment experience
         (the rest were trained on before: replayed); None means all B. Only new ones count
         as environment frames (the frame budget and the learning-rate schedule).
@@ -144,9 +160,9 @@ class Learner(tf.Module):
     config = self.config
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
-      terms_of = (loss_terms.gaussian_impala_loss_terms if loss_terms.is_gaussian(agent_outputs)
-                  else loss_terms.impala_loss_terms)
-      terms, _ = terms_of(learner_outputs, env_outputs, agent_outputs, config, entropy_mask)
+      terms, _ = loss_terms.impala_loss_terms(self.agent.config.action_distribution,
+                                              learner_outputs, env_outputs, agent_outputs,
+                                              config, entropy_mask)
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
                     + self.entropy_cost * terms["entropy_loss"])
     return total_loss, terms, tape.gradient(total_loss, self._variables)
@@ -217,9 +233,10 @@ class ImpactLearner(Learner):
   target-worker surrogate with V-trace GAE-lambda advantages.
 
   One step on a batch B (Algorithm 1 lines 6-11):
-    - target_policy_logits(B): the target network's policy on B, computed once, when B
-      enters the circular buffer (line 7; buffers.CircularBuffer, training.py);
-    - update(B, those logits): r = pi / max(pi_target, mu / rho), PPO's clipped surrogate of
+    - batch(B) / target_policy_params(B): the target network's policy on B, computed once,
+      when B enters the circular buffer (line 7; buffers.CircularBuffer,
+      input_pipeline.learner_steps);
+    - update(**batch(B)): r = pi / max(pi_target, mu / rho), PPO's clipped surrogate of
       r and the V-trace GAE-lambda advantages (pi_target against mu), the value loss against
       V + A, the entropy bonus and kl_cost x KL(pi_target || pi) (line 8), then the
       optimizer step (line 9) and, every target_update_period steps, target <- learner
@@ -275,7 +292,7 @@ class ImpactLearner(Learner):
         raise ValueError(f"Target network variable {target.name} {target.shape} does not "
                          f"match {source.name} {source.shape}.")
     self._copy_to_target()  # Algorithm 1 line 2.
-    self._compiled_target_logits = tf.function(self._target_logits,
+    self._compiled_target_params = tf.function(self._target_params,
                                                jit_compile=self.jit_compile)
 
   def _copy_to_target(self):
@@ -283,33 +300,42 @@ class ImpactLearner(Learner):
       target.assign(source)
     return tf.constant(True)
 
-  def target_policy_logits(self, agent_state, env_outputs, agent_outputs):
-    """The target network's policy logits on a batch (Algorithm 1 line 7).
+  def target_policy_params(self, agent_state, env_outputs, agent_outputs):
+    """The target network's policy on a batch (Algorithm 1 line 7), as flat parameters.
 
     Args: as `update`'s first three.
 
     Returns:
-      float32 [T+1, B, NUM_ACTIONS], from the target network unrolled from agent_state.
+      float32 [T+1, B, P], from the target network unrolled from agent_state: the logits
+      [T+1, B, NUM_ACTIONS], or a Gaussian's mean and log_std concatenated [T+1, B, 2A]
+      (the agent config's action_distribution).
     """
     env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
                                                           env_outputs, agent_outputs)
-    return self._compiled_target_logits(agent_state, env_outputs, agent_outputs.action)
+    return self._compiled_target_params(agent_state, env_outputs, agent_outputs.action)
 
-  def _target_logits(self, agent_state, env_outputs, actions):
+  def _target_params(self, agent_state, env_outputs, actions):
     outputs, _ = self.target_agent.unroll(actions, env_outputs, agent_state)
-    if hasattr(outputs, "policy_logits"):
-      return outputs.policy_logits
-    return loss_terms.gaussian_params(outputs)
+    return self.agent.config.action_distribution.params_of(outputs)
 
-  def update(self, agent_state, env_outputs, agent_outputs, target_policy_logits,
-             num_new_trajectories=None):
+  def batch(self, agent_state, env_outputs, agent_outputs):
+    """Learner.batch with the target network's policy on the batch, frozen now (Algorithm 1
+    line 7): dict(agent_state, env_outputs, agent_outputs, target_policy_params)."""
+    return dict(agent_state=agent_state, env_outputs=env_outputs, agent_outputs=agent_outputs,
+                target_policy_params=self.target_policy_params(agent_state, env_outputs,
+                                                               agent_outputs))
+
+  def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None,
+             entropy_mask=None, target_policy_params=None):
     """One IMPACT step (Algorithm 1 lines 8, 9, 11).
 
     Args:
       agent_state, env_outputs, agent_outputs, num_new_trajectories: as Learner.update
         (a batch used again in the circular buffer brings 0 new trajectories).
-      target_policy_logits: float32 [T+1, B, NUM_ACTIONS], target_policy_logits() of this
-        batch when it entered the circular buffer.
+      entropy_mask: None only (LASER's online-only entropy is IMPALA's learner's).
+      target_policy_params: float32 [T+1, B, P], target_policy_params() of this batch when it
+        entered the circular buffer (batch() puts it there); None: the target network's
+        policy now.
 
     Returns:
       dict of scalars: as Learner.update plus kl_loss, ppo_clipped_fraction (steps whose PPO
@@ -317,29 +343,33 @@ class ImpactLearner(Learner):
       target_updated (whether the target network was refreshed after this step); with
       kl_target also kl_coefficient (the one this step used).
     """
+    if entropy_mask is not None:
+      raise ValueError("entropy_mask is LASER's (IMPALA's learner); IMPACT's entropy cost "
+                       "applies to every trajectory.")
+    if target_policy_params is None:
+      target_policy_params = self.target_policy_params(agent_state, env_outputs, agent_outputs)
     env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
                                                           env_outputs, agent_outputs)
-    target_policy_logits = tf.convert_to_tensor(target_policy_logits, tf.float32)
-    behaviour_params = (loss_terms.gaussian_params(agent_outputs)
-                        if loss_terms.is_gaussian(agent_outputs) else agent_outputs.policy_logits)
-    if not target_policy_logits.shape.is_compatible_with(behaviour_params.shape):
-      raise ValueError(f"target_policy_logits has shape {target_policy_logits.shape}, "
-                       f"expected {behaviour_params.shape} (like the behaviour policy's "
-                       f"logits, or its mean and log_std concatenated).")
+    target_policy_params = tf.convert_to_tensor(target_policy_params, tf.float32)
+    want = env_outputs.reward.shape[:2].concatenate(
+        [self.agent.config.action_distribution.param_size])
+    if not target_policy_params.shape.is_compatible_with(want):
+      raise ValueError(f"target_policy_params has shape {target_policy_params.shape}, "
+                       f"expected {want} (like the behaviour policy's logits, or its mean "
+                       f"and log_std concatenated).")
     num_new = batch_checks.checked_num_new_trajectories(num_new_trajectories, env_outputs)
     return self._compiled_update(agent_state, env_outputs, agent_outputs,
-                                 target_policy_logits, num_new)
+                                 target_policy_params, num_new)
 
-  def _update(self, agent_state, env_outputs, agent_outputs, target_policy_logits,
+  def _update(self, agent_state, env_outputs, agent_outputs, target_policy_params,
               num_new_trajectories):
     config, impact = self.config, self.impact_config
     kl_cost = impact.kl_cost if self.kl_target is None else self.kl_coefficient.read_value()
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
-      terms_of = (loss_terms.gaussian_impact_loss_terms if loss_terms.is_gaussian(agent_outputs)
-                  else loss_terms.impact_loss_terms)
-      terms, diagnostics = terms_of(learner_outputs, target_policy_logits, env_outputs,
-                                    agent_outputs, config, impact)
+      terms, diagnostics = loss_terms.impact_loss_terms(
+          self.agent.config.action_distribution, learner_outputs, target_policy_params,
+          env_outputs, agent_outputs, config, impact)
       # Summed over T and B like IMPALA's terms (Algorithm 1 line 8 averages: see the class
       # docstring).
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]

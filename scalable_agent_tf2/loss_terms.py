@@ -1,6 +1,7 @@
 """One batch's loss terms, unweighted and summed over its T x B steps: IMPALA's (section 4.2)
 with V-trace and LASER's trust region and entropy mask, IMPACT's (IMPACT paper, Algorithm 1
-line 8), for categorical and Gaussian policies. learner.py weights and differentiates them.
+line 8), for any action distribution (distributions.py: categorical or diagonal Gaussian, the
+network config's `action_distribution`). learner.py weights and differentiates them.
 
 The indexing follows the released code's actor loop: step t of a trajectory holds the agent
 output whose action was taken at observation t-1 and the environment output that action led
@@ -12,29 +13,27 @@ import collections
 
 import tensorflow as tf
 
-from scalable_agent_tf2 import gaussian
 from scalable_agent_tf2 import losses
-from scalable_agent_tf2 import settings
 from scalable_agent_tf2 import vtrace
-from scalable_agent_tf2.structures import GaussianAgentOutput
 
 
 _Aligned = collections.namedtuple(
-    "_Aligned", "learner_logits values bootstrap_value actions behaviour_logits rewards "
+    "_Aligned", "learner_policy values bootstrap_value actions behaviour_policy rewards "
     "discounts")
 
 
-def _aligned(learner_outputs, env_outputs, agent_outputs, config):
+def _aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config):
   """A batch aligned to "observation t, the action taken there, its reward", t = 0..T-1
-  (module docstring): logits and actions [T, B(, A)], values, rewards (clipped), discounts
-  [T, B] (0 after an episode's end), bootstrap value V(x_T) [B]."""
+  (module docstring): the learner's and the behaviour policies (distributions of [T, B, P]
+  parameters), actions [T, B(, A)], values, rewards (clipped), discounts [T, B] (0 after an
+  episode's end), bootstrap value V(x_T) [B]."""
   rewards, discounts = _rewards_and_discounts(env_outputs, config)
   return _Aligned(
-      learner_logits=learner_outputs.policy_logits[:-1],
+      learner_policy=action_distribution.of_outputs(learner_outputs)[:-1],
       values=learner_outputs.baseline[:-1],
       bootstrap_value=learner_outputs.baseline[-1],
       actions=agent_outputs.action[1:],
-      behaviour_logits=agent_outputs.policy_logits[1:],
+      behaviour_policy=action_distribution.of_outputs(agent_outputs)[1:],
       rewards=rewards, discounts=discounts)
 
 
@@ -86,13 +85,19 @@ def _vtrace_loss_terms(returns, values, mask, entropy_loss):
   return terms
 
 
-def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config, entropy_mask=None):
-  """The three unweighted IMPALA loss terms (section 4.2) of one batch.
+def impala_loss_terms(action_distribution, learner_outputs, env_outputs, agent_outputs, config,
+                      entropy_mask=None):
+  """The three unweighted IMPALA loss terms (section 4.2) of one batch, with LASER's trust
+  region when the config has one (for a Gaussian policy, the Monte-Carlo implied KL).
 
   Args:
-    learner_outputs: networks.NetworkOutput of [T+1, B, ...] from the learner's unroll.
+    action_distribution: the policy's distributions family (the network config's
+      `action_distribution`: CategoricalFamily or DiagGaussianFamily).
+    learner_outputs: the network's output of [T+1, B, ...] from the learner's unroll
+      (networks.NetworkOutput or continuous_networks.GaussianNetworkOutput).
     env_outputs: EnvOutput of [T+1, B, ...].
-    agent_outputs: AgentOutput of [T+1, B, ...] (the behaviour policy mu).
+    agent_outputs: AgentOutput (or GaussianAgentOutput) of [T+1, B, ...] (the behaviour
+      policy mu).
     config: LearnerConfig.
     entropy_mask: None, or float32 [B]: the trajectories whose entropy counts (LASER
       section 5.1: online data only).
@@ -103,50 +108,52 @@ def impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config, entro
      baseline and entropy losses), the vtrace.VTraceFromLogitsReturns
      they were computed from ([T, B] each)).
   """
-  batch = _aligned(learner_outputs, env_outputs, agent_outputs, config)
-  returns = vtrace.from_logits(
-      behaviour_policy_logits=batch.behaviour_logits,
-      target_policy_logits=batch.learner_logits, actions=batch.actions,
-      discounts=batch.discounts, rewards=batch.rewards, values=batch.values,
-      bootstrap_value=batch.bootstrap_value,
+  batch = _aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config)
+  returns = vtrace.from_distributions(
+      behaviour_policy=batch.behaviour_policy, target_policy=batch.learner_policy,
+      actions=batch.actions, discounts=batch.discounts, rewards=batch.rewards,
+      values=batch.values, bootstrap_value=batch.bootstrap_value,
       off_policy_correction=config.off_policy_correction, **_vtrace_options(config))
   # LASER section 4.3: rejected transitions count for none of the losses ("we reject
   # transitions entirely for all estimates"). (Without a trust region, mask None: exactly
   # IMPALA's graph.)
   mask = returns.trust_region_mask if config.uses_trust_region else None
-  entropy = losses.entropy_loss(batch.learner_logits,
+  entropy = losses.entropy_loss(batch.learner_policy,
                                 entropy_steps(mask, entropy_mask, batch.rewards))
   return _vtrace_loss_terms(returns, batch.values, mask, entropy), returns
 
 
-def impact_loss_terms(learner_outputs, target_policy_logits, env_outputs, agent_outputs,
-                      config, impact_config):
+def impact_loss_terms(action_distribution, learner_outputs, target_policy_params, env_outputs,
+                      agent_outputs, config, impact_config):
   """IMPACT's unweighted loss terms of one batch (IMPACT paper, Algorithm 1 line 8), summed
   over T and B like impala_loss_terms (see ImpactLearner).
 
   Args:
-    learner_outputs: networks.NetworkOutput of [T+1, B, ...] from the learner's unroll.
-    target_policy_logits: float32 [T+1, B, NUM_ACTIONS], the target network's (constant).
+    action_distribution: as impala_loss_terms.
+    learner_outputs: the network's output of [T+1, B, ...] from the learner's unroll.
+    target_policy_params: float32 [T+1, B, P], the target network's flat policy parameters
+      (the logits, or a Gaussian's mean and log_std concatenated; constant).
     env_outputs: EnvOutput of [T+1, B, ...].
-    agent_outputs: AgentOutput of [T+1, B, ...] (the workers' policy mu).
+    agent_outputs: AgentOutput (or GaussianAgentOutput) of [T+1, B, ...] (the workers'
+      policy mu).
     config: LearnerConfig (reward clipping, discounting, rho_bar and c_bar of the advantages).
     impact_config: ImpactConfig.
 
   Returns:
     (dict of float32 scalars: pg_loss (the clipped surrogate of r = pi / max(pi_target,
      mu / rho) and the V-trace GAE-lambda advantages of pi_target against mu), baseline_loss
-     (0.5 sum (V + A - V(x))^2, section 3.1's value target), entropy_loss (sum pi log pi),
+     (0.5 sum (V + A - V(x))^2, section 3.1's value target), entropy_loss (-sum H(pi)),
      kl_loss (sum KL(pi_target || pi));
      dict of float32 scalars: ppo_clipped_fraction, target_worker_clipped_fraction).
   """
-  batch = _aligned(learner_outputs, env_outputs, agent_outputs, config)
-  target_logits = tf.stop_gradient(target_policy_logits[:-1])
-  log_probs = lambda logits: vtrace.log_probs_from_logits_and_actions(logits, batch.actions)
+  batch = _aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config)
+  target_policy = action_distribution(tf.stop_gradient(target_policy_params[:-1]))
+  log_probs = lambda policy: policy.log_prob(batch.actions)
   return _impact_terms(
-      batch, log_probs(batch.learner_logits), log_probs(target_logits),
-      log_probs(batch.behaviour_logits), config, impact_config,
-      entropy_loss=losses.entropy_loss(batch.learner_logits),
-      kl_loss=losses.kl_divergence(target_logits, batch.learner_logits))
+      batch, log_probs(batch.learner_policy), log_probs(target_policy),
+      log_probs(batch.behaviour_policy), config, impact_config,
+      entropy_loss=losses.entropy_loss(batch.learner_policy),
+      kl_loss=losses.kl_divergence(target_policy, batch.learner_policy))
 
 
 def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs, config,
@@ -172,84 +179,3 @@ def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs
       target_worker_clipped_fraction=fraction(
           tf.math.log(beta) + behaviour_log_probs > target_log_probs))
   return terms, diagnostics
-
-
-# ---------------------------------------------------------------------------------------------
-# Gaussian policies (continuous actions; the IMPACT paper's section 4.3): the counterparts of
-# impala_loss_terms and impact_loss_terms (gaussian.py's functions in place of the logits').
-# ---------------------------------------------------------------------------------------------
-_GaussianAligned = collections.namedtuple(
-    "_GaussianAligned", "learner_mean learner_log_std values bootstrap_value actions "
-    "behaviour_mean behaviour_log_std rewards discounts")
-
-
-def is_gaussian(outputs):
-  """Whether an agent's outputs are a Gaussian policy's (continuous actions)."""
-  return isinstance(outputs, GaussianAgentOutput)
-
-
-def gaussian_params(outputs):
-  """[..., 2A]: the policy's mean and log_std concatenated (IMPACT's target "logits")."""
-  return tf.concat([outputs.policy_mean, outputs.policy_log_std], axis=-1)
-
-
-def _gaussian_aligned(learner_outputs, env_outputs, agent_outputs, config):
-  """_aligned for a Gaussian batch: means, log_stds and (unclipped) actions [T, B, A]."""
-  rewards, discounts = _rewards_and_discounts(env_outputs, config)
-  return _GaussianAligned(
-      learner_mean=learner_outputs.policy_mean[:-1],
-      learner_log_std=learner_outputs.policy_log_std[:-1],
-      values=learner_outputs.baseline[:-1], bootstrap_value=learner_outputs.baseline[-1],
-      actions=agent_outputs.action[1:], behaviour_mean=agent_outputs.policy_mean[1:],
-      behaviour_log_std=agent_outputs.policy_log_std[1:], rewards=rewards,
-      discounts=discounts)
-
-
-def gaussian_impala_loss_terms(learner_outputs, env_outputs, agent_outputs, config,
-                               entropy_mask=None):
-  """impala_loss_terms for a Gaussian policy: V-trace from mu's and pi's densities of the
-  unclipped actions (gaussian.from_gaussian_params), the entropy of pi (gaussian.entropy_loss)
-  and LASER's trust region with the Monte-Carlo implied KL (gaussian.implied_policy_kl).
-
-  Args and returns: as impala_loss_terms, with continuous_networks.GaussianNetworkOutput and
-  structures.GaussianAgentOutput in place of the logits' outputs.
-  """
-  if config.off_policy_correction != settings.VTRACE:
-    raise ValueError(f"off_policy_correction={config.off_policy_correction!r} is IMPALA's "
-                     "discrete-action ablation (Table 2); Gaussian policies use 'vtrace'.")
-  batch = _gaussian_aligned(learner_outputs, env_outputs, agent_outputs, config)
-  returns = gaussian.from_gaussian_params(
-      batch.behaviour_mean, batch.behaviour_log_std, batch.learner_mean,
-      batch.learner_log_std, batch.actions, batch.discounts, batch.rewards, batch.values,
-      batch.bootstrap_value, **_vtrace_options(config))
-  # As impala_loss_terms: rejected steps count for none of the losses (LASER section 4.3),
-  # the entropy's included, and entropy_mask keeps the online trajectories (section 5.1).
-  mask = returns.trust_region_mask if config.uses_trust_region else None
-  entropy = gaussian.entropy_loss(batch.learner_log_std,
-                                  entropy_steps(mask, entropy_mask, batch.values))
-  return _vtrace_loss_terms(returns, batch.values, mask, entropy), returns
-
-
-def gaussian_impact_loss_terms(learner_outputs, target_policy_params, env_outputs,
-                               agent_outputs, config, impact_config):
-  """impact_loss_terms for a Gaussian policy: the log-probabilities of the unclipped actions
-  under pi, pi_target and mu (gaussian.log_probs_from_params_and_actions), the entropy of pi
-  and KL(pi_target || pi) in closed form (gaussian.kl_divergence).
-
-  Args:
-    target_policy_params: float32 [T+1, B, 2A], the target network's mean and log_std
-      concatenated (ImpactLearner.target_policy_logits; constant).
-    The others: as impact_loss_terms.
-  """
-  batch = _gaussian_aligned(learner_outputs, env_outputs, agent_outputs, config)
-  target_mean, target_log_std = tf.split(tf.stop_gradient(target_policy_params[:-1]), 2,
-                                         axis=-1)
-  log_probs = lambda mean, log_std: gaussian.log_probs_from_params_and_actions(
-      mean, log_std, batch.actions)
-  return _impact_terms(
-      batch, log_probs(batch.learner_mean, batch.learner_log_std),
-      log_probs(target_mean, target_log_std),
-      log_probs(batch.behaviour_mean, batch.behaviour_log_std), config, impact_config,
-      entropy_loss=gaussian.entropy_loss(batch.learner_log_std),
-      kl_loss=gaussian.kl_divergence(target_mean, target_log_std, batch.learner_mean,
-                                     batch.learner_log_std))

@@ -81,11 +81,14 @@ def _masked(terms, mask):
   return tf.where(tf.cast(mask, tf.bool), terms, tf.zeros_like(terms))
 
 
-def entropy_loss(policy_logits, mask=None):
-  """sum_t,b sum_a pi log pi: minus the policy's entropy (section 4.2, "entropy bonus").
+def entropy_loss(policy, mask=None):
+  """-sum_t,b H(pi(.|x_t)): minus the policy's entropy (section 4.2, "entropy bonus"; for a
+  categorical policy sum_t,b sum_a pi log pi; the IMPACT paper's continuous setting sets its
+  weight to 0, Table 2).
 
   Args:
-    policy_logits: float32 [T, B, NUM_ACTIONS].
+    policy: a distributions.Categorical or DiagGaussian of [T, B, P] parameters (gradients
+      flow through these).
     mask: None, or float32 [T, B]: 0 leaves a step out (LASER section 5.1: the entropy cost
       on online data only; section 4.3: not on steps the trust region rejects;
       loss_terms.entropy_steps).
@@ -93,8 +96,7 @@ def entropy_loss(policy_logits, mask=None):
   Returns:
     float32 scalar. The learner multiplies it by entropy_cost.
   """
-  log_policy = tf.nn.log_softmax(policy_logits)
-  return tf.reduce_sum(_masked(tf.reduce_sum(tf.exp(log_policy) * log_policy, -1), mask))
+  return tf.reduce_sum(_masked(-policy.entropy(), mask))
 
 
 def impact_log_ratio(action_log_probs, target_action_log_probs, behaviour_action_log_probs,
@@ -144,19 +146,19 @@ def clipped_surrogate_loss(log_ratios, advantages, clip_epsilon):
   return -tf.reduce_sum(surrogate)
 
 
-def kl_divergence(p_logits, q_logits):
-  """sum_t,b KL(p || q) = sum_t,b sum_a p (log p - log q), for IMPACT's KL(pi_target, pi)
-  term (Algorithm 1 line 8; weight 0 on discrete tasks, Table 1).
+def kl_divergence(p, q):
+  """sum_t,b KL(p || q) with p held constant, for IMPACT's KL(pi_target, pi) term (Algorithm 1
+  line 8; weight 0 on discrete tasks, Table 1; "KL Coeff" 1.0 on continuous ones, Table 2).
 
   Args:
-    p_logits: float32 [T, B, NUM_ACTIONS], held constant (the target network's).
-    q_logits: float32 [T, B, NUM_ACTIONS] (the learner's; gradients flow through these).
+    p: a distributions.Categorical or DiagGaussian of [T, B, P] parameters, held constant
+      (the target network's).
+    q: the same kind and shape (the learner's; gradients flow through these).
 
   Returns:
     float32 scalar.
   """
-  log_p = tf.stop_gradient(tf.nn.log_softmax(p_logits))
-  return tf.reduce_sum(tf.exp(log_p) * (log_p - tf.nn.log_softmax(q_logits)))
+  return p.stop_gradient().total_kl(q)
 
 
 # PPO's adaptive KL penalty (Schulman et al., 2017, section 4) as the IMPACT paper's code base,

@@ -29,6 +29,7 @@ from typing import Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from scalable_agent_tf2 import distributions
 from scalable_agent_tf2 import layers
 from scalable_agent_tf2 import torsos
 from scalable_agent_tf2.settings import DEEP, IMPACT_CNN, SHALLOW, TORSOS  # --torso's choices.
@@ -82,6 +83,15 @@ class NetworkConfig:
   use_lstm: bool = True
   use_instruction: bool = True
   torso_chunk_frames: Optional[int] = None
+
+  # The observation the network reads: uint8 frames [H, W, C] (batch_checks.check_batch).
+  frame_dtype = "uint8"
+
+  @property
+  def action_distribution(self):
+    """The policy's distributions family: categorical over num_actions (softmax of the
+    logits, IMPALA section 4)."""
+    return distributions.CategoricalFamily(self.num_actions)
 
   def __post_init__(self):
     if self.torso_chunk_frames is None:
@@ -240,8 +250,8 @@ class Agent(tf.Module):
     output, core_state = self.unroll(
         add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)
     policy_logits, baseline = output.policy_logits[0], output.baseline[0]
-    action = tf.random.stateless_categorical(
-        policy_logits, 1, seed=self._sampler.make_seeds(1)[:, 0], dtype=tf.int32)[:, 0]
+    action = distributions.Categorical(policy_logits).sample(
+        seed=self._sampler.make_seeds(1)[:, 0])
     return AgentOutput(action=action, policy_logits=policy_logits, baseline=baseline), core_state
 
   def unroll(self, prev_actions, env_outputs, core_state):

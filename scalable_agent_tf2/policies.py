@@ -15,21 +15,22 @@ import tensorflow as tf
 
 import dynamic_batching
 from scalable_agent_tf2 import action_spaces
+from scalable_agent_tf2 import distributions
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
-# One action from softmax(logits [NUM_ACTIONS]) by the Gumbel-max trick (its one home).
-sample_action = action_spaces.sample_categorical
+def sample_action(policy_logits, rng):
+  """One action from softmax(policy_logits [NUM_ACTIONS]) by the Gumbel-max trick, an int
+  (distributions.CategoricalFamily.sample_numpy: its one home)."""
+  return distributions.CategoricalFamily(np.shape(policy_logits)[-1]).sample_numpy(
+      policy_logits, rng)
 
 
 def sample_actions(policy_logits, rngs):
-  """One action per row of policy_logits [G, NUM_ACTIONS], row g drawn with rngs[g].
-
-  Row g's action is sample_action(policy_logits[g], rngs[g]): a slot's draws do not depend on
-  the group's other slots. Returns int32 [G].
-  """
-  noise = np.stack([rng.gumbel(size=policy_logits.shape[1:]) for rng in rngs])
-  return np.argmax(policy_logits + noise, axis=-1).astype(np.int32)
+  """One action per row of policy_logits [G, NUM_ACTIONS], row g drawn with rngs[g]: int32
+  [G] (distributions.CategoricalFamily.sample_rows)."""
+  return distributions.CategoricalFamily(np.shape(policy_logits)[-1]).sample_rows(
+      policy_logits, rngs)
 
 
 def empty_agent_outputs(num_envs, num_actions):
@@ -40,27 +41,19 @@ def empty_agent_outputs(num_envs, num_actions):
 
 
 def sample_group_actions(space, params, rngs):
-  """The group's actions from its policy parameters [G, ...]: array operations for discrete
-  actions (sample_actions), the action space's sampler row by row otherwise."""
-  if isinstance(space, action_spaces.Discrete):
-    return sample_actions(params, rngs)
-  return np.stack([space.sample(row, rng) for row, rng in zip(params, rngs)])
+  """The group's actions from its policy parameters [G, P] (the space's distribution)."""
+  return space.sample_group(params, rngs)
 
 
 def empty_group_outputs(space, num_envs, spec):
   """empty_agent_outputs for any action space: [G] rows of the space's empty output."""
-  if isinstance(space, action_spaces.Discrete):
-    return empty_agent_outputs(num_envs, spec.num_actions)
-  return tf.nest.map_structure(lambda *rows: np.stack(rows),
-                               *[space.empty_agent_output(spec) for _ in range(num_envs)])
+  return space.empty_group_outputs(num_envs, spec)
 
 
 def group_environment_actions(space, actions, spec):
   """What the group's step() receives: the sampled actions, continuous ones clipped to the
   action space's bounds (the trajectory keeps the unclipped sample)."""
-  if isinstance(space, action_spaces.Discrete):
-    return environment_actions(actions)
-  return np.stack([space.to_environment(action, spec) for action in actions])
+  return space.group_to_environment(actions, spec)
 
 
 def environment_actions(actions):
@@ -71,8 +64,9 @@ def environment_actions(actions):
 def acting_step(agent):
   """The agent's acting step on a batch: (prev_action [B], reward [B], done [B], frame
   [B, H, W, C], instruction [B, 16] or (), core_state) -> (policy_logits [B, A], baseline [B],
-  new core_state)."""
+  new core_state); for a Gaussian policy (mean and log_std [B, 2A], baseline, state)."""
   use_instruction = agent.config.use_instruction
+  distribution = agent.config.action_distribution
 
   def policy(prev_action, reward, done, frame, instruction, core_state):
     if not use_instruction:
@@ -83,7 +77,7 @@ def acting_step(agent):
     add_time = lambda t: t[tf.newaxis]
     output, core_state = agent.unroll(
         add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)
-    return action_spaces.policy_params(output)[0], output.baseline[0], core_state
+    return distribution.params_of(output)[0], output.baseline[0], core_state
   return policy
 
 

@@ -388,7 +388,7 @@ class _Run:
     """One learner update; its statistics (numpy), or None when the learner skipped it
     (non-finite loss or gradient norm: parameters, optimizer and frames unchanged)."""
     with self.update_lock:
-      stats = self.learner.update(*batch, num_new_trajectories=num_new, **self.update_options)
+      stats = self.learner.update(**batch, num_new_trajectories=num_new, **self.update_options)
       stats = {k: v.numpy() for k, v in stats.items()}
       if not stats.pop("update_skipped"):
         self.progress.num_updates += 1

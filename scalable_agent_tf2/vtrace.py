@@ -6,9 +6,14 @@ vtrace.py) so its users can move over: `log_probs_from_logits_and_actions`,
 (c_bar, hard-wired to 1 in the released code) and `off_policy_correction`, which selects one of
 the four rows of Table 2.
 
-LASER's trust-region V-trace (Schmitt et al. 2019, section 4) is here too: `implied_policy_kl`,
-`trust_region_mask`, and the `trust_region_mask` / `trust_region_threshold` arguments of
-`from_importance_weights` / `from_logits` (off by default: plain V-trace).
+`from_distributions` takes the behaviour and target policies as distributions.py's objects
+(categorical or diagonal Gaussian), so one V-trace serves both kinds of action; `from_logits`
+is it for logits.
+
+LASER's trust-region V-trace (Schmitt et al. 2019, section 4) is here too: `trust_region_mask`,
+and the `trust_region_mask` / `trust_region_threshold` arguments of `from_importance_weights` /
+`from_distributions` (off by default: plain V-trace), with the distributions'
+`implied_policy_kl` as the relevance function.
 
 Everything is time-major: T is the unroll length, B the batch size. The returned targets carry
 no gradient (the paper differentiates neither v_s nor the advantage).
@@ -18,6 +23,7 @@ import math
 
 import tensorflow as tf
 
+from scalable_agent_tf2 import distributions
 # Table 2's rows (section 5.2.1), named in settings.py as --off_policy_correction's choices.
 from scalable_agent_tf2.settings import (
     EPSILON, NO_CORRECTION, OFF_POLICY_CORRECTIONS, ONE_STEP_IS, VTRACE)
@@ -35,7 +41,8 @@ EPSILON_CORRECTION_EPSILON = 1e-6
 
 
 def log_probs_from_logits_and_actions(policy_logits, actions):
-  """log pi(a | x) of the taken actions.
+  """log pi(a | x) of the taken actions (the released code's name for
+  distributions.Categorical(policy_logits).log_prob(actions)).
 
   Args:
     policy_logits: float32 [T, B, NUM_ACTIONS], unnormalised log-probabilities.
@@ -44,12 +51,10 @@ def log_probs_from_logits_and_actions(policy_logits, actions):
   Returns:
     float32 [T, B].
   """
-  policy_logits = tf.convert_to_tensor(policy_logits, dtype=tf.float32)
-  actions = tf.convert_to_tensor(actions, dtype=tf.int32)
-  policy_logits.shape.assert_has_rank(3)
-  actions.shape.assert_has_rank(2)
-  return -tf.nn.sparse_softmax_cross_entropy_with_logits(
-      logits=policy_logits, labels=actions)
+  policy = distributions.Categorical(policy_logits)
+  policy.logits.shape.assert_has_rank(3)
+  tf.convert_to_tensor(actions).shape.assert_has_rank(2)
+  return policy.log_prob(actions)
 
 
 def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
@@ -130,14 +135,50 @@ def from_logits(behaviour_policy_logits, target_policy_logits, actions, discount
                 values, bootstrap_value, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
                 clip_c_threshold=1.0, lambda_=1.0, off_policy_correction=VTRACE,
                 trust_region_threshold=None, name="vtrace_from_logits"):
-  """V-trace (or one of Table 2's alternatives) from behaviour and target policy logits.
+  """from_distributions for categorical policies given by their logits (the released code's
+  entry point).
 
   Args:
     behaviour_policy_logits: float32 [T, B, NUM_ACTIONS], mu's logits (from the actors).
     target_policy_logits: float32 [T, B, NUM_ACTIONS], pi's logits (from the learner).
     actions: int32 [T, B], the actions the actors took.
+    The others: as from_distributions.
+
+  Returns:
+    VTraceFromLogitsReturns, as from_distributions.
+  """
+  behaviour_policy = distributions.Categorical(behaviour_policy_logits)
+  target_policy = distributions.Categorical(target_policy_logits)
+  behaviour_policy.logits.shape.assert_has_rank(3)
+  target_policy.logits.shape.assert_has_rank(3)
+  tf.convert_to_tensor(actions).shape.assert_has_rank(2)
+  return from_distributions(
+      behaviour_policy, target_policy, actions, discounts, rewards, values, bootstrap_value,
+      clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold,
+      clip_c_threshold=clip_c_threshold, lambda_=lambda_,
+      off_policy_correction=off_policy_correction,
+      trust_region_threshold=trust_region_threshold, name=name)
+
+
+def from_distributions(behaviour_policy, target_policy, actions, discounts, rewards, values,
+                       bootstrap_value, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
+                       clip_c_threshold=1.0, lambda_=1.0, off_policy_correction=VTRACE,
+                       trust_region_threshold=None, trust_region_seed=(0, 0),
+                       name="vtrace_from_distributions"):
+  """V-trace (or one of Table 2's alternatives) from behaviour and target action
+  distributions (distributions.Categorical or DiagGaussian: any kind of action).
+
+  log_rhos = log pi(a_t|x_t) - log mu(a_t|x_t) of the taken actions (for a Gaussian policy
+  the densities of the unclipped samples), then from_importance_weights.
+
+  Args:
+    behaviour_policy: a distribution of [T, B, P] parameters, mu (from the actors).
+    target_policy: the same kind, pi (from the learner; gradients flow into
+      target_action_log_probs).
+    actions: [T, B] int32 (categorical) or [T, B, A] float32 (Gaussian), the actions the
+      actors took.
     discounts, rewards, values, bootstrap_value, clip_*, lambda_: as in
-      `from_importance_weights`.
+      `from_importance_weights` ([T, B], [T, B], [T, B], [B]).
     off_policy_correction: one of OFF_POLICY_CORRECTIONS (section 5.2.1, Table 2):
       'vtrace': the paper's method.
       'one_step_is': value targets without correction (n-step returns); the advantage is
@@ -145,11 +186,15 @@ def from_logits(behaviour_policy_logits, target_policy_logits, actions, discount
       'epsilon': value targets and advantages as if on-policy; the policy gradient uses
         log(pi + 1e-6) (see `target_action_log_probs`).
       'none': value targets and advantages as if on-policy.
+      The alternatives are IMPALA's discrete-action ablation: a Gaussian policy takes
+      'vtrace' only.
     trust_region_threshold: None for plain V-trace; else LASER's trust region (section 4.3):
-      steps whose KL(pi || pi_rho_bar) (`implied_policy_kl`, with rho_bar =
-      clip_rho_threshold) is above this threshold are rejected: the traces are cut there
-      (`from_importance_weights`) and `trust_region_mask` is 0 there. math.inf computes the
-      mask but keeps every step. Only with off_policy_correction='vtrace'.
+      steps whose KL(pi || pi_rho_bar) (target_policy.implied_policy_kl, with rho_bar =
+      clip_rho_threshold; a Monte-Carlo estimate for a Gaussian) is above this threshold are
+      rejected: the traces are cut there (`from_importance_weights`) and `trust_region_mask`
+      is 0 there. math.inf computes the mask but keeps every step. Only with
+      off_policy_correction='vtrace'.
+    trust_region_seed: int32 [2], the seed of a Monte-Carlo implied KL's samples.
     name: name scope.
 
   Returns:
@@ -163,29 +208,24 @@ def from_logits(behaviour_policy_logits, target_policy_logits, actions, discount
     raise ValueError(
         f"Unknown off_policy_correction {off_policy_correction!r}; expected one of "
         f"{OFF_POLICY_CORRECTIONS}.")
+  if off_policy_correction != VTRACE and not target_policy.discrete:
+    raise ValueError(f"off_policy_correction={off_policy_correction!r} is IMPALA's "
+                     "discrete-action ablation (Table 2); Gaussian policies use 'vtrace'.")
   if trust_region_threshold is not None and off_policy_correction != VTRACE:
     raise ValueError(
         f"The trust region (trust_region_threshold={trust_region_threshold}) is defined for "
         f"V-trace (LASER section 4), not off_policy_correction={off_policy_correction!r}.")
   with tf.name_scope(name):
-    behaviour_policy_logits = tf.convert_to_tensor(behaviour_policy_logits, tf.float32)
-    target_policy_logits = tf.convert_to_tensor(target_policy_logits, tf.float32)
-    actions = tf.convert_to_tensor(actions, dtype=tf.int32)
-    behaviour_policy_logits.shape.assert_has_rank(3)
-    target_policy_logits.shape.assert_has_rank(3)
-    actions.shape.assert_has_rank(2)
-
-    target_action_log_probs = log_probs_from_logits_and_actions(
-        target_policy_logits, actions)
-    behaviour_action_log_probs = log_probs_from_logits_and_actions(
-        behaviour_policy_logits, actions)
+    target_action_log_probs = target_policy.log_prob(actions)
+    behaviour_action_log_probs = behaviour_policy.log_prob(actions)
+    target_action_log_probs.shape.assert_has_rank(2)
     log_rhos = target_action_log_probs - behaviour_action_log_probs
 
     mask = tf.ones_like(log_rhos)
     if trust_region_threshold is not None:
       mask = trust_region_mask(
-          implied_policy_kl(behaviour_policy_logits, target_policy_logits,
-                            clip_rho_threshold),
+          target_policy.implied_policy_kl(behaviour_policy, clip_rho_threshold,
+                                          seed=trust_region_seed),
           trust_region_threshold)
     if off_policy_correction == VTRACE:
       returns = from_importance_weights(
@@ -214,45 +254,11 @@ def from_logits(behaviour_policy_logits, target_policy_logits, actions, discount
         target_action_log_probs=target_action_log_probs, trust_region_mask=mask)
 
 
-def implied_policy_kl(behaviour_policy_logits, target_policy_logits, clip_rho_threshold=1.0):
-  """KL(pi || pi_rho_bar) at every step: how far V-trace's fixed point is from pi.
-
-  pi_rho_bar(a|x) = min(rho_bar mu(a|x), pi(a|x)) / sum_b min(rho_bar mu(b|x), pi(b|x)) is the
-  policy whose value V-trace estimates (IMPALA Theorem 1; LASER equation 3, Proposition 1).
-  LASER section 4.3 rejects a step when this divergence is large ("behaviour relevance
-  function"). It depends on the states' policies only, not on the sampled actions (section
-  4.3: an action-based criterion would add bias). Computed in log space, so policies with
-  tiny probabilities give finite values.
-
-  Args:
-    behaviour_policy_logits: float32 [T, B, NUM_ACTIONS], mu's logits.
-    target_policy_logits: float32 [T, B, NUM_ACTIONS], pi's logits.
-    clip_rho_threshold: rho_bar (V-trace's, 1 by default); None or inf: no truncation, so
-      pi_rho_bar = pi and the divergence is 0.
-
-  Returns:
-    float32 [T, B], >= 0, gradient-free (it selects data; it is not a loss).
-  """
-  behaviour_policy_logits = tf.convert_to_tensor(behaviour_policy_logits, tf.float32)
-  target_policy_logits = tf.convert_to_tensor(target_policy_logits, tf.float32)
-  behaviour_policy_logits.shape.assert_has_rank(3)
-  target_policy_logits.shape.assert_has_rank(3)
-  log_pi = tf.nn.log_softmax(tf.stop_gradient(target_policy_logits))
-  if clip_rho_threshold is None or math.isinf(clip_rho_threshold):
-    return tf.zeros_like(log_pi[..., 0])
-  log_mu = tf.nn.log_softmax(behaviour_policy_logits)
-  log_unnormalised = tf.minimum(math.log(clip_rho_threshold) + log_mu, log_pi)
-  log_implied = log_unnormalised - tf.reduce_logsumexp(log_unnormalised, axis=-1,
-                                                       keepdims=True)
-  kl = tf.reduce_sum(tf.exp(log_pi) * (log_pi - log_implied), axis=-1)
-  return tf.maximum(kl, 0.0)  # Rounding can give -1e-8 where pi_rho_bar = pi.
-
-
 def trust_region_mask(kl, threshold):
   """1.0 where a step is kept (KL <= threshold), 0.0 where it is rejected (LASER 4.3).
 
   Args:
-    kl: float32 [T, B], `implied_policy_kl`.
+    kl: float32 [T, B], a distribution's `implied_policy_kl` (distributions.py).
     threshold: float >= 0 (math.inf keeps every step).
 
   Returns:

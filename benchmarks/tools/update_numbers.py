@@ -86,13 +86,11 @@ def numbers(T=5, B=4, updates=3):
     for seed in range(updates):
       env_outputs, agent_outputs = batch(T, B, seed)
       state = the_learner.agent.initial_state(B)
-      args = [state, env_outputs, agent_outputs]
-      kwargs = {}
-      if hasattr(the_learner, "target_policy_logits"):
-        args.append(the_learner.target_policy_logits(*args))
-      elif name.startswith("laser"):
+      # One call for both learners: IMPACT's batch carries its target network's policy.
+      kwargs = the_learner.batch(state, env_outputs, agent_outputs)
+      if name.startswith("laser"):
         kwargs["entropy_mask"] = loss_terms.online_mask(B, B // 2)
-      stats = the_learner.update(*args, **kwargs)
+      stats = the_learner.update(**kwargs)
       # New statistics may be added; the old ones must keep their values.
       records.append({k: np.asarray(v).item() for k, v in sorted(stats.items())
                       if k != "update_skipped"})
