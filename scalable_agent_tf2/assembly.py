@@ -18,10 +18,10 @@ from scalable_agent_tf2 import environments
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import networks
 from scalable_agent_tf2 import policies
-from scalable_agent_tf2 import suites
 from scalable_agent_tf2 import wire
 from scalable_agent_tf2.settings import TRAIN
 from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
 from scalable_agent_tf2.structures import Observation
 
@@ -119,28 +119,30 @@ def environment_group_size(config):
 
 
 def group_factory(config, environment_constructor, level_name, seeds, test_mode=False):
-  """callable(attempt) -> one actor's environments for EnvironmentLoop.
+  """callable(attempt) -> one actor's environments for EnvironmentLoop, run as the level's
+  family decides for the run's settings (config.runs_as, environments/families):
 
-  Atari with config.uses_atari_groups: an AtariVectorGroup of len(seeds(attempt)) games in
-  this process (environments/atari_vector.py; `environment_constructor` is for environment
-  processes and is not used). MuJoCo: a list of len(seeds(attempt)) tasks built in this process
-  by `environment_constructor` (stepped one after another by the actor's thread: a MuJoCo step
-  costs far less than an environment process's round trip). Otherwise: one environment process
-  (seeds(attempt) has one seed).
+    VECTOR: the family's vector group of len(seeds(attempt)) environments in this process
+      (Atari: an AtariVectorGroup stepped by ale-py's C++ threads; `environment_constructor`
+      is for environment processes and is not used);
+    IN_PROCESS_GROUP: a list of len(seeds(attempt)) environments built in this process by
+      `environment_constructor`, stepped one after another by the actor's thread (MuJoCo,
+      cheap gymnasium environments: a step costs far less than a process's round trip);
+    OWN_PROCESS: one environment process (seeds(attempt) has one seed).
 
   Args:
     seeds: callable(attempt) -> list of ints, one per environment.
   """
-  if config.uses_atari_groups:
-    from scalable_agent_tf2.environments import atari_vector  # pylint: disable=g-import-not-at-top
-    game = suites.atari_game(level_name)
-    return lambda attempt: atari_vector.AtariVectorGroup(
-        game, seeds(attempt), full_action_space=config.is_multi_task,
-        terminal_on_life_loss=not test_mode)
-
-  if config.is_mujoco:
+  runs_as = config.runs_as
+  if runs_as == family_base.VECTOR:
+    family = config.family
+    return lambda attempt: family.vector_group(config, level_name, seeds(attempt), test_mode)
+  if runs_as == family_base.IN_PROCESS_GROUP:
     return lambda attempt: start_in_process(environment_constructor, level_name, seeds(attempt),
                                             test_mode)
+  if runs_as != family_base.OWN_PROCESS:
+    raise ValueError(f"{level_name}: its family says its environments run as {runs_as!r}; "
+                     f"families/base.py names the ways (OWN_PROCESS, IN_PROCESS_GROUP, VECTOR).")
 
   def start(attempt):
     (seed,) = seeds(attempt)
@@ -177,9 +179,7 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
     spec = env.spec
     continuous = isinstance(spec, base.ContinuousEnvSpec)
     if network_config is None:
-      network_config = (config.continuous_network_config(spec.action_size,
-                                                          spec.frame_shape[0])
-                        if continuous else config.network_config(spec.num_actions))
+      network_config = config.network_config_for_spec(spec)
     if tuple(spec.frame_shape) != tuple(network_config.frame_shape):
       raise ValueError(f"The environment's frames are {spec.frame_shape}, the network "
                        f"expects {network_config.frame_shape}.")

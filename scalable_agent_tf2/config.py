@@ -20,6 +20,8 @@ from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import presets
 from scalable_agent_tf2 import settings
 from scalable_agent_tf2 import suites
+from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.settings import IMPACT, IMPALA, TEST, TRAIN  # noqa: F401 (API)
 
 
@@ -47,35 +49,36 @@ class ExperimentConfig(settings.ExperimentSettings):
                  if name.strip())
 
   @property
+  def family(self):
+    """The environment family of the run's levels (environments/families): it owns their
+    presets, environments, how they run and what they observe."""
+    return families.family_of(self.levels[0])
+
+  @property
+  def runs_as(self):
+    """How an actor's environments run (families/base.py: OWN_PROCESS, IN_PROCESS_GROUP,
+    VECTOR), as the family decides for these settings."""
+    return self.family.runs_as(self)
+
+  @property
   def is_atari(self):
-    return suites.is_atari_level(self.levels[0])
+    """Whether the run's levels are Atari games (population.py adapts the gradient clip on
+    them, Table G.1)."""
+    return self.family.name == "atari"
 
   @property
   def uses_atari_groups(self):
-    """Whether actors step their Atari games in vector groups (environments/atari_vector.py):
-    Atari at what AtariVectorGroup implements (Table G.1's 84x84 frames and action repeat 4,
-    no sticky actions); otherwise every actor has one environment process."""
-    if not self.is_atari:
-      return False
-    from scalable_agent_tf2.environments import atari  # pylint: disable=g-import-not-at-top
-    return (not self.sticky_actions
-            and self.num_action_repeats == atari.DEFAULT_NUM_ACTION_REPEATS
-            and self.width == self.height == atari.DEFAULT_FRAME_SIZE)
+    """Whether actors step their games in a C++ vector (environments/atari_vector.py): Atari at
+    what AtariVectorGroup implements (Table G.1's 84x84 frames and action repeat 4, no sticky
+    actions); otherwise every actor has one environment process."""
+    return self.runs_as == family_base.VECTOR
 
   @property
   def uses_environment_groups(self):
-    """Whether an actor thread steps --envs_per_actor environments in this process: Atari in
-    vector groups (uses_atari_groups) or MuJoCo tasks; otherwise every actor has one
+    """Whether an actor thread steps --envs_per_actor environments in this process (a vector
+    or an in-process group, as the family decides); otherwise every actor has one
     environment process."""
-    return self.uses_atari_groups or self.is_mujoco
-
-  @property
-  def is_toy(self):
-    return suites.is_toy_level(self.levels[0])
-
-  @property
-  def is_mujoco(self):
-    return suites.is_mujoco_level(self.levels[0])
+    return self.runs_as != family_base.OWN_PROCESS
 
   @property
   def is_multi_task(self):
@@ -118,16 +121,16 @@ class ExperimentConfig(settings.ExperimentSettings):
     return self.learner_batch_size - self.num_replayed_per_batch
 
   def network_config(self, num_actions):
-    """The network for this run's levels (imports TensorFlow: call it from the TF side)."""
-    from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
-    if self.is_atari:
-      return networks.atari_config(num_actions, torso=self.torso,
-                                   frame_shape=(self.height, self.width, 4))
-    if self.is_toy:  # Atari's feed-forward agent on one grey 20x20 frame.
-      return networks.atari_config(num_actions, torso=self.torso,
-                                   frame_shape=(self.height, self.width, 1))
-    return networks.dmlab_config(torso=self.torso, num_actions=num_actions,
-                                 frame_shape=(self.height, self.width, 3))
+    """The network for this run's levels with num_actions discrete actions (imports
+    TensorFlow: call it from the TF side)."""
+    from scalable_agent_tf2.environments import base  # pylint: disable=g-import-not-at-top
+    return self.family.network_config(self, base.EnvSpec(num_actions=num_actions,
+                                                         frame_shape=None))
+
+  def network_config_for_spec(self, spec):
+    """The network for an environment's spec (an EnvSpec or a ContinuousEnvSpec), as the
+    level's family chooses (imports TensorFlow: call it from the TF side)."""
+    return self.family.network_config(self, spec)
 
   def continuous_network_config(self, action_size, observation_size):
     """The IMPACT paper's continuous-control network (section 4.3) for an environment's
@@ -137,18 +140,8 @@ class ExperimentConfig(settings.ExperimentSettings):
                                                        action_size=action_size)
 
   def environment_options(self):
-    """Keyword arguments for environments.environment_constructor."""
-    if self.is_mujoco:
-      return {}  # One gymnasium step per agent step; the task fixes its frame skip.
-    if self.is_atari:
-      # Appendix G: the multi-task agent plays all games with the full 18 actions.
-      return dict(full_action_space=self.is_multi_task, sticky_actions=self.sticky_actions,
-                  num_action_repeats=self.num_action_repeats, frame_size=self.width)
-    if self.is_toy:
-      return {}
-    return dict(num_action_repeats=self.num_action_repeats, width=self.width,
-                height=self.height, dataset_path=self.dataset_path, renderer=self.renderer,
-                level_cache_dir=self.level_cache_dir or None)
+    """Keyword arguments for environments.environment_constructor, as the family takes them."""
+    return self.family.environment_options(self)
 
   def jit_compile_choice(self):
     """True, False, or None (the learner's default for the device)."""
@@ -289,15 +282,6 @@ def _check_levels(config):
                        f"`{suites.LIST_LEVELS_COMMAND}` lists its levels.")
     if not config.levels:
       raise ValueError(f"--excluded_levels leaves none of {config.level_name}'s levels.")
-  if config.mode == TRAIN:
-    held_out = [level for level in config.levels if level in suites.DMLAB30_TEST_LEVELS
-                and level not in suites.DMLAB30_TRAIN_LEVELS]
-    if held_out:
-      train_names = [train for train, test in suites.DMLAB30_LEVEL_MAPPING.items()
-                     if test in held_out]
-      raise ValueError(f"{', '.join(held_out)} is a held-out test level: train on "
-                       f"{', '.join(train_names)}; --mode=test then plays the test level "
-                       "(section 5.3.1).")
 
 
 # Measured here (BUILD.md, "DeepMind Lab", memory): a DeepMind Lab environment process holds
@@ -363,24 +347,10 @@ def check_levels_can_run(config):
   driver or a README check resolves configs it never runs); a run checks this at its start.
 
   Raises:
-    ValueError: naming the levels and what to do.
-    ModuleNotFoundError: DeepMind Lab levels without deepmind_lab installed (BUILD.md).
+    ValueError: naming the levels and what to do (the family's check_can_run).
+    ModuleNotFoundError: a family's module is missing (DeepMind Lab: BUILD.md).
   """
-  needing_dataset = [level for level in config.levels
-                     if level in suites.DMLAB30_LEVELS_NEEDING_DATASET
-                     or suites.DMLAB30_LEVEL_MAPPING.get(level)
-                     in suites.DMLAB30_LEVELS_NEEDING_DATASET]
-  if needing_dataset and not config.dataset_path:
-    leave_out = (f" or leave them out with --excluded_levels={','.join(needing_dataset)}"
-                 if config.is_multi_task else "")
-    raise ValueError(f"{', '.join(needing_dataset)} need the Brady et al. (2008) image "
-                     f"dataset: pass --dataset_path (BUILD.md, \"DeepMind Lab\"){leave_out}.")
-  if any(suites.is_dmlab_level(level) for level in config.levels):
-    check_dmlab_memory(config.num_actors, machine_memory_gb())
-    from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
-    dmlab.check_deepmind_lab_available()
-  else:
-    check_environment_memory(config, machine_memory_gb())
+  config.family.check_can_run(config, machine_memory_gb())
 
 
 def _resolve_envs_per_actor(config, given):
@@ -399,16 +369,7 @@ def _resolve_envs_per_actor(config, given):
 def _check_combinations(config):
   """The checks of one resolved config that involve more than one setting."""
   _check_levels(config)
-  if config.is_mujoco:
-    frame_settings = [name for name in ("width", "height", "torso")
-                      if getattr(config, name) is not None]
-    if frame_settings:
-      raise ValueError(f"{', '.join('--' + name for name in frame_settings)}: MuJoCo tasks "
-                       "have observation vectors and the IMPACT paper's MLPs (section 4.3), "
-                       "no frames or torso. Drop the flag(s).")
-  if config.is_atari and config.width != config.height:
-    raise ValueError(f"Atari frames are square: --width ({config.width}) and --height "
-                     f"({config.height}) must be equal.")
+  config.family.check_config(config)
   if config.torso == settings.IMPACT_CNN and (config.width, config.height) != (42, 42):
     raise ValueError(f"--torso={settings.IMPACT_CNN} is the IMPACT paper's network for 42x42 "
                      f"frames (section 4.3), got {config.width}x{config.height}: add "

@@ -39,6 +39,7 @@ from scalable_agent_tf2 import run_directory
 from scalable_agent_tf2 import suites
 from scalable_agent_tf2 import training
 from scalable_agent_tf2.environments import LevelCannotRun
+from scalable_agent_tf2.environments import families
 
 RESULTS_SUBDIR = "evaluation"
 
@@ -199,8 +200,9 @@ def level_rows(level_episodes):
     row = dict(level=level, episodes=len(returns), mean_return=float(np.mean(returns)),
                std_return=float(np.std(returns)),
                mean_length=float(np.mean([n for _, n in episodes])))
-    if suites.is_dmlab_level(level):
-      row["test_level"] = suites.dmlab30_test_level(level)
+    family = families.find_family(level)
+    if family is not None and family.has_test_levels:  # DMLab-30's, section 5.3.1.
+      row["test_level"] = family.test_level(level)
     references = suites.reference_scores(level)
     if references is not None:
       row["random"], row["human"] = references

@@ -74,7 +74,8 @@ def resolve_member_flags(experiment_flags, logdir):
 
   Returns:
     dict: "settings" (config.ExperimentConfig's fields, resolved: the level's presets
-    filled in), "is_atari" and "is_multi_task".
+    filled in), "is_atari", "adapts_max_grad_norm" (PBT adapts the gradient clip on the
+    level's family: Atari, section 5.3.2) and "is_multi_task".
 
   Raises:
     ValueError: a bad flag, with the message experiment.py would give.
@@ -85,6 +86,7 @@ def resolve_member_flags(experiment_flags, logdir):
   except ModuleNotFoundError as error:
     raise ValueError(str(error)) from error
   return dict(settings=dataclasses.asdict(config), is_atari=config.is_atari,
+              adapts_max_grad_norm=config.family.pbt_adapts_max_grad_norm,
               is_multi_task=config.is_multi_task)
 
 
@@ -126,7 +128,7 @@ def settings_from_arguments(args, experiment_flags, shared_replay=None):
   member = resolve_member_flags(experiment_flags, logdir)
   resolved = member["settings"]
   adapted = pbt.ADAPTED
-  if member["is_atari"] and resolved["max_grad_norm"] > 0:
+  if member["adapts_max_grad_norm"] and resolved["max_grad_norm"] > 0:
     adapted = pbt.ADAPTED_ATARI  # Section 5.3.2, Table G.1: the clip is adapted on Atari.
   rng = np.random.default_rng(args.seed)
   initial = []

@@ -4,50 +4,30 @@ setting left PRESET (None).
     presets.presets("atari/pong")            # Table G.1, Table 1's 48 actors.
     presets.presets("dmlab30", settings.IMPACT)  # Table D.3 and IMPACT's Table 1.
 
-Every value cites the paper's table or section it comes from (the MuJoCo tasks' are in
-mujoco_presets.py). A value given on the command line always wins over these (config.resolve).
-This module imports no TensorFlow.
+Each environment family's values live beside it (environments/families/<family>.py: DMLab-30
+and Atari's tables, the toy levels', the MuJoCo tasks' in mujoco_presets.py, the gymnasium
+family's documented set) and cite the paper's table or section they come from; this module
+adds the algorithms' own (IMPACT Table 1, the IMPACT paper's Atari setting, LASER). A value
+given on the command line always wins over these (config.resolve). No TensorFlow here.
 """
-import math
 import os
 
-from scalable_agent_tf2 import mujoco_presets
 from scalable_agent_tf2 import settings
 from scalable_agent_tf2 import suites
+from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments.families import atari as atari_family
+from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.environments.families import dmlab as dmlab_family
+from scalable_agent_tf2.environments.families import toy as toy_family
 from scalable_agent_tf2.settings import IMPACT, IMPALA
 
-# The learner's settings Tables D.3 and G.1 share: gamma 0.99, baseline cost 0.5, action
-# repeat 4, RMSProp momentum 0 (decay 0.99 and the accumulator starting at 1: released code,
-# TF1's RMSPropOptimizer); V-trace (section 5.2.1) without LASER's trust region.
-_SHARED = dict(discounting=0.99, baseline_cost=0.5, num_action_repeats=4, decay=0.99,
-               momentum=0.0, rmsprop_initial_mean_square=1.0,
-               off_policy_correction=settings.VTRACE, trust_region_threshold=math.inf,
-               envs_per_actor=1)
-# DMLab-30. Table D.3: unroll 100, 96x72 frames, Figure D.1's optimistic asymmetric reward
-# clipping. Released code: batch 32, RMSProp epsilon 0.1, no gradient clipping, entropy cost and
-# learning rate of the Table D.1 sweep's best agent, 10e9 frames (Figure 5); 150 actors
-# (section 5.3.1, "IMPALA, deep").
-DMLAB30 = dict(_SHARED, entropy_cost=0.0033391318945337044, learning_rate=0.00031866995608948655,
-               epsilon=0.1, max_grad_norm=0.0, reward_clipping=settings.OPTIMISTIC_ASYMMETRIC,
-               total_environment_frames=int(10e9), unroll_length=100, batch_size=32, width=96,
-               height=72, torso=settings.DEEP, num_actors=150)
-# One DMLab level. Table D.3: rewards clipped to [-1, 1]; released code: 1e9 frames (Figure 4);
-# Table 1's 48 actors.
-DMLAB_LEVEL = dict(DMLAB30, reward_clipping=settings.ABS_ONE, total_environment_frames=int(1e9),
-                   num_actors=48)
-# One Atari game, Table G.1: entropy 0.01, learning rate 0.0006, RMSProp epsilon 0.01, gradient
-# norm clipped at 40, rewards clipped to [-1, 1], unroll 20, batch 32, 84x84, 200M frames;
-# Appendix G: the experts use the shallow network. Actors: not given for Atari; Table 1's 48.
-ATARI = dict(_SHARED, entropy_cost=0.01, learning_rate=0.0006, epsilon=0.01, max_grad_norm=40.0,
-             reward_clipping=settings.ABS_ONE, total_environment_frames=int(200e6),
-             unroll_length=20, batch_size=32, width=84, height=84, torso=settings.SHALLOW,
-             num_actors=48)
-# Not from the paper: Table G.1's learner (Atari) with a small batch and short unrolls, so a run
-# takes a minute or two on a CPU. The environment repeats no actions, so frames are agent steps.
-# Rewards are not clipped: the delayed level's reward (0-10) carries how many choices were right.
-TOY = dict(ATARI, reward_clipping=settings.NO_CLIPPING, unroll_length=10, batch_size=8,
-           num_action_repeats=1, width=20, height=20, total_environment_frames=25_000,
-           num_actors=4)
+# Each family's own values live beside it (environments/families/<family>.py, each value
+# cited there); these names stay for the callers that read them.
+_SHARED = family_base.PAPER_SHARED
+DMLAB30 = dmlab_family.DMLAB30
+DMLAB_LEVEL = dmlab_family.DMLAB_LEVEL
+ATARI = atari_family.ATARI
+TOY = toy_family.TOY
 # IMPACT paper, Table 1 (discrete environments, IMPACT column): value function coefficient 1.0;
 # "Minibatch Buffer Size (N)" 4 and "Num SGD Iterations (K)" 2 (section 4.3 reports N = 1, K = 2
 # as the best discrete setting); clip parameter 0.3, target-worker clipping 2.0, lambda 0.995,
@@ -127,8 +107,7 @@ def impact_paper_presets(level_name, algorithm):
   Raises:
     ValueError: not one Atari game (the paper's discrete experiments are single games).
   """
-  levels = suites.level_names(level_name)
-  if suites.is_suite(level_name) or not suites.is_atari_level(levels[0]):
+  if suites.is_suite(level_name) or level_family(level_name) is not atari_family.FAMILY:
     raise ValueError(f"--preset={settings.IMPACT_PAPER} is the IMPACT paper's setting for one "
                      f"Atari game (Figure 6, e.g. --level_name=atari/pong); --level_name="
                      f"{level_name} is not one. Drop --preset or pick a game.")
@@ -138,43 +117,23 @@ def impact_paper_presets(level_name, algorithm):
 
 
 # Environments of an Atari run: Table 1's 48 actors, one environment each.
-ATARI_ENVIRONMENTS = 48
-
-
-def actor_layout(num_environments, num_cores):
-  """num_actors and envs_per_actor for about num_environments environments stepped in groups
-  in the training process on a machine with num_cores cores: one actor thread per core (at
-  least 2, so that one group's forward pass overlaps another's stepping), the environments
-  shared out among them (rounded up): 48 on 2 cores are 2 x 24. benchmarks/RESULTS.md
-  ("Throughput") has the measurements behind the choice."""
-  num_actors = min(max(2, num_cores), num_environments)
-  return dict(num_actors=num_actors, envs_per_actor=-(-num_environments // num_actors))
-
-
-def atari_actor_layout(num_cores):
-  """The Atari preset's layout: Table 1's 48 environments (actor_layout)."""
-  return actor_layout(ATARI_ENVIRONMENTS, num_cores)
-
-
-# Machines with at most this many cores run Atari's shallow network with one TensorFlow
-# thread per op.
-SMALL_MACHINE_CORES = 2
+ATARI_ENVIRONMENTS = atari_family.ATARI_ENVIRONMENTS
+actor_layout = family_base.actor_layout
+atari_actor_layout = atari_family.atari_actor_layout
+SMALL_MACHINE_CORES = atari_family.SMALL_MACHINE_CORES
 
 
 def intra_op_threads(level_name, torso, num_cores):
-  """TensorFlow threads per op for a run of level_name with torso on num_cores cores: 1 for
-  Atari with the shallow network on a machine of at most SMALL_MACHINE_CORES cores, else 0
-  (TensorFlow's default, one per core). config.resolve applies it unless a flag gives one.
+  """TensorFlow threads per op for a run of level_name with torso on num_cores cores, as the
+  level's family chooses (Family.intra_op_threads; Atari: 1 with the shallow network on at
+  most SMALL_MACHINE_CORES cores, benchmarks/RESULTS.md); 0 is TensorFlow's default.
+  config.resolve applies it unless a flag gives one."""
+  return level_family(level_name).intra_op_threads(torso, num_cores)
 
-  Why (benchmarks/RESULTS.md, "Side by side with a peer"): TensorFlow's intra-op threads spin
-  while they wait for work, on the cores that the actor threads and ale-py's stepping threads
-  need. With the shallow network, one thread per op ran README's Pong quick start faster in
-  every round on 2 cores (1.08x); with the deep network, whose convolutions are most of
-  the work, it did not help (0.95x). Other levels and bigger machines are not measured and
-  keep TensorFlow's default."""
-  small_network_on_atari = (suites.is_atari_level(suites.level_names(level_name)[0])
-                            and torso == settings.SHALLOW)
-  return 1 if small_network_on_atari and num_cores <= SMALL_MACHINE_CORES else 0
+
+def level_family(level_name):
+  """The environment family of a level or suite (a suite's levels share one)."""
+  return families.family_of(suites.level_names(level_name)[0])
 
 
 def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET):
@@ -189,29 +148,12 @@ def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET):
   if preset == settings.IMPACT_PAPER:
     return impact_paper_presets(level_name, algorithm)
   levels = suites.level_names(level_name)
-  multi_task = suites.is_suite(level_name)
-  if suites.is_atari_level(levels[0]):
-    # Frames: 200M per game, the multi-task agent 57 x 200M (section 5.3.2); Appendix G: the
-    # multi-task agent uses the deep (residual) network.
-    values = dict(ATARI, total_environment_frames=ATARI["total_environment_frames"] * len(levels))
-    values.update(atari_actor_layout(os.cpu_count() or 1))
-    if multi_task:
-      values["torso"] = settings.DEEP
-  elif suites.is_toy_level(levels[0]):
-    values = dict(TOY)
-  elif suites.is_mujoco_level(levels[0]):
-    # The IMPACT paper's Table 2, IMPALA or IMPACT column (IMPACT's own settings included);
-    # its 16 workers (section 4.3) as 16 tasks stepped in groups by one thread per core.
-    values = mujoco_presets.presets(levels[0], algorithm)
-    values.update(actor_layout(values["num_actors"], os.cpu_count() or 1))
-    values["queue_capacity"] = 4 * values["batch_size"]
-    return values
-  else:
-    values = dict(DMLAB30 if multi_task else DMLAB_LEVEL)
+  family = families.family_of(levels[0])
+  values = family.presets(level_name, levels, algorithm, os.cpu_count() or 1)
   # Up to this many unrolls wait for the learner (4 batches): actors rarely block, and the
   # policy lag stays a few updates.
   values["queue_capacity"] = 4 * values["batch_size"]
-  if algorithm == IMPACT:
+  if algorithm == IMPACT and not family.owns_algorithm_presets:
     values.update(IMPACT_PRESET)  # target_update_period: N x K, once N and K are known.
   return values
 

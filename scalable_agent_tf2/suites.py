@@ -3,7 +3,8 @@ human-normalised scores the paper reports.
 
 Numpy only (docs/ARCHITECTURE.md "Rooms"): the environments and the TensorFlow rooms both read this.
 
-Level names (one registry for the whole project):
+Level names (environments/families is the registry: each family owns its names; the paper's
+are listed here with their reference scores):
   * DeepMind Lab levels by their bare DMLab-30 names, as in the released code
     (deepmind/scalable_agent, dmlab30.py): "explore_goal_locations_small",
     "rooms_collect_good_objects_train", ... Suite name: "dmlab30".
@@ -11,6 +12,8 @@ Level names (one registry for the whole project):
     "atari/pong", "atari/space_invaders", ... Suite name: "atari57".
   * The IMPACT paper's MuJoCo tasks as "mujoco/<task>": "mujoco/hopper", "mujoco/half_cheetah",
     "mujoco/humanoid" (no suite, no reference scores).
+  * Any DeepMind Lab level as "dmlab:<level>", any gymnasium environment as "gym:<id>"
+    (environments/families/dmlab.py, gym.py).
 
 Normalised scores are fractions (1.0 = human level); the summaries are in percent, as the
 paper prints them.
@@ -289,23 +292,27 @@ SINGLE_LEVELS = DMLAB_LEVELS + ATARI57_LEVELS + TOY_LEVELS + MUJOCO_LEVELS
 LIST_LEVELS_COMMAND = "python -m scalable_agent_tf2.suites"
 
 
+def _registry():
+  """The registry of environment families (environments/families), imported when first
+  needed: it imports this module."""
+  from scalable_agent_tf2.environments import families  # pylint: disable=g-import-not-at-top
+  return families
+
+
 def _valid_names_message(name=None):
   """A short hint: the closest valid names to `name`, and the command that lists them all."""
-  # Atari games are matched by their bare name too ("pong" -> "atari/pong").
-  by_key = {key: full for full in list(SUITES) + list(SINGLE_LEVELS)
-            for key in (full, full.split("/")[-1])}
-  keys = difflib.get_close_matches(name or "", list(by_key), n=6, cutoff=0.6)
-  close = list(dict.fromkeys(by_key[key] for key in keys))[:3]
-  hint = "did you mean %s? " % " or ".join(close) if close else ""
-  return "%s`%s` lists every level and suite." % (hint, LIST_LEVELS_COMMAND)
+  return _registry().valid_names_message(name, suite_names=list(SUITES))
+
+
+def unknown_level_message(name):
+  """"Unknown level name ...; did you mean ...? `...` lists every level and suite." """
+  return "Unknown level name %r; %s" % (name, _valid_names_message(name))
 
 
 def all_names_text():
-  """Every valid --level_name, one group a paragraph (what LIST_LEVELS_COMMAND prints)."""
-  groups = [("Suites", list(SUITES)), ("DeepMind Lab levels", DMLAB_LEVELS),
-            ("Atari games", ATARI57_LEVELS), ("Diagnostic levels (not from the paper)",
-                                              TOY_LEVELS),
-            ("MuJoCo tasks (IMPACT paper, continuous control)", MUJOCO_LEVELS)]
+  """Every valid --level_name, one group a paragraph (what LIST_LEVELS_COMMAND prints): the
+  suites, then each environment family's levels and name forms (environments/families)."""
+  groups = [("Suites", list(SUITES))] + _registry().listing_groups()
   return "\n\n".join("%s:\n  %s" % (title, "\n  ".join(names)) for title, names in groups)
 
 
@@ -346,19 +353,21 @@ def level_names(name):
   """The single levels that `name` stands for.
 
   Args:
-    name: a suite name ("dmlab30", "atari57") or a single level name.
+    name: a suite name ("dmlab30", "atari57") or a single level name of any environment
+      family ("atari/pong", "gym:CartPole-v1", ...; environments/families).
 
   Returns:
     Tuple of level names: the suite's training levels, or (name,).
 
   Raises:
-    ValueError: unknown name; the message lists every valid one.
+    ValueError: unknown name; the message names the closest valid ones.
   """
   if name in SUITES:
     return SUITES[name]
-  if name in SINGLE_LEVELS:
-    return (name,)
-  raise ValueError("Unknown level name %r; %s" % (name, _valid_names_message(name)))
+  if _registry().find_family(name) is None:
+    raise ValueError(unknown_level_message(name))
+  _registry().family_of(name)  # The family checks its own names.
+  return (name,)
 
 
 def dmlab30_test_level(level_name):

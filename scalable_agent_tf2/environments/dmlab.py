@@ -21,6 +21,7 @@ import numpy as np
 
 from scalable_agent_tf2 import suites
 from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments.families import dmlab as dmlab_family
 
 # Table D.2: the action set of all DeepMind Lab experiments. DeepMind Lab's action vector is
 # [LOOK_LEFT_RIGHT_PIXELS_PER_FRAME, LOOK_DOWN_UP_PIXELS_PER_FRAME, STRAFE_LEFT_RIGHT,
@@ -57,10 +58,9 @@ MISSING_MODULE_MESSAGE = (
 
 
 def level_path(level_name):
-  """DeepMind Lab's path of a level: DMLab-30 levels live in contributed/dmlab30/."""
-  if level_name in suites.DMLAB_EXTRA_LEVELS:
-    return suites.DMLAB_EXTRA_LEVELS[level_name]
-  return DMLAB30_LEVEL_DIRECTORY + level_name
+  """DeepMind Lab's path of a level: DMLab-30 levels live in contributed/dmlab30/; any
+  level as "dmlab:<path>" is <path> (families/dmlab.py)."""
+  return dmlab_family.level_path(level_name)
 
 
 def check_deepmind_lab_available(module_name="deepmind_lab"):
@@ -137,7 +137,7 @@ class LocalLevelCache(object):
 
 
 class DmLabEnvironment(base.Environment):
-  """One DMLab-30 level; frames uint8 [height, width, 3], instructions str."""
+  """One DeepMind Lab level; frames uint8 [height, width, 3], instructions str."""
 
   def __init__(self, level_name, seed=0, test_mode=False,
                num_action_repeats=DEFAULT_NUM_ACTION_REPEATS, width=DEFAULT_WIDTH,
@@ -146,7 +146,8 @@ class DmLabEnvironment(base.Environment):
     """Creates the level (DeepMind Lab compiles it at the first reset).
 
     Args:
-      level_name: a DMLab-30 level by its bare name, e.g. "explore_goal_locations_small".
+      level_name: a DMLab-30 level by its bare name, e.g. "explore_goal_locations_small",
+        or any DeepMind Lab level as "dmlab:<path>" (e.g. "dmlab:nav_maze_random_goal_01").
       seed: int; every episode is reset with a seed drawn from a generator seeded by it.
       test_mode: evaluate (section 5.3.1): the level's test variant, allowHoldOutLevels and
         mixerSeed 0x600D5EED.
@@ -162,14 +163,16 @@ class DmLabEnvironment(base.Environment):
       ValueError: unknown level, bad renderer, or dataset needed but not given.
       ModuleNotFoundError: deepmind_lab is not installed (see BUILD.md).
     """
-    if not suites.is_dmlab_level(level_name):
-      suites.level_names(level_name)  # Raises with the list of valid names.
-      raise ValueError("%r is not a DeepMind Lab level." % (level_name,))
+    if not dmlab_family.FAMILY.owns(level_name):
+      suites.level_names(level_name)  # Raises with the closest valid names.
+      raise ValueError("%r is not a DeepMind Lab level: DMLab-30 levels by their bare names, "
+                       "any other as dmlab:<level>." % (level_name,))
     if renderer not in RENDERERS:
       raise ValueError("renderer must be one of %s, got %r." % (RENDERERS, renderer))
     if test_mode:
-      level_name = suites.dmlab30_test_level(level_name)
-    if level_name in suites.DMLAB30_LEVELS_NEEDING_DATASET and not dataset_path:
+      level_name = dmlab_family.FAMILY.test_level(level_name)
+    if (level_path(level_name).split("/")[-1] in suites.DMLAB30_LEVELS_NEEDING_DATASET
+        and not dataset_path):
       raise ValueError(
           "%s needs the Brady et al. (2008) image dataset: pass dataset_path (the directory "
           "that holds it). BUILD.md, section \"DeepMind Lab\", says where to get it."

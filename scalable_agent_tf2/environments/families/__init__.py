@@ -1,0 +1,99 @@
+"""The registry of environment families: a level name -> the family that owns it.
+
+    family = families.family_of("atari/pong")     # families.atari.FAMILY
+    family = families.family_of("gym:CartPole-v1")
+    families.family_of("CartPole-v1")             # ValueError: ... did you mean gym:CartPole-v1?
+
+A family (families/base.py, Family) owns its level names, presets, environments, how they run
+and what they observe (docs/ENVIRONMENTS.md). A name is a family's when it starts with one of
+the family's prefixes ("atari/", "toy/", "mujoco/", "dmlab:", "gym:") or is one of its listed
+names (the paper's bare DMLab-30 names); no family is anybody's fallback: a name no family owns
+is refused with suggestions. Adding a family is one module and one line in FAMILY_MODULES.
+
+No TensorFlow here and no family's heavy dependency (docs/ARCHITECTURE.md "Rooms").
+"""
+import difflib
+import importlib
+
+# The families, by module (each defines FAMILY). A name's family is found in this order.
+FAMILY_MODULES = (
+    "scalable_agent_tf2.environments.families.dmlab",
+    "scalable_agent_tf2.environments.families.atari",
+    "scalable_agent_tf2.environments.families.toy",
+    "scalable_agent_tf2.environments.families.mujoco",
+)
+_registered = []  # Families added by register() (tests, a user's own driver).
+LIST_LEVELS_COMMAND = "python -m scalable_agent_tf2.suites"
+
+
+def families():
+  """Every family: those of FAMILY_MODULES, then the registered ones."""
+  return [importlib.import_module(name).FAMILY for name in FAMILY_MODULES] + _registered
+
+
+def register(family):
+  """Adds a family (a base.Family) for this process; returns it. Its prefixes must be new."""
+  taken = {prefix: f.name for f in families() for prefix in f.prefixes}
+  clashes = [f"{prefix!r} (family {taken[prefix]})" for prefix in family.prefixes
+             if prefix in taken]
+  if clashes or not family.prefixes:
+    raise ValueError(f"Family {family.name!r} needs level-name prefixes of its own (e.g. "
+                     f"'{family.name}:'); taken: {', '.join(clashes) or 'none given'}.")
+  _registered.append(family)
+  return family
+
+
+def unregister(family):
+  """Removes a family added by register()."""
+  _registered.remove(family)
+
+
+def find_family(level_name):
+  """The family that owns level_name, or None (no check that it is a valid level)."""
+  for family in families():
+    if level_name.startswith(tuple(family.prefixes)):
+      return family
+  for family in families():
+    if level_name in family.listed_levels():
+      return family
+  return None
+
+
+def family_of(level_name):
+  """The family of a single level, its name checked by the family.
+
+  Raises:
+    ValueError: no family owns the name, or its family refuses it; the message says what to
+      type instead.
+  """
+  family = find_family(level_name)
+  if family is None:
+    raise ValueError(f"Unknown level name {level_name!r}; {valid_names_message(level_name)}")
+  family.check_level(level_name)
+  return family
+
+
+def listed_names(suite_names=()):
+  """Every listed level (and the given suite names), for suggestions."""
+  return list(suite_names) + [name for family in families()
+                              for name in family.listed_levels()]
+
+
+def valid_names_message(name, suite_names=()):
+  """A short hint: the names families offer for `name`, else the closest listed names (an
+  Atari game by its bare name too), and the command that lists them all."""
+  offered = [s for family in families() for s in family.suggestions(name or "")]
+  if not offered:
+    by_key = {key: full for full in listed_names(suite_names)
+              for key in (full, full.split("/")[-1])}
+    keys = difflib.get_close_matches(name or "", list(by_key), n=6, cutoff=0.6)
+    offered = list(dict.fromkeys(by_key[key] for key in keys))
+  close = offered[:3]
+  hint = "did you mean %s? " % " or ".join(close) if close else ""
+  return "%s`%s` lists every level and suite." % (hint, LIST_LEVELS_COMMAND)
+
+
+def listing_groups():
+  """(title, names) per family for the listing: its listed levels and its name forms."""
+  return [(family.title, list(family.listed_levels()) + list(family.name_forms))
+          for family in families()]

@@ -1,0 +1,157 @@
+"""The interface of an environment family, and what the paper's families share.
+
+A family owns a kind of level end to end (docs/ENVIRONMENTS.md): which names are its levels,
+the settings its levels take when a flag leaves them PRESET, how one environment is built (in
+training and in test mode), how an actor's environments run (one process each, a group in the
+training process, a C++ vector), what its observations are (so the network can be chosen) and
+the checks of a run's settings that only it knows. The registry (families/__init__.py) finds a
+level's family by its name; nothing else in the project branches on the kind of level.
+
+No TensorFlow here, and no family's heavy dependency (gymnasium, ale_py, deepmind_lab): a
+family imports those inside the methods that build environments.
+"""
+from scalable_agent_tf2 import settings
+
+# The learner's settings Tables D.3 and G.1 share: gamma 0.99, baseline cost 0.5, action
+# repeat 4, RMSProp momentum 0 (decay 0.99 and the accumulator starting at 1: released code,
+# TF1's RMSPropOptimizer); V-trace (section 5.2.1) without LASER's trust region.
+PAPER_SHARED = dict(discounting=0.99, baseline_cost=0.5, num_action_repeats=4, decay=0.99,
+                    momentum=0.0, rmsprop_initial_mean_square=1.0, off_policy_correction=settings.VTRACE,
+                    trust_region_threshold=float("inf"), envs_per_actor=1)
+
+# How an actor's environments run (Family.runs_as).
+OWN_PROCESS = "one environment process per actor"
+IN_PROCESS_GROUP = "a group stepped in the training process"
+VECTOR = "a C++ vector stepped in the training process"
+
+
+def actor_layout(num_environments, num_cores):
+  """num_actors and envs_per_actor for about num_environments environments stepped in groups
+  in the training process on a machine with num_cores cores: one actor thread per core (at
+  least 2, so that one group's forward pass overlaps another's stepping), the environments
+  shared out among them (rounded up): 48 on 2 cores are 2 x 24. benchmarks/RESULTS.md
+  ("Throughput") has the measurements behind the choice."""
+  num_actors = min(max(2, num_cores), num_environments)
+  return dict(num_actors=num_actors, envs_per_actor=-(-num_environments // num_actors))
+
+
+class Family:
+  """One kind of level. Subclasses set the attributes and override what differs.
+
+  Attributes:
+    name: short id ("atari"); the registry lists families by it.
+    title: a heading for `python -m scalable_agent_tf2.suites`.
+    prefixes: level-name prefixes this family owns ("atari/"); a name with one of them is
+      this family's (or refused by it: never another family's).
+    name_forms: the open-ended forms of its names, for the listing ("gym:<id>").
+    owns_algorithm_presets: its `presets` handles --algorithm=impact itself (MuJoCo: IMPACT
+      Table 2); otherwise presets.presets adds IMPACT Table 1's own settings.
+    pbt_adapts_max_grad_norm: population-based training adapts --max_grad_norm too (Atari:
+      section 5.3.2, Table G.1), where the run clips gradients.
+    has_test_levels: test scores are measured on `test_level(level)` (DMLab-30), which the
+      result tables show.
+  """
+  name = ""
+  title = ""
+  prefixes = ()
+  name_forms = ()
+  owns_algorithm_presets = False
+  has_test_levels = False
+  pbt_adapts_max_grad_norm = False
+
+  # --- Names. ---------------------------------------------------------------------------
+
+  def listed_levels(self):
+    """The levels printed by the listing and matched by suggestions (tuple of str)."""
+    return ()
+
+  def owns(self, level_name):
+    """Whether level_name is this family's (valid or not): a prefix, or a listed name."""
+    return (level_name.startswith(tuple(self.prefixes))
+            or level_name in self.listed_levels())
+
+  def check_level(self, level_name):
+    """Raises ValueError (what is wrong, what to do) when an owned name is not a level."""
+    from scalable_agent_tf2 import suites  # pylint: disable=g-import-not-at-top
+    if level_name not in self.listed_levels():
+      raise ValueError(suites.unknown_level_message(level_name))
+
+  def suggestions(self, name):
+    """Level names this family offers for an unknown `name` (e.g. "gym:CartPole-v1" for
+    "CartPole-v1"); checked before the listing's close matches."""
+    del name
+    return []
+
+  def test_level(self, level_name):
+    """The level a level's test score is measured on (DMLab-30's held-out variants)."""
+    return level_name
+
+  # --- Settings. ------------------------------------------------------------------------
+
+  def presets(self, level_name, levels, algorithm, num_cores):
+    """dict setting -> value for the settings a flag left PRESET (each value cited)."""
+    raise NotImplementedError
+
+  def preset_sources(self, level_name):
+    """Where each preset value comes from, in words (printed at start); None: the paper's
+    tables cited in the family's module."""
+    del level_name
+    return None
+
+  def intra_op_threads(self, torso, num_cores):
+    """TensorFlow threads per op; 0: TensorFlow's default (presets.intra_op_threads)."""
+    del torso, num_cores
+    return 0
+
+  def check_config(self, config):
+    """The checks of a resolved config that only this family knows; raises ValueError."""
+    del config
+
+  def check_can_run(self, config, memory_gb):
+    """What can be known before any environment starts (a missing module, memory)."""
+    from scalable_agent_tf2 import config as config_lib  # pylint: disable=g-import-not-at-top
+    config_lib.check_environment_memory(config, memory_gb)
+
+  # --- Environments. --------------------------------------------------------------------
+
+  def environment_options(self, config):
+    """Keyword arguments for environment_constructor, from a run's settings."""
+    del config
+    return {}
+
+  def environment_constructor(self, level_name, seed, test_mode, options):
+    """(constructor, kwargs) that build one environment (a base.Environment); nothing is
+    started yet. constructor must be picklable (it may run in an environment process)."""
+    raise NotImplementedError
+
+  def runs_as(self, config):
+    """How an actor's environments run: OWN_PROCESS, IN_PROCESS_GROUP or VECTOR."""
+    del config
+    return OWN_PROCESS
+
+  def vector_group(self, config, level_name, seeds, test_mode):
+    """A VECTOR family's group of len(seeds) environments (AtariVectorGroup's interface)."""
+    raise NotImplementedError
+
+  # --- Observations and the network. ----------------------------------------------------
+
+  def network_config(self, config, spec):
+    """The network for a run of this family, given its first environment's spec (an EnvSpec
+    or a ContinuousEnvSpec; frame families read only spec.num_actions). Imports TensorFlow:
+    call it from the TF side."""
+    raise NotImplementedError
+
+
+def frame_network_config(config, num_actions, channels, use_lstm, use_instruction):
+  """networks.NetworkConfig for uint8 frames [--height, --width, channels] and --torso."""
+  from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
+  return networks.NetworkConfig(
+      num_actions=num_actions, frame_shape=(config.height, config.width, channels),
+      torso=config.torso, use_lstm=use_lstm, use_instruction=use_instruction)
+
+
+def continuous_network_config(spec):
+  """The IMPACT paper's continuous-control network (section 4.3) for a ContinuousEnvSpec."""
+  from scalable_agent_tf2 import continuous_networks  # pylint: disable=g-import-not-at-top
+  return continuous_networks.ContinuousNetworkConfig(observation_size=spec.frame_shape[0],
+                                                     action_size=spec.action_size)

@@ -1,0 +1,47 @@
+"""The diagnostic levels "toy/lit_side" and "toy/lit_side_delayed" (environments/toy.py; not
+from the paper): point at the lit half of a 20x20 frame.
+
+Presets: TOY, Table G.1's learner with a small batch and short unrolls. Environments: one
+process per actor (cheap, but the fault-injection tests rely on processes). Observations: one
+grey 20x20 frame; Atari's feed-forward agent.
+"""
+from scalable_agent_tf2 import settings
+from scalable_agent_tf2.environments.families import atari
+from scalable_agent_tf2.environments.families import base
+
+PREFIX = "toy/"
+LEVELS = ("toy/lit_side", "toy/lit_side_delayed")
+# Not from the paper: Table G.1's learner (Atari) with a small batch and short unrolls, so a run
+# takes a minute or two on a CPU. The environment repeats no actions, so frames are agent steps.
+# Rewards are not clipped: the delayed level's reward (0-10) carries how many choices were right.
+TOY = dict(atari.ATARI, reward_clipping=settings.NO_CLIPPING, unroll_length=10, batch_size=8,
+           num_action_repeats=1, width=20, height=20, total_environment_frames=25_000,
+           num_actors=4)
+
+
+class ToyFamily(base.Family):
+  """See the module docstring."""
+  name = "toy"
+  title = "Diagnostic levels (not from the paper)"
+  prefixes = (PREFIX,)
+
+  def listed_levels(self):
+    return LEVELS
+
+  def presets(self, level_name, levels, algorithm, num_cores):
+    del level_name, levels, algorithm, num_cores
+    return dict(TOY)
+
+  def environment_constructor(self, level_name, seed, test_mode, options):
+    from scalable_agent_tf2.environments import toy  # pylint: disable=g-import-not-at-top
+    del test_mode  # The same level in test mode.
+    return toy.LitSideEnvironment, dict(
+        seed=seed, delayed_reward=level_name == toy.DELAYED_LEVEL_NAME, **options)
+
+  def network_config(self, config, spec):
+    """Atari's feed-forward agent on one grey 20x20 frame."""
+    return base.frame_network_config(config, spec.num_actions, 1, use_lstm=False,
+                                     use_instruction=False)
+
+
+FAMILY = ToyFamily()
