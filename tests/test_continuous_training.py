@@ -14,7 +14,7 @@ from scalable_agent_tf2 import assembly
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import continuous_networks
 from scalable_agent_tf2 import evaluation
-from scalable_agent_tf2 import gaussian
+from scalable_agent_tf2 import distributions
 from scalable_agent_tf2 import learner as learner_lib
 from scalable_agent_tf2 import loss_terms
 from scalable_agent_tf2 import policies
@@ -192,6 +192,7 @@ def test_filter_statistics_round_trip_through_a_checkpoint(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 T, B, A, O = 5, 3, 2, 4
+GAUSSIAN = distributions.DiagGaussianFamily(A)
 
 
 def _batch(seed=0):
@@ -234,8 +235,8 @@ def _np_vtrace(log_rhos, discounts, rewards, values, bootstrap, lambda_=1.0):
 def test_gaussian_impala_loss_terms_match_numpy():
   env_outputs, agent_outputs, learner_outputs = _batch()
   config = learner_lib.LearnerConfig(reward_clipping="none", discounting=0.9)
-  terms, _ = loss_terms.gaussian_impala_loss_terms(learner_outputs, env_outputs,
-                                                    agent_outputs, config)
+  terms, _ = loss_terms.impala_loss_terms(GAUSSIAN, learner_outputs, env_outputs,
+                                          agent_outputs, config)
   actions = agent_outputs.action[1:]
   log_pi = _np_log_prob(learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1],
                         actions)
@@ -264,8 +265,8 @@ def test_gaussian_impact_loss_terms_match_numpy():
   on_policy = agent_outputs._replace(policy_mean=shifted(learner_outputs.policy_mean),
                                      policy_log_std=shifted(learner_outputs.policy_log_std))
   target = np.concatenate([learner_outputs.policy_mean, learner_outputs.policy_log_std], -1)
-  terms, diagnostics = loss_terms.gaussian_impact_loss_terms(
-      learner_outputs, target, env_outputs, on_policy, config, impact)
+  terms, diagnostics = loss_terms.impact_loss_terms(
+      GAUSSIAN, learner_outputs, target, env_outputs, on_policy, config, impact)
   values = learner_outputs.baseline[:-1]
   discounts = 0.9 * (1.0 - env_outputs.done[1:])
   vs, _ = _np_vtrace(np.zeros((T, B)), discounts, env_outputs.reward[1:], values,
@@ -278,8 +279,8 @@ def test_gaussian_impact_loss_terms_match_numpy():
   # Another target: KL(pi_target || pi) in closed form.
   target_mean = target[..., :A] + 0.5
   target_log_std = target[..., A:] - 0.2
-  terms, _ = loss_terms.gaussian_impact_loss_terms(
-      learner_outputs, np.concatenate([target_mean, target_log_std], -1), env_outputs,
+  terms, _ = loss_terms.impact_loss_terms(
+      GAUSSIAN, learner_outputs, np.concatenate([target_mean, target_log_std], -1), env_outputs,
       on_policy, config, impact)
   p_mean, p_log_std = target_mean[:-1], target_log_std[:-1]
   q_mean, q_log_std = learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1]
@@ -305,9 +306,10 @@ def test_gaussian_trust_region_leaves_rejected_steps_out_of_the_entropy_too():
   # LASER section 4.3: rejected transitions count "for all estimates", the entropy's
   # included; section 5.1: with entropy_mask, only the online trajectories' entropy counts.
   env_outputs, agent_outputs, learner_outputs = _batch(3)
-  implied_kl = gaussian.implied_policy_kl(
-      agent_outputs.policy_mean[1:], agent_outputs.policy_log_std[1:],
-      learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1]).numpy()
+  implied_kl = distributions.DiagGaussian(
+      learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1]).implied_policy_kl(
+          distributions.DiagGaussian(agent_outputs.policy_mean[1:],
+                                     agent_outputs.policy_log_std[1:])).numpy()
   threshold = float(np.median(implied_kl))
   kept = (implied_kl <= threshold).astype(np.float32)  # Ground truth: steps at or below.
   assert 0 < kept.sum() < kept.size
@@ -316,8 +318,8 @@ def test_gaussian_trust_region_leaves_rejected_steps_out_of_the_entropy_too():
   entropy = np.sum(learner_outputs.policy_log_std[:-1] + 0.5 * math.log(2 * math.pi * math.e),
                    -1)
   for entropy_mask, steps in ((None, kept), (online, kept * online)):
-    terms, returns = loss_terms.gaussian_impala_loss_terms(
-        learner_outputs, env_outputs, agent_outputs, config, entropy_mask)
+    terms, returns = loss_terms.impala_loss_terms(
+        GAUSSIAN, learner_outputs, env_outputs, agent_outputs, config, entropy_mask)
     np.testing.assert_array_equal(returns.trust_region_mask, kept)
     np.testing.assert_allclose(terms["entropy_loss"], -np.sum(entropy * steps), rtol=1e-5)
     assert float(terms["trust_region_rejected"]) == kept.size - kept.sum()

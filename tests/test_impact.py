@@ -41,8 +41,7 @@ def test_target_network_starts_equal_and_changes_only_on_its_period():
   env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 4, 3, seed=1)
   previous_target = _values(target_vars)
   for step in range(1, 8):
-    target_logits = update.target_policy_logits((), env_outputs, agent_outputs)
-    stats = update.update((), env_outputs, agent_outputs, target_logits)
+    stats = update.update(**update.batch((), env_outputs, agent_outputs))
     now_target, now_agent = _values(target_vars), _values(agent_vars)
     if step % period == 0:
       assert bool(stats["target_updated"]), step
@@ -67,8 +66,7 @@ def test_kl_coefficient_adapts_at_target_refreshes_by_the_steps_mean_kl(kl_targe
   env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, T, B, seed=1)
   want = 1.0
   for step in range(1, 6):
-    stats = update.update((), env_outputs, agent_outputs,
-                          update.target_policy_logits((), env_outputs, agent_outputs))
+    stats = update.update(**update.batch((), env_outputs, agent_outputs))
     assert np.isclose(stats["kl_coefficient"], want), step  # The one this step used.
     if step % period == 0:
       mean_kl = float(stats["kl_loss"]) / (T * B)
@@ -81,8 +79,7 @@ def test_kl_coefficient_adapts_at_target_refreshes_by_the_steps_mean_kl(kl_targe
 def test_without_a_kl_target_the_kl_cost_is_fixed_and_not_a_variable():
   update = _impact(FF_SMALL, impact_config=learner.ImpactConfig(kl_cost=0.5))
   env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2)
-  stats = update.update((), env_outputs, agent_outputs,
-                        update.target_policy_logits((), env_outputs, agent_outputs))
+  stats = update.update(**update.batch((), env_outputs, agent_outputs))
   assert "kl_coefficient" not in stats and not hasattr(update, "kl_coefficient")
   with pytest.raises(ValueError, match="kl_target must be positive"):
     _impact(FF_SMALL, kl_target=0.0)
@@ -110,12 +107,13 @@ def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas(
   agent, config = update.agent, update.config
   for seed in range(2):  # The second batch: after one update and its target refresh.
     state, env_outputs, agent_outputs = _near_on_policy_batch(agent, T, B, seed=seed)
-    target_logits = update.target_policy_logits(state, env_outputs, agent_outputs)
+    target_params = update.target_policy_params(state, env_outputs, agent_outputs)
     with tf.GradientTape(persistent=True) as tape:
       outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
+      family = agent.config.action_distribution
       impact_terms, diagnostics = loss_terms.impact_loss_terms(
-          outputs, target_logits, env_outputs, agent_outputs, config, impact_config)
-      impala_terms, impala_returns = loss_terms.impala_loss_terms(outputs, env_outputs,
+          family, outputs, target_params, env_outputs, agent_outputs, config, impact_config)
+      impala_terms, impala_returns = loss_terms.impala_loss_terms(family, outputs, env_outputs,
                                                                agent_outputs, config)
       impact_total = (impact_terms["pg_loss"] + config.baseline_cost
                       * impact_terms["baseline_loss"] + config.entropy_cost
@@ -139,7 +137,7 @@ def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas(
                                  rtol=1e-5, atol=1e-6, err_msg=name)
     assert abs(float(impact_terms["kl_loss"])) < 1e-4
 
-    stats = update.update(state, env_outputs, agent_outputs, target_logits)
+    stats = update.update(state, env_outputs, agent_outputs, target_policy_params=target_params)
     np.testing.assert_allclose(float(stats["total_loss"]), float(impact_total), rtol=1e-5)
     assert _equal(_values(update._target_variables), _values(agent.trainable_variables))
 
@@ -150,10 +148,8 @@ def test_compiled_impact_update_equals_uncompiled():
   plain = _impact(FF_SMALL, jit_compile=False, impact_config=impact_config, max_grad_norm=10.0)
   env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 4, 3, seed=3)
   for _ in range(3):  # Both branches of the target refresh.
-    got = compiled.update((), env_outputs, agent_outputs,
-                          compiled.target_policy_logits((), env_outputs, agent_outputs))
-    want = plain.update((), env_outputs, agent_outputs,
-                        plain.target_policy_logits((), env_outputs, agent_outputs))
+    got = compiled.update(**compiled.batch((), env_outputs, agent_outputs))
+    want = plain.update(**plain.batch((), env_outputs, agent_outputs))
     for key in want:
       np.testing.assert_allclose(np.float32(got[key]), np.float32(want[key]), rtol=1e-4,
                                  atol=1e-4, err_msg=key)
@@ -169,22 +165,22 @@ def test_only_new_trajectories_count_as_frames():
   impala = learner.Learner(networks.Agent(FF_SMALL), learner.LearnerConfig(**HPARAMS),
                            jit_compile=False)
   impact = _impact(FF_SMALL)
-  target_logits = impact.target_policy_logits((), env_outputs, agent_outputs)
-  steps = [(impala.update, ()), (impact.update, (target_logits,))]
-  for update, extra in steps:
-    frames = [int(update((), env_outputs, agent_outputs, *extra,
-                         num_new_trajectories=n)["num_env_frames"]) for n in (None, 0, 2)]
+  for the_learner in (impala, impact):  # One call for both: the batch carries IMPACT's target.
+    batch = the_learner.batch((), env_outputs, agent_outputs)
+    frames = [int(the_learner.update(**batch, num_new_trajectories=n)["num_env_frames"])
+              for n in (None, 0, 2)]
     assert frames == [T * B * 4, T * B * 4, T * B * 4 + T * 2 * 4]  # 4 action repeats.
     with pytest.raises(ValueError, match="num_new_trajectories"):
-      update((), env_outputs, agent_outputs, *extra, num_new_trajectories=4)
+      the_learner.update(**batch, num_new_trajectories=4)
   assert impala._compiled_update.experimental_get_tracing_count() == 1
 
 
-def test_wrong_target_logits_and_bad_hyperparameters_are_clear_errors():
+def test_wrong_target_params_and_bad_hyperparameters_are_clear_errors():
   update = _impact(FF_SMALL)
   env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2)
-  with pytest.raises(ValueError, match="target_policy_logits"):
-    update.update((), env_outputs, agent_outputs, np.zeros((4, 2, 3), np.float32))
+  with pytest.raises(ValueError, match="target_policy_params has shape"):
+    update.update((), env_outputs, agent_outputs,
+                  target_policy_params=np.zeros((4, 2, 3), np.float32))
   for field, value, message in [("ppo_clip", 0.0, "ppo_clip"),
                                 ("target_worker_clipping", 0.5, "must be >= 1"),
                                 ("gae_lambda", 1.5, "gae_lambda"), ("kl_cost", -1.0, "kl_cost"),
@@ -197,8 +193,7 @@ def test_checkpoint_carries_the_target_network_and_step_count(tmp_path):
   update = _impact(FF_SMALL, impact_config=learner.ImpactConfig(target_update_period=2))
   env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2)
   for _ in range(3):  # The target was refreshed at step 2; the learner moved on after.
-    update.update((), env_outputs, agent_outputs,
-                  update.target_policy_logits((), env_outputs, agent_outputs))
+    update.update(**update.batch((), env_outputs, agent_outputs))
   path = tf.train.Checkpoint(agent=update.agent, learner=update).save(str(tmp_path / "ckpt"))
   names = [name for name, _ in tf.train.list_variables(path)]
   assert any("target_agent" in name for name in names), names

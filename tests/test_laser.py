@@ -232,6 +232,7 @@ import tensorflow as tf  # noqa: E402
 
 from scalable_agent_tf2.environments import toy as toy_environment  # noqa: E402
 from scalable_agent_tf2 import config as config_lib  # noqa: E402
+from scalable_agent_tf2 import distributions  # noqa: E402
 from scalable_agent_tf2 import loss_terms  # noqa: E402
 from scalable_agent_tf2 import losses  # noqa: E402
 from scalable_agent_tf2 import networks  # noqa: E402
@@ -249,9 +250,10 @@ def test_entropy_mask_keeps_the_online_trajectories_only():
   assert mask.tolist() == [1, 0, 0, 0]
   p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
   expected = (p * np.log(p)).sum(-1)[:, :1].sum()  # Ground truth: trajectory 0 only.
-  got = losses.entropy_loss(logits, np.broadcast_to(mask, [5, 4]))
+  policy = distributions.Categorical(logits)
+  got = losses.entropy_loss(policy, np.broadcast_to(mask, [5, 4]))
   assert np.isclose(got, expected, rtol=1e-5)
-  assert np.isclose(losses.entropy_loss(logits), (p * np.log(p)).sum(), rtol=1e-5)
+  assert np.isclose(losses.entropy_loss(policy), (p * np.log(p)).sum(), rtol=1e-5)
 
 
 def _laser_config(logdir, **overrides):

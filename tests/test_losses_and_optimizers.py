@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from scalable_agent_tf2 import distributions
 from scalable_agent_tf2 import losses
 from scalable_agent_tf2 import optimizers
 
@@ -46,8 +47,8 @@ def test_loss_terms_match_numpy_sums():
                              -(log_probs * advantages).sum(), rtol=1e-5)
   np.testing.assert_allclose(losses.baseline_loss(advantages).numpy(),
                              0.5 * (advantages ** 2).sum(), rtol=1e-5)
-  np.testing.assert_allclose(losses.entropy_loss(logits).numpy(), (pi * np.log(pi)).sum(),
-                             rtol=1e-5)
+  np.testing.assert_allclose(losses.entropy_loss(distributions.Categorical(logits)).numpy(),
+                             (pi * np.log(pi)).sum(), rtol=1e-5)
 
 
 def test_policy_gradient_does_not_differentiate_the_advantage():
@@ -184,9 +185,11 @@ def test_kl_divergence_matches_numpy():
   p_logits, q_logits = (rng.normal(size=(3, 2, 4)).astype(np.float32) for _ in range(2))
   softmax = lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True)
   p, q = softmax(p_logits), softmax(q_logits)
-  np.testing.assert_allclose(losses.kl_divergence(p_logits, q_logits).numpy(),
+  np.testing.assert_allclose(losses.kl_divergence(distributions.Categorical(p_logits),
+                                                   distributions.Categorical(q_logits)).numpy(),
                              (p * np.log(p / q)).sum(), rtol=1e-5)
-  assert abs(float(losses.kl_divergence(p_logits, p_logits))) < 1e-5
+  assert abs(float(losses.kl_divergence(distributions.Categorical(p_logits),
+                                         distributions.Categorical(p_logits)))) < 1e-5
 
 
 def _np_adapted_kl_coefficient(coefficient, mean_kl, kl_target):

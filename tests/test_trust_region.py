@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import random_data
+from scalable_agent_tf2 import distributions
 from scalable_agent_tf2 import learner
 from scalable_agent_tf2 import loss_terms
 from scalable_agent_tf2 import losses
@@ -22,6 +23,12 @@ from scalable_agent_tf2 import vtrace
 from tests import reference
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _implied_kl(behaviour_logits, target_logits, rho_bar=1.0):
+  """distributions.Categorical(target).implied_policy_kl(Categorical(behaviour), rho_bar)."""
+  return distributions.Categorical(target_logits).implied_policy_kl(
+      distributions.Categorical(behaviour_logits), rho_bar)
 
 
 def numpy_implied_policy_kl(behaviour_logits, target_logits, rho_bar):
@@ -43,7 +50,7 @@ def test_kl_matches_numpy_on_random_policies(rho_bar, scale):
   rng = np.random.default_rng(int(10 * rho_bar + scale))
   behaviour = (scale * rng.normal(size=(7, 4, 6))).astype(np.float32)
   target = (scale * rng.normal(size=(7, 4, 6))).astype(np.float32)
-  got = vtrace.implied_policy_kl(behaviour, target, rho_bar).numpy()
+  got = _implied_kl(behaviour, target, rho_bar).numpy()
   want = numpy_implied_policy_kl(behaviour, target, rho_bar)
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
   assert got.shape == (7, 4) and np.all(got >= 0)
@@ -51,18 +58,18 @@ def test_kl_matches_numpy_on_random_policies(rho_bar, scale):
 
 def test_kl_is_zero_on_policy_and_without_truncation():
   logits = np.random.default_rng(0).normal(size=(3, 2, 5)).astype(np.float32)
-  np.testing.assert_allclose(vtrace.implied_policy_kl(logits, logits).numpy(), 0, atol=1e-6)
+  np.testing.assert_allclose(_implied_kl(logits, logits).numpy(), 0, atol=1e-6)
   other = np.roll(logits, 1, axis=-1)
-  assert np.all(vtrace.implied_policy_kl(other, logits).numpy() > 0)
+  assert np.all(_implied_kl(other, logits).numpy() > 0)
   for no_truncation in (None, math.inf):
-    np.testing.assert_array_equal(vtrace.implied_policy_kl(other, logits, no_truncation), 0)
+    np.testing.assert_array_equal(_implied_kl(other, logits, no_truncation), 0)
 
 
 def test_kl_is_finite_for_nearly_disjoint_policies():
   """LASER section 2.3's example: pi almost always "left", mu almost always "right"."""
   behaviour = np.array([[[-30.0, 30.0]]], np.float32)
   target = np.array([[[30.0, -30.0]]], np.float32)
-  kl = vtrace.implied_policy_kl(behaviour, target).numpy()
+  kl = _implied_kl(behaviour, target).numpy()
   # pi_rho_bar is uniform there (Proposition 1's example): KL(pi || uniform) = log 2.
   np.testing.assert_allclose(kl, np.log(2.0), rtol=1e-4)
 
@@ -75,7 +82,7 @@ def test_mask_matches_numpy_kl_threshold(rho_bar):
   kl = numpy_implied_policy_kl(behaviour, target, rho_bar)
   ordered = np.sort(kl.ravel())
   threshold = float(0.5 * (ordered[20] + ordered[21]))  # Away from any step's own KL.
-  got = vtrace.trust_region_mask(vtrace.implied_policy_kl(behaviour, target, rho_bar),
+  got = vtrace.trust_region_mask(_implied_kl(behaviour, target, rho_bar),
                                  threshold).numpy()
   np.testing.assert_array_equal(got, (kl <= threshold).astype(np.float32))
   assert got.sum() == 21
@@ -215,7 +222,7 @@ def test_entropy_leaves_out_rejected_steps_and_replayed_trajectories():
            (trust_region_mask, online, trust_region_mask * [1, 1, 0, 0])]
   for tr_mask, entropy_mask, kept in cases:
     steps = loss_terms.entropy_steps(tr_mask, entropy_mask, like)
-    got = losses.entropy_loss(logits, steps).numpy()
+    got = losses.entropy_loss(distributions.Categorical(logits), steps).numpy()
     np.testing.assert_allclose(got, np.sum(kept * neg_entropy), rtol=1e-5)
   # The online step the trust region rejected (0, 1) is out: its entropy is not counted.
   steps = loss_terms.entropy_steps(trust_region_mask, online, like).numpy()
@@ -253,7 +260,8 @@ def test_learner_trust_region_compiles_and_leaves_rejected_steps_out():
                                outputs.policy_logits[:-1].numpy(), 1.0)
   threshold = float(np.median(kl))
   config = learner.LearnerConfig(trust_region_threshold=threshold, reward_clipping="abs_one")
-  terms, returns = loss_terms.impala_loss_terms(outputs, env_outputs, agent_outputs, config)
+  terms, returns = loss_terms.impala_loss_terms(agent.config.action_distribution, outputs,
+                                                env_outputs, agent_outputs, config)
   mask = (kl <= threshold).astype(np.float32)
   np.testing.assert_array_equal(returns.trust_region_mask.numpy(), mask)
   assert terms["trust_region_rejected"].numpy() == np.sum(1 - mask) > 0
