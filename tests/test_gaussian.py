@@ -1,4 +1,4 @@
-"""Diagonal Gaussian policies (gaussian.py, action_bounds.py, continuous_networks.py) against
+"""Diagonal Gaussian policies (distributions.DiagGaussian, action_bounds.py, continuous_networks.py) against
 numpy ground truths: closed forms written differently from the implementation, Monte-Carlo
 estimates and numerical integration."""
 import math
@@ -9,8 +9,10 @@ import tensorflow as tf
 
 from scalable_agent_tf2 import action_bounds
 from scalable_agent_tf2 import continuous_networks
+from scalable_agent_tf2 import distributions
 from scalable_agent_tf2 import gaussian
 from scalable_agent_tf2 import losses
+from scalable_agent_tf2 import vtrace
 from scalable_agent_tf2.structures import EnvOutput, Observation
 from tests import reference
 
@@ -19,6 +21,69 @@ def _random_params(rng, shape):
   mean = rng.normal(size=shape).astype(np.float32)
   log_std = rng.uniform(-1.0, 0.5, size=shape).astype(np.float32)
   return mean, log_std
+
+
+# The distributions API in the argument order of the functions these tests were written for
+# (gaussian.py's, now thin deprecated aliases: test_deprecated_aliases_are_the_methods).
+def _log_prob(mean, log_std, actions):
+  return distributions.DiagGaussian(mean, log_std).log_prob(actions)
+
+
+def _entropy(log_std):
+  return distributions.DiagGaussian(tf.zeros_like(log_std), log_std).entropy()
+
+
+def _entropy_loss(log_std, mask=None):
+  return losses.entropy_loss(distributions.DiagGaussian(tf.zeros_like(log_std), log_std), mask)
+
+
+def _kl(p_mean, p_log_std, q_mean, q_log_std):
+  return distributions.DiagGaussian(p_mean, p_log_std).kl(
+      distributions.DiagGaussian(q_mean, q_log_std))
+
+
+def _kl_divergence(p_mean, p_log_std, q_mean, q_log_std):
+  return losses.kl_divergence(distributions.DiagGaussian(p_mean, p_log_std),
+                              distributions.DiagGaussian(q_mean, q_log_std))
+
+
+def _implied_kl(mu_mean, mu_log_std, pi_mean, pi_log_std, clip_rho_threshold=1.0, **kwargs):
+  return distributions.DiagGaussian(pi_mean, pi_log_std).implied_policy_kl(
+      distributions.DiagGaussian(mu_mean, mu_log_std), clip_rho_threshold, **kwargs)
+
+
+def _vtrace(mu_mean, mu_log_std, pi_mean, pi_log_std, *args, **kwargs):
+  return vtrace.from_distributions(distributions.DiagGaussian(mu_mean, mu_log_std),
+                                   distributions.DiagGaussian(pi_mean, pi_log_std), *args,
+                                   **kwargs)
+
+
+def _sample(mean, log_std, seed):
+  return distributions.DiagGaussian(mean, log_std).sample(seed)
+
+
+def test_deprecated_aliases_are_the_methods():
+  rng = np.random.default_rng(40)
+  mu, pi = _random_params(rng, (4, 3, 2)), _random_params(rng, (4, 3, 2))
+  actions = rng.normal(size=(4, 3, 2)).astype(np.float32)
+  rest = [np.full((4, 3), 0.9, np.float32), rng.normal(size=(4, 3)).astype(np.float32),
+          rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=3).astype(np.float32)]
+  pairs = [
+      (gaussian.log_probs_from_params_and_actions(*pi, actions), _log_prob(*pi, actions)),
+      (gaussian.entropy(pi[1]), _entropy(pi[1])),
+      (gaussian.entropy_loss(pi[1]), _entropy_loss(pi[1])),
+      (gaussian.kl(*pi, *mu), _kl(*pi, *mu)),
+      (gaussian.kl_divergence(*pi, *mu), _kl_divergence(*pi, *mu)),
+      (gaussian.implied_policy_kl(*mu, *pi, seed=[1, 2]), _implied_kl(*mu, *pi, seed=[1, 2])),
+      (gaussian.sample(*pi, seed=[3, 4]), _sample(*pi, seed=[3, 4])),
+      (gaussian.sample_action(*pi, np.random.default_rng(5)),
+       distributions.sample_gaussian_numpy(*pi, np.random.default_rng(5)))]
+  pairs += list(zip(gaussian.from_gaussian_params(*mu, *pi, actions, *rest,
+                                                  trust_region_threshold=0.1),
+                    _vtrace(*mu, *pi, actions, *rest, trust_region_threshold=0.1)))
+  for got, want in pairs:
+    np.testing.assert_array_equal(got, want)
+
 
 
 def numpy_log_prob(mean, log_std, actions):
@@ -58,7 +123,7 @@ def test_log_probs_match_the_product_of_normal_densities():
   rng = np.random.default_rng(0)
   mean, log_std = _random_params(rng, (4, 3, 5))
   actions = (mean + np.exp(log_std) * rng.normal(size=mean.shape) * 2).astype(np.float32)
-  log_probs = gaussian.log_probs_from_params_and_actions(mean, log_std, actions)
+  log_probs = _log_prob(mean, log_std, actions)
   assert log_probs.shape == (4, 3)
   np.testing.assert_allclose(log_probs, numpy_log_prob(mean, log_std, actions), rtol=1e-5,
                              atol=1e-4)
@@ -67,28 +132,28 @@ def test_log_probs_match_the_product_of_normal_densities():
 def test_log_probs_reject_mismatched_shapes():
   mean = np.zeros((2, 3, 4), np.float32)
   with pytest.raises(ValueError, match="policy_log_std"):
-    gaussian.log_probs_from_params_and_actions(mean, np.zeros((2, 3, 1)), mean)
+    _log_prob(mean, np.zeros((2, 3, 1)), mean)
   with pytest.raises(ValueError, match="actions"):
-    gaussian.log_probs_from_params_and_actions(mean, mean, np.zeros((2, 3), np.float32))
+    _log_prob(mean, mean, np.zeros((2, 3), np.float32))
 
 
 def test_entropy_matches_closed_form_and_monte_carlo():
   rng = np.random.default_rng(1)
   mean, log_std = _random_params(rng, (2, 3, 4))
   expected = np.sum(0.5 * np.log(2 * np.pi * np.e * np.exp(2 * np.float64(log_std))), -1)
-  np.testing.assert_allclose(gaussian.entropy(log_std), expected, rtol=1e-5)
+  np.testing.assert_allclose(_entropy(log_std), expected, rtol=1e-5)
   samples = mean + np.exp(log_std) * rng.normal(size=(100000,) + mean.shape)
   monte_carlo = -numpy_log_prob(mean, log_std, samples).mean(axis=0)
-  np.testing.assert_allclose(gaussian.entropy(log_std), monte_carlo, atol=0.03)
+  np.testing.assert_allclose(_entropy(log_std), monte_carlo, atol=0.03)
 
 
 def test_entropy_loss_is_minus_the_masked_entropy_sum():
   rng = np.random.default_rng(2)
   _, log_std = _random_params(rng, (3, 2, 4))
   mask = np.array([[1, 0], [1, 1], [0, 1]], np.float32)
-  entropies = gaussian.entropy(log_std).numpy()
-  np.testing.assert_allclose(gaussian.entropy_loss(log_std), -entropies.sum(), rtol=1e-5)
-  np.testing.assert_allclose(gaussian.entropy_loss(log_std, mask),
+  entropies = _entropy(log_std).numpy()
+  np.testing.assert_allclose(_entropy_loss(log_std), -entropies.sum(), rtol=1e-5)
+  np.testing.assert_allclose(_entropy_loss(log_std, mask),
                              -(entropies * mask).sum(), rtol=1e-5)
 
 
@@ -96,14 +161,14 @@ def test_kl_matches_closed_form_and_monte_carlo():
   rng = np.random.default_rng(3)
   p_mean, p_log_std = _random_params(rng, (2, 3, 4))
   q_mean, q_log_std = _random_params(rng, (2, 3, 4))
-  kl = gaussian.kl(p_mean, p_log_std, q_mean, q_log_std).numpy()
+  kl = _kl(p_mean, p_log_std, q_mean, q_log_std).numpy()
   np.testing.assert_allclose(kl, numpy_kl(p_mean, p_log_std, q_mean, q_log_std), rtol=1e-4)
   samples = p_mean + np.exp(p_log_std) * rng.normal(size=(200000,) + p_mean.shape)
   monte_carlo = (numpy_log_prob(p_mean, p_log_std, samples)
                  - numpy_log_prob(q_mean, q_log_std, samples)).mean(axis=0)
   np.testing.assert_allclose(kl, monte_carlo, rtol=0.05, atol=0.05)
   assert np.all(kl > 0)
-  np.testing.assert_allclose(gaussian.kl(p_mean, p_log_std, p_mean, p_log_std), 0, atol=1e-6)
+  np.testing.assert_allclose(_kl(p_mean, p_log_std, p_mean, p_log_std), 0, atol=1e-6)
 
 
 def test_kl_divergence_sums_and_holds_p_constant():
@@ -111,7 +176,7 @@ def test_kl_divergence_sums_and_holds_p_constant():
   params = [tf.Variable(x) for x in _random_params(rng, (3, 2, 2)) + _random_params(
       rng, (3, 2, 2))]
   with tf.GradientTape() as tape:
-    total = gaussian.kl_divergence(*params)
+    total = _kl_divergence(*params)
   np.testing.assert_allclose(total, numpy_kl(*[p.numpy() for p in params]).sum(), rtol=1e-4)
   p_mean_grad, p_log_std_grad, q_mean_grad, q_log_std_grad = tape.gradient(total, params)
   assert p_mean_grad is None and p_log_std_grad is None
@@ -131,7 +196,7 @@ def test_impact_log_ratio_takes_gaussian_log_probs_unchanged():
       np.float32)
   log_probs = [numpy_log_prob(m, s, actions) for m, s in (pi, target, behaviour)]
   beta = 0.5
-  ratio = losses.impact_log_ratio(*[gaussian.log_probs_from_params_and_actions(
+  ratio = losses.impact_log_ratio(*[_log_prob(
       m, s, actions) for m, s in (pi, target, behaviour)], beta)
   expected = log_probs[0] - np.maximum(log_probs[1], np.log(beta) + log_probs[2])
   np.testing.assert_allclose(ratio, expected, rtol=1e-4, atol=1e-4)
@@ -150,7 +215,7 @@ def test_implied_kl_matches_numerical_integration(pi_params, mu_params, rho_bar)
   expected = numpy_grid_implied_kl(pi_params, mu_params, rho_bar,
                                    points=2001 if len(pi_params[0]) == 1 else 801)
   as_batch = lambda params: [np.array(x, np.float32)[None, None] for x in params]
-  estimate = gaussian.implied_policy_kl(*as_batch(mu_params), *as_batch(pi_params), rho_bar,
+  estimate = _implied_kl(*as_batch(mu_params), *as_batch(pi_params), rho_bar,
                                         num_samples=200000, seed=[7, 0]).numpy()[0, 0]
   assert expected > 0.01
   np.testing.assert_allclose(estimate, expected, rtol=0.03)
@@ -162,7 +227,7 @@ def test_implied_kl_default_samples_are_unbiased_enough():
   expected = numpy_grid_implied_kl(pi_params, mu_params, 1.0)
   mu = [np.full((50, 8, 1), x[0], np.float32) for x in mu_params]
   pi = [np.full((50, 8, 1), x[0], np.float32) for x in pi_params]
-  estimates = gaussian.implied_policy_kl(*mu, *pi, 1.0, seed=[3, 4]).numpy()
+  estimates = _implied_kl(*mu, *pi, 1.0, seed=[3, 4]).numpy()
   np.testing.assert_allclose(estimates.mean(), expected, rtol=0.05)
   assert estimates.std() < 0.5 * expected
 
@@ -170,17 +235,17 @@ def test_implied_kl_default_samples_are_unbiased_enough():
 def test_implied_kl_zero_cases_seed_and_no_gradient():
   rng = np.random.default_rng(6)
   mean, log_std = _random_params(rng, (3, 2, 4))
-  np.testing.assert_array_equal(gaussian.implied_policy_kl(mean, log_std, mean, log_std), 0)
+  np.testing.assert_array_equal(_implied_kl(mean, log_std, mean, log_std), 0)
   other_mean, other_log_std = _random_params(rng, (3, 2, 4))
   args = (other_mean, other_log_std, mean, log_std)
-  np.testing.assert_array_equal(gaussian.implied_policy_kl(*args, clip_rho_threshold=None), 0)
-  first = gaussian.implied_policy_kl(*args, seed=[1, 2]).numpy()
+  np.testing.assert_array_equal(_implied_kl(*args, clip_rho_threshold=None), 0)
+  first = _implied_kl(*args, seed=[1, 2]).numpy()
   assert np.all(first > 0)
-  np.testing.assert_array_equal(first, gaussian.implied_policy_kl(*args, seed=[1, 2]))
-  assert not np.array_equal(first, gaussian.implied_policy_kl(*args, seed=[2, 2]))
+  np.testing.assert_array_equal(first, _implied_kl(*args, seed=[1, 2]))
+  assert not np.array_equal(first, _implied_kl(*args, seed=[2, 2]))
   variables = [tf.Variable(x) for x in args]
   with tf.GradientTape() as tape:
-    total = tf.reduce_sum(gaussian.implied_policy_kl(*variables))
+    total = tf.reduce_sum(_implied_kl(*variables))
   assert all(g is None for g in tape.gradient(total, variables))
 
 
@@ -204,7 +269,7 @@ def test_from_gaussian_params_matches_numpy_vtrace(rho_bar, pg_rho_bar, c_bar, l
   log_rhos = numpy_log_prob(*target, actions) - numpy_log_prob(*behaviour, actions)
   expected_vs, expected_advantages = reference.numpy_vtrace(
       log_rhos, discounts, rewards, values, bootstrap, rho_bar, pg_rho_bar, c_bar, lambda_)
-  returns = gaussian.from_gaussian_params(
+  returns = _vtrace(
       *behaviour, *target, actions, discounts, rewards, values, bootstrap,
       clip_rho_threshold=rho_bar, clip_pg_rho_threshold=pg_rho_bar, clip_c_threshold=c_bar,
       lambda_=lambda_)
@@ -220,13 +285,13 @@ def test_from_gaussian_params_trust_region_matches_numpy_and_compiles():
   rng = np.random.default_rng(8)
   behaviour, target, actions, discounts, rewards, values, bootstrap = _vtrace_inputs(rng)
   threshold, seed = 0.3, [5, 6]
-  kl = gaussian.implied_policy_kl(*behaviour, *target, 1.0, seed=seed).numpy()
+  kl = _implied_kl(*behaviour, *target, 1.0, seed=seed).numpy()
   mask = (kl <= threshold).astype(np.float32)
   assert 0 < mask.sum() < mask.size  # Both kept and rejected steps.
   log_rhos = numpy_log_prob(*target, actions) - numpy_log_prob(*behaviour, actions)
   expected_vs, expected_advantages = reference.numpy_vtrace(
       log_rhos, discounts, rewards, values, bootstrap, mask=mask)
-  compute = lambda *args: gaussian.from_gaussian_params(
+  compute = lambda *args: _vtrace(
       *args, trust_region_threshold=threshold, trust_region_seed=seed)
   inputs = (*behaviour, *target, actions, discounts, rewards, values, bootstrap)
   for function in (compute, tf.function(compute, jit_compile=True)):
@@ -235,8 +300,8 @@ def test_from_gaussian_params_trust_region_matches_numpy_and_compiles():
     np.testing.assert_allclose(returns.vs, expected_vs, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(returns.pg_advantages, expected_advantages, rtol=1e-4,
                                atol=1e-4)
-  plain = gaussian.from_gaussian_params(*inputs)
-  infinite = gaussian.from_gaussian_params(*inputs, trust_region_threshold=math.inf)
+  plain = _vtrace(*inputs)
+  infinite = _vtrace(*inputs, trust_region_threshold=math.inf)
   np.testing.assert_allclose(infinite.vs, plain.vs, rtol=1e-6)
 
 
@@ -245,7 +310,7 @@ def test_policy_gradient_through_gaussian_log_probs_is_finite_and_correct():
   behaviour, target, actions, discounts, rewards, values, bootstrap = _vtrace_inputs(rng)
   mean, log_std = tf.Variable(target[0]), tf.Variable(target[1])
   with tf.GradientTape() as tape:
-    returns = gaussian.from_gaussian_params(*behaviour, mean, log_std, actions, discounts,
+    returns = _vtrace(*behaviour, mean, log_std, actions, discounts,
                                             rewards, values, bootstrap)
     loss = losses.policy_gradient_loss(returns.target_action_log_probs,
                                        returns.pg_advantages)
@@ -268,19 +333,19 @@ def test_tf_and_numpy_samples_have_the_policy_statistics():
   mean = np.array([0.5, -2.0, 0.0], np.float32)
   log_std = np.log(np.array([0.3, 1.0, 2.5], np.float32))
   tiled = lambda x: np.tile(x, (50000, 1))
-  tf_samples = gaussian.sample(tiled(mean), tiled(log_std), seed=[0, 1]).numpy()
-  np_samples = gaussian.sample_action(tiled(mean), tiled(log_std), np.random.default_rng(0))
+  tf_samples = _sample(tiled(mean), tiled(log_std), seed=[0, 1]).numpy()
+  np_samples = distributions.sample_gaussian_numpy(tiled(mean), tiled(log_std), np.random.default_rng(0))
   for samples in (tf_samples, np_samples):
     assert samples.dtype == np.float32
     np.testing.assert_allclose(samples.mean(0), mean, atol=0.04)
     np.testing.assert_allclose(samples.std(0), np.exp(log_std), rtol=0.02)
   np.testing.assert_array_equal(
-      tf_samples, gaussian.sample(tiled(mean), tiled(log_std), seed=[0, 1]))
+      tf_samples, _sample(tiled(mean), tiled(log_std), seed=[0, 1]))
 
 
 def test_samples_are_unclipped_and_only_the_environment_copy_is_clipped():
   mean, log_std = np.zeros(4, np.float32), np.full(4, math.log(3.0), np.float32)
-  samples = gaussian.sample_action(np.tile(mean, (100, 1)), np.tile(log_std, (100, 1)),
+  samples = distributions.sample_gaussian_numpy(np.tile(mean, (100, 1)), np.tile(log_std, (100, 1)),
                                    np.random.default_rng(1))
   assert np.abs(samples).max() > 1.0  # The policy's own samples leave [-1, 1].
   original = samples.copy()
@@ -288,7 +353,7 @@ def test_samples_are_unclipped_and_only_the_environment_copy_is_clipped():
   np.testing.assert_array_equal(samples, original)  # The trajectory's copy is untouched.
   np.testing.assert_array_equal(clipped, np.clip(original, -1.0, 1.0))
   # The behaviour log-prob is the density at the unclipped sample, not at the clipped one.
-  stored = gaussian.log_probs_from_params_and_actions(mean, log_std, samples[0])
+  stored = _log_prob(mean, log_std, samples[0])
   np.testing.assert_allclose(stored, numpy_log_prob(mean, log_std, samples[0]), rtol=1e-5)
 
 
