@@ -242,7 +242,7 @@ def resolve(config):
     for name in settings.IMPACT_SETTINGS:
       if name in given:
         raise ValueError(f"--{name} is an IMPACT setting: add --algorithm=impact.")
-  values = presets.presets(config.level_name, config.algorithm, config.preset)
+  values = presets.presets(config.level_name, config.algorithm, config.preset, given=given)
   if config.laser_replay:
     values.update(presets.LASER_PRESET)
     values.pop(presets.MEAN_LOSS_MAX_GRAD_NORM, None)
@@ -359,7 +359,8 @@ def _resolve_envs_per_actor(config, given):
     return config
   if "envs_per_actor" in given:
     raise ValueError(
-        f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks and Atari games at "
+        f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks, gymnasium environments "
+        f"without frames and Atari games at "
         f"84x84, action repeat 4 and without sticky actions run in groups; {config.level_name} "
         f"with these settings runs one environment process per actor. Drop --envs_per_actor "
         f"(or set it to 1).")
@@ -369,6 +370,10 @@ def _resolve_envs_per_actor(config, given):
 def _check_combinations(config):
   """The checks of one resolved config that involve more than one setting."""
   _check_levels(config)
+  if config.env_kwargs and not config.family.takes_env_kwargs:
+    raise ValueError(f"--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> "
+                     f"levels; {config.level_name} is not one ({config.family.title}). Drop "
+                     "--env_kwargs.")
   config.family.check_config(config)
   if config.torso == settings.IMPACT_CNN and (config.width, config.height) != (42, 42):
     raise ValueError(f"--torso={settings.IMPACT_CNN} is the IMPACT paper's network for 42x42 "

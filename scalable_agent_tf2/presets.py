@@ -136,11 +136,11 @@ def level_family(level_name):
   return families.family_of(suites.level_names(level_name)[0])
 
 
-def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET):
+def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET, given=None):
   """The paper's settings for a level or suite, for IMPALA or IMPACT (IMPACT paper, Table 1);
   with preset=impact_paper, the IMPACT paper's own Atari setting (`impact_paper_presets`).
   The threads per op depend on the run's torso too: config.resolve sets them
-  (`intra_op_threads`).
+  (`intra_op_threads`). given: the settings the flags give (families/base.py, presets).
 
   Raises:
     ValueError: unknown level name (the message lists the valid ones).
@@ -149,13 +149,20 @@ def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET):
     return impact_paper_presets(level_name, algorithm)
   levels = suites.level_names(level_name)
   family = families.family_of(levels[0])
-  values = family.presets(level_name, levels, algorithm, os.cpu_count() or 1)
+  values = family.presets(level_name, levels, algorithm, os.cpu_count() or 1, given=given)
   # Up to this many unrolls wait for the learner (4 batches): actors rarely block, and the
   # policy lag stays a few updates.
   values["queue_capacity"] = 4 * values["batch_size"]
   if algorithm == IMPACT and not family.owns_algorithm_presets:
     values.update(IMPACT_PRESET)  # target_update_period: N x K, once N and K are known.
   return values
+
+
+def describe_presets(level_name):
+  """Where a level's presets come from, in words, for a run's first lines: the family's own
+  account for levels the papers did not run (the gymnasium family's documented set), else
+  None (the paper's tables, cited in the family's module)."""
+  return level_family(level_name).preset_sources(suites.level_names(level_name)[0])
 
 
 # LASER section 5.1 (its Atari setting): "Differently from Espeholt et al. (2018), we do not

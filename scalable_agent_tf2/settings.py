@@ -16,6 +16,7 @@ This module, presets.py and config.py import neither TensorFlow nor the project'
 modules, so a bad flag is reported in well under a second (TensorFlow takes seconds to load).
 """
 import dataclasses
+import json
 import math
 import textwrap
 from typing import Any, Callable, Optional
@@ -87,7 +88,20 @@ UNIT_INTERVAL = Check(lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
 AT_LEAST_ONE = Check(lambda v: v >= 1.0, ">= 1 (IMPACT section 3.1)")
 OPEN_UNIT_INTERVAL = Check(lambda v: 0.0 < v < 1.0, "in (0, 1)")
 TRUST_REGION = Check(lambda v: not math.isnan(v) and v >= 0, ">= 0 (inf: off)")
+JSON_OBJECT = Check(lambda v: _is_json_object(v),
+                    "a JSON object of gymnasium.make's keyword arguments, e.g. "
+                    "'{\"continuous\": true}' (or empty)")
 WHOLE_POSITIVE = Check(lambda v: v >= 1 and float(v).is_integer(), "a positive integer")
+
+
+def _is_json_object(text):
+  """Whether text is "" or a JSON object ({...})."""
+  if not text:
+    return True
+  try:
+    return isinstance(json.loads(text), dict)
+  except ValueError:
+    return False
 
 
 def setting(default, topic, doc, *, source="", choices=None, check=None, part_of=None,
@@ -122,8 +136,9 @@ class ExperimentSettings:
   logdir: str = setting("/tmp/agent", RUN, "Checkpoints, TensorBoard summaries, logs, results.")
   level_name: str = setting(
       "atari/pong", RUN,
-      "A level (atari/<game>, a DMLab-30 level, toy/lit_side) or a suite (atari57, dmlab30); "
-      "picks the presets.")
+      "A level (atari/<game>, a DMLab-30 level, dmlab:<any DeepMind Lab level>, "
+      "gym:<gymnasium id>, mujoco/<task>, toy/lit_side) or a suite (atari57, dmlab30); picks "
+      "the presets. `python -m scalable_agent_tf2.suites` lists them.")
   excluded_levels: str = setting(
       "", RUN, "Suites: comma-separated levels to leave out (e.g. those this machine's "
       "DeepMind Lab cannot run); the suite's score (Table 3) then covers the other levels.")
@@ -195,6 +210,10 @@ class ExperimentSettings:
   dataset_path: str = setting("", ENVIRONMENT, "DMLab: directory of the Brady et al. images.")
   renderer: str = setting("software", ENVIRONMENT, "DMLab renderer.", choices=RENDERERS)
   level_cache_dir: str = setting("", ENVIRONMENT, "DMLab: cache directory for compiled maps.")
+  env_kwargs: str = setting(
+      "", ENVIRONMENT, "gym:<id> levels: keyword arguments of gymnasium.make, as a JSON "
+      "object, e.g. '{\"continuous\": true}' for gym:LunarLander-v3.",
+      source="not in the paper: gymnasium's own arguments", check=JSON_OBJECT)
   sticky_actions: bool = setting(False, ENVIRONMENT,
                                  "Atari: repeat the last action with p=0.25.")
   # Network.

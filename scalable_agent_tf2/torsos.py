@@ -5,9 +5,19 @@
     deep:       Figure 3 (right), the 15-layer residual network;
     impact_cnn: the IMPACT paper's Atari network (section 4.3), 42x42 frames.
 
+For the observations of other environment families (environments/families, gym_env.py):
+
+    mlp:        float vectors [O] -> fully connected tanh layers (the IMPACT paper's MLP
+                sizes, section 4.3), for gymnasium's Box (O,) observations;
+    one_hot:    Discrete(n) observations (an index) -> their one-hot [n].
+
+`torso_for_observation` chooses one from an observation's kind and shape (a pure function).
 The Agent (networks.py) picks one by NetworkConfig.torso; each torso's module name
-(shallow_torso, deep_torso, impact_torso) is part of every checkpoint.
+(shallow_torso, deep_torso, impact_torso, mlp_torso, one_hot_torso) is part of every
+checkpoint.
 """
+import collections
+
 import tensorflow as tf
 
 from scalable_agent_tf2.layers import Conv2D, Linear
@@ -124,3 +134,104 @@ class ImpactTorso(tf.Module):
 def _valid_size(size, kernel, stride):
   """Output length of a VALID convolution."""
   return (size - kernel) // stride + 1
+
+
+# The IMPACT paper's MLP (section 4.3: "two fully-connected layers of 256 units", tanh; the
+# same sizes as continuous_networks.HIDDEN_SIZES), the default for vector observations.
+MLP_HIDDEN_SIZES = (256, 256)
+# torso_for_observation's kinds of observation (environments/gym_env.py's names).
+FRAME, VECTOR, INDEX = "frame", "vector", "index"
+MLP, ONE_HOT = "mlp", "one_hot"
+FRAME_TORSOS = ("shallow", "deep", "impact_cnn")  # settings.TORSOS (not imported: no cycle).
+
+
+class MlpTorso(tf.Module):
+  """Fully connected tanh layers on float vectors (IMPACT section 4.3's sizes by default)."""
+
+  def __init__(self, observation_size, init, hidden_sizes=MLP_HIDDEN_SIZES, name="mlp_torso"):
+    super().__init__(name=name)
+    if not hidden_sizes or min(hidden_sizes) < 1:
+      raise ValueError(f"hidden_sizes must be positive layer sizes, got {hidden_sizes}.")
+    self.output_size = hidden_sizes[-1]
+    self.layers = []
+    with self.name_scope:
+      for size in hidden_sizes:
+        self.layers.append(Linear(observation_size, size, init=init))
+        observation_size = size
+
+  def __call__(self, observations):
+    """observations: float32 [N, O] (normalised by the run's filter) -> [N, hidden_sizes[-1]]."""
+    x = tf.cast(observations, tf.float32)
+    for layer in self.layers:
+      x = tf.tanh(layer(x))
+    return x
+
+
+class OneHotTorso(tf.Module):
+  """Discrete(n) observations: the index as a one-hot vector [n] (no variables)."""
+
+  def __init__(self, num_values, name="one_hot_torso"):
+    super().__init__(name=name)
+    if num_values < 1:
+      raise ValueError(f"A Discrete observation space has at least 1 value, got {num_values}.")
+    self.num_values = self.output_size = int(num_values)
+
+  def __call__(self, indices):
+    """indices: int [N] (or [N, 1]) in [0, n) -> float32 [N, n]."""
+    indices = tf.reshape(tf.cast(indices, tf.int32), [-1])
+    return tf.one_hot(indices, self.num_values, dtype=tf.float32)
+
+
+# The choice: which torso, its constructor's arguments besides `init`, and whether the agent
+# encodes an instruction next to it (the paper's language levels, Figure 3).
+TorsoChoice = collections.namedtuple("TorsoChoice", "name torso_class kwargs use_instruction")
+
+
+def torso_for_observation(kind, shape, torso=None, has_instruction=False,
+                          hidden_sizes=MLP_HIDDEN_SIZES):
+  """The torso for an observation (a pure function: nothing is built).
+
+  Args:
+    kind: FRAME (uint8 [H, W, C]), VECTOR (float [O]) or INDEX (Discrete(n): shape (n,) here,
+      the number of values).
+    shape: (H, W, C), (O,) or (n,).
+    torso: --torso for frames ("shallow", "deep", "impact_cnn"; None: shallow, Figure 3
+      left); must be None for other kinds.
+    has_instruction: frames with a text mission (a dict observation of an image and a
+      string): the frame torso plus the paper's instruction encoder (networks.py).
+    hidden_sizes: the MLP's layer sizes for VECTOR (default IMPACT section 4.3's).
+
+  Returns:
+    TorsoChoice.
+
+  Raises:
+    ValueError: a kind or shape it cannot take, naming what it takes.
+  """
+  shape = tuple(int(n) for n in shape)
+  if kind == FRAME:
+    name = torso or FRAME_TORSOS[0]
+    if name not in FRAME_TORSOS or len(shape) != 3:
+      raise ValueError(f"Frames need a frame torso {FRAME_TORSOS} and shape (H, W, C); got "
+                       f"torso {name!r}, shape {shape}.")
+    torso_class = {"shallow": ShallowTorso, "deep": DeepTorso, "impact_cnn": ImpactTorso}[name]
+    return TorsoChoice(name, torso_class, dict(frame_shape=shape), has_instruction)
+  if torso is not None:
+    raise ValueError(f"--torso={torso} is for image frames; {kind} observations of shape "
+                     f"{shape} take the {MLP if kind == VECTOR else ONE_HOT} torso.")
+  if has_instruction:
+    raise ValueError(f"An instruction goes with image frames (Figure 3); got {kind} "
+                     "observations.")
+  if kind == VECTOR and len(shape) == 1:
+    return TorsoChoice(MLP, MlpTorso, dict(observation_size=shape[0],
+                                           hidden_sizes=tuple(hidden_sizes)), False)
+  if kind == INDEX and len(shape) == 1:
+    return TorsoChoice(ONE_HOT, OneHotTorso, dict(num_values=shape[0]), False)
+  raise ValueError(f"No torso for {kind} observations of shape {shape}; torsos take "
+                   f"{FRAME} [H, W, C], {VECTOR} [O] and {INDEX} (n,).")
+
+
+def build_torso(choice, init):
+  """The tf.Module of a TorsoChoice (OneHotTorso takes no initializer)."""
+  if choice.torso_class is OneHotTorso:
+    return OneHotTorso(**choice.kwargs)
+  return choice.torso_class(init=init, **choice.kwargs)

@@ -21,6 +21,7 @@ FAMILY_MODULES = (
     "scalable_agent_tf2.environments.families.atari",
     "scalable_agent_tf2.environments.families.toy",
     "scalable_agent_tf2.environments.families.mujoco",
+    "scalable_agent_tf2.environments.families.gym",
 )
 _registered = []  # Families added by register() (tests, a user's own driver).
 LIST_LEVELS_COMMAND = "python -m scalable_agent_tf2.suites"

@@ -44,10 +44,10 @@ class AtariFamily(base.Family):
   def listed_levels(self):
     return suites.ATARI57_LEVELS
 
-  def presets(self, level_name, levels, algorithm, num_cores):
+  def presets(self, level_name, levels, algorithm, num_cores, given=None):
     # Frames: 200M per game, the multi-task agent 57 x 200M (section 5.3.2); Appendix G: the
     # multi-task agent uses the deep (residual) network.
-    del algorithm
+    del algorithm, given
     values = dict(ATARI, total_environment_frames=ATARI["total_environment_frames"]
                   * len(levels))
     values.update(atari_actor_layout(num_cores))

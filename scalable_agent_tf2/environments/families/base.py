@@ -48,6 +48,7 @@ class Family:
       Table 2); otherwise presets.presets adds IMPACT Table 1's own settings.
     pbt_adapts_max_grad_norm: population-based training adapts --max_grad_norm too (Atari:
       section 5.3.2, Table G.1), where the run clips gradients.
+    takes_env_kwargs: its environments take --env_kwargs (gymnasium.make's).
     has_test_levels: test scores are measured on `test_level(level)` (DMLab-30), which the
       result tables show.
   """
@@ -56,6 +57,7 @@ class Family:
   prefixes = ()
   name_forms = ()
   owns_algorithm_presets = False
+  takes_env_kwargs = False
   has_test_levels = False
   pbt_adapts_max_grad_norm = False
 
@@ -88,8 +90,15 @@ class Family:
 
   # --- Settings. ------------------------------------------------------------------------
 
-  def presets(self, level_name, levels, algorithm, num_cores):
-    """dict setting -> value for the settings a flag left PRESET (each value cited)."""
+  def presets(self, level_name, levels, algorithm, num_cores, given=None):
+    """dict setting -> value for the settings a flag left PRESET (each value cited).
+
+    Args:
+      level_name: the --level_name (a suite or a level); levels: its levels.
+      algorithm: settings.IMPALA or settings.IMPACT. num_cores: this machine's.
+      given: dict of the settings the flags give (a family whose presets depend on one, e.g.
+        gymnasium's on --env_kwargs); never to be copied into the result (flags win anyway).
+    """
     raise NotImplementedError
 
   def preset_sources(self, level_name):

@@ -113,8 +113,8 @@ class DmLabFamily(base.Family):
       return PREFIX + mapped if level_name.startswith(PREFIX) else mapped
     return level_name
 
-  def presets(self, level_name, levels, algorithm, num_cores):
-    del levels, algorithm, num_cores
+  def presets(self, level_name, levels, algorithm, num_cores, given=None):
+    del levels, algorithm, num_cores, given
     return dict(DMLAB30 if suites.is_suite(level_name) else DMLAB_LEVEL)
 
   def check_config(self, config):

@@ -25,9 +25,10 @@ class MujocoFamily(base.Family):
   def listed_levels(self):
     return suites.MUJOCO_LEVELS
 
-  def presets(self, level_name, levels, algorithm, num_cores):
+  def presets(self, level_name, levels, algorithm, num_cores, given=None):
     # The IMPACT paper's Table 2, IMPALA or IMPACT column (IMPACT's own settings included);
     # its 16 workers (section 4.3) as 16 tasks stepped in groups by one thread per core.
+    del given
     values = mujoco_presets.presets(levels[0], algorithm)
     values.update(base.actor_layout(values["num_actors"], num_cores))
     return values

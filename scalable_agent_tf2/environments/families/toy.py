@@ -28,8 +28,8 @@ class ToyFamily(base.Family):
   def listed_levels(self):
     return LEVELS
 
-  def presets(self, level_name, levels, algorithm, num_cores):
-    del level_name, levels, algorithm, num_cores
+  def presets(self, level_name, levels, algorithm, num_cores, given=None):
+    del level_name, levels, algorithm, num_cores, given
     return dict(TOY)
 
   def environment_constructor(self, level_name, seed, test_mode, options):

@@ -1,0 +1,203 @@
+"""Any gymnasium environment as "gym:<id>": a registered id ("gym:CartPole-v1",
+"gym:LunarLander-v3", "gym:Pendulum-v1"), or gymnasium's own "module:Id" form for a user's
+package ("gym:my_package.envs:MyEnv-v0" imports my_package.envs, which registers MyEnv-v0).
+--env_kwargs (a JSON object) goes to gymnasium.make.
+
+Observations and actions (environments/gym_env.py converts them): Box observations of one
+dimension (float32 vectors, normalised by the run's MeanStdFilter as the MuJoCo path does) or
+of three (uint8 frames [H, W, C]); Discrete observations (their index); Discrete actions, or
+Box actions of one dimension (a diagonal Gaussian policy, clipped to the bounds only when
+sent). Anything else is refused with the list of what is supported.
+
+How they run: vector and Discrete observations in groups stepped in the training process (a
+classic-control or Box2D step costs microseconds, far less than a process's round trip:
+benchmarks/speed/gym_overhead.py); frames (rendering) one process per actor.
+
+Presets (PRESETS_DOCUMENTATION; docs/ENVIRONMENTS.md): an environment the papers did not run
+has no published setting, so the family uses the papers' setting for the nearest kind of task,
+chosen by the action space, and says so when a run starts (describe_presets):
+  * Box actions: the IMPACT paper's continuous-control setting (Table 2, IMPALA or IMPACT
+    column, mujoco_presets.py: its tasks are the nearest published ones: vector observations,
+    Box actions) with its 16 workers (section 4.3);
+  * Discrete actions: the IMPALA paper's single-game Atari learner (Table G.1: learning rate
+    0.0006, entropy 0.01, RMSProp epsilon 0.01, gradient clip 40, unroll 20, batch 32,
+    discount 0.99) and Table 1's 48 environments, with IMPACT Table 1's own settings under
+    --algorithm=impact;
+  * both: one agent step is one gymnasium step (num_action_repeats 1: the environment fixes
+    its own frame skip, as for the MuJoCo tasks); rewards unclipped (Table G.1 clips Atari's
+    rewards to [-1, 1], which would change the task of an environment whose rewards carry
+    their size, e.g. LunarLander's -100 for a crash); a budget of 10M agent steps
+    (mujoco_presets.TOTAL_ENVIRONMENT_FRAMES, this project's choice: the papers fix none for
+    these tasks).
+"""
+import difflib
+import importlib
+import json
+
+from scalable_agent_tf2 import mujoco_presets
+from scalable_agent_tf2 import settings
+from scalable_agent_tf2.environments.families import atari as atari_family
+from scalable_agent_tf2.environments.families import base
+
+PREFIX = "gym:"
+# The spaces the family takes (gym_env.describe_spaces names what it found).
+SUPPORTED_OBSERVATIONS = ("Box of shape (O,) (a float vector)",
+                          "Box of shape (H, W, C) and dtype uint8 (image frames)",
+                          "Discrete(n) (an index)")
+SUPPORTED_ACTIONS = ("Discrete(n)", "Box of shape (A,) (continuous actions)")
+# Discrete actions: Table G.1's learner (atari_family.ATARI), one gymnasium step per agent step,
+# unclipped rewards, the project's 10M-step budget (module docstring).
+DISCRETE_PRESET = dict(atari_family.ATARI, num_action_repeats=1,
+                       reward_clipping=settings.NO_CLIPPING,
+                       total_environment_frames=mujoco_presets.TOTAL_ENVIRONMENT_FRAMES,
+                       width=None, height=None, torso=None)
+# Table 1's 48 environments (as Atari's), laid out by base.actor_layout.
+DISCRETE_ENVIRONMENTS = atari_family.ATARI_ENVIRONMENTS
+PRESETS_DOCUMENTATION = __doc__[__doc__.index("Presets"):]
+
+
+def gym_id(level_name):
+  """"gym:CartPole-v1" -> "CartPole-v1"; "gym:pkg.envs:MyEnv-v0" -> "pkg.envs:MyEnv-v0"."""
+  return level_name[len(PREFIX):]
+
+
+def split_id(env_id):
+  """(module or None, registered id) of gymnasium's "module:Id" form or a plain id."""
+  module, _, name = env_id.rpartition(":")
+  return (module or None), name
+
+
+def parse_env_kwargs(text):
+  """--env_kwargs as a dict (empty for ""); ValueError naming what is wrong."""
+  if not text:
+    return {}
+  try:
+    value = json.loads(text)
+  except json.JSONDecodeError as error:
+    raise ValueError(f"--env_kwargs must be a JSON object (keyword arguments of "
+                     f"gymnasium.make), e.g. '{{\"continuous\": true}}'; {error.msg} at "
+                     f"character {error.pos} of {text!r}.") from None
+  if not isinstance(value, dict):
+    raise ValueError(f"--env_kwargs must be a JSON object, e.g. '{{\"continuous\": true}}'; "
+                     f"got {type(value).__name__} {text!r}.")
+  return value
+
+
+def check_registered(env_id):
+  """Imports a "module:Id"'s module (its own error if it fails) and refuses an id gymnasium
+  does not know, naming the nearest registered ids."""
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  module, name = split_id(env_id)
+  if module is not None:
+    importlib.import_module(module)  # Registers the user's environments; its own error.
+  if name in gymnasium.registry:
+    return
+  close = difflib.get_close_matches(name, list(gymnasium.registry), n=3, cutoff=0.5)
+  hint = (f" The nearest registered ids: {', '.join(PREFIX + c for c in close)}."
+          if close else "")
+  where = (f" after importing {module} (does it call gymnasium.register(id={name!r}, ...)?)"
+           if module else "")
+  raise ValueError(f"{PREFIX}{env_id}: gymnasium knows no environment {name!r}{where}.{hint} "
+                   "`python -c \"import gymnasium; gymnasium.pprint_registry()\"` lists them.")
+
+
+class GymFamily(base.Family):
+  """See the module docstring."""
+  name = "gym"
+  title = "gymnasium environments"
+  prefixes = (PREFIX,)
+  name_forms = ("gym:<id> (any registered gymnasium environment, e.g. gym:CartPole-v1, "
+                "gym:Pendulum-v1; --env_kwargs for gymnasium.make)",
+                "gym:<module>:<id> (a user's package that registers <id> when imported)")
+  owns_algorithm_presets = True
+  takes_env_kwargs = True
+
+  def check_level(self, level_name):
+    if not split_id(gym_id(level_name))[1]:
+      raise ValueError(f"{level_name!r}: after {PREFIX!r} comes a gymnasium id, e.g. "
+                       "gym:CartPole-v1 or gym:my_package.envs:MyEnv-v0.")
+    check_registered(gym_id(level_name))
+
+  def suggestions(self, name):
+    """"CartPole-v1" or "gym/CartPole-v1" -> "gym:CartPole-v1" when gymnasium has the id."""
+    candidate = name.split("/", 1)[1] if name.startswith(("gym/", "gymnasium/")) else name
+    if not candidate or " " in candidate:
+      return []
+    import gymnasium  # pylint: disable=g-import-not-at-top
+    return [PREFIX + candidate] if candidate in gymnasium.registry else []
+
+  def describe(self, level_name, env_kwargs=None):
+    """gym_env.Description (spaces, kinds) of the level, made once per process."""
+    from scalable_agent_tf2.environments import gym_env  # pylint: disable=g-import-not-at-top
+    return gym_env.describe(gym_id(level_name), env_kwargs or {})
+
+  def presets(self, level_name, levels, algorithm, num_cores, given=None):
+    env_kwargs = parse_env_kwargs((given or {}).get("env_kwargs", ""))
+    description = self.describe(levels[0], env_kwargs)
+    if description.continuous_actions:
+      values = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, algorithm)
+      values.update(base.actor_layout(values["num_actors"], num_cores))
+      return values
+    values = dict(DISCRETE_PRESET)
+    values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
+    if algorithm == settings.IMPACT:
+      from scalable_agent_tf2 import presets  # pylint: disable=g-import-not-at-top
+      values.update(presets.IMPACT_PRESET)
+    return values
+
+  def preset_sources(self, level_name):
+    return PRESETS_DOCUMENTATION
+
+  def check_config(self, config):
+    parse_env_kwargs(config.env_kwargs)
+    frame_settings = [name for name in ("width", "height") if getattr(config, name)
+                      is not None]
+    if frame_settings:
+      raise ValueError(f"{', '.join('--' + n for n in frame_settings)}: a gymnasium "
+                       "environment's observations keep the size it gives them. Drop the "
+                       "flag(s) (or resize in the environment, e.g. with a wrapper in your "
+                       "own package).")
+
+  def environment_options(self, config):
+    return dict(env_kwargs=parse_env_kwargs(config.env_kwargs))
+
+  def environment_constructor(self, level_name, seed, test_mode, options):
+    # Test mode plays the same environment (the observation filter, if any, frozen).
+    from scalable_agent_tf2.environments import gym_env  # pylint: disable=g-import-not-at-top
+    del test_mode
+    return gym_env.GymEnvironment, dict(level_name=level_name, seed=seed, **options)
+
+  def runs_as(self, config):
+    """Frames (rendering) in a process each; vectors and indices in in-process groups."""
+    description = self.describe(config.levels[0], parse_env_kwargs(config.env_kwargs))
+    return base.OWN_PROCESS if description.observation_kind == "frame" else (
+        base.IN_PROCESS_GROUP)
+
+  def network_config(self, config, spec):
+    """Box actions on vectors: the IMPACT paper's MLPs (continuous_networks.py). Discrete
+    actions on frames: Figure 3's agent (--torso, shallow by default) with its LSTM. Vectors
+    or indices with discrete actions: torsos.torso_for_observation's MLP or one-hot, which
+    networks.py does not take yet (named in the error)."""
+    from scalable_agent_tf2.environments import base as env_base  # pylint: disable=g-import-not-at-top
+    if isinstance(spec, env_base.ContinuousEnvSpec):
+      if len(spec.frame_shape) != 1:
+        raise ValueError(f"{config.levels[0]}: continuous actions on observations of shape "
+                         f"{spec.frame_shape}: the continuous agent (continuous_networks.py) "
+                         "takes vectors only.")
+      return base.continuous_network_config(spec)
+    description = self.describe(config.levels[0], parse_env_kwargs(config.env_kwargs))
+    if description.observation_kind == "frame":
+      from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
+      return networks.NetworkConfig(
+          num_actions=spec.num_actions, frame_shape=tuple(description.observation_shape),
+          torso=config.torso or settings.SHALLOW, use_lstm=True, use_instruction=False)
+    raise NotImplementedError(
+        f"{config.levels[0]}: {description.observation_kind} observations of shape "
+        f"{description.observation_shape} with {spec.num_actions} discrete actions need the "
+        "network to take torsos.torso_for_observation's "
+        f"{'MLP' if description.observation_kind == 'vector' else 'one-hot'} torso, which "
+        "networks.py does not wire yet (issue 31). Box actions on vectors (e.g. "
+        "gym:Pendulum-v1) and discrete actions on uint8 frames train today.")
+
+
+FAMILY = GymFamily()

@@ -1,0 +1,258 @@
+"""One gymnasium environment behind base.Environment (the "gym:<id>" levels,
+environments/families/gym.py).
+
+    env = GymEnvironment("gym:Pendulum-v1", seed=1)
+    env.spec           # base.ContinuousEnvSpec(1, low [1], high [1], (3,))
+    env.initial()      # EnvOutput: reward 0, done True, observation.frame float32 [3] (raw)
+    env.step(action)   # auto-resets after an episode ends (base.py's convention)
+
+Observations: Box (O,) -> float32 [O] (raw; the actor's MeanStdFilter normalises them for Box
+actions, as the MuJoCo path does); Box (H, W, C) uint8 -> the frame as it is; Discrete(n) ->
+int32 [] index. Actions: Discrete(n) -> base.EnvSpec(n, ...); Box (A,) -> ContinuousEnvSpec,
+the action clipped to the bounds only in the copy sent to gymnasium (action_bounds.py).
+
+Episode ends. gymnasium tells a termination (the task ended: no value after it) from a
+truncation (a time limit cut it: the return would have gone on). The project's EnvOutput has
+one `done`, which the learner turns into discount 0 (loss_terms: gamma x (1 - done)); both
+kinds set it today, as the MuJoCo tasks do (environments/mujoco.py). truncation.py defines
+what a truncated episode needs instead (its last observation as a step of its own, flagged
+`truncated`, from which the learner bootstraps) and checks the rule in numpy;
+`emit_truncation_step=True` makes this environment emit that step (for the learner that
+reads the flag; see truncation.py).
+
+Faults. A step that raises is reported as EnvironmentStepFailed, which actors treat as a dead
+environment process: replaced, the episode dropped, the restart logged. An observation or
+reward of the wrong shape or dtype mid-episode is EnvironmentOutputError naming the
+environment and the field (a bug of the environment: not restarted).
+"""
+import functools
+
+import numpy as np
+
+from scalable_agent_tf2 import action_bounds
+from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments import process
+from scalable_agent_tf2.environments.families import gym as gym_family
+
+VECTOR, FRAME, INDEX = "vector", "frame", "index"
+
+
+class EnvironmentStepFailed(process.EnvironmentProcessDied):
+  """The environment raised in step(): actors replace it as they replace a dead environment
+  process (actor.ENVIRONMENT_FAILURES catches EnvironmentProcessDied)."""
+
+
+class EnvironmentOutputError(ValueError):
+  """An environment returned a field of the wrong shape or dtype."""
+
+
+class UnsupportedSpace(ValueError):
+  """An observation or action space the project cannot act on."""
+
+
+class Description:
+  """What a gymnasium environment observes and does, read from its spaces.
+
+  Attributes:
+    observation_kind: VECTOR, FRAME or INDEX. observation_shape: (O,), (H, W, C) or ().
+    continuous_actions: Box actions. num_actions (Discrete) or action_size, action_low,
+    action_high (Box).
+  """
+
+  def __init__(self, env_id, observation_space, action_space):
+    from gymnasium import spaces  # pylint: disable=g-import-not-at-top
+    self.env_id = env_id
+    self.observation_kind, self.observation_shape = _observation_kind(
+        env_id, observation_space, spaces)
+    if isinstance(action_space, spaces.Discrete):
+      self.continuous_actions, self.num_actions = False, int(action_space.n)
+      self.action_start = int(action_space.start)
+    elif isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
+      self.continuous_actions = True
+      self.action_size = int(action_space.shape[0])
+      self.action_low = np.asarray(action_space.low, np.float32)
+      self.action_high = np.asarray(action_space.high, np.float32)
+    else:
+      raise UnsupportedSpace(
+          f"gym:{env_id}: its action space {action_space} is not supported; supported: "
+          f"{', '.join(gym_family.SUPPORTED_ACTIONS)}. Wrap the environment (e.g. "
+          "gymnasium.wrappers.FlattenObservation, a discretising ActionWrapper) in your own "
+          "package and register the wrapped one.")
+
+  def spec(self):
+    """base.EnvSpec (discrete actions) or base.ContinuousEnvSpec (Box actions)."""
+    if self.continuous_actions:
+      return base.ContinuousEnvSpec(action_size=self.action_size,
+                                    action_low=self.action_low.copy(),
+                                    action_high=self.action_high.copy(),
+                                    frame_shape=self.observation_shape)
+    return base.EnvSpec(num_actions=self.num_actions, frame_shape=self.observation_shape)
+
+
+def _observation_kind(env_id, space, spaces):
+  """(kind, shape) of a supported observation space; UnsupportedSpace otherwise."""
+  if isinstance(space, spaces.Discrete):
+    return INDEX, ()
+  if isinstance(space, spaces.Box):
+    if len(space.shape) == 1:
+      return VECTOR, tuple(int(n) for n in space.shape)
+    if len(space.shape) == 3 and space.dtype == np.uint8:
+      return FRAME, tuple(int(n) for n in space.shape)
+  raise UnsupportedSpace(
+      f"gym:{env_id}: its observation space {space} is not supported; supported: "
+      f"{', '.join(gym_family.SUPPORTED_OBSERVATIONS)}. Wrap the environment (e.g. "
+      "gymnasium.wrappers.FlattenObservation for Dict or Tuple observations) in your own "
+      "package and register the wrapped one.")
+
+
+def make(env_id, env_kwargs):
+  """gymnasium.make(env_id, **env_kwargs), the id checked first (nearest ids named)."""
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  gym_family.check_registered(env_id)
+  try:
+    return gymnasium.make(env_id, **env_kwargs)
+  except TypeError as error:
+    if env_kwargs:
+      raise ValueError(f"gym:{env_id} does not take --env_kwargs={env_kwargs}: {error}") \
+          from error
+    raise
+
+
+@functools.lru_cache(maxsize=64)
+def _describe(env_id, env_kwargs_json):
+  import json  # pylint: disable=g-import-not-at-top
+  env = make(env_id, json.loads(env_kwargs_json))
+  try:
+    return Description(env_id, env.observation_space, env.action_space)
+  finally:
+    env.close()
+
+
+def describe(env_id, env_kwargs):
+  """The Description of gym:<env_id> made with env_kwargs (made once per process)."""
+  import json  # pylint: disable=g-import-not-at-top
+  return _describe(env_id, json.dumps(env_kwargs, sort_keys=True))
+
+
+class GymEnvironment(base.Environment):
+  """See the module docstring."""
+
+  def __init__(self, level_name, seed=0, env_kwargs=None, emit_truncation_step=False):
+    """Makes the environment (gymnasium.make).
+
+    Args:
+      level_name: "gym:<id>" or "gym:<module>:<id>".
+      seed: int >= 0; the first reset is reset(seed=seed), later resets continue gymnasium's
+        generator, so a seed fixes every episode.
+      env_kwargs: dict of keyword arguments for gymnasium.make.
+      emit_truncation_step: emit a truncated episode's last observation as a step of its own
+        (truncation.py); False: a truncation ends the episode like a termination.
+    """
+    if int(seed) != seed or seed < 0:
+      raise ValueError(f"seed must be a non-negative integer (gymnasium's), got {seed!r}.")
+    self.level_name = level_name
+    self._id = gym_family.gym_id(level_name)
+    self._env = make(self._id, dict(env_kwargs or {}))
+    self._description = Description(self._id, self._env.observation_space,
+                                    self._env.action_space)
+    self._spec = self._description.spec()
+    self._seed, self._seeded = int(seed), False
+    self._emit_truncation_step = emit_truncation_step
+    self._pending_reset = False
+    self._statistics = base.EpisodeStatistics()
+    self._closed = False
+
+  @property
+  def spec(self):
+    return self._spec
+
+  def _observation(self, observation):
+    """The observation as the project stores it; EnvironmentOutputError when it does not
+    fit the declared space."""
+    kind, shape = self._description.observation_kind, self._description.observation_shape
+    array = np.asarray(observation)
+    if kind == INDEX:
+      if array.shape != () or not np.issubdtype(array.dtype, np.integer):
+        raise EnvironmentOutputError(
+            f"{self.level_name}: the environment returned an observation of shape "
+            f"{array.shape} and dtype {array.dtype}; its Discrete space promises an integer.")
+      return np.int32(array)
+    if array.shape != shape:
+      raise EnvironmentOutputError(
+          f"{self.level_name}: the environment returned an observation of shape "
+          f"{array.shape}; its observation space promises {shape}.")
+    if kind == FRAME:
+      if array.dtype != np.uint8:
+        raise EnvironmentOutputError(
+            f"{self.level_name}: the environment returned an observation of dtype "
+            f"{array.dtype}; its observation space promises uint8 frames.")
+      return array
+    if not np.issubdtype(array.dtype, np.number):
+      raise EnvironmentOutputError(
+          f"{self.level_name}: the environment returned an observation of dtype "
+          f"{array.dtype}; its observation space promises numbers.")
+    return array.astype(base.OBSERVATION_DTYPE)
+
+  def _reward(self, reward):
+    array = np.asarray(reward)
+    if array.shape != () or not np.issubdtype(array.dtype, np.number):
+      raise EnvironmentOutputError(
+          f"{self.level_name}: the environment returned a reward of shape {array.shape} and "
+          f"dtype {array.dtype}; a reward is one number.")
+    return float(array)
+
+  def _reset(self):
+    if self._seeded:
+      observation, _ = self._env.reset()
+    else:
+      observation, _ = self._env.reset(seed=self._seed)
+      self._seeded = True
+    return self._observation(observation)
+
+  def _check_open(self):
+    if self._closed:
+      raise RuntimeError(f"GymEnvironment({self.level_name!r}) is closed.")
+
+  def initial(self):
+    self._check_open()
+    self._statistics.restart()
+    self._pending_reset = False
+    return base.make_env_output(0.0, True, self._reset(), "", 0.0, 0)
+
+  def _sent_action(self, action):
+    if self._description.continuous_actions:
+      action = base.check_continuous_action(action, self._spec.action_size)
+      return action_bounds.clip_to_bounds(action, self._description.action_low,
+                                          self._description.action_high)
+    return base.check_action(action, self._spec.num_actions) + self._description.action_start
+
+  def step(self, action):
+    """Acts; resets by itself after an episode ends (base.py). With emit_truncation_step, the
+    step after a truncated episode's last observation ignores its action and starts the next
+    episode (reward 0, done True)."""
+    self._check_open()
+    sent = self._sent_action(action)
+    if self._pending_reset:
+      self._pending_reset = False
+      return base.make_env_output(0.0, True, self._reset(), "", *self._last_statistics)
+    try:
+      observation, reward, terminated, truncated, _ = self._env.step(sent)
+    except Exception as error:  # pylint: disable=broad-except
+      raise EnvironmentStepFailed(f"{self.level_name}: the environment raised in step: "
+                                  f"{type(error).__name__}: {error}") from error
+    reward = self._reward(reward)
+    frame = self._observation(observation)
+    if truncated and not terminated and self._emit_truncation_step:
+      self._last_statistics = self._statistics.record(reward, episode_ended=True)
+      self._pending_reset = True
+      return base.make_env_output(reward, False, frame, "", *self._last_statistics)
+    ended = bool(terminated or truncated)
+    episode_return, episode_step = self._statistics.record(reward, episode_ended=ended)
+    if ended:
+      frame = self._reset()
+    return base.make_env_output(reward, ended, frame, "", episode_return, episode_step)
+
+  def close(self):
+    if not self._closed:
+      self._closed = True
+      self._env.close()

@@ -1,0 +1,203 @@
+"""The gymnasium family: "gym:<id>" levels, their documented presets, --env_kwargs, a user's
+package through gymnasium's "module:Id" form, truncation, and every kind of bad input."""
+import numpy as np
+import pytest
+
+from scalable_agent_tf2 import actor
+from scalable_agent_tf2 import config as config_lib
+from scalable_agent_tf2 import mujoco_presets
+from scalable_agent_tf2 import presets
+from scalable_agent_tf2 import settings
+from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import gym_env
+from scalable_agent_tf2.environments import truncation
+from scalable_agent_tf2.environments.families import atari as atari_family
+from scalable_agent_tf2.environments.families import base as family_base
+
+USER = "gym:tests.gym_user_package.envs:"
+
+
+def _resolve(level_name, **kwargs):
+  return config_lib.resolve(config_lib.ExperimentConfig(level_name=level_name, **kwargs))
+
+
+def test_discrete_actions_take_table_g1s_learner_with_one_step_per_action():
+  config = _resolve("gym:CartPole-v1")
+  assert families.family_of(config.level_name).name == "gym"
+  for name in ("learning_rate", "entropy_cost", "epsilon", "max_grad_norm", "unroll_length",
+               "batch_size", "discounting"):
+    assert getattr(config, name) == atari_family.ATARI[name], name
+  assert (config.num_action_repeats, config.reward_clipping) == (1, settings.NO_CLIPPING)
+  assert config.runs_as == family_base.IN_PROCESS_GROUP and config.uses_environment_groups
+  assert config.num_actors * config.envs_per_actor >= atari_family.ATARI_ENVIRONMENTS
+  impact = _resolve("gym:CartPole-v1", algorithm="impact")
+  assert impact.circular_buffer_size == presets.IMPACT_PRESET["circular_buffer_size"]
+
+
+def test_box_actions_take_the_impact_papers_continuous_control_setting():
+  config = _resolve("gym:Pendulum-v1")
+  table2 = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, "impala")
+  for name in ("learning_rate", "unroll_length", "batch_size", "discounting", "epsilon"):
+    assert getattr(config, name) == table2[name], name
+  # --env_kwargs reaches gymnasium.make, and the action space picks the presets.
+  lander = _resolve("gym:LunarLander-v3", env_kwargs='{"continuous": true}')
+  assert lander.unroll_length == table2["unroll_length"]
+  assert _resolve("gym:LunarLander-v3").unroll_length == atari_family.ATARI["unroll_length"]
+  assert "Presets" in presets.describe_presets("gym:Pendulum-v1")
+  assert _resolve("gym:Pendulum-v1", learning_rate=0.01).learning_rate == 0.01  # Flags win.
+
+
+@pytest.mark.parametrize("text, ok", [("", True), ('{"continuous": true}', True),
+                                      ("[1, 2]", False), ("{bad", False), ('"x"', False)])
+def test_env_kwargs_must_be_a_json_object(text, ok):
+  if ok:
+    settings.check_value("env_kwargs", text)
+    return
+  with pytest.raises(ValueError, match="--env_kwargs must be"):
+    settings.check_value("env_kwargs", text)
+  with pytest.raises(ValueError, match="--env_kwargs must be a JSON object"):
+    _resolve("gym:CartPole-v1", env_kwargs=text)
+
+
+def test_env_kwargs_are_refused_for_other_families():
+  with pytest.raises(ValueError, match="Drop --env_kwargs"):
+    _resolve("atari/pong", env_kwargs='{"x": 1}')
+
+
+@pytest.mark.parametrize("typed, suggested", [
+    ("CartPole-v1", "gym:CartPole-v1"), ("gym/CartPole-v1", "gym:CartPole-v1")])
+def test_a_gymnasium_id_without_the_prefix_is_pointed_to_it(typed, suggested):
+  with pytest.raises(ValueError, match=f"Unknown level name.*did you mean {suggested}"):
+    _resolve(typed)
+
+
+def test_an_unknown_id_names_the_nearest_registered_ones():
+  with pytest.raises(ValueError, match="nearest registered ids: gym:CartPole-v1"):
+    _resolve("gym:CartPol-v1")
+
+
+def test_a_module_that_fails_to_import_raises_its_own_error():
+  with pytest.raises(RuntimeError, match="missing simulator licence file"):
+    _resolve("gym:tests.gym_user_package.broken:Anything-v0")
+  with pytest.raises(ModuleNotFoundError, match="no_such_package"):
+    _resolve("gym:no_such_package.envs:Anything-v0")
+
+
+@pytest.mark.parametrize("env_id, field, space", [
+    ("UserDictObservations-v0", "observation space", "Dict"),
+    ("UserMultiDiscrete-v0", "action space", "MultiDiscrete")])
+def test_unsupported_spaces_are_named_with_what_is_supported(env_id, field, space):
+  with pytest.raises(gym_env.UnsupportedSpace, match=f"its {field} {space}.*supported: "):
+    _resolve(USER + env_id)
+
+
+def test_a_wrong_shape_mid_episode_names_the_environment_and_the_field():
+  env = gym_env.GymEnvironment(USER + "UserTarget-v0", env_kwargs={"bad_shape_at": 3})
+  env.initial()
+  env.step([0.0])
+  env.step([0.0])
+  with pytest.raises(gym_env.EnvironmentOutputError,
+                     match=r"UserTarget-v0: .*observation of shape \(3,\).*promises \(2,\)"):
+    env.step([0.0])
+
+
+class _UniformPolicy:
+  """Stands in for BatchedPolicy on discrete actions (tests/test_actor_groups.py's)."""
+
+  def initial_states(self, num_envs):
+    return np.zeros((num_envs, 1), np.float32)
+
+  def __call__(self, prev_actions, env_outputs, core_states):
+    num_envs = len(prev_actions)
+    return (np.zeros((num_envs, 2), np.float32), np.zeros(num_envs, np.float32),
+            core_states)
+
+
+def test_a_step_that_raises_is_restarted_and_logged():
+  assert issubclass(gym_env.EnvironmentStepFailed, actor.ENVIRONMENT_FAILURES)
+  built, restarts = [], []
+
+  def factory(attempt):
+    # The first environment raises at its third step, its replacement never.
+    env = gym_env.GymEnvironment(USER + "UserTarget-v0", seed=attempt,
+                                 env_kwargs={"raise_at": 3 if attempt == 0 else 0})
+    env = _DiscretisedTarget(env)
+    built.append(env)
+    return [env]
+  loop = actor.EnvironmentLoop(factory, _UniformPolicy(), [np.random.default_rng(0)],
+                               "gym:UserTarget-v0",
+                               on_restart=lambda level, error: restarts.append(str(error)))
+  with pytest.raises(actor.EnvironmentRestarted):
+    loop.unroll(5)
+  assert len(built) == 2 and "lost its connection" in restarts[0]
+  assert len(loop.unroll(5)) == 1  # The replacement plays on.
+  loop.close()
+
+
+class _DiscretisedTarget(base.Environment):
+  """UserTarget with two discrete actions (left, right), so the discrete stand-in policy
+  drives it."""
+
+  def __init__(self, env):
+    self._env = env
+
+  @property
+  def spec(self):
+    return base.EnvSpec(num_actions=2, frame_shape=self._env.spec.frame_shape)
+
+  def initial(self):
+    return self._env.initial()
+
+  def step(self, action):
+    return self._env.step([1.0 if action else -1.0])
+
+  def close(self):
+    self._env.close()
+
+
+def test_cartpole_steps_and_resets_by_itself():
+  env = gym_env.GymEnvironment("gym:CartPole-v1", seed=3)
+  assert env.spec == base.EnvSpec(num_actions=2, frame_shape=(4,))
+  first = env.initial()
+  assert first.done and first.observation.frame.dtype == np.float32
+  outputs = [env.step(0) for _ in range(60)]  # Always left: the pole falls within 60 steps.
+  ends = [o for o in outputs if o.done]
+  assert ends and ends[0].episode_step < 60 and ends[0].episode_return == ends[0].episode_step
+  env.close()
+
+
+def test_a_truncated_episode_can_emit_its_last_observation():
+  env = gym_env.GymEnvironment(USER + "UserTarget-v0", seed=1, emit_truncation_step=True,
+                               env_kwargs={"max_episode_steps": 3})
+  env.initial()
+  outputs = [env.step([0.5]) for _ in range(4)]
+  assert [o.done for o in outputs] == [False, False, False, True]
+  assert outputs[3].reward == 0.0 and outputs[3].episode_step == 3  # The reset step.
+  assert outputs[2].observation.frame.shape == (2,)  # The truncated episode's last.
+  plain = gym_env.GymEnvironment(USER + "UserTarget-v0", seed=1,
+                                 env_kwargs={"max_episode_steps": 3})
+  plain.initial()
+  assert [plain.step([0.5]).done for _ in range(3)] == [False, False, True]
+
+
+def test_a_truncated_step_bootstraps_and_a_terminated_one_does_not():
+  gamma, values, bootstrap = 0.9, np.array([0.3, 5.0, 0.2]), 0.4
+  rewards = np.array([1.0, 0.0, 0.5])  # Into x_1; x_1 -> reset (ignored action); onwards.
+  # Truncated: x_1 is the episode's last observation, emitted as its own step (done False,
+  # truncated True); x_2 starts the next episode (done True).
+  truncated_targets = truncation.vtrace_targets(
+      rewards, values, bootstrap, done=[True, False, True, False],
+      truncated=[False, True, False, False], gamma=gamma)
+  assert truncated_targets[0] == pytest.approx(1.0 + gamma * 5.0)  # Bootstraps from V(x_1).
+  assert truncated_targets[1] == pytest.approx(5.0)  # The ignored action teaches nothing.
+  # Terminated: x_1 starts the next episode: no value after the reward.
+  terminated_targets = truncation.vtrace_targets(
+      rewards[[0, 2]], values[[0, 2]], bootstrap, done=[True, True, False],
+      truncated=[False, False, False], gamma=gamma)
+  assert terminated_targets[0] == pytest.approx(1.0)
+  # Off-policy weights do not reach across the ignored transition either.
+  off_policy = truncation.vtrace_targets(
+      rewards, values, bootstrap, done=[True, False, True, False],
+      truncated=[False, True, False, False], gamma=gamma, rhos=[1.0, 3.0, 0.5])
+  assert off_policy[0] == pytest.approx(1.0 + gamma * 5.0)
