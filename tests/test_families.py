@@ -56,3 +56,22 @@ def test_the_registry_imports_no_heavy_module():
   out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                        text=True).stdout
   assert out.strip() == "[]"
+
+
+def test_the_documented_example_family_registers_and_trains(tmp_path):
+  from scalable_agent_tf2 import training  # pylint: disable=g-import-not-at-top
+  from tests import example_family  # pylint: disable=g-import-not-at-top
+  families.register(example_family.FAMILY)
+  try:
+    with pytest.raises(ValueError, match="did you mean coin/show"):
+      suites.level_names("coin/shw")
+    config = config_lib.config_from_argv([
+        "--level_name=coin/show", f"--logdir={tmp_path}", "--num_actors=2",
+        "--total_environment_frames=400", "--log_secs=60"])
+    assert config.uses_environment_groups and config.batch_size == 8
+    result = training.train(config, print_fn=lambda line: None)
+    assert result.num_updates >= 3
+  finally:
+    families.unregister(example_family.FAMILY)
+  with pytest.raises(ValueError, match="Unknown level name"):
+    suites.level_names("coin/show")
