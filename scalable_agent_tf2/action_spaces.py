@@ -19,8 +19,8 @@ AgentOutput holds the int32 action and the behaviour policy's logits.
 Gaussian (the IMPACT paper's continuous control, section 4.3): a diagonal Gaussian sample
 (distributions.DiagGaussianFamily.sample_numpy), UNCLIPPED in the trajectory
 (structures.GaussianAgentOutput holds it with mu's mean and log_std: the behaviour
-log-probability is the density of that sample); only the copy sent to the environment is clipped to the spec's bounds (action_bounds.clip_to_bounds,
-RLlib's `clip_actions`). Observations pass through the run's ObservationFilter (RLlib's
+log-probability is the density of that sample); only the copy sent to the environment is
+clipped to the spec's bounds (action_bounds.clip_to_bounds, RLlib's `clip_actions`). Observations pass through the run's ObservationFilter (RLlib's
 MeanStdFilter, environments/mujoco.py) before the policy sees them and before they are stored;
 its statistics grow in training only and are frozen in test mode.
 

@@ -1,6 +1,6 @@
-"""Diagonal Gaussian policies (distributions.DiagGaussian, action_bounds.py, continuous_networks.py) against
-numpy ground truths: closed forms written differently from the implementation, Monte-Carlo
-estimates and numerical integration."""
+"""Diagonal Gaussian policies (distributions.DiagGaussian, action_bounds.py,
+continuous_networks.py) against numpy ground truths: closed forms written differently from the
+implementation, Monte-Carlo estimates and numerical integration."""
 import math
 
 import numpy as np
@@ -334,7 +334,8 @@ def test_tf_and_numpy_samples_have_the_policy_statistics():
   log_std = np.log(np.array([0.3, 1.0, 2.5], np.float32))
   tiled = lambda x: np.tile(x, (50000, 1))
   tf_samples = _sample(tiled(mean), tiled(log_std), seed=[0, 1]).numpy()
-  np_samples = distributions.sample_gaussian_numpy(tiled(mean), tiled(log_std), np.random.default_rng(0))
+  np_samples = distributions.sample_gaussian_numpy(tiled(mean), tiled(log_std),
+                                                   np.random.default_rng(0))
   for samples in (tf_samples, np_samples):
     assert samples.dtype == np.float32
     np.testing.assert_allclose(samples.mean(0), mean, atol=0.04)
