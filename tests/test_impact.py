@@ -205,3 +205,20 @@ def test_checkpoint_carries_the_target_network_and_step_count(tmp_path):
   assert _equal(_values(restored._target_variables), _values(update._target_variables))
   assert not _equal(_values(restored._target_variables),
                     _values(restored.agent.trainable_variables))
+
+
+def test_update_without_target_params_uses_the_target_network_now():
+  # Algorithm 1 line 7 for a batch used once: update() computes the target policy itself;
+  # batch() freezes it for the circular buffer. Both give the same step.
+  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2, seed=4)
+  inside, given = _impact(FF_SMALL), _impact(FF_SMALL)
+  got = inside.update((), env_outputs, agent_outputs)
+  batch = given.batch((), env_outputs, agent_outputs)
+  np.testing.assert_array_equal(
+      batch["target_policy_params"],
+      given.target_policy_params((), env_outputs, agent_outputs))
+  want = given.update(**batch)
+  for key in want:
+    np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
+  with pytest.raises(ValueError, match="entropy_mask"):
+    inside.update((), env_outputs, agent_outputs, entropy_mask=np.ones(2, np.float32))
