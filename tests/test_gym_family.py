@@ -201,3 +201,19 @@ def test_a_truncated_step_bootstraps_and_a_terminated_one_does_not():
       rewards, values, bootstrap, done=[True, False, True, False],
       truncated=[False, True, False, False], gamma=gamma, rhos=[1.0, 3.0, 0.5])
   assert off_policy[0] == pytest.approx(1.0 + gamma * 5.0)
+
+
+@pytest.mark.parametrize("level_name, dtype", [("gym:CartPole-v1", np.float32),
+                                               ("gym:FrozenLake-v1", np.int32)])
+def test_vector_and_index_observations_cross_an_environment_process(level_name, dtype):
+  from scalable_agent_tf2.environments import process  # pylint: disable=g-import-not-at-top
+  env = process.EnvironmentProcess(gym_env.GymEnvironment,
+                                   kwargs=dict(level_name=level_name, seed=2))
+  try:
+    local = gym_env.GymEnvironment(level_name, seed=2)
+    first, expected = env.initial(), local.initial()
+    assert first.observation.frame.dtype == dtype
+    np.testing.assert_array_equal(first.observation.frame, expected.observation.frame)
+    np.testing.assert_array_equal(env.step(1).observation.frame, local.step(1).observation.frame)
+  finally:
+    env.close()

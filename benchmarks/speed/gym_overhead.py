@@ -1,7 +1,7 @@
 """Per-step overhead of the gymnasium family against gymnasium stepping the same environment
 alone (issue 31).
 
-    python benchmarks/speed/gym_overhead.py [--steps=20000] [--levels=gym:CartPole-v1,...]
+    python -m benchmarks.speed.gym_overhead [--steps=20000] [--levels=gym:CartPole-v1,...]
 
 For each level, microseconds per environment step (median of --repeats rounds):
   gymnasium:  env.step(action) of gymnasium.make(id) alone, resetting at episode ends;

@@ -21,7 +21,8 @@ import numpy as np
 from scalable_agent_tf2.structures import EnvOutput, Observation
 
 # What the actor needs before it builds the network. num_actions: int, size of the discrete
-# action set. frame_shape: (H, W, C) of the uint8 frames (DMLab (72, 96, 3); Atari (84, 84, 4)).
+# action set. frame_shape: (H, W, C) of the uint8 frames (DMLab (72, 96, 3); Atari (84, 84, 4)),
+# or (O,) of a float32 vector, () of an int32 index (gymnasium environments, gym_env.py).
 EnvSpec = collections.namedtuple("EnvSpec", "num_actions frame_shape")
 
 # Continuous-control environments (environments/mujoco.py) instead: action_size A, the action
@@ -50,9 +51,19 @@ class LevelCannotRun(RuntimeError):
     self.reason = reason
 
 
+# A Discrete observation (gym_env.py) is its index.
+INDEX_DTYPE = np.int32
+
+
 def frame_dtype(spec):
-  """The dtype of observation.frame for an EnvSpec (uint8) or a ContinuousEnvSpec (float32)."""
-  return OBSERVATION_DTYPE if isinstance(spec, ContinuousEnvSpec) else FRAME_DTYPE
+  """The dtype of observation.frame: uint8 for frames [H, W, C]; float32 for observation
+  vectors [O] (a ContinuousEnvSpec's, or a discrete-action environment's, gym_env.py); int32
+  for a Discrete observation's index (shape ())."""
+  if isinstance(spec, ContinuousEnvSpec) or len(spec.frame_shape) == 1:
+    return OBSERVATION_DTYPE
+  if len(spec.frame_shape) == 0:
+    return INDEX_DTYPE
+  return FRAME_DTYPE
 
 
 def check_action(action, num_actions):
