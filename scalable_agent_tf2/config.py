@@ -359,9 +359,9 @@ def _resolve_envs_per_actor(config, given):
     return config
   if "envs_per_actor" in given:
     raise ValueError(
-        f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks, gymnasium environments "
-        f"without frames and Atari games at "
-        f"84x84, action repeat 4 and without sticky actions run in groups; {config.level_name} "
+        f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks and Atari games at "
+        f"84x84, action repeat 4 and without sticky actions (and gymnasium environments "
+        f"without frames) run in groups; {config.level_name} "
         f"with these settings runs one environment process per actor. Drop --envs_per_actor "
         f"(or set it to 1).")
   return dataclasses.replace(config, envs_per_actor=1)
