@@ -274,8 +274,9 @@ def trajectory_signature(network_config, unroll_length, policy):
   continuous = action_spaces.is_continuous(network_config)
   env_outputs = EnvOutput(
       reward=spec([], tf.float32), done=spec([], tf.bool),
+      # The network config names its observations' dtype (uint8 frames, float32 vectors).
       observation=Observation(frame=spec(network_config.frame_shape,
-                                         tf.float32 if continuous else tf.uint8),
+                                         tf.as_dtype(network_config.frame_dtype)),
                               instruction=spec([networks.MAX_INSTRUCTION_WORDS], tf.int32)),
       episode_return=spec([], tf.float32), episode_step=spec([], tf.int32))
   if continuous:
