@@ -17,6 +17,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from scalable_agent_tf2 import presets
 from scalable_agent_tf2 import runlog
 from scalable_agent_tf2 import suites
 
@@ -98,6 +99,9 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
   what = (f"{config.level_name} ({len(levels)} levels)" if len(levels) > 1
           else levels[0])
   lines = [f"{mode}: {what}"]
+  sources = presets.describe_presets(config.level_name) if mode == "train" else None
+  if sources:  # A level the papers did not run: where its presets come from.
+    lines += ["  " + line for line in sources.splitlines()]
   if config.excluded_level_names:
     lines.append(f"  excluded levels: {', '.join(config.excluded_level_names)}")
   core = "LSTM" if network.use_lstm else "no LSTM"
