@@ -81,7 +81,7 @@ class _Child:
 
 
 _SAVING = re.compile(r"^saving (\d+)$")
-_SAVER_KILLS = ("in_save", "random", "phase")
+_SAVER_KILLS = ("on_change", "in_save", "random", "phase")
 
 
 def _kill_inside_a_save(child, rng):
@@ -102,12 +102,39 @@ def _kill_inside_a_save(child, rng):
   raise AssertionError("no save of the kind wanted")
 
 
+def _stats(directory):
+  """What identifies each file's contents in `directory`: inode, size, modification time."""
+  stats = {}
+  for name in os.listdir(directory) if os.path.isdir(directory) else ():
+    with contextlib.suppress(OSError):
+      stat = os.stat(os.path.join(directory, name))
+      stats[name] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+  return stats
+
+
+def _kill_when_a_file_changes(child, logdir):
+  """Waits for a save (saver mode) that replaces, rewrites or deletes a file that was in the
+  checkpoint directory before it began, and returns (for the kill) the moment it sees that:
+  where the old code had replaced ckpt-N's data file, its .index not yet."""
+  directory = checkpoint_files.checkpoint_dir(logdir)
+  for _ in range(100):
+    assert child.wait_for(_SAVING, _STARTUP_SECS), child.lines[-20:]
+    began = child.matched
+    before = _stats(directory)
+    while not any(_SAVED["saver"].search(line) for line in child.lines[began:]):
+      now = _stats(directory)
+      if any(now.get(name) != stat for name, stat in before.items()):
+        return
+  raise AssertionError("no save changed a file")
+
+
 def _crash_and_restart(logdir, mode, kills, seed, phases=checkpoints.SAVE_PHASES,
                        kinds=("random", "phase"), checkpoints_py=None, delay_secs=(0.0, 1.5)):
   """Starts a crash process `kills` + 1 times on `logdir`, killing it (SIGKILL) after each
   start: first inside a save paused at each of `phases` in turn (the hook), then by `kinds` in
   turn: "random": after a random delay (seeded) in `delay_secs`; "phase": inside a save paused
-  at the next of `phases`; "in_save" (saver mode): at a random moment of a save.
+  at the next of `phases`; "in_save" (saver mode): at a random moment of a save;
+  "on_change" (saver mode): as soon as a save changes a file that was there before it.
 
   Returns:
     One (resumed, last_saved) per start: the frames it resumed from (0 for a fresh start) or
@@ -115,7 +142,7 @@ def _crash_and_restart(logdir, mode, kills, seed, phases=checkpoints.SAVE_PHASES
   """
   rng = random.Random(seed)
   outcomes, last_saved = [], None
-  schedule = ["phase"] * len(phases) + [kinds[i % len(kinds)] for i in range(kills)]
+  schedule = ["phase"] * len(phases) + [kinds[i % len(kinds)] for i in range(kills + 1)]
   phase_turn = 0
   for start in range(kills + 1):
     env = {k: v for k, v in os.environ.items() if k != checkpoints.SAVE_PAUSE_VARIABLE}
@@ -141,6 +168,8 @@ def _crash_and_restart(logdir, mode, kills, seed, phases=checkpoints.SAVE_PHASES
                               _STARTUP_SECS), child.lines[-20:]
       elif kind == "in_save":
         _kill_inside_a_save(child, rng)
+      elif kind == "on_change":
+        _kill_when_a_file_changes(child, logdir)
       else:
         time.sleep(rng.uniform(*delay_secs))
     finally:
@@ -203,7 +232,7 @@ def test_the_crash_test_fails_the_checkpoints_before_issue_30(tmp_path):
     pytest.skip(f"the old checkpoints.py is not in this checkout: {old.stderr.strip()}")
   (tmp_path / "old_checkpoints.py").write_text(old.stdout)
   outcomes = _crash_and_restart(tmp_path / "run", "saver", 30, seed=5, phases=(),
-                                kinds=("in_save", "random"),
+                                kinds=("on_change", "in_save", "random"),
                                 checkpoints_py=str(tmp_path / "old_checkpoints.py"))
   assert _failures(outcomes), outcomes
 
