@@ -20,9 +20,12 @@ Gaussian (the IMPACT paper's continuous control, section 4.3): a diagonal Gaussi
 (distributions.DiagGaussianFamily.sample_numpy), UNCLIPPED in the trajectory
 (structures.GaussianAgentOutput holds it with mu's mean and log_std: the behaviour
 log-probability is the density of that sample); only the copy sent to the environment is
-clipped to the spec's bounds (action_bounds.clip_to_bounds, RLlib's `clip_actions`). Observations pass through the run's ObservationFilter (RLlib's
-MeanStdFilter, environments/mujoco.py) before the policy sees them and before they are stored;
-its statistics grow in training only and are frozen in test mode.
+clipped to the spec's bounds (action_bounds.clip_to_bounds, RLlib's `clip_actions`).
+
+Observation vectors (MuJoCo's, gymnasium's Box (O,), with either kind of actions:
+takes_observation_filter) pass through the run's ObservationFilter (RLlib's MeanStdFilter,
+environments/mujoco.py) before the policy sees them and before they are stored; its statistics
+grow in training only and are frozen in test mode. Frames and indices are not filtered.
 
 The acting side runs one step at a time in numpy (policies.py), one generator per actor.
 """
@@ -41,12 +44,15 @@ from scalable_agent_tf2.structures import AgentOutput, GaussianAgentOutput
 class Discrete:
   """A finite set of actions: categorical policies (IMPALA)."""
 
-  def __init__(self, distribution=None):
+  def __init__(self, distribution=None, observation_filter=None):
     """Args:
       distribution: the network's distributions.CategoricalFamily (None: sampling only
         needs the logits' own size).
+      observation_filter: an ObservationFilter (vector observations, e.g. CartPole's), or
+        None (frames, indices: observations as the environment gives them).
     """
     self.distribution = distribution
+    self.observation_filter = observation_filter
 
   def empty_agent_output(self, spec):
     """The agent output paired with an episode's first observation (released code: zeros)."""
@@ -60,7 +66,8 @@ class Discrete:
                        baseline=np.zeros(num_envs, np.float32))
 
   def observe(self, env_output):
-    return env_output
+    """env_output with its observation filtered, when the space has a filter."""
+    return _filtered(env_output, self.observation_filter)
 
   def _family(self, policy_logits):
     return self.distribution or distributions.CategoricalFamily(np.shape(policy_logits)[-1])
@@ -147,11 +154,7 @@ class Gaussian:
 
   def observe(self, env_output):
     """env_output with its observation filtered (before the policy sees or stores it)."""
-    if self.observation_filter is None:
-      return env_output
-    observation = env_output.observation
-    return env_output._replace(observation=observation._replace(
-        frame=self.observation_filter(observation.frame)))
+    return _filtered(env_output, self.observation_filter)
 
   def sample(self, params, rng):
     """An unclipped sample float32 [A] of N(mean, exp(log_std)^2) from params [2A]."""
@@ -181,6 +184,23 @@ class Gaussian:
     return dict(action_size=network_config.action_size)
 
 
+def _filtered(env_output, observation_filter):
+  """env_output with observation.frame passed through observation_filter (None: as it is)."""
+  if observation_filter is None:
+    return env_output
+  observation = env_output.observation
+  return env_output._replace(observation=observation._replace(
+      frame=observation_filter(observation.frame)))
+
+
+def takes_observation_filter(network_config):
+  """True for a network that reads float vectors [O] (MuJoCo's, gymnasium's Box (O,)): their
+  observations pass through the run's ObservationFilter whatever the actions (RLlib's
+  MeanStdFilter, environments/mujoco.py). Frames ([0, 255] pixels, scaled by the network) and
+  indices (one-hot) are never filtered."""
+  return getattr(network_config, "observation_kind", "frame") == "vector"
+
+
 def is_continuous(network_config):
   """True for a network whose policy is not discrete (a diagonal Gaussian: its
   action_distribution says so)."""
@@ -191,7 +211,7 @@ def for_network(network_config, observation_filter=None):
   """The action space of a network config (of its action distribution)."""
   distribution = network_config.action_distribution
   if distribution.discrete:
-    return Discrete(distribution)
+    return Discrete(distribution, observation_filter)
   return Gaussian(distribution.action_size, observation_filter)
 
 

@@ -168,10 +168,11 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
   """(agent, first environment) for a run: the network is sized by the first level's spec.
 
   The environment (of levels[0], seed of actor 0) is returned for actor 0 to use. With a
-  strategy (several learners) the agent's variables are mirrored on its devices. A
-  continuous-control agent (a ContinuousEnvSpec) carries the run's observation filter as
+  strategy (several learners) the agent's variables are mirrored on its devices. An agent
+  that reads observation vectors (MuJoCo, gymnasium's Box (O,), with discrete or continuous
+  actions: action_spaces.takes_observation_filter) carries the run's observation filter as
   `agent.observation_filter` (action_spaces.ObservationFilter: checkpointed with the agent;
-  updated in training, frozen in test mode).
+  updated in training, frozen in test mode; filter_sync.py syncs it with actor processes).
   """
   env = start_environment(environment_constructor, config.levels[0],
                           derive_seed(config.seed, 0, 0))
@@ -188,7 +189,7 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
                        f"{network_config} are not for the same kind of actions.")
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
       agent = _agent_class(network_config)(network_config, seed=config.seed)
-    if continuous:
+    if action_spaces.takes_observation_filter(network_config):
       agent.observation_filter = action_spaces.ObservationFilter(
           spec.frame_shape[0], update=config.mode == TRAIN)
     return agent, env
@@ -198,10 +199,11 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
 
 
 def _agent_class(network_config):
-  """networks.Agent, or continuous_networks.ContinuousAgent for a continuous config."""
+  """networks.Agent, or continuous_networks' agent for a continuous config (ContinuousAgent
+  on vectors, ContinuousFrameAgent on frames)."""
   if action_spaces.is_continuous(network_config):
     from scalable_agent_tf2 import continuous_networks  # pylint: disable=g-import-not-at-top
-    return continuous_networks.ContinuousAgent
+    return continuous_networks.agent_class(network_config)
   return networks.Agent
 
 

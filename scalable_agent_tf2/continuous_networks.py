@@ -66,6 +66,9 @@ class ContinuousNetworkConfig:
   torso = "mlp"
   use_instruction = False
   use_lstm = False
+  # A vector (torsos.VECTOR): the run's observation filter normalises it
+  # (action_spaces.takes_observation_filter).
+  observation_kind = "vector"
 
   # The observation vector is float32 [O] (batch_checks.check_batch).
   frame_dtype = "float32"
@@ -86,6 +89,54 @@ class ContinuousNetworkConfig:
                        f"{self.observation_size} and {self.action_size}.")
     if any(size < 1 for size in self.hidden_sizes):
       raise ValueError(f"hidden_sizes must be positive, got {self.hidden_sizes}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ContinuousFrameNetworkConfig:
+  """Box actions on image frames (e.g. gym:CarRacing-v3): ContinuousFrameAgent's shapes.
+
+  Attributes:
+    frame_shape: (height, width, channels) of the uint8 frame.
+    action_size: A, the number of action dimensions.
+    torso: a frame torso of Figure 3 or of the IMPACT paper ('shallow', 'deep', 'impact_cnn';
+      torsos.torso_for_observation).
+    state_dependent_log_std: as ContinuousNetworkConfig's.
+  """
+  frame_shape: Tuple[int, int, int]
+  action_size: int
+  torso: str = "shallow"
+  state_dependent_log_std: bool = True
+
+  # What the project's other parts read from a network config (networks.NetworkConfig's
+  # names): uint8 frames, not filtered (the torso scales them to [0, 1]); no instruction, no
+  # LSTM.
+  use_instruction = False
+  use_lstm = False
+  observation_kind = "frame"
+  frame_dtype = "uint8"
+
+  @property
+  def action_distribution(self):
+    """A diagonal Gaussian over action_size dimensions (IMPACT section 4.3, Appendix E)."""
+    return distributions.DiagGaussianFamily(self.action_size)
+
+  def __post_init__(self):
+    object.__setattr__(self, "frame_shape", tuple(int(n) for n in self.frame_shape))
+    if self.action_size < 1:
+      raise ValueError(f"action_size must be positive, got {self.action_size}.")
+    self.torso_choice  # pylint: disable=pointless-statement  (torso and shape checks.)
+
+  @property
+  def torso_choice(self):
+    from scalable_agent_tf2 import torsos  # pylint: disable=g-import-not-at-top
+    return torsos.torso_for_observation(torsos.FRAME, self.frame_shape, self.torso)
+
+
+def agent_class(config):
+  """The agent of a continuous config: ContinuousAgent (vectors) or ContinuousFrameAgent."""
+  if isinstance(config, ContinuousFrameNetworkConfig):
+    return ContinuousFrameAgent
+  return ContinuousAgent
 
 
 class NormcInitializer:
@@ -243,3 +294,66 @@ class ContinuousAgent(tf.Module):
     return GaussianNetworkOutput(
         policy_mean=to_time_major(mean), policy_log_std=to_time_major(log_std),
         baseline=tf.reshape(baseline, [steps, batch])), core_state
+
+
+class ContinuousFrameAgent(tf.Module):
+  """Box actions on image frames: a frame torso shared by a Gaussian policy and the baseline.
+
+  The cheapest correct agent for, e.g., CarRacing: the paper's frame torso (Figure 3; the
+  IMPACT paper's image network shares its torso between policy and critic, section 4.3: "The
+  critic network shares weights with the policy network") with ContinuousAgent's heads
+  (GaussianPolicyHead and a linear baseline, RLlib's normc(0.01) kernels). Feed-forward like
+  the IMPACT paper's networks: the core state is (). The torso starts as the other frame
+  agents' (layers.Initializer: Sonnet 1's truncated normal); the heads as ContinuousAgent's.
+  """
+
+  def __init__(self, config, seed=0, name="continuous_frame_agent"):
+    """Args:
+      config: a ContinuousFrameNetworkConfig.
+      seed: seeds the initial weights and the action sampling.
+      name: module name.
+    """
+    # pylint: disable=g-import-not-at-top  (torsos imports layers: only this agent needs them.)
+    from scalable_agent_tf2 import layers
+    from scalable_agent_tf2 import torsos
+    super().__init__(name=name)
+    self.config = config
+    init = NormcInitializer(seed)
+    with self.name_scope:
+      self.torso = torsos.build_torso(config.torso_choice, layers.Initializer(seed))
+      self.policy = GaussianPolicyHead(
+          torsos.TORSO_OUTPUT_SIZE, config.action_size, init,
+          state_dependent_log_std=config.state_dependent_log_std, name="policy")
+      self.baseline = Dense(torsos.TORSO_OUTPUT_SIZE, 1, init, OUTPUT_KERNEL_SCALE,
+                            name="baseline")
+      self._sampler = tf.random.Generator.from_seed(seed + 1)
+
+  def initial_state(self, batch_size):
+    """() : the agent has no recurrent core."""
+    del batch_size
+    return ()
+
+  step = ContinuousAgent.step
+
+  def unroll(self, prev_actions, env_outputs, core_state):
+    """The torso on all T x B frames at once (IMPALA section 3), then both heads.
+
+    Args:
+      prev_actions: float32 [T, B, A], unused (kept for networks.Agent's signature).
+      env_outputs: EnvOutput of [T, B, ...] tensors; observation.frame uint8 [T, B, H, W, C].
+      core_state: ().
+
+    Returns:
+      (GaussianNetworkOutput(policy_mean float32 [T, B, A], policy_log_std float32
+       [T, B, A], baseline float32 [T, B]), ()).
+    """
+    del prev_actions
+    frames = tf.convert_to_tensor(env_outputs.observation.frame)
+    steps, batch = tf.shape(frames)[0], tf.shape(frames)[1]
+    flat = tf.reshape(frames, [-1] + list(self.config.frame_shape))
+    features = self.torso(tf.cast(flat, tf.float32) / 255.0)  # networks.to_unit_float.
+    mean, log_std = self.policy(features)
+    to_time_major = lambda t: tf.reshape(t, [steps, batch, self.config.action_size])
+    return GaussianNetworkOutput(
+        policy_mean=to_time_major(mean), policy_log_std=to_time_major(log_std),
+        baseline=tf.reshape(self.baseline(features), [steps, batch])), core_state

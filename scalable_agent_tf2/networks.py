@@ -4,6 +4,7 @@ Plain tf.Modules, no Keras: Keras 3 layers are not tf.Modules, and plain ops kee
 the learner's update a single XLA-compilable function.
 
     frame [H, W, C] uint8 --/255--> torso (shallow|deep|impact_cnn): 256 -----+
+      (or vector [O] float32 --> mlp torso: 256; index [] int32 --> one-hot [n])
     reward --clip [-1, 1]-----------------------------------------------------+--> core
     previous action --one-hot-------------------------------------------------+   (LSTM 256
     instruction --hash 1000 buckets--> embedding 20 --> LSTM 64 (last token)--+    or none)
@@ -19,7 +20,12 @@ Two APIs share the same variables:
               dimension") and resetting the core wherever an episode ended.
 
 This module holds the agent, its config and its language input (hashing, encoder); the
-layers (Linear, Conv2D, LSTM) are in layers.py, the frame torsos in torsos.py.
+layers (Linear, Conv2D, LSTM) are in layers.py, the torsos in torsos.py.
+
+The observation's kind (NetworkConfig.observation_kind, torsos.torso_for_observation) picks
+the torso: image frames take the paper's (Figure 3), float vectors the MLP (IMPACT section
+4.3's sizes), a Discrete observation's index its one-hot; the rest of the agent (reward and
+previous action inputs, core, heads) is the same for all.
 """
 import collections
 import dataclasses
@@ -52,6 +58,10 @@ CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
 # B=32, T=100 (benchmarks/speed/learner_memory.py): the training process's peak RSS falls from
 # 8.3 GB to 1.8 GB (256 frames: 2.2 GB); the shallow torso's activations (0.4 GB) are left alone.
 DEEP_TORSO_CHUNK_FRAMES = 128
+# The smallest frame side the shallow torso takes: Figure 3 (left)'s VALID 8x8/4 then 4x4/2
+# convolutions need (side - 8) // 4 + 1 >= 4, i.e. side >= 20 (MiniGrid's 7x7 views take the
+# deep torso, whose SAME layers take any size).
+SHALLOW_MIN_FRAME_SIZE = 20
 
 # Output of `unroll`: the learner's own view of the trajectory.
 NetworkOutput = collections.namedtuple("NetworkOutput", "policy_logits baseline")
@@ -64,9 +74,11 @@ class NetworkConfig:
   Attributes:
     num_actions: size of the policy (DMLab: 9, Table D.2; Atari: the game's minimal set,
       or 18 for the multi-task agent, Appendix G).
-    frame_shape: (height, width, channels) of the uint8 frame.
-    torso: 'shallow' (Figure 3 left), 'deep' (Figure 3 right) or 'impact_cnn' (the IMPACT
-      paper's Atari network, section 4.3; 42x42 frames).
+    frame_shape: the shape of observation.frame: (height, width, channels) of the uint8
+      frame; (O,) of a float32 vector; () of a Discrete observation's int32 index.
+    torso: frames: 'shallow' (Figure 3 left), 'deep' (Figure 3 right) or 'impact_cnn' (the
+      IMPACT paper's Atari network, section 4.3; 42x42 frames); vectors: 'mlp'; indices:
+      'one_hot' (torsos.torso_for_observation).
     use_lstm: LSTM 256 core (DMLab) or none (Atari: "the deep network (without the LSTM)",
       section 5.3.2).
     use_instruction: whether the observation carries a language instruction (DMLab).
@@ -76,16 +88,40 @@ class NetworkConfig:
       unroll runs the torso over chunks of at most N frames and recomputes each chunk's
       activations in the backward pass (chunked_torso): the same gradients, one chunk's
       activations in memory, one more forward pass of the torso.
+    observation_kind: torsos.FRAME (uint8 [H, W, C]), torsos.VECTOR (float32 [O]) or
+      torsos.INDEX (a Discrete(n) observation: int32 []).
+    num_observation_values: n of a Discrete(n) observation (INDEX only): the one-hot's size.
+    mlp_hidden_sizes: the MLP torso's layers (VECTOR only; IMPACT section 4.3's 256, 256).
   """
   num_actions: int
-  frame_shape: Tuple[int, int, int]
+  frame_shape: Tuple[int, ...]
   torso: str = DEEP
   use_lstm: bool = True
   use_instruction: bool = True
   torso_chunk_frames: Optional[int] = None
+  observation_kind: str = torsos.FRAME
+  num_observation_values: Optional[int] = None
+  mlp_hidden_sizes: Tuple[int, ...] = torsos.MLP_HIDDEN_SIZES
 
-  # The observation the network reads: uint8 frames [H, W, C] (batch_checks.check_batch).
-  frame_dtype = "uint8"
+  @property
+  def frame_dtype(self):
+    """observation.frame's dtype (batch_checks.check_batch, assembly.trajectory_signature):
+    uint8 frames, float32 vectors, int32 indices (environments/base.py's dtypes)."""
+    return {torsos.FRAME: "uint8", torsos.VECTOR: "float32",
+            torsos.INDEX: "int32"}[self.observation_kind]
+
+  @property
+  def torso_choice(self):
+    """The torsos.TorsoChoice of this config (what Agent builds)."""
+    if self.observation_kind == torsos.INDEX:
+      shape = (self.num_observation_values,)
+    else:
+      shape = self.frame_shape
+    return torsos.torso_for_observation(
+        self.observation_kind, shape,
+        self.torso if self.observation_kind == torsos.FRAME else None,
+        has_instruction=self.use_instruction and self.observation_kind == torsos.FRAME,
+        hidden_sizes=self.mlp_hidden_sizes)
 
   @property
   def action_distribution(self):
@@ -97,21 +133,54 @@ class NetworkConfig:
     if self.torso_chunk_frames is None:
       object.__setattr__(self, "torso_chunk_frames",
                          DEEP_TORSO_CHUNK_FRAMES if self.torso == DEEP else 0)
-    if self.torso not in TORSOS:
-      raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS}.")
     if self.num_actions < 1:
       raise ValueError(f"num_actions must be positive, got {self.num_actions}.")
     if self.torso_chunk_frames < 0:
       raise ValueError(f"torso_chunk_frames must be 0 (no chunks) or positive, got "
                        f"{self.torso_chunk_frames}.")
+    if self.observation_kind != torsos.FRAME:
+      self._check_non_frame()
+      return
+    if self.torso not in TORSOS:
+      raise ValueError(f"Unknown torso {self.torso!r}; expected one of {TORSOS} for frames "
+                       f"({torsos.MLP!r} and {torsos.ONE_HOT!r} take observation_kind "
+                       f"{torsos.VECTOR!r} and {torsos.INDEX!r}).")
     if len(self.frame_shape) != 3 or min(self.frame_shape) < 1:
       raise ValueError(f"frame_shape must be (height, width, channels), got "
                        f"{self.frame_shape}.")
+    if self.torso == SHALLOW and min(self.frame_shape[:2]) < SHALLOW_MIN_FRAME_SIZE:
+      raise ValueError(f"The shallow torso's VALID convolutions (Figure 3 left: 8x8/4, then "
+                       f"4x4/2) need frames of at least {SHALLOW_MIN_FRAME_SIZE}x"
+                       f"{SHALLOW_MIN_FRAME_SIZE}, got {self.frame_shape[:2]}: use the deep "
+                       "torso (--torso=deep, SAME padding), or larger frames.")
     impact_frame = (torsos.IMPACT_CNN_FRAME_SIZE,) * 2
     if self.torso == IMPACT_CNN and tuple(self.frame_shape[:2]) != impact_frame:
       raise ValueError(f"The impact_cnn torso is the IMPACT paper's network for 42x42 frames "
                        f"(its 11x11 layer covers the whole map left), got "
                        f"{self.frame_shape[:2]}: use 42x42 frames (--width=42 --height=42).")
+
+  def _check_non_frame(self):
+    """Vectors take the MLP torso, indices the one-hot; neither carries an instruction."""
+    kinds = {torsos.VECTOR: torsos.MLP, torsos.INDEX: torsos.ONE_HOT}
+    if self.observation_kind not in kinds:
+      raise ValueError(f"Unknown observation_kind {self.observation_kind!r}; expected one of "
+                       f"{(torsos.FRAME,) + tuple(kinds)}.")
+    wanted = kinds[self.observation_kind]
+    if self.torso != wanted:
+      raise ValueError(f"{self.observation_kind} observations take the {wanted!r} torso "
+                       f"(torsos.torso_for_observation), got torso {self.torso!r}.")
+    if self.use_instruction:
+      raise ValueError(f"An instruction goes with image frames (Figure 3); got "
+                       f"{self.observation_kind} observations.")
+    if self.observation_kind == torsos.VECTOR:
+      if len(self.frame_shape) != 1 or self.frame_shape[0] < 1:
+        raise ValueError(f"A vector observation has frame_shape (O,), got {self.frame_shape}.")
+    elif tuple(self.frame_shape) != () or not self.num_observation_values or (
+        self.num_observation_values < 1):
+      raise ValueError(f"A Discrete(n) observation is an index: frame_shape () and "
+                       f"num_observation_values n >= 1, got {self.frame_shape} and "
+                       f"{self.num_observation_values}.")
+    self.torso_choice  # pylint: disable=pointless-statement  (its own checks: hidden sizes.)
 
 
 def dmlab_config(torso=DEEP, num_actions=9, frame_shape=(72, 96, 3)):
@@ -124,6 +193,24 @@ def atari_config(num_actions, torso=SHALLOW, frame_shape=(84, 84, 4)):
   """Atari preset: 4 stacked 84x84 grey frames, feed-forward, no language (Table G.1)."""
   return NetworkConfig(num_actions=num_actions, frame_shape=tuple(frame_shape), torso=torso,
                        use_lstm=False, use_instruction=False)
+
+
+def vector_config(num_actions, observation_size, use_lstm=False,
+                  hidden_sizes=torsos.MLP_HIDDEN_SIZES):
+  """Discrete actions on a float32 vector [O] (e.g. gym:CartPole-v1): the MLP torso (IMPACT
+  section 4.3's two tanh layers of 256), feed-forward by default: a vector of a gymnasium
+  task is the full state, as MuJoCo's is for the IMPACT paper's feed-forward MLPs."""
+  return NetworkConfig(num_actions=num_actions, frame_shape=(int(observation_size),),
+                       torso=torsos.MLP, use_lstm=use_lstm, use_instruction=False,
+                       observation_kind=torsos.VECTOR, mlp_hidden_sizes=tuple(hidden_sizes))
+
+
+def index_config(num_actions, num_values, use_lstm=False):
+  """Discrete actions on a Discrete(n) observation (its int32 index, e.g. gym:FrozenLake-v1):
+  the one-hot [n] torso, feed-forward by default (the index is the state)."""
+  return NetworkConfig(num_actions=num_actions, frame_shape=(), torso=torsos.ONE_HOT,
+                       use_lstm=use_lstm, use_instruction=False,
+                       observation_kind=torsos.INDEX, num_observation_values=int(num_values))
 
 
 # ---------------------------------------------------------------------------------------
@@ -210,11 +297,12 @@ class Agent(tf.Module):
     super().__init__(name=name)
     self.config = config
     init = layers.Initializer(seed)
-    torso_class = {SHALLOW: torsos.ShallowTorso, DEEP: torsos.DeepTorso,
-                   IMPACT_CNN: torsos.ImpactTorso}[config.torso]
     with self.name_scope:
-      self.torso = torso_class(config.frame_shape, init=init)
-      core_input_size = torsos.TORSO_OUTPUT_SIZE + 1 + config.num_actions
+      # The frame torsos are built as before this choice existed: the same module names and
+      # order of variables, so old checkpoints restore and the same seed gives the same weights.
+      self.torso = torsos.build_torso(config.torso_choice, init)
+      torso_output_size = getattr(self.torso, "output_size", torsos.TORSO_OUTPUT_SIZE)
+      core_input_size = torso_output_size + 1 + config.num_actions
       if config.use_instruction:
         self.instruction_encoder = InstructionEncoder(init=init)
         core_input_size += INSTRUCTION_LSTM_SIZE
@@ -238,8 +326,9 @@ class Agent(tf.Module):
 
     Args:
       prev_action: int32 [B], the action that led to env_output.
-      env_output: EnvOutput of [B, ...] tensors (frame uint8 [B, H, W, C], instruction
-        int32 [B, MAX_INSTRUCTION_WORDS] when the config uses language).
+      env_output: EnvOutput of [B, ...] tensors (frame uint8 [B, H, W, C], float32 [B, O]
+        or int32 [B] by the config's observation_kind; instruction int32
+        [B, MAX_INSTRUCTION_WORDS] when the config uses language).
       core_state: the state returned by the previous step, or initial_state(B).
 
     Returns:
@@ -259,8 +348,9 @@ class Agent(tf.Module):
 
     Args:
       prev_actions: int32 [T, B], prev_actions[t] is the action that led to env_outputs[t].
-      env_outputs: EnvOutput of [T, B, ...] tensors; done[t] True means observation t starts
-        a new episode, so the core state is reset before step t.
+      env_outputs: EnvOutput of [T, B, ...] tensors (observation.frame [T, B, *frame_shape]
+        of the config's frame_dtype); done[t] True means observation t starts a new episode,
+        so the core state is reset before step t.
       core_state: the core state before step 0 (initial_state(B) or an actor's state).
 
     Returns:
@@ -275,7 +365,9 @@ class Agent(tf.Module):
     # activations are recomputed for the gradient; the same numbers).
     frames = flat(frames)
     chunk_frames = self.config.torso_chunk_frames
-    if chunk_frames and (frames.shape[0] is None or frames.shape[0] > chunk_frames):
+    if self.config.observation_kind != torsos.FRAME:
+      torso_output = self.torso(frames)  # Vectors (already filtered) or indices: no /255.
+    elif chunk_frames and (frames.shape[0] is None or frames.shape[0] > chunk_frames):
       torso_output = chunked_torso(self.torso, frames, chunk_frames)
     else:
       torso_output = self.torso(to_unit_float(frames))

@@ -31,6 +31,7 @@ chosen by the action space, and says so when a run starts (describe_presets):
     these tasks).
 """
 import difflib
+import functools
 import importlib
 import json
 
@@ -174,30 +175,78 @@ class GymFamily(base.Family):
         base.IN_PROCESS_GROUP)
 
   def network_config(self, config, spec):
-    """Box actions on vectors: the IMPACT paper's MLPs (continuous_networks.py). Discrete
-    actions on frames: Figure 3's agent (--torso, shallow by default) with its LSTM. Vectors
-    or indices with discrete actions: torsos.torso_for_observation's MLP or one-hot, which
-    networks.py does not take yet (named in the error)."""
+    """The network follows the first environment's spec, for any supported combination
+    (torsos.torso_for_observation picks the torso, the action space the head):
+
+      vectors [O]:   the MLP torso (IMPACT section 4.3's two tanh layers of 256); Box actions:
+                     the IMPACT paper's separate policy and value MLPs (continuous_networks);
+                     Discrete: IMPALA's agent (networks.vector_config), feed-forward;
+      frames:        Figure 3's frame torso (--torso; shallow by default, deep for frames too
+                     small for the shallow one's VALID convolutions); Discrete: IMPALA's
+                     agent with its LSTM 256 and, for an image with a text mission (a dict
+                     observation), the paper's instruction encoder (Figure 3); Box: the frame
+                     torso with a diagonal Gaussian head (continuous_networks.
+                     ContinuousFrameAgent);
+      Discrete(n):   the one-hot [n] torso (networks.index_config), feed-forward.
+    """
+    from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2 import torsos  # pylint: disable=g-import-not-at-top
     from scalable_agent_tf2.environments import base as env_base  # pylint: disable=g-import-not-at-top
-    if isinstance(spec, env_base.ContinuousEnvSpec):
-      if len(spec.frame_shape) != 1:
-        raise ValueError(f"{config.levels[0]}: continuous actions on observations of shape "
-                         f"{spec.frame_shape}: the continuous agent (continuous_networks.py) "
-                         "takes vectors only.")
-      return base.continuous_network_config(spec)
-    description = self.describe(config.levels[0], parse_env_kwargs(config.env_kwargs))
-    if description.observation_kind == "frame":
-      from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
-      return networks.NetworkConfig(
-          num_actions=spec.num_actions, frame_shape=tuple(description.observation_shape),
-          torso=config.torso or settings.SHALLOW, use_lstm=True, use_instruction=False)
-    raise NotImplementedError(
-        f"{config.levels[0]}: {description.observation_kind} observations of shape "
-        f"{description.observation_shape} with {spec.num_actions} discrete actions need the "
-        "network to take torsos.torso_for_observation's "
-        f"{'MLP' if description.observation_kind == 'vector' else 'one-hot'} torso, which "
-        "networks.py does not wire yet (issue 31). Box actions on vectors (e.g. "
-        "gym:Pendulum-v1) and discrete actions on uint8 frames train today.")
+    env_kwargs = parse_env_kwargs(config.env_kwargs)
+    description = self.describe(config.levels[0], env_kwargs)
+    kind = description.observation_kind
+    continuous = isinstance(spec, env_base.ContinuousEnvSpec)
+    if kind != torsos.FRAME and config.torso:
+      raise ValueError(f"{config.levels[0]}: --torso={config.torso} is for image frames; its "
+                       f"{kind} observations of shape {tuple(spec.frame_shape)} take the "
+                       f"{torsos.MLP if kind == torsos.VECTOR else torsos.ONE_HOT} torso. "
+                       "Drop --torso.")
+    if kind == torsos.VECTOR:
+      if continuous:
+        return base.continuous_network_config(spec)
+      return networks.vector_config(spec.num_actions, spec.frame_shape[0])
+    if kind == torsos.INDEX:
+      if continuous:
+        raise ValueError(f"{config.levels[0]}: Box actions on a Discrete observation: no "
+                         "network takes this pair (wrap the environment to one-hot its "
+                         "observation as a Box (n,) vector).")
+      return networks.index_config(spec.num_actions, observation_values(config.levels[0],
+                                                                        env_kwargs))
+    frame_shape = tuple(spec.frame_shape)
+    torso = config.torso or frame_torso(frame_shape)
+    if continuous:
+      from scalable_agent_tf2 import continuous_networks  # pylint: disable=g-import-not-at-top
+      return continuous_networks.ContinuousFrameNetworkConfig(
+          frame_shape=frame_shape, action_size=spec.action_size, torso=torso)
+    return networks.NetworkConfig(
+        num_actions=spec.num_actions, frame_shape=frame_shape, torso=torso, use_lstm=True,
+        use_instruction=bool(getattr(description, "has_instruction", False)))
+
+
+def frame_torso(frame_shape):
+  """--torso's default for frames: Figure 3's shallow torso, or the deep one for frames
+  smaller than the shallow one's VALID convolutions take (networks.SHALLOW_MIN_FRAME_SIZE;
+  e.g. MiniGrid's 7x7 views): the deep torso's SAME layers take any size."""
+  from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
+  if min(frame_shape[:2]) < networks.SHALLOW_MIN_FRAME_SIZE:
+    return settings.DEEP
+  return settings.SHALLOW
+
+
+@functools.lru_cache(maxsize=64)
+def _observation_values(level_name, env_kwargs_json):
+  from scalable_agent_tf2.environments import gym_env  # pylint: disable=g-import-not-at-top
+  env = gym_env.make(gym_id(level_name), json.loads(env_kwargs_json))
+  try:
+    return int(env.observation_space.n)
+  finally:
+    env.close()
+
+
+def observation_values(level_name, env_kwargs):
+  """n of a level's Discrete(n) observation space (the one-hot torso's size), read from the
+  environment once per process (gym_env.Description records the kind, not n)."""
+  return _observation_values(level_name, json.dumps(env_kwargs, sort_keys=True))
 
 
 FAMILY = GymFamily()

@@ -1,0 +1,209 @@
+"""The network follows the environment's spec, for any combination (issue 31): vectors take
+the MLP torso, Discrete observations the one-hot, frames the paper's torsos (an image with a
+text mission also the instruction encoder); discrete actions the categorical head, Box
+actions the diagonal Gaussian (on vectors: the IMPACT paper's MLPs; on frames:
+ContinuousFrameAgent). Vector observations pass through the run's observation filter whatever
+the actions."""
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from scalable_agent_tf2 import action_spaces
+from scalable_agent_tf2 import assembly
+from scalable_agent_tf2 import config as config_lib
+from scalable_agent_tf2 import continuous_networks
+from scalable_agent_tf2 import learner as learner_lib
+from scalable_agent_tf2 import networks
+from scalable_agent_tf2 import torsos
+from scalable_agent_tf2.environments.families import gym as gym_family
+from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
+from scalable_agent_tf2.structures import Observation
+
+T, B = 4, 3
+HPARAMS = dict(learning_rate=0.01, total_environment_frames=100_000, max_grad_norm=40.0)
+
+
+def _env_outputs(frames, rng, instructions=None):
+  leading = frames.shape[:2]
+  if instructions is None:
+    instructions = np.zeros(leading + (0,), np.int32)
+  return EnvOutput(
+      reward=rng.normal(size=leading).astype(np.float32), done=rng.random(leading) < 0.2,
+      observation=Observation(frame=frames, instruction=instructions),
+      episode_return=np.zeros(leading, np.float32), episode_step=np.zeros(leading, np.int32))
+
+
+def _discrete_batch(config, frames, rng, instructions=None):
+  leading = frames.shape[:2]
+  agent_outputs = AgentOutput(
+      action=rng.integers(0, config.num_actions, leading).astype(np.int32),
+      policy_logits=rng.normal(size=leading + (config.num_actions,)).astype(np.float32),
+      baseline=rng.normal(size=leading).astype(np.float32))
+  return _env_outputs(frames, rng, instructions), agent_outputs
+
+
+def _updates_every_variable(agent, env_outputs, agent_outputs):
+  """One learner update on the batch changes every trainable variable; finite losses."""
+  learner = learner_lib.Learner(agent, learner_lib.LearnerConfig(**HPARAMS), jit_compile=False)
+  before = [v.numpy().copy() for v in agent.trainable_variables]
+  stats = learner.update(agent.initial_state(B), env_outputs, agent_outputs)
+  assert all(np.isfinite(float(value)) for value in stats.values())
+  for variable, old in zip(agent.trainable_variables, before):
+    assert not np.array_equal(variable.numpy(), old), variable.name
+
+
+def test_vectors_with_discrete_actions_take_the_mlp_torso_and_update():
+  config = networks.vector_config(num_actions=2, observation_size=4, hidden_sizes=(16, 16))
+  assert (config.torso, config.frame_dtype, config.use_lstm) == (torsos.MLP, "float32", False)
+  agent = networks.Agent(config, seed=1)
+  assert isinstance(agent.torso, torsos.MlpTorso)
+  assert [v.shape.as_list() for v in agent.policy.trainable_variables] == [[2], [16 + 1 + 2, 2]]
+  rng = np.random.default_rng(0)
+  frames = rng.normal(size=(T + 1, B, 4)).astype(np.float32)
+  env_outputs, agent_outputs = _discrete_batch(config, frames, rng)
+  output, _ = agent.unroll(agent_outputs.action, env_outputs, agent.initial_state(B))
+  assert output.policy_logits.shape == (T + 1, B, 2) and output.baseline.shape == (T + 1, B)
+  _updates_every_variable(agent, env_outputs, agent_outputs)
+
+
+def test_vector_agent_with_an_lstm_core():
+  config = networks.vector_config(num_actions=3, observation_size=5, use_lstm=True,
+                                  hidden_sizes=(8,))
+  agent = networks.Agent(config, seed=0)
+  env_output = tf.nest.map_structure(lambda t: t[0], _env_outputs(
+      np.ones((1, 2, 5), np.float32), np.random.default_rng(0)))
+  agent_output, state = agent.step(np.zeros(2, np.int32), env_output, agent.initial_state(2))
+  assert agent_output.policy_logits.shape == (2, 3) and state.h.shape == (2, 256)
+
+
+def test_discrete_observations_take_the_one_hot_torso_and_update():
+  config = networks.index_config(num_actions=4, num_values=16)
+  assert (config.frame_shape, config.frame_dtype) == ((), "int32")
+  agent = networks.Agent(config, seed=1)
+  assert isinstance(agent.torso, torsos.OneHotTorso)
+  rng = np.random.default_rng(0)
+  frames = rng.integers(0, 16, (T + 1, B)).astype(np.int32)
+  env_outputs, agent_outputs = _discrete_batch(config, frames, rng)
+  _updates_every_variable(agent, env_outputs, agent_outputs)
+  # Two observations differ only in their index: the policy tells them apart.
+  one = tf.nest.map_structure(lambda t: t[:1, :1], env_outputs)
+  logits = [agent.unroll(np.zeros((1, 1), np.int32),
+                         one._replace(observation=one.observation._replace(
+                             frame=np.full((1, 1), index, np.int32))),
+                         ())[0].policy_logits.numpy() for index in (0, 5)]
+  assert not np.allclose(*logits)
+
+
+def test_box_actions_on_frames_take_the_frame_torso_with_a_gaussian_head():
+  config = continuous_networks.ContinuousFrameNetworkConfig(frame_shape=(24, 24, 3),
+                                                            action_size=3)
+  agent = continuous_networks.ContinuousFrameAgent(config, seed=2)
+  assert isinstance(agent.torso, torsos.ShallowTorso) and agent.initial_state(B) == ()
+  assert not action_spaces.takes_observation_filter(config)
+  rng = np.random.default_rng(0)
+  frames = rng.integers(0, 256, (T + 1, B, 24, 24, 3)).astype(np.uint8)
+  agent_outputs = GaussianAgentOutput(
+      action=rng.normal(size=(T + 1, B, 3)).astype(np.float32),
+      policy_mean=rng.normal(size=(T + 1, B, 3)).astype(np.float32),
+      policy_log_std=(0.3 * rng.normal(size=(T + 1, B, 3)) - 0.5).astype(np.float32),
+      baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
+  env_outputs = _env_outputs(frames, rng)
+  agent_output, _ = agent.step(np.zeros((B, 3), np.float32),
+                               tf.nest.map_structure(lambda t: t[0], env_outputs), ())
+  assert agent_output.action.shape == (B, 3) and agent_output.baseline.shape == (B,)
+  _updates_every_variable(agent, env_outputs, agent_outputs)
+  # IMPACT's learner builds its target network from the agent's type and config.
+  learner_lib.ImpactLearner(agent, learner_lib.LearnerConfig(**HPARAMS),
+                            learner_lib.ImpactConfig(target_update_period=2), jit_compile=False)
+
+
+def test_an_image_with_a_text_mission_takes_the_frame_torso_and_the_instruction_encoder():
+  # MiniGrid's 7x7x3 views: too small for the shallow torso, so the deep one (SAME layers).
+  with pytest.raises(ValueError, match="--torso=deep"):
+    networks.NetworkConfig(num_actions=7, frame_shape=(7, 7, 3), torso=networks.SHALLOW)
+  assert gym_family.frame_torso((7, 7, 3)) == networks.DEEP
+  assert gym_family.frame_torso((96, 96, 3)) == networks.SHALLOW
+  config = networks.NetworkConfig(num_actions=7, frame_shape=(7, 7, 3), torso=networks.DEEP,
+                                  use_instruction=True)
+  agent = networks.Agent(config, seed=0)
+  rng = np.random.default_rng(0)
+  frames = rng.integers(0, 11, (T + 1, B, 7, 7, 3)).astype(np.uint8)
+  missions = networks.hash_instructions(
+      rng.choice(["go to the red ball", "get to the green goal square"], size=(T + 1, B)))
+  env_outputs, agent_outputs = _discrete_batch(config, frames, rng, missions)
+  _updates_every_variable(agent, env_outputs, agent_outputs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(frame_shape=(4,), torso=torsos.MLP), "Unknown torso 'mlp'.*observation_kind"),
+    (dict(frame_shape=(4,), torso=networks.DEEP), "frame_shape must be \\(height"),
+    (dict(frame_shape=(4,), torso=networks.DEEP, observation_kind=torsos.VECTOR,
+          use_instruction=False), "take the 'mlp' torso"),
+    (dict(frame_shape=(4,), torso=torsos.MLP, observation_kind=torsos.VECTOR),
+     "instruction goes with image frames"),
+    (dict(frame_shape=(4,), torso=torsos.ONE_HOT, observation_kind=torsos.INDEX,
+          use_instruction=False, num_observation_values=4), "frame_shape \\(\\)"),
+    (dict(frame_shape=(), torso=torsos.ONE_HOT, observation_kind="tokens",
+          use_instruction=False), "Unknown observation_kind")])
+def test_configs_that_do_not_fit_their_observation_are_refused(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    networks.NetworkConfig(num_actions=2, **kwargs)
+
+
+def _gym_config(tmp_path, level_name, *extra):
+  return config_lib.config_from_argv([f"--level_name={level_name}", f"--logdir={tmp_path}",
+                                      *extra])
+
+
+@pytest.mark.parametrize("level_name, config_type, kind, filtered", [
+    ("gym:CartPole-v1", networks.NetworkConfig, torsos.VECTOR, True),
+    ("gym:FrozenLake-v1", networks.NetworkConfig, torsos.INDEX, False),
+    ("gym:Pendulum-v1", continuous_networks.ContinuousNetworkConfig, torsos.VECTOR, True),
+    ("gym:CarRacing-v3", continuous_networks.ContinuousFrameNetworkConfig, torsos.FRAME,
+     False)])
+def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, config_type, kind,
+                                                        filtered):
+  config = _gym_config(tmp_path, level_name)
+  agent, env = assembly.build_agent(config, assembly.default_environment_constructor(config))
+  try:
+    assert type(agent.config) is config_type and agent.config.observation_kind == kind
+    assert hasattr(agent, "observation_filter") == filtered
+    assert (action_spaces.for_agent(agent).observation_filter is not None) == filtered
+    if kind == torsos.INDEX:
+      assert agent.config.num_observation_values == 16  # FrozenLake's Discrete(16).
+  finally:
+    env.close()
+
+
+def test_the_gym_family_refuses_a_frame_torso_for_vectors(tmp_path):
+  config = _gym_config(tmp_path, "gym:CartPole-v1", "--torso=deep")
+  with pytest.raises(ValueError, match="--torso=deep is for image frames"):
+    config.network_config_for_spec(gym_family.FAMILY.describe("gym:CartPole-v1").spec())
+
+
+def test_the_gym_family_maps_an_image_with_a_mission_to_the_instruction_path(monkeypatch,
+                                                                            tmp_path):
+  # What gym_env.Description will say of a Dict(image, mission) observation (MiniGrid).
+  from scalable_agent_tf2.environments import base
+  config = _gym_config(tmp_path, "gym:CartPole-v1")
+  description = types.SimpleNamespace(observation_kind="frame", observation_shape=(7, 7, 3),
+                                      has_instruction=True)
+  monkeypatch.setattr(gym_family.GymFamily, "describe", lambda *args, **kwargs: description)
+  network = gym_family.FAMILY.network_config(config, base.EnvSpec(7, (7, 7, 3)))
+  assert (network.torso, network.use_instruction, network.use_lstm) == (networks.DEEP, True,
+                                                                        True)
+
+
+def test_discrete_actions_filter_vector_observations():
+  obs_filter = action_spaces.ObservationFilter(2)
+  space = action_spaces.for_network(networks.vector_config(2, 2), obs_filter)
+  assert isinstance(space, action_spaces.Discrete) and space.observation_filter is obs_filter
+  rng = np.random.default_rng(0)
+  for _ in range(5):
+    raw = tf.nest.map_structure(lambda t: t[0, 0], _env_outputs(
+        (3.0 + rng.normal(size=(1, 1, 2))).astype(np.float32), rng))
+    filtered = space.observe(raw)
+  assert obs_filter.filter.count == 5
+  assert np.all(np.abs(filtered.observation.frame) < 3)  # Centred on the running mean.
