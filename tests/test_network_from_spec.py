@@ -207,3 +207,13 @@ def test_discrete_actions_filter_vector_observations():
     filtered = space.observe(raw)
   assert obs_filter.filter.count == 5
   assert np.all(np.abs(filtered.observation.frame) < 3)  # Centred on the running mean.
+
+
+def test_minigrid_ids_import_their_package_or_say_how_to_get_it():
+  try:
+    import minigrid  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    with pytest.raises(ValueError, match="pip install minigrid"):
+      gym_family.check_registered("MiniGrid-Empty-5x5-v0")
+  else:  # Installed: the plain id is registered by importing the package.
+    gym_family.check_registered("BabyAI-GoToRedBall-v0")

@@ -84,11 +84,26 @@ def parse_env_kwargs(text):
   return value
 
 
+# Ids whose package registers them when imported, imported for a plain "gym:<id>" so that
+# "gym:MiniGrid-Empty-5x5-v0" works as "gym:minigrid:MiniGrid-Empty-5x5-v0" does (MiniGrid and
+# BabyAI: pip install minigrid; not in requirements.txt, a benchmark-only package).
+REGISTERING_PACKAGES = (("MiniGrid-", "minigrid"), ("BabyAI-", "minigrid"))
+
+
 def check_registered(env_id):
   """Imports a "module:Id"'s module (its own error if it fails) and refuses an id gymnasium
   does not know, naming the nearest registered ids."""
   import gymnasium  # pylint: disable=g-import-not-at-top
   module, name = split_id(env_id)
+  if module is None and name not in gymnasium.registry:
+    for prefix, package in REGISTERING_PACKAGES:
+      if name.startswith(prefix):
+        try:
+          importlib.import_module(package)
+        except ImportError as error:
+          raise ValueError(f"{PREFIX}{env_id} is registered by the {package!r} package, which "
+                           f"does not import here ({error}); `pip install {package}`.") \
+              from error
   if module is not None:
     importlib.import_module(module)  # Registers the user's environments; its own error.
   if name in gymnasium.registry:
