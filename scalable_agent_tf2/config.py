@@ -8,13 +8,15 @@ suite (the paper's tables, cited in presets.py); a value given always wins. `res
 every setting's check (settings.py) and the checks that combine settings, so a bad value fails
 before any work starts, and before TensorFlow is imported: this module imports no TensorFlow.
 
-`LearnerConfig` and `ImpactConfig`, the learner's hyperparameters (learner.py), are built from
-the settings marked for them; their defaults are the DMLab-30 and IMPACT Table 1 presets.
+`LearnerConfig` and `ImpactConfig`, the learner's hyperparameters (learner.py), hold the
+settings marked for them (`part_of`); their defaults are the DMLab-30 and IMPACT Table 1
+presets, which test_settings_tables.py keeps in step with settings.py and presets.py.
 """
 import dataclasses
 import json
 import math
 import os
+from typing import Optional
 
 from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import presets
@@ -149,7 +151,7 @@ class ExperimentConfig(settings.ExperimentSettings):
 
 
 # ---------------------------------------------------------------------------------------------
-# The learner's configs, derived from the settings marked for them.
+# The learner's configs: the settings marked for them, written out to be read.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -171,35 +173,86 @@ class _LearnerChecks:
 
 
 class _ImpactChecks:
+  """ImpactConfig's checks: every setting's own."""
 
   def __post_init__(self):
     settings.check_values(self, flag=False)
 
 
-def _derived_config(name, part_of, defaults, base, extra=()):
-  """A frozen dataclass with the fields of the settings `part_of` marks, these defaults."""
-  fields = [(f.name, f.type, dataclasses.field(default=defaults[f.name]))
-            for f in settings.fields_part_of(part_of)]
-  fields += [(field_name, type(value), dataclasses.field(default=value))
-             for field_name, value in extra]
-  doc = "\n".join(f"  {f.name}: {f.metadata['doc']} [{f.metadata['source']}]"
-                  for f in settings.fields_part_of(part_of))
-  return dataclasses.make_dataclass(
-      name, fields, bases=(base,), frozen=True,
-      namespace={"__module__": __name__, "__doc__": f"{name}; fields (settings.py):\n{doc}"})
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig(_LearnerChecks):
+  """The learner's hyperparameters (learner.Learner), defaulting to DMLab-30's presets.
+
+  A run builds it from its settings (ExperimentConfig.learner_config): every field but the
+  V-trace constants is the setting of that name marked `part_of=FOR_LEARNER` in settings.py,
+  where its flag, help, source and check live; test_settings_tables.py fails if a marked
+  setting is missing here or its default differs from presets.DMLAB30's. The defaults serve
+  tests and benchmarks that build a learner directly.
+
+  Fields, with their sources:
+    total_environment_frames: frames of the learning-rate decay (released code: 10e9 for
+      DMLab-30, Figure 5).
+    num_action_repeats: environment frames per agent step (Table D.3: 4).
+    entropy_cost: entropy loss weight (released code: the Table D.1 sweep's best agent).
+    baseline_cost: baseline loss weight (Table D.3: 0.5).
+    discounting: gamma (Table D.3: 0.99).
+    reward_clipping: Figure D.1's optimistic asymmetric clipping (Table D.3, DMLab-30).
+    learning_rate: initial RMSProp learning rate (released code: the Table D.1 sweep's best).
+    decay: RMSProp decay (released code: 0.99).
+    momentum: RMSProp momentum (Table D.3: 0).
+    epsilon: RMSProp epsilon (released code: 0.1 for DMLab).
+    rmsprop_initial_mean_square: RMSProp's accumulator start (TF1's RMSPropOptimizer: 1).
+    max_grad_norm: global gradient-norm clip; None: none (DMLab: the released code clips
+      nothing; --max_grad_norm=0 becomes None).
+    off_policy_correction: Table 2's correction (vtrace).
+    trust_region_threshold: LASER section 4.3's trust region; inf: off (plain IMPALA).
+    clip_rho_threshold: rho_bar (section 5.2.1: 1); no flag.
+    clip_pg_rho_threshold: rho_bar of the policy gradient (section 5.2.1: 1); no flag.
+    clip_c_threshold: c_bar (section 5.2.1: 1); no flag.
+    vtrace_lambda: Remark 2's lambda (1: plain V-trace); no flag.
+  """
+  total_environment_frames: int = 10_000_000_000
+  num_action_repeats: int = 4
+  entropy_cost: float = 0.0033391318945337044
+  baseline_cost: float = 0.5
+  discounting: float = 0.99
+  reward_clipping: str = settings.OPTIMISTIC_ASYMMETRIC
+  learning_rate: float = 0.00031866995608948655
+  decay: float = 0.99
+  momentum: float = 0.0
+  epsilon: float = 0.1
+  rmsprop_initial_mean_square: float = 1.0
+  max_grad_norm: Optional[float] = None
+  off_policy_correction: str = settings.VTRACE
+  trust_region_threshold: float = math.inf
+  # settings.VTRACE_CONSTANTS: fixed by the paper, no flag.
+  clip_rho_threshold: float = 1.0
+  clip_pg_rho_threshold: float = 1.0
+  clip_c_threshold: float = 1.0
+  vtrace_lambda: float = 1.0
 
 
-# Defaults: DMLab-30's (max_grad_norm None: no clipping; learner.Learner reads None).
-LearnerConfig = _derived_config(
-    "LearnerConfig", settings.FOR_LEARNER,
-    dict(presets.DMLAB30, max_grad_norm=None), _LearnerChecks, extra=settings.VTRACE_CONSTANTS)
-# Defaults: IMPACT Table 1's; section 4.1.1: "Our primary benchmark for target update frequency
-# is n = N K", 4 x 2 = 8.
-ImpactConfig = _derived_config(
-    "ImpactConfig", settings.FOR_IMPACT,
-    dict(presets.IMPACT_PRESET,
-         target_update_period=presets.IMPACT_PRESET["circular_buffer_size"]
-         * presets.IMPACT_PRESET["circular_buffer_max_uses"]), _ImpactChecks)
+@dataclasses.dataclass(frozen=True)
+class ImpactConfig(_ImpactChecks):
+  """IMPACT's own hyperparameters (learner.ImpactLearner), defaulting to IMPACT Table 1's.
+
+  Every field is the setting of that name marked `part_of=FOR_IMPACT` in settings.py (flag,
+  help, source, check); test_settings_tables.py fails if a marked setting is missing here or
+  its default differs from presets.IMPACT_PRESET's.
+
+  Fields, with their sources (Luo et al., 2020):
+    target_update_period: learner steps between target-network refreshes; section 4.1.1: "Our
+      primary benchmark for target update frequency is n = N K", Table 1's 4 x 2 = 8.
+    ppo_clip: the surrogate's clipping epsilon (Table 1: 0.3).
+    target_worker_clipping: rho of pi / max(pi_target, mu / rho) (Table 1: 2.0).
+    gae_lambda: lambda of the V-trace GAE advantages (Table 1: 0.995).
+    kl_cost: weight of KL(pi_target || pi) (Table 1: 0.0).
+  """
+  target_update_period: int = 8
+  ppo_clip: float = 0.3
+  target_worker_clipping: float = 2.0
+  gae_lambda: float = 0.995
+  kl_cost: float = 0.0
 
 
 def _learner_preset(preset, overrides):
