@@ -1,4 +1,5 @@
-"""The observation filter of a cluster (MuJoCo), synced between actor processes and learner.
+"""The observation filter of a cluster (agents on observation vectors: MuJoCo, gymnasium's
+Box (O,) with discrete or continuous actions), synced between actor processes and learner.
 
 RLlib, the IMPACT paper's code base, gives every rollout worker a MeanStdFilter and, after
 every training iteration, has the driver collect each worker's new statistics (the changes
@@ -17,7 +18,7 @@ same over the learner's RPC service (distributed.py), one actor process at a tim
                     distributed.TrajectoryServer
 
 Only three arrays cross the wire, each way: count int64 [], mean float64 [O], m2 float64 [O]
-(mujoco.RunningStatistics). Agents without a filter (Atari, DMLab, toy) get no method and make
+(mujoco.RunningStatistics). Agents without a filter (frames, indices) get no method and make
 no call: nothing changes for them. The learner's filter is the restored one when it resumed
 from a checkpoint, so an actor process's first sync (before its actors start) hands it over.
 
