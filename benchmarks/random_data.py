@@ -31,7 +31,8 @@ def random_env_outputs(config, leading_shape, seed=0, done_probability=0.1):
           frame=rng.integers(0, 256, leading_shape + tuple(config.frame_shape), np.uint8),
           instruction=instructions),
       episode_return=np.zeros(leading_shape, np.float32),
-      episode_step=np.zeros(leading_shape, np.int32))
+      episode_step=np.zeros(leading_shape, np.int32),
+      truncated=np.zeros(leading_shape, bool))  # Nothing truncated: the numbers stay.
 
 
 def random_learner_batch(config, unroll_length, batch_size, seed=0):

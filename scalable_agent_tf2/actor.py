@@ -99,7 +99,8 @@ class EnvironmentGroup:
             frame=np.stack([np.asarray(o.observation.frame) for o in env_outputs]),
             instruction=tuple(o.observation.instruction for o in env_outputs)),
         episode_return=np.array([o.episode_return for o in env_outputs], np.float32),
-        episode_step=np.array([o.episode_step for o in env_outputs], np.int32)))
+        episode_step=np.array([o.episode_step for o in env_outputs], np.int32),
+        truncated=np.array([o.truncated for o in env_outputs], bool)))
 
   def initial(self):
     self._trackers = [EpisodeTracker() for _ in self._envs]

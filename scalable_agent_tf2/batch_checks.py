@@ -41,6 +41,7 @@ def check_batch(network_config, agent_state, env_outputs, agent_outputs):
                                                                       agent_outputs)
   expected = {
       "env_outputs.done": (env_outputs.done, ()),
+      "env_outputs.truncated": (env_outputs.truncated, ()),
       "env_outputs.observation.frame": (env_outputs.observation.frame,
                                         tuple(network_config.frame_shape)),
       "agent_outputs.action": (agent_outputs.action, tuple(family.action_shape)),

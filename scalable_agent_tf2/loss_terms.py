@@ -8,6 +8,16 @@ output whose action was taken at observation t-1 and the environment output that
 to. So, for t = 0..T-1, the action taken at observation t is agent_outputs.action[t+1], its
 reward env_outputs.reward[t+1], and the learner's policy and value at observation t come from
 unrolling over all T+1 observations; V(x_T) bootstraps (`_aligned`).
+
+Truncated episodes (environments/truncation.py): where observation t is a truncated episode's
+last (env_outputs.truncated[t]), transition t is the environment's artificial reset step (its
+action ignored, reward 0, discount 0). It is cut (`_aligned`'s `kept`): rho_t = c_t = 0 in
+V-trace (vtrace.from_importance_weights' transition_mask), so v_t = V(x_t) and transition t-1
+into x_t (discount gamma) bootstraps from V(x_t) as at the end of an unroll (IMPALA section 4,
+Remark 1: v_{t-1} = V(x_{t-1}) + rho_{t-1} (r_{t-1} + gamma V(x_t) - V(x_{t-1}))); and its
+policy-gradient, baseline and entropy terms weigh 0. A termination has no such step: its
+discount 0 bootstraps from nothing. With nothing truncated the cut multiplies by ones, which
+changes no bit.
 """
 import collections
 
@@ -19,14 +29,15 @@ from scalable_agent_tf2 import vtrace
 
 _Aligned = collections.namedtuple(
     "_Aligned", "learner_policy values bootstrap_value actions behaviour_policy rewards "
-    "discounts")
+    "discounts kept")
 
 
 def _aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config):
   """A batch aligned to "observation t, the action taken there, its reward", t = 0..T-1
   (module docstring): the learner's and the behaviour policies (distributions of [T, B, P]
   parameters), actions [T, B(, A)], values, rewards (clipped), discounts [T, B] (0 after an
-  episode's end), bootstrap value V(x_T) [B]."""
+  episode's end), kept [T, B] (0 for a transition that leaves a truncated observation: the
+  module docstring), bootstrap value V(x_T) [B]."""
   rewards, discounts = _rewards_and_discounts(env_outputs, config)
   return _Aligned(
       learner_policy=action_distribution.of_outputs(learner_outputs)[:-1],
@@ -34,7 +45,14 @@ def _aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, c
       bootstrap_value=learner_outputs.baseline[-1],
       actions=agent_outputs.action[1:],
       behaviour_policy=action_distribution.of_outputs(agent_outputs)[1:],
-      rewards=rewards, discounts=discounts)
+      rewards=rewards, discounts=discounts, kept=kept_transitions(env_outputs.truncated))
+
+
+def kept_transitions(truncated):
+  """float32 [T, B]: 0 for transition t when observation t is a truncated episode's last
+  (truncated [T+1, B]: the next step is the environment's reset, its action ignored), else 1.
+  """
+  return tf.cast(~tf.cast(truncated[:-1], tf.bool), tf.float32)
 
 
 def _rewards_and_discounts(env_outputs, config):
@@ -72,16 +90,17 @@ def entropy_steps(trust_region_mask, entropy_mask, like):
   return per_step if trust_region_mask is None else per_step * trust_region_mask
 
 
-def _vtrace_loss_terms(returns, values, mask, entropy_loss):
-  """The policy-gradient and baseline losses of V-trace's returns (section 4.2), the given
-  entropy loss, and the count of steps LASER's trust region rejected (mask [T, B] or None)."""
+def _vtrace_loss_terms(returns, values, mask, entropy_loss, trust_region_mask):
+  """The policy-gradient and baseline losses of V-trace's returns (section 4.2) over the steps
+  mask [T, B] keeps, the given entropy loss, and the count of steps LASER's trust region
+  rejected (trust_region_mask [T, B], or None without a trust region)."""
   terms = dict(
       pg_loss=losses.policy_gradient_loss(returns.target_action_log_probs,
                                           returns.pg_advantages, mask),
       baseline_loss=losses.baseline_loss(returns.vs - values, mask),
       entropy_loss=entropy_loss)
-  if mask is not None:
-    terms["trust_region_rejected"] = tf.reduce_sum(1.0 - mask)
+  if trust_region_mask is not None:
+    terms["trust_region_rejected"] = tf.reduce_sum(1.0 - trust_region_mask)
   return terms
 
 
@@ -104,8 +123,8 @@ def impala_loss_terms(action_distribution, learner_outputs, env_outputs, agent_o
 
   Returns:
     (dict with float32 scalars pg_loss, baseline_loss, entropy_loss (sums over T and B) and,
-     with a trust region, trust_region_rejected (steps left out of the policy-gradient,
-     baseline and entropy losses), the vtrace.VTraceFromLogitsReturns
+     with a trust region, trust_region_rejected (steps the trust region left out of the
+     policy-gradient, baseline and entropy losses), the vtrace.VTraceFromLogitsReturns
      they were computed from ([T, B] each)).
   """
   batch = _aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config)
@@ -113,14 +132,16 @@ def impala_loss_terms(action_distribution, learner_outputs, env_outputs, agent_o
       behaviour_policy=batch.behaviour_policy, target_policy=batch.learner_policy,
       actions=batch.actions, discounts=batch.discounts, rewards=batch.rewards,
       values=batch.values, bootstrap_value=batch.bootstrap_value,
-      off_policy_correction=config.off_policy_correction, **_vtrace_options(config))
+      off_policy_correction=config.off_policy_correction, transition_mask=batch.kept,
+      **_vtrace_options(config))
   # LASER section 4.3: rejected transitions count for none of the losses ("we reject
-  # transitions entirely for all estimates"). (Without a trust region, mask None: exactly
-  # IMPALA's graph.)
-  mask = returns.trust_region_mask if config.uses_trust_region else None
+  # transitions entirely for all estimates"); nor does a cut transition (a truncated
+  # episode's reset step, module docstring). Multiplying by a mask of ones changes no bit.
+  trust_region = returns.trust_region_mask if config.uses_trust_region else None
+  mask = batch.kept if trust_region is None else trust_region * batch.kept
   entropy = losses.entropy_loss(batch.learner_policy,
                                 entropy_steps(mask, entropy_mask, batch.rewards))
-  return _vtrace_loss_terms(returns, batch.values, mask, entropy), returns
+  return _vtrace_loss_terms(returns, batch.values, mask, entropy, trust_region), returns
 
 
 def impact_loss_terms(action_distribution, learner_outputs, target_policy_params, env_outputs,
@@ -152,7 +173,9 @@ def impact_loss_terms(action_distribution, learner_outputs, target_policy_params
   return _impact_terms(
       batch, log_probs(batch.learner_policy), log_probs(target_policy),
       log_probs(batch.behaviour_policy), config, impact_config,
-      entropy_loss=losses.entropy_loss(batch.learner_policy),
+      entropy_loss=losses.entropy_loss(batch.learner_policy, batch.kept),
+      # KL(pi_target || pi) at x_t stays: it depends on the observation alone (a real one),
+      # and the KL coefficient's adaptation averages it over all T x B steps (learner.py).
       kl_loss=losses.kl_divergence(target_policy, batch.learner_policy))
 
 
@@ -160,17 +183,20 @@ def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs
                   impact_config, entropy_loss, kl_loss):
   """impact_loss_terms from the log-probabilities of the taken actions [T, B] under pi,
   pi_target and mu (any action space), and the entropy and KL terms."""
+  # A cut transition (a truncated episode's reset step) has rho = c = 0, so its advantage is
+  # 0 and the one into it bootstraps from V(x_t) (module docstring); its terms weigh 0.
   returns = vtrace.gae_from_importance_weights(
       target_log_probs - behaviour_log_probs, batch.discounts, batch.rewards, batch.values,
       batch.bootstrap_value, lambda_=impact_config.gae_lambda,
-      clip_rho_threshold=config.clip_rho_threshold, clip_c_threshold=config.clip_c_threshold)
+      clip_rho_threshold=config.clip_rho_threshold, clip_c_threshold=config.clip_c_threshold,
+      transition_mask=batch.kept)
   beta = 1.0 / impact_config.target_worker_clipping  # Section 3.1: beta = 1 / rho.
   log_ratios = losses.impact_log_ratio(action_log_probs, target_log_probs,
                                        behaviour_log_probs, beta)
   terms = dict(
       pg_loss=losses.clipped_surrogate_loss(log_ratios, returns.pg_advantages,
-                                            impact_config.ppo_clip),
-      baseline_loss=losses.baseline_loss(returns.vs - batch.values),
+                                            impact_config.ppo_clip, batch.kept),
+      baseline_loss=losses.baseline_loss(returns.vs - batch.values, batch.kept),
       entropy_loss=entropy_loss, kl_loss=kl_loss)
   fraction = lambda mask: tf.reduce_mean(tf.cast(mask, tf.float32))
   diagnostics = dict(

@@ -126,7 +126,7 @@ def impact_log_ratio(action_log_probs, target_action_log_probs, behaviour_action
   return action_log_probs - tf.stop_gradient(log_denominator)
 
 
-def clipped_surrogate_loss(log_ratios, advantages, clip_epsilon):
+def clipped_surrogate_loss(log_ratios, advantages, clip_epsilon, mask=None):
   """PPO's clipped surrogate, as IMPACT uses it (section 4.1, "we truncate all three ratios
   with PPO's clipping function"; Appendix E): -sum_t,b min(r A, clip(r, 1 - eps, 1 + eps) A).
 
@@ -134,6 +134,8 @@ def clipped_surrogate_loss(log_ratios, advantages, clip_epsilon):
     log_ratios: float32 [T, B], log r (e.g. impact_log_ratio); gradients flow through it.
     advantages: float32 [T, B], held constant (e.g. V-trace GAE-lambda advantages).
     clip_epsilon: PPO's epsilon (IMPACT Table 1, discrete: 0.3).
+    mask: None, or float32 [T, B]: 0 leaves a step out (a truncated episode's reset step,
+      loss_terms.py).
 
   Returns:
     float32 scalar (summed over T and B, like the IMPALA terms above).
@@ -143,7 +145,7 @@ def clipped_surrogate_loss(log_ratios, advantages, clip_epsilon):
   surrogate = tf.minimum(ratios * advantages,
                          tf.clip_by_value(ratios, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
                          * advantages)
-  return -tf.reduce_sum(surrogate)
+  return -tf.reduce_sum(_masked(surrogate, mask))
 
 
 def kl_divergence(p, q):

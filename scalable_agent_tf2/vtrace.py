@@ -60,7 +60,7 @@ def log_probs_from_logits_and_actions(policy_logits, actions):
 def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
                             clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
                             clip_c_threshold=1.0, lambda_=1.0, trust_region_mask=None,
-                            name="vtrace_from_importance_weights"):
+                            transition_mask=None, name="vtrace_from_importance_weights"):
   r"""V-trace targets and policy-gradient advantages from log importance weights.
 
   Section 4.1 and Remark 1: with rho_t = min(rho_bar, pi/mu) and
@@ -80,6 +80,12 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
   with m_T = 1 (v_T = V(x_T) anyway). Rejected steps' own v_s and advantages are still
   returned; the losses leave them out (losses.py, `mask`).
 
+  With a transition mask k (a truncated episode's artificial reset step, k_t = 0:
+  environments/truncation.py, loss_terms.py), rho_t = c_t = 0 and the policy-gradient weight 0
+  there: delta_t V = 0, so v_t = V(x_t) exactly, and the transition into x_t bootstraps from
+  it, v_{t-1} - V(x_{t-1}) = rho_{t-1} (r_{t-1} + gamma_{t-1} V(x_t) - V(x_{t-1})), as at the
+  end of an unroll (v_T = V(x_T)). Multiplying by k = 1 is exact: all ones changes no bit.
+
   Args:
     log_rhos: float32 [T, B], log(pi(a_t|x_t) / mu(a_t|x_t)).
     discounts: float32 [T, B], gamma_t (zero where the episode ended after step t).
@@ -93,6 +99,8 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
     lambda_: the extra trace discount of Remark 2 (1 = the paper's default).
     trust_region_mask: None (plain V-trace), or float32 [T, B] with 1 for kept and 0 for
       rejected steps (`trust_region_mask(...)`); cuts the traces as above.
+    transition_mask: None, or float32 [T, B] with 0 for a transition that carries no
+      information (rho_t = c_t = 0 there, as above) and 1 elsewhere.
     name: name scope.
 
   Returns:
@@ -109,6 +117,15 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
     rhos = tf.exp(log_rhos)
     clipped_rhos = _truncate(rhos, clip_rho_threshold)
     cs = lambda_ * _truncate(rhos, clip_c_threshold)
+    pg_rhos = _truncate(rhos, clip_pg_rho_threshold)
+    if transition_mask is not None:
+      transition_mask = tf.convert_to_tensor(transition_mask, dtype=tf.float32)
+      if not transition_mask.shape.is_compatible_with(log_rhos.shape):
+        raise ValueError(f"transition_mask has shape {transition_mask.shape}, expected "
+                         f"[T, B] = {log_rhos.shape} (time-major).")
+      clipped_rhos = clipped_rhos * transition_mask
+      cs = cs * transition_mask
+      pg_rhos = pg_rhos * transition_mask
     values_t_plus_1 = _shift_left(values, bootstrap_value)
     if trust_region_mask is not None:
       trust_region_mask = tf.convert_to_tensor(trust_region_mask, dtype=tf.float32)
@@ -125,8 +142,7 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
     vs_t_plus_1 = _shift_left(vs, bootstrap_value)
     if trust_region_mask is not None:
       vs_t_plus_1 = values_t_plus_1 + next_kept * (vs_t_plus_1 - values_t_plus_1)
-    pg_advantages = _truncate(rhos, clip_pg_rho_threshold) * (
-        rewards + discounts * vs_t_plus_1 - values)
+    pg_advantages = pg_rhos * (rewards + discounts * vs_t_plus_1 - values)
     return VTraceReturns(vs=tf.stop_gradient(vs),
                          pg_advantages=tf.stop_gradient(pg_advantages))
 
@@ -164,7 +180,7 @@ def from_distributions(behaviour_policy, target_policy, actions, discounts, rewa
                        bootstrap_value, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
                        clip_c_threshold=1.0, lambda_=1.0, off_policy_correction=VTRACE,
                        trust_region_threshold=None, trust_region_seed=(0, 0),
-                       name="vtrace_from_distributions"):
+                       transition_mask=None, name="vtrace_from_distributions"):
   """V-trace (or one of Table 2's alternatives) from behaviour and target action
   distributions (distributions.Categorical or DiagGaussian: any kind of action).
 
@@ -195,6 +211,8 @@ def from_distributions(behaviour_policy, target_policy, actions, discounts, rewa
       is 0 there. math.inf computes the mask but keeps every step. Only with
       off_policy_correction='vtrace'.
     trust_region_seed: int32 [2], the seed of a Monte-Carlo implied KL's samples.
+    transition_mask: None, or float32 [T, B]: 0 for a transition that carries no information
+      (`from_importance_weights`; every row of Table 2 takes it).
     name: name scope.
 
   Returns:
@@ -233,13 +251,14 @@ def from_distributions(behaviour_policy, target_policy, actions, discounts, rewa
           clip_rho_threshold=clip_rho_threshold,
           clip_pg_rho_threshold=clip_pg_rho_threshold,
           clip_c_threshold=clip_c_threshold, lambda_=lambda_,
-          trust_region_mask=mask if trust_region_threshold is not None else None)
+          trust_region_mask=mask if trust_region_threshold is not None else None,
+          transition_mask=transition_mask)
     else:
       # Ignoring mu means rho = c = 1 everywhere: log_rhos = 0.
       returns = from_importance_weights(
           tf.zeros_like(log_rhos), discounts, rewards, values, bootstrap_value,
           clip_rho_threshold=None, clip_pg_rho_threshold=None,
-          clip_c_threshold=None, lambda_=lambda_)
+          clip_c_threshold=None, lambda_=lambda_, transition_mask=transition_mask)
       if off_policy_correction == ONE_STEP_IS:
         step_weights = _truncate(tf.exp(log_rhos), clip_pg_rho_threshold)
         returns = returns._replace(
@@ -272,6 +291,7 @@ def trust_region_mask(kl, threshold):
 
 def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
                                 lambda_, clip_rho_threshold=1.0, clip_c_threshold=1.0,
+                                transition_mask=None,
                                 name="vtrace_gae_from_importance_weights"):
   r"""IMPACT's V-trace GAE-lambda advantages (IMPACT paper, section 3.1, after Han & Sung).
 
@@ -286,6 +306,8 @@ def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_
     discounts, rewards, values, bootstrap_value: as in `from_importance_weights`.
     lambda_: GAE's lambda (IMPACT Table 1, discrete: 0.995).
     clip_rho_threshold: rho_bar, or None. clip_c_threshold: c_bar, or None.
+    transition_mask: None, or float32 [T, B] as in `from_importance_weights` (A_t = 0 where it
+      is 0, and A_{t-1} bootstraps from V(x_t)).
     name: name scope.
 
   Returns:
@@ -296,7 +318,7 @@ def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_
     returns = from_importance_weights(
         log_rhos, discounts, rewards, values, bootstrap_value,
         clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=None,
-        clip_c_threshold=clip_c_threshold, lambda_=lambda_)
+        clip_c_threshold=clip_c_threshold, lambda_=lambda_, transition_mask=transition_mask)
     return VTraceReturns(vs=returns.vs, pg_advantages=tf.stop_gradient(returns.vs - values))
 
 

@@ -168,14 +168,15 @@ def test_cartpole_steps_and_resets_by_itself():
 
 
 def test_a_truncated_episode_can_emit_its_last_observation():
-  env = gym_env.GymEnvironment(USER + "UserTarget-v0", seed=1, emit_truncation_step=True,
+  env = gym_env.GymEnvironment(USER + "UserTarget-v0", seed=1,  # emit_truncation_step: default
                                env_kwargs={"max_episode_steps": 3})
   env.initial()
   outputs = [env.step([0.5]) for _ in range(4)]
   assert [o.done for o in outputs] == [False, False, False, True]
+  assert [o.truncated for o in outputs] == [False, False, True, False]
   assert outputs[3].reward == 0.0 and outputs[3].episode_step == 3  # The reset step.
   assert outputs[2].observation.frame.shape == (2,)  # The truncated episode's last.
-  plain = gym_env.GymEnvironment(USER + "UserTarget-v0", seed=1,
+  plain = gym_env.GymEnvironment(USER + "UserTarget-v0", seed=1, emit_truncation_step=False,
                                  env_kwargs={"max_episode_steps": 3})
   plain.initial()
   assert [plain.step([0.5]).done for _ in range(3)] == [False, False, True]

@@ -20,7 +20,8 @@ Interface for an actor thread that drives a group:
   * Every field of the EnvOutput has the group as its leading axis: reward float32 [N]
     (unclipped), done bool [N], observation.frame uint8 [N, 84, 84, 4] (the last frame last,
     as AtariEnvironment's), observation.instruction a tuple of N "" (Atari has none),
-    episode_return float32 [N], episode_step int32 [N]. Row i is what
+    episode_return float32 [N], episode_step int32 [N], truncated bool [N] (all False, as
+    AtariEnvironment's). Row i is what
     AtariEnvironment(seed=seeds[i]).step(actions[i]) returns, field for field, but for the
     no-op counts drawn and the two differences named below.
   * `initial()` starts a new game in every environment: done all True, rewards and statistics
@@ -202,7 +203,8 @@ class AtariVectorGroup(object):
     return EnvOutput(reward=reward, done=done,
                      observation=Observation(frame=frames, instruction=("",) * self.num_envs),
                      episode_return=self._episode_return.copy(),
-                     episode_step=self._episode_step.copy())
+                     episode_step=self._episode_step.copy(),
+                     truncated=np.zeros(self.num_envs, bool))  # No step of its own at a cap.
 
   def initial(self):
     """Starts a new game in every environment; returns the first EnvOutput of the group."""

@@ -148,16 +148,20 @@ class EpisodeStatistics(object):
     self.episode_step = 0
 
 
-def make_env_output(reward, done, frame, instruction, episode_return, episode_step):
+def make_env_output(reward, done, frame, instruction, episode_return, episode_step,
+                    truncated=False):
   """EnvOutput of plain Python / numpy values (structures.EnvOutput).
 
   Args:
     reward: float (unclipped). done: bool. frame: uint8 [H, W, C]. instruction: str ('' when
-    the level has none). episode_return: float. episode_step: int.
+    the level has none). episode_return: float. episode_step: int. truncated: bool, this is
+    a truncated episode's last observation (environments/truncation.py); False for an
+    environment that cannot truncate.
   """
   return EnvOutput(reward=float(reward), done=bool(done),
                    observation=Observation(frame=frame, instruction=instruction),
-                   episode_return=float(episode_return), episode_step=int(episode_step))
+                   episode_return=float(episode_return), episode_step=int(episode_step),
+                   truncated=bool(truncated))
 
 
 class Environment(abc.ABC):

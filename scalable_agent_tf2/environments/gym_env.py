@@ -12,13 +12,14 @@ int32 [] index. Actions: Discrete(n) -> base.EnvSpec(n, ...); Box (A,) -> Contin
 the action clipped to the bounds only in the copy sent to gymnasium (action_bounds.py).
 
 Episode ends. gymnasium tells a termination (the task ended: no value after it) from a
-truncation (a time limit cut it: the return would have gone on). The project's EnvOutput has
-one `done`, which the learner turns into discount 0 (loss_terms: gamma x (1 - done)); both
-kinds set it today, as the MuJoCo tasks do (environments/mujoco.py). truncation.py defines
-what a truncated episode needs instead (its last observation as a step of its own, flagged
-`truncated`, from which the learner bootstraps) and checks the rule in numpy;
-`emit_truncation_step=True` makes this environment emit that step (for the learner that
-reads the flag; see truncation.py).
+truncation (a time limit cut it: the return would have gone on). A termination sets `done` on
+the next episode's first observation, which the learner turns into discount 0 (loss_terms:
+gamma x (1 - done)). A truncation, by default (emit_truncation_step=True), emits the truncated
+episode's last observation as a step of its own with `truncated` True (done False), and the
+next step (its action ignored) starts the next episode with reward 0 and done True; the
+learner cuts the transition leaving the truncated observation, so the return into it
+bootstraps from its value (truncation.py, loss_terms.py). emit_truncation_step=False ends a
+truncated episode like a terminated one, as the MuJoCo tasks do (environments/mujoco.py).
 
 Faults. A step that raises is reported as EnvironmentStepFailed, which actors treat as a dead
 environment process: replaced, the episode dropped, the restart logged. An observation or
@@ -137,7 +138,7 @@ def describe(env_id, env_kwargs):
 class GymEnvironment(base.Environment):
   """See the module docstring."""
 
-  def __init__(self, level_name, seed=0, env_kwargs=None, emit_truncation_step=False):
+  def __init__(self, level_name, seed=0, env_kwargs=None, emit_truncation_step=True):
     """Makes the environment (gymnasium.make).
 
     Args:
@@ -146,7 +147,8 @@ class GymEnvironment(base.Environment):
         generator, so a seed fixes every episode.
       env_kwargs: dict of keyword arguments for gymnasium.make.
       emit_truncation_step: emit a truncated episode's last observation as a step of its own
-        (truncation.py); False: a truncation ends the episode like a termination.
+        with `truncated` True (truncation.py; the default); False: a truncation ends the
+        episode like a termination.
     """
     if int(seed) != seed or seed < 0:
       raise ValueError(f"seed must be a non-negative integer (gymnasium's), got {seed!r}.")
@@ -245,7 +247,8 @@ class GymEnvironment(base.Environment):
     if truncated and not terminated and self._emit_truncation_step:
       self._last_statistics = self._statistics.record(reward, episode_ended=True)
       self._pending_reset = True
-      return base.make_env_output(reward, False, frame, "", *self._last_statistics)
+      return base.make_env_output(reward, False, frame, "", *self._last_statistics,
+                                  truncated=True)
     ended = bool(terminated or truncated)
     episode_return, episode_step = self._statistics.record(reward, episode_ended=ended)
     if ended:

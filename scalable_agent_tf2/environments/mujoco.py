@@ -31,7 +31,10 @@ Tasks. The paper ran gym's -v2 tasks (mujoco-py, MuJoCo 1.5 or 2.0); gymnasium 1
     never terminates, +-0.1 uniform on positions and 0.1 N(0, 1) on velocities; Humanoid
     healthy while 1 < z < 2, +-1e-2.
   * A time-limit truncation ends the episode like a termination (done True), as gym's -v2
-    TimeLimit and the paper's code base did.
+    TimeLimit and the paper's code base did (RLlib's default then: the episode's end is a
+    `done`, with no bootstrap). `truncated` stays False: the step of its own that
+    truncation.py defines (the gym family emits it) would bootstrap from V(x_1000) and add an
+    agent step per episode, which the IMPACT paper's MuJoCo numbers did not have.
 
 Actions. The environment takes the policy's float sample [A] unclipped; only the copy sent to
 gymnasium is clipped to the action space's bounds (action_bounds.clip_to_bounds, as RLlib's

@@ -282,7 +282,7 @@ class EnvironmentProcess(base.Environment):
       raise
 
   def _unpack(self, packed):
-    reward, done, frame, instruction, episode_return, episode_step = packed
+    reward, done, frame, instruction, episode_return, episode_step, truncated = packed
     if frame is None:
       # The single copy: the buffer is reused by the next step. No view outlives this line,
       # so that the segment can always be closed.
@@ -290,7 +290,8 @@ class EnvironmentProcess(base.Environment):
                          buffer=self._shared.buf).copy()
     return EnvOutput(reward=reward, done=done,
                      observation=Observation(frame=frame, instruction=instruction),
-                     episode_return=episode_return, episode_step=episode_step)
+                     episode_return=episode_return, episode_step=episode_step,
+                     truncated=truncated)
 
   def initial(self):
     return self._unpack(self._call("initial"))

@@ -60,7 +60,7 @@ def _pack_output(env_output, frame_buffer):
     np.copyto(frame_buffer, frame)
     frame = None
   return (env_output.reward, env_output.done, frame, env_output.observation.instruction,
-          env_output.episode_return, env_output.episode_step)
+          env_output.episode_return, env_output.episode_step, env_output.truncated)
 
 
 def _send_output_to(path):

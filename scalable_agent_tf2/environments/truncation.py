@@ -1,22 +1,25 @@
 """Truncated episodes: what V-trace needs to bootstrap them, and the rule in numpy.
 
-Today (structures.EnvOutput): `done` is True at the FIRST observation of a new episode (the
+structures.EnvOutput: `done` is True at the FIRST observation of a new episode (the
 environment reset itself after the action that ended the previous one), and the learner's
 discount of transition t (x_t -> x_{t+1}) is gamma x (1 - done[t+1]) (loss_terms.py,
-docs/ARCHITECTURE.md "Time steps"). A termination and a time-limit truncation look the same:
-both cut the return, and the last observation of the episode is never seen. That is right for
+docs/ARCHITECTURE.md "Time steps"). With `done` alone a termination and a time-limit
+truncation look the same: both cut the return, and the last observation of the episode is
+never seen. That is right for
 a termination (no value after it) and wrong for a truncation, whose return would have gone on:
 V-trace should bootstrap from V(x_last) there (Pardo et al., 2018, "Time limits in
 reinforcement learning", partial-episode bootstrapping; gymnasium's `truncated`).
 
-The convention for truncation (environments/gym_env.py, emit_truncation_step=True):
+The convention for truncation (environments/gym_env.py, emit_truncation_step=True, the gym
+family's default; MuJoCo keeps a truncation as a termination, environments/mujoco.py):
   * the truncated episode's last observation x_last is emitted as a step of its own, with the
     reward of the action that led there, done False (so transition t-1 into it keeps
     discount gamma) and `truncated` True;
   * the next step(action) ignores its action and returns the new episode's first observation
     with reward 0 and done True (discount 0 across the boundary, as today).
-What the learner must do with `truncated` (a new bool field of EnvOutput, [T+1, B] in the
-batch): the transition that LEAVES a truncated observation (t with truncated[t], whose action
+What the learner does with `truncated` (a bool field of EnvOutput, [T+1, B] in the batch;
+loss_terms.py, tests/test_truncation.py through the learner's loss terms): the transition
+that LEAVES a truncated observation (t with truncated[t], whose action
 did nothing) must carry no information: its importance weights rho_t = c_t = 0 and its loss
 terms (policy gradient, baseline, entropy) weighted 0. Then V-trace's target at x_last is
 V(x_last) itself, and the transition into it bootstraps: v_{t-1} = r + gamma V(x_last) (+ the
