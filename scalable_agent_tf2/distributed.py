@@ -70,8 +70,9 @@ from tensorflow.python.framework import errors as tf_errors  # Error code -> cla
 from scalable_agent_tf2 import wire
 
 # 2: messages start with a wire.MessageHeader; 3: the filter sync (filter_sync.py); 4: every
-# call carries a credential (nonce, tag) first, and "ping".
-PROTOCOL_VERSION = 4
+# call carries a credential (nonce, tag) first, and "ping"; 5: env_outputs gain `truncated`
+# (structures.EnvOutput: one more bool [T+1] tensor in every trajectory message).
+PROTOCOL_VERSION = 5
 LEARNER_JOB, ACTOR_JOB = "learner", "actor"
 # Loopback: with no cluster given, nothing listens beyond this machine.
 DEFAULT_LEARNER_ADDRESS = "localhost:8001"

@@ -80,8 +80,9 @@ from scalable_agent_tf2 import stop_signals
 from scalable_agent_tf2 import wire
 
 # 1: the first version (hello with a JSON layout; serialized payloads; episodes by token);
-# 2: every call carries a credential first (distributed.Gatekeeper), and "ping".
-REPLAY_PROTOCOL_VERSION = 2
+# 2: every call carries a credential first (distributed.Gatekeeper), and "ping"; 3: env_outputs
+# gain `truncated` (one more bool [T+1] tensor in every unroll).
+REPLAY_PROTOCOL_VERSION = 3
 # What the replay service's credentials are computed for (distributed.credential_tag).
 REPLAY_DOMAIN = "laser replay service"
 # Loopback: the service listens on this machine only unless told otherwise.
