@@ -18,7 +18,6 @@ is also written to <logdir>/cluster_secret (mode 0600), for an actor process sta
 (--cluster_secret_file=<logdir>/cluster_secret). A secret the user gives (that environment
 variable, or --cluster_secret_file among the experiment flags) is used instead.
 """
-import argparse
 import collections
 import json
 import os
@@ -32,6 +31,7 @@ import time
 
 from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import run_directory
+from scalable_agent_tf2 import settings
 
 _EXPERIMENT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "experiment.py")
@@ -229,15 +229,24 @@ def launch(num_actor_processes, experiment_flags, port=None):
   return code if code > 0 else 1
 
 
+def _parser():
+  """The command line: settings.LaunchSettings' flags (defaults, help, checks there)."""
+  return settings.CommandParser(
+      settings.LaunchSettings, prog="python -m scalable_agent_tf2.launch",
+      usage="python -m scalable_agent_tf2.launch [flags] -- [experiment.py flags of every "
+            "process]",
+      description=__doc__.split("\n")[0] + " Flags after '--' go to every experiment process.")
+
+
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--num_actor_processes", type=int, default=2)
-  parser.add_argument("--port", type=int, default=None, help="Learner port (default: free).")
-  args, rest = parser.parse_known_args(argv)
+  """Exit code: the learner's, or 2 for bad flags (found before any process starts)."""
+  try:
+    args, rest = _parser().parse_settings(argv, known_only=True)
+  except ValueError as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
   if rest and rest[0] == "--":
     rest = rest[1:]
-  if args.num_actor_processes < 1:
-    parser.error("--num_actor_processes must be at least 1.")
   return launch(args.num_actor_processes, rest, args.port)
 
 

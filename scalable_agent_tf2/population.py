@@ -39,10 +39,8 @@ service processes population_processes.py, the decisions pbt.py. The driver impo
 TensorFlow nor experiment.py: the members' flags are checked by a child process
 (the settings layer, config.config_from_argv) before any member starts.
 """
-import argparse
 import dataclasses
 import json
-import math
 import sys
 
 import numpy as np
@@ -51,8 +49,9 @@ from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import pbt
 from scalable_agent_tf2 import population_driver
 from scalable_agent_tf2 import population_processes as processes
+from scalable_agent_tf2 import settings as settings_lib
 
-TABLE_D1, FLAGS_INITIAL = "table_d1", "flags"
+TABLE_D1, FLAGS_INITIAL = settings_lib.TABLE_D1, settings_lib.FLAGS_INITIAL
 # experiment.py flags the driver sets for every member itself.
 _DRIVER_FLAGS = ("logdir", "mode", "seed", "job_name", "task", "cluster")
 # ... and with a shared replay (population_processes.SharedReplay.member_flags).
@@ -91,14 +90,9 @@ def resolve_member_flags(experiment_flags, logdir):
 
 
 def _check_arguments(args, experiment_flags, shared_replay):
-  """The checks that need no resolved flags. Raises ValueError."""
-  if args.population_size < 1:
-    raise ValueError(f"--population_size must be at least 1, got {args.population_size}.")
-  for name in ("ready_episodes", "poll_secs", "stop_timeout_secs", "max_crashes"):
-    if getattr(args, name) <= 0:
-      raise ValueError(f"--{name} must be positive, got {getattr(args, name)}.")
-  if args.burn_in_frames < 0 or math.isnan(args.exploit_threshold):
-    raise ValueError("--burn_in_frames must be >= 0 and --exploit_threshold a number.")
+  """The checks that need no resolved flags: each flag's own (settings.PopulationSettings),
+  then those that involve the members' flags. Raises ValueError."""
+  settings_lib.check_arguments(settings_lib.PopulationSettings, args)
   driver_flags = _DRIVER_FLAGS + (_SHARED_REPLAY_FLAGS if shared_replay is not None else ())
   for name in _flag_names(experiment_flags):
     if name in driver_flags:
@@ -147,54 +141,21 @@ def settings_from_arguments(args, experiment_flags, shared_replay=None):
 
 
 def _parser():
-  parser = argparse.ArgumentParser(
-      prog="python -m scalable_agent_tf2.population",
+  """The command line: settings.PopulationSettings' flags (defaults, help, checks there)."""
+  return settings_lib.CommandParser(
+      settings_lib.PopulationSettings, prog="python -m scalable_agent_tf2.population",
+      usage="python -m scalable_agent_tf2.population --logdir=DIR [flags] -- "
+            "[experiment.py flags of every member]",
       description="Population-based training (IMPALA Appendix F) of experiment.py members. "
                   "Flags after '--' go to every member.")
-  parser.add_argument("--logdir", required=True, help="The population's directory.")
-  parser.add_argument("--population_size", type=int, default=pbt.POPULATION_SIZE,
-                      help="Members (Tables D.1 and G.1: 24).")
-  parser.add_argument("--initial_hyperparameters", choices=(TABLE_D1, FLAGS_INITIAL),
-                      default=TABLE_D1, help="table_d1: each member draws entropy cost, "
-                      "learning rate and RMSProp epsilon from Table D.1 (the paper); flags: "
-                      "every member starts from the level's presets and the flags.")
-  parser.add_argument("--burn_in_frames", type=int, default=pbt.BURN_IN_FRAMES,
-                      help="No evolution before a member has trained this many frames "
-                      "(Appendix F: 20M).")
-  parser.add_argument("--ready_episodes", type=int, default=pbt.READY_EPISODES,
-                      help="A member evolves after this many new episodes; its fitness is "
-                      "measured on its last this many (Appendix F: 5,000).")
-  parser.add_argument("--exploit_threshold", type=float, default=pbt.EXPLOIT_THRESHOLD,
-                      help="Copy a member whose fitness is more than this higher (Appendix F: "
-                      "5 points of mean capped human-normalised score; raw return on a "
-                      "single level).")
-  parser.add_argument("--seed", type=int, default=1,
-                      help="Seeds the sampling, the decisions and the members' seeds.")
-  parser.add_argument("--poll_secs", type=float, default=10.0,
-                      help="Seconds between checks of the members.")
-  parser.add_argument("--stop_timeout_secs", type=float, default=300.0,
-                      help="A stopping member has this long to write its checkpoint.")
-  parser.add_argument("--max_crashes", type=int, default=3,
-                      help="Stop when a member crashes this many times in a row without a "
-                      "new checkpoint.")
-  parser.add_argument("--member_prefix", default="",
-                      help='Command put before each member\'s "python experiment.py ..." '
-                      '(a cluster launcher, e.g. "srun --nodes=1 --ntasks=1"); {member} is '
-                      "replaced by the member's index.")
-  parser.add_argument("--shared_replay_capacity", type=int, default=0,
-                      help="Unrolls of one LASER episode replay shared by every member "
-                      "(Schmitt et al. 2019, section 5.4), served by a replay service process "
-                      "the driver runs on a free loopback port; members get --laser_replay, "
-                      "--shared_replay_address and --agent_tag=member_NN (give "
-                      "--replay_fraction after '--'). 0: off.")
-  parser.add_argument("--curve_of", type=int, default=None,
-                      help="Do not train: print member K's learning curve across its "
-                      "ancestors (JSON lines, log.jsonl records) and exit.")
-  return parser
 
 
 def main(argv=None):
-  args, rest = _parser().parse_known_args(argv)
+  try:
+    args, rest = _parser().parse_settings(argv, known_only=True)
+  except ValueError as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
   if args.curve_of is not None:
     try:
       curve = pbt.reconstruct_curve(args.logdir, args.curve_of)
@@ -211,9 +172,6 @@ def main(argv=None):
     rest = rest[1:]
   shared_replay = None
   try:
-    if args.shared_replay_capacity < 0:
-      raise ValueError(f"--shared_replay_capacity must be >= 0 (0: off), got "
-                       f"{args.shared_replay_capacity}.")
     if args.shared_replay_capacity:
       shared_replay = processes.SharedReplay(processes.free_loopback_address(),
                                              args.shared_replay_capacity, seed=args.seed)

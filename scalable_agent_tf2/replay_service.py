@@ -63,7 +63,6 @@ including hello) and, without a secret, listens on loopback only unless
 (wire.message_problem: header fields, level index, actions), so that no sampler receives one
 it cannot read.
 """
-import argparse
 import collections
 import json
 import socket
@@ -76,6 +75,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2 import buffers
 from scalable_agent_tf2 import distributed
+from scalable_agent_tf2 import settings as settings_lib
 from scalable_agent_tf2 import stop_signals
 from scalable_agent_tf2 import wire
 
@@ -402,36 +402,21 @@ def format_stats(stats):
 
 
 def _parser():
-  parser = argparse.ArgumentParser(
-      prog="python -m scalable_agent_tf2.replay_service",
+  """The command line: settings.ReplayServiceSettings' flags (defaults, help and checks)."""
+  return settings_lib.CommandParser(
+      settings_lib.ReplayServiceSettings, prog="python -m scalable_agent_tf2.replay_service",
       description="LASER's shared replay (Schmitt et al. 2019, section 5.4) for agents in "
                   "other processes: run experiment.py with --laser_replay "
                   "--shared_replay_address=ADDRESS. The trajectory layout is taken from the "
                   "first agent; later agents must match it.")
-  parser.add_argument("--address", default=DEFAULT_REPLAY_ADDRESS,
-                      help="host:port to listen on (default: loopback only).")
-  parser.add_argument("--replay_capacity", type=int, default=buffers.DEFAULT_REPLAY_CAPACITY,
-                      help="Unrolls held, oldest episodes removed first (IMPALA Table D.3's "
-                      "10,000; LASER section 5.3 counts observations: capacity x T).")
-  parser.add_argument("--seed", type=int, default=0, help="Seeds the uniform sampling.")
-  parser.add_argument("--log_secs", type=float, default=30.0,
-                      help="Seconds between console lines of the replay's contents.")
-  parser.add_argument("--cluster_secret_file", default="",
-                      help="A file holding the secret every agent must prove (the same as "
-                      "their --cluster_secret_file). Default: the environment variable "
-                      f"{distributed.SECRET_ENVIRONMENT_VARIABLE} (the secret itself), else "
-                      "none: then the service listens on loopback only.")
-  parser.add_argument("--insecure_open_cluster", action="store_true",
-                      help="Let a service without a secret listen beyond loopback: anyone "
-                      "who reaches it can read and fill the replay.")
-  return parser
 
 
 def main(argv=None):
   """Serves until SIGTERM or Ctrl-C. Exit code 2: bad flags or an address in use."""
-  args = _parser().parse_args(argv)
-  if args.log_secs <= 0:
-    print(f"error: --log_secs must be positive, got {args.log_secs}.", file=sys.stderr)
+  try:
+    args, _ = _parser().parse_settings(argv)
+  except ValueError as error:
+    print(f"error: {error}", file=sys.stderr)
     return 2
   say = lambda line: print(line, flush=True)
   try:

@@ -3,9 +3,17 @@
 The fields of `ExperimentSettings` (and `ClusterSettings`) are the table: experiment.py's
 command-line flags and `python experiment.py --help` are generated from them (`define_flags`,
 `help_text`), `config.ExperimentConfig` is `ExperimentSettings` with behaviour added, and the
-learner's and IMPACT's configs (`config.LearnerConfig`, `config.ImpactConfig`) take their
-fields from the settings marked for them. Flag names are the released code's
-(deepmind/scalable_agent, experiment.py) where it had the setting.
+learner's and IMPACT's configs (`config.LearnerConfig`, `config.ImpactConfig`) hold the
+settings marked for them (`part_of`; a test keeps them in step). Flag names are the released
+code's (deepmind/scalable_agent, experiment.py) where it had the setting.
+
+The other commands have a table each, and their argparse parsers and `--help` are generated
+from it (`CommandParser`): `PopulationSettings` (python -m scalable_agent_tf2.population),
+`ReplayServiceSettings` (python -m scalable_agent_tf2.replay_service) and `LaunchSettings`
+(python -m scalable_agent_tf2.launch). A flag that also is experiment.py's (--seed,
+--replay_capacity, --log_secs, ...) is that setting reused (`reuse`): one definition of its
+type, choices, check and source, with the command's own default and help where they differ.
+Every flag is defined once across all tables (test_settings_tables.py).
 
 A setting whose default is `PRESET` (None) takes the paper's value for the run's level or suite
 (`presets.presets`: Table G.1 for Atari, Table D.3 and the released code for DeepMind Lab); a
@@ -15,6 +23,7 @@ setting's check and the checks that combine settings.
 This module, presets.py and config.py import neither TensorFlow nor the project's TensorFlow
 modules, so a bad flag is reported in well under a second (TensorFlow takes seconds to load).
 """
+import argparse
 import dataclasses
 import json
 import math
@@ -22,6 +31,7 @@ import textwrap
 from typing import Any, Callable, Optional
 
 from scalable_agent_tf2 import buffers  # numpy only.
+from scalable_agent_tf2 import pbt  # Appendix F's constants; TensorFlow-free.
 
 # Choices. The modules that implement them (losses, vtrace, networks, learner) import these.
 TRAIN, TEST = "train", "test"
@@ -68,6 +78,18 @@ TOPICS = {
     IMPACT_TOPIC: "IMPACT (Luo et al., 2020; --algorithm=impact only)",
     CLUSTER: "Cluster: distributed training (leave empty on one machine)",
 }
+# The other commands' topics, in their --help's order (a command lists the topics it has).
+POPULATION_TOPIC, EVOLUTION, MEMBERS = "population", "evolution", "members"
+SHARED_REPLAY, REPLAY_SERVICE, LAUNCH = "shared_replay", "replay_service", "launch"
+COMMAND_TOPICS = {
+    POPULATION_TOPIC: "Population: where, how many members, how they start (IMPALA Appendix F)",
+    EVOLUTION: "Evolution: when a member is ready, whom it copies (Appendix F)",
+    MEMBERS: "Members: how their processes run and are watched",
+    SHARED_REPLAY: "LASER's shared replay (Schmitt et al., 2019, section 5.4)",
+    REPLAY_SERVICE: "Replay service: LASER's shared replay (Schmitt et al., 2019, section 5.4)",
+    LAUNCH: "Launcher: one learner and N actor processes on this machine",
+}
+ALL_TOPICS = {**TOPICS, **COMMAND_TOPICS}
 # Which derived config a setting also belongs to (config.LearnerConfig, config.ImpactConfig).
 FOR_LEARNER, FOR_IMPACT = "learner", "impact"
 
@@ -92,6 +114,9 @@ JSON_OBJECT = Check(lambda v: _is_json_object(v),
                     "a JSON object of gymnasium.make's keyword arguments, e.g. "
                     "'{\"continuous\": true}' (or empty)")
 WHOLE_POSITIVE = Check(lambda v: v >= 1 and float(v).is_integer(), "a positive integer")
+A_NUMBER = Check(lambda v: not math.isnan(v), "a number")
+OFF_OR_POSITIVE = Check(lambda v: v >= 0, ">= 0 (0: off)")
+PORT = Check(lambda v: 0 <= v <= 65535, "a port number, 0-65535 (0: a free one)")
 
 
 def _is_json_object(text):
@@ -119,7 +144,31 @@ def setting(default, topic, doc, *, source="", choices=None, check=None, part_of
   """
   return dataclasses.field(default=default, metadata=dict(
       topic=topic, doc=doc, source=source, choices=choices, check=check, part_of=part_of,
-      preset=preset))
+      preset=preset, reused_from=None))
+
+
+REQUIRED = dataclasses.MISSING  # reuse(..., default=REQUIRED): the flag must be given.
+_SAME = object()
+
+
+def reuse(table, name, *, default=_SAME, topic=None, doc=None):
+  """Setting `name` of `table` as a field of another command's table: the same flag.
+
+  Its type (the annotation, which test_settings_tables.py compares), choices, check and
+  source stay the definition's, so the flag means and checks the same in every command; the
+  command may give its own default (REQUIRED: no default), topic and help text.
+  """
+  original = {f.name: f for f in dataclasses.fields(table)}[name]
+  if original.metadata["reused_from"]:
+    raise ValueError(f"Reuse {name} from {original.metadata['reused_from']}, its definition.")
+  metadata = dict(original.metadata, reused_from=f"{table.__name__}.{name}",
+                  part_of=None, preset=False)
+  if topic is not None:
+    metadata["topic"] = topic
+  if doc is not None:
+    metadata["doc"] = doc
+  return dataclasses.field(default=original.default if default is _SAME else default,
+                           metadata=metadata)
 
 
 def _preset(topic, doc, source, **kwargs):
@@ -370,6 +419,95 @@ class ClusterSettings:
       "trust completely; the learner says so at start.")
 
 
+# Loopback: a replay service listens on this machine only unless told otherwise
+# (replay_service.DEFAULT_REPLAY_ADDRESS, which imports TensorFlow; a test keeps them equal).
+DEFAULT_REPLAY_ADDRESS = "localhost:8010"
+# --initial_hyperparameters: drawn from Table D.1 (the paper), or the flags' for every member.
+TABLE_D1, FLAGS_INITIAL = "table_d1", "flags"
+INITIAL_HYPERPARAMETERS = (TABLE_D1, FLAGS_INITIAL)
+
+
+@dataclasses.dataclass(frozen=True)
+class PopulationSettings:
+  """python -m scalable_agent_tf2.population's flags (population.py); the members' own flags
+  (after "--") are experiment.py's."""
+  logdir: str = reuse(ExperimentSettings, "logdir", default=REQUIRED, topic=POPULATION_TOPIC,
+                      doc="The population's directory (each member's is <logdir>/member_NN).")
+  population_size: int = setting(pbt.POPULATION_SIZE, POPULATION_TOPIC, "Members.",
+                                 source="Tables D.1 and G.1: 24", check=POSITIVE_INT)
+  initial_hyperparameters: str = setting(
+      TABLE_D1, POPULATION_TOPIC, "table_d1: each member draws entropy cost, learning rate and "
+      "RMSProp epsilon from Table D.1 (the paper); flags: every member starts from the level's "
+      "presets and the flags.", source="Table D.1", choices=INITIAL_HYPERPARAMETERS)
+  seed: int = reuse(ExperimentSettings, "seed", topic=POPULATION_TOPIC,
+                    doc="Seeds the sampling, the decisions and the members' seeds.")
+  curve_of: Optional[int] = setting(
+      None, POPULATION_TOPIC, "Do not train: print member K's learning curve across its "
+      "ancestors (JSON lines, log.jsonl records) and exit.", check=NON_NEGATIVE)
+  burn_in_frames: int = setting(
+      pbt.BURN_IN_FRAMES, EVOLUTION, "No evolution before a member has trained this many "
+      "frames.", source="Appendix F: 20M", check=NON_NEGATIVE)
+  ready_episodes: int = setting(
+      pbt.READY_EPISODES, EVOLUTION, "A member evolves after this many new episodes; its "
+      "fitness is measured on its last this many.", source="Appendix F: 5,000",
+      check=POSITIVE_INT)
+  exploit_threshold: float = setting(
+      pbt.EXPLOIT_THRESHOLD, EVOLUTION, "Copy a member whose fitness is more than this higher "
+      "(mean capped human-normalised score; raw return on a single level).",
+      source="Appendix F: 5 points", check=A_NUMBER)
+  poll_secs: float = setting(10.0, MEMBERS, "Seconds between checks of the members.",
+                             check=POSITIVE)
+  stop_timeout_secs: float = setting(
+      300.0, MEMBERS, "A stopping member has this long to write its checkpoint.",
+      check=POSITIVE)
+  max_crashes: int = setting(
+      3, MEMBERS, "Stop when a member crashes this many times in a row without a new "
+      "checkpoint.", check=POSITIVE_INT)
+  member_prefix: str = setting(
+      "", MEMBERS, 'Command put before each member\'s "python -m '
+      'scalable_agent_tf2.experiment_main ..." (a cluster launcher, e.g. "srun --nodes=1 '
+      '--ntasks=1"); {member} is replaced by the member\'s index.')
+  shared_replay_capacity: int = setting(
+      0, SHARED_REPLAY, "Unrolls of one LASER episode replay shared by every member, served by "
+      "a replay service process the driver runs on a free loopback port; members get "
+      "--laser_replay, --shared_replay_address and --agent_tag=member_NN (give "
+      "--replay_fraction after '--'). 0: off.", source="LASER section 5.4",
+      check=OFF_OR_POSITIVE)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayServiceSettings:
+  """python -m scalable_agent_tf2.replay_service's flags (replay_service.py)."""
+  address: str = setting(DEFAULT_REPLAY_ADDRESS, REPLAY_SERVICE,
+                         "host:port to listen on (default: loopback only).")
+  replay_capacity: int = reuse(
+      ExperimentSettings, "replay_capacity", topic=REPLAY_SERVICE,
+      doc="Unrolls held, oldest episodes removed first (LASER section 5.3 counts "
+      "observations: capacity x T).")
+  seed: int = reuse(ExperimentSettings, "seed", default=0, topic=REPLAY_SERVICE,
+                    doc="Seeds the uniform sampling.")
+  log_secs: float = reuse(ExperimentSettings, "log_secs", default=30.0, topic=REPLAY_SERVICE,
+                          doc="Seconds between console lines of the replay's contents.")
+  cluster_secret_file: str = reuse(
+      ClusterSettings, "cluster_secret_file",
+      doc="A file holding the secret every agent must prove (the same as their "
+      "--cluster_secret_file). Default: the environment variable IMPALA_CLUSTER_SECRET (the "
+      "secret itself), else none: then the service listens on loopback only.")
+  insecure_open_cluster: bool = reuse(
+      ClusterSettings, "insecure_open_cluster",
+      doc="Let a service without a secret listen beyond loopback: anyone who reaches it can "
+      "read and fill the replay.")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSettings:
+  """python -m scalable_agent_tf2.launch's flags (launch.py); the flags after "--" are every
+  process's experiment flags."""
+  num_actor_processes: int = setting(2, LAUNCH, "Actor processes next to the learner.",
+                                     check=POSITIVE_INT)
+  port: Optional[int] = setting(None, LAUNCH, "Learner port (default: free).", check=PORT)
+
+
 # The learner's fixed V-trace settings (LearnerConfig fields without a flag).
 VTRACE_CONSTANTS = (
     ("clip_rho_threshold", 1.0),     # rho_bar, section 5.2.1.
@@ -380,7 +518,9 @@ VTRACE_CONSTANTS = (
 IMPACT_SETTINGS = tuple(f.name for f in dataclasses.fields(ExperimentSettings)
                         if f.metadata["topic"] == IMPACT_TOPIC)
 CLUSTER_SETTINGS = tuple(f.name for f in dataclasses.fields(ClusterSettings))
-TABLES = (ExperimentSettings, ClusterSettings)
+TABLES = (ExperimentSettings, ClusterSettings)  # experiment.py's.
+COMMAND_TABLES = (PopulationSettings, ReplayServiceSettings, LaunchSettings)
+ALL_TABLES = TABLES + COMMAND_TABLES
 
 
 def all_settings():
@@ -410,8 +550,17 @@ def check_values(settings, flag=True):
   """Checks every field of a settings dataclass (or a derived config) on its own."""
   table = {f.name: f for f in all_settings()}
   for field in dataclasses.fields(settings):
-    if field.name in table:
+    if "check" in field.metadata:  # A field of a table: its own check.
+      check_value(field.name, getattr(settings, field.name), field, flag)
+    elif field.name in table:  # A derived config's field: the setting's check.
       check_value(field.name, getattr(settings, field.name), table[field.name], flag)
+
+
+def check_arguments(table, arguments):
+  """Checks a command's parsed arguments (an argparse Namespace, or the table's instance)
+  against its table. Raises ValueError: "--name must be <requirement>, got <value>."."""
+  for field in dataclasses.fields(table):
+    check_value(field.name, getattr(arguments, field.name), field)
 
 
 def _flag_type(field):
@@ -450,19 +599,81 @@ def define_flags(flag_values):
       getattr(flags, f"DEFINE_{kind}")(field.name, field.default, help_text_, **kwargs)
 
 
-def help_text(width=100):
-  """The settings by topic: flag, type or choices, default, help and source (--help)."""
+def help_text(width=100, tables=TABLES):
+  """The settings of `tables` (experiment.py's by default) by topic: flag, type or choices,
+  default, help and source (--help)."""
   lines = []
-  for topic, title in TOPICS.items():
+  fields = [field for table in tables for field in dataclasses.fields(table)]
+  for topic, title in ALL_TOPICS.items():
+    in_topic = [f for f in fields if f.metadata["topic"] == topic]
+    if not in_topic:
+      continue
     lines += ["", f"{title}:"]
-    for field in (f for f in all_settings() if f.metadata["topic"] == topic):
+    for field in in_topic:
       choices = field.metadata["choices"]
       kind = "|".join(repr(c) if c == "" else c for c in choices) if choices else (
           _base_type(field).__name__)
-      default = "the level's preset" if field.metadata["preset"] else repr(field.default)
-      lines.append(f"  --{field.name}: {kind} (default: {default})")
+      if field.default is REQUIRED:
+        default = "required"
+      else:
+        default = "default: " + (
+            "the level's preset" if field.metadata["preset"] else repr(field.default))
+      lines.append(f"  --{field.name}: {kind} ({default})")
       text = field.metadata["doc"]
       if field.metadata["source"]:
         text += f" [Source: {field.metadata['source']}.]"
       lines += textwrap.wrap(text, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
   return "\n".join(lines)
+
+
+class CommandParser(argparse.ArgumentParser):
+  """The argparse parser of a command whose flags are a table's settings (one flag each).
+
+  Values are converted by argparse (a malformed number: argparse's usage error, exit 2); the
+  table's checks run in `parse_settings` (or `check_arguments`), so a bad value reads as
+  experiment.py's do. --help lists the flags by topic with their defaults and sources, as
+  `python experiment.py --help` does.
+  """
+
+  def __init__(self, table, prog, description, **kwargs):
+    super().__init__(prog=prog, description=description, **kwargs)
+    self.table = table
+    groups = {}
+    for field in dataclasses.fields(table):
+      topic = field.metadata["topic"]
+      if topic not in groups:
+        groups[topic] = self.add_argument_group(ALL_TOPICS[topic])
+      options = dict(dest=field.name, help=_flag_help(field).replace("%", "%%"))
+      if field.default is REQUIRED:
+        options["required"] = True
+      else:
+        options["default"] = field.default
+      if _base_type(field) is bool:
+        if field.default is not False:
+          raise ValueError(f"--{field.name}: a command's bool flag is off by default.")
+        options["action"] = "store_true"
+      else:
+        options["type"] = _base_type(field)
+        if field.metadata["choices"] is not None:
+          options["choices"] = field.metadata["choices"]
+      groups[topic].add_argument(f"--{field.name}", **options)
+
+  def format_help(self):
+    description = textwrap.fill(self.description, 100)
+    return (f"{self.format_usage()}\n{description}\n\nFlags ({self.prog} "
+            f"--flag=value):\n{help_text(tables=(self.table,))}\n")
+
+  def parse_settings(self, argv=None, known_only=False):
+    """(the table's instance, the arguments it left: those after "--" with `known_only`).
+
+    Raises:
+      ValueError: a value fails its setting's check, naming the flag.
+    """
+    if known_only:
+      arguments, rest = self.parse_known_args(argv)
+    else:
+      arguments, rest = self.parse_args(argv), []
+    values = self.table(**{f.name: getattr(arguments, f.name)
+                           for f in dataclasses.fields(self.table)})
+    check_arguments(self.table, values)
+    return values, rest

@@ -255,7 +255,7 @@ def test_command_line_checks_its_flags_before_starting(tmp_path, capsys):
     return code, capsys.readouterr().err
 
   assert run("--population_size=0", "--", "--level_name=atari/pong") == (
-      2, "error: --population_size must be at least 1, got 0.\n")
+      2, "error: --population_size must be a positive integer, got 0.\n")
   code, error = run("--", "--level_name=atari/pong", "--logdir=/tmp/x")
   assert code == 2 and "--logdir is set by the population driver" in error
   code, error = run("--", "--level_name=atari/pong", "--learning_rate=0.1")
