@@ -23,6 +23,7 @@ import json
 import os
 import secrets
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -33,8 +34,11 @@ from scalable_agent_tf2 import config as config_lib
 from scalable_agent_tf2 import run_directory
 from scalable_agent_tf2 import settings
 
-_EXPERIMENT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "experiment.py")
+# experiment.py's command line as a module of the package, so that an installed copy (pip
+# install ., where no experiment.py is) starts its processes too.
+EXPERIMENT_COMMAND = ("-m", "scalable_agent_tf2.experiment_main")
+# The directory that holds the package: a checkout, or site-packages once installed.
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _free_port():
@@ -181,6 +185,21 @@ def _protect(logdir, experiment_flags, environ):
                f"hand, pass it --cluster_secret_file={path}.")
 
 
+def _finds_package(env):
+  """The processes' environment with the package's directory on PYTHONPATH where needed.
+
+  They run the experiment as a module (-m) in the launcher's working directory, which need not
+  hold a checkout's package (a launcher started from elsewhere, or a test's); an installed
+  package is on their path already.
+  """
+  if _PACKAGE_PARENT in (*site.getsitepackages(), site.getusersitepackages()):
+    return env
+  paths = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
+  if _PACKAGE_PARENT in paths:
+    return env
+  return dict(env, PYTHONPATH=os.pathsep.join([_PACKAGE_PARENT, *paths]))
+
+
 def launch(num_actor_processes, experiment_flags, port=None):
   """Runs the cluster; returns the learner's exit code (1 if it died by a signal, 2 for bad
   flags, found before any process starts)."""
@@ -194,9 +213,10 @@ def launch(num_actor_processes, experiment_flags, port=None):
     print(f"error: {error}", file=sys.stderr)
     return 2
   _say(protection)
+  env = _finds_package(env)
   address = f"localhost:{port or _free_port()}"
   cluster = json.dumps({"learner": [address]})
-  common = [sys.executable, _EXPERIMENT, "--mode=train", f"--cluster={cluster}",
+  common = [sys.executable, *EXPERIMENT_COMMAND, "--mode=train", f"--cluster={cluster}",
             *experiment_flags]
   learner = _Process("learner", common + ["--job_name=learner"], env)
   actors = [_Process(f"actor {k}", common + ["--job_name=actor", f"--task={k}"], env)

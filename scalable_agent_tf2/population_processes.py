@@ -19,8 +19,11 @@ from scalable_agent_tf2 import checkpoint_files
 from scalable_agent_tf2 import pbt
 from scalable_agent_tf2 import runlog
 
+# Children run in the directory that holds the package, so that `-m` finds it.
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPERIMENT = os.path.join(REPO_DIR, "experiment.py")
+# experiment.py's command line as a module of the package, so that an installed copy (pip
+# install ., where no experiment.py is) runs its members too.
+EXPERIMENT_COMMAND = ("-m", "scalable_agent_tf2.experiment_main")
 MEMBER_OUTPUT_FILE = "output.log"
 REPLAY_SERVICE_OUTPUT_FILE = "replay_service.log"
 # A replay service that ends sooner than this after its start counts as failing to start.
@@ -116,7 +119,7 @@ def experiment_command(experiment_flags, member_prefix=""):
   """
   def command(member, logdir, seed, hyperparameters):
     prefix = shlex.split(member_prefix.replace("{member}", str(member)))
-    return [*prefix, sys.executable, EXPERIMENT, "--mode=train", f"--logdir={logdir}",
+    return [*prefix, sys.executable, *EXPERIMENT_COMMAND, "--mode=train", f"--logdir={logdir}",
             f"--seed={seed}", *experiment_flags,
             *(f"--{name}={value!r}" for name, value in sorted(hyperparameters.items()))]
   return command
