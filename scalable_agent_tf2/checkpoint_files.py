@@ -303,34 +303,6 @@ def clean_leftovers(logdir):
     if removed:
       sync_directory(directory)
   return removed, moved, adopted
-  with locked(directory, wait=False) as held:
-    if not held:
-      return removed, moved
-    names = os.listdir(directory)
-    for name in sorted(names):
-      if _is_leftover(directory, name, names):
-        path = os.path.join(directory, name)
-        if os.path.isdir(path):
-          shutil.rmtree(path)
-        else:
-          os.remove(path)
-        removed.append(name)
-    state = read_state(directory)
-    if state is not None:
-      listed = [checkpoint_number(name) for name in state[1]]
-      oldest = min((n for n in listed if n is not None), default=None)
-      for name in complete_checkpoints(directory):
-        if name in state[1]:
-          continue
-        if (len(state[1]) >= MAX_TO_KEEP and oldest is not None
-            and checkpoint_number(name) < oldest):
-          remove_checkpoint(directory, name)
-          removed.append(name)
-        else:
-          moved.append(set_aside(logdir, name))
-    if removed:
-      sync_directory(directory)
-  return removed, moved
 
 
 def has_checkpoint_files(logdir):
