@@ -119,19 +119,13 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
     cs = lambda_ * _truncate(rhos, clip_c_threshold)
     pg_rhos = _truncate(rhos, clip_pg_rho_threshold)
     if transition_mask is not None:
-      transition_mask = tf.convert_to_tensor(transition_mask, dtype=tf.float32)
-      if not transition_mask.shape.is_compatible_with(log_rhos.shape):
-        raise ValueError(f"transition_mask has shape {transition_mask.shape}, expected "
-                         f"[T, B] = {log_rhos.shape} (time-major).")
+      transition_mask = _checked_mask(transition_mask, "transition_mask", log_rhos)
       clipped_rhos = clipped_rhos * transition_mask
       cs = cs * transition_mask
       pg_rhos = pg_rhos * transition_mask
     values_t_plus_1 = _shift_left(values, bootstrap_value)
     if trust_region_mask is not None:
-      trust_region_mask = tf.convert_to_tensor(trust_region_mask, dtype=tf.float32)
-      if not trust_region_mask.shape.is_compatible_with(log_rhos.shape):
-        raise ValueError(f"trust_region_mask has shape {trust_region_mask.shape}, expected "
-                         f"[T, B] = {log_rhos.shape} (time-major).")
+      trust_region_mask = _checked_mask(trust_region_mask, "trust_region_mask", log_rhos)
       # m_{s+1}: whether step s+1 is kept; the bootstrap value (s = T-1) always is.
       next_kept = _shift_left(trust_region_mask, tf.ones_like(bootstrap_value))
       cs = cs * next_kept
@@ -320,6 +314,15 @@ def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_
         clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=None,
         clip_c_threshold=clip_c_threshold, lambda_=lambda_, transition_mask=transition_mask)
     return VTraceReturns(vs=returns.vs, pg_advantages=tf.stop_gradient(returns.vs - values))
+
+
+def _checked_mask(mask, name, log_rhos):
+  """`mask` as float32 [T, B]; ValueError naming it unless its shape fits log_rhos'."""
+  mask = tf.convert_to_tensor(mask, dtype=tf.float32)
+  if not mask.shape.is_compatible_with(log_rhos.shape):
+    raise ValueError(f"{name} has shape {mask.shape}, expected [T, B] = {log_rhos.shape} "
+                     f"(time-major).")
+  return mask
 
 
 def _truncate(weights, threshold):
