@@ -315,8 +315,10 @@ class ContinuousFrameAgent(tf.Module):
     """
     # pylint: disable=g-import-not-at-top  (torsos imports layers: only this agent needs them.)
     from scalable_agent_tf2 import layers
+    from scalable_agent_tf2 import networks
     from scalable_agent_tf2 import torsos
     super().__init__(name=name)
+    self._to_unit_float = networks.to_unit_float  # The frame agents' input scaling.
     self.config = config
     init = NormcInitializer(seed)
     with self.name_scope:
@@ -328,11 +330,7 @@ class ContinuousFrameAgent(tf.Module):
                             name="baseline")
       self._sampler = tf.random.Generator.from_seed(seed + 1)
 
-  def initial_state(self, batch_size):
-    """() : the agent has no recurrent core."""
-    del batch_size
-    return ()
-
+  initial_state = ContinuousAgent.initial_state
   step = ContinuousAgent.step
 
   def unroll(self, prev_actions, env_outputs, core_state):
@@ -351,7 +349,7 @@ class ContinuousFrameAgent(tf.Module):
     frames = tf.convert_to_tensor(env_outputs.observation.frame)
     steps, batch = tf.shape(frames)[0], tf.shape(frames)[1]
     flat = tf.reshape(frames, [-1] + list(self.config.frame_shape))
-    features = self.torso(tf.cast(flat, tf.float32) / 255.0)  # networks.to_unit_float.
+    features = self.torso(self._to_unit_float(flat))
     mean, log_std = self.policy(features)
     to_time_major = lambda t: tf.reshape(t, [steps, batch, self.config.action_size])
     return GaussianNetworkOutput(
