@@ -6,7 +6,7 @@ benchmarks do not depend on the tests.
 """
 import numpy as np
 
-from scalable_agent_tf2 import networks
+from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
 _INSTRUCTIONS = ("pick the red hat", "go to the blue room", "")

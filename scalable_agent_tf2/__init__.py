@@ -1,9 +1,16 @@
 """A TensorFlow 2 reproduction of IMPALA (Espeholt et al., 2018), with IMPACT and LASER.
 
-Rooms (one concept per module; see README.md):
-  vtrace      V-trace and the off-policy corrections of the paper's Table 2.
-  losses      IMPALA's loss terms and reward clipping.
-  optimizers  RMSProp with TF1 semantics and the linear learning-rate schedule.
-  networks    The shallow and deep agents of Figure 3 (acting `step`, learning `unroll`).
-  learner     The compiled learner update.
+Rooms, each a subpackage whose docstring says what it holds and what it may import (the rules
+are tests/test_import_rules.py's; docs/ARCHITECTURE.md lists them):
+  configuration  settings tables, presets, level names; no TensorFlow.
+  environments   environment families and how their environments run; no TensorFlow.
+  agent          networks built from the environment's spec; action distributions.
+  learning       V-trace, losses, optimizer, learners, replay buffers, input pipeline.
+  acting         actor threads and the batched policy.
+  transport      wire format, RPC, replay service.
+  run            assembly, training and test supervisors, checkpoints, launcher.
+  runfiles       the run's files (log, checkpoint layout, logdir); no TensorFlow.
+  population     population-based training's driver; no TensorFlow.
+  utils          signals, profiling, quiet TensorFlow import.
+structures.py holds the records every room shares (no TensorFlow).
 """

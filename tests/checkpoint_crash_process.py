@@ -26,7 +26,7 @@ VALUES = 8192
 def _checkpoints_module():
   path = os.environ.get("CHECKPOINTS_PY")
   if not path:
-    from scalable_agent_tf2 import checkpoints  # pylint: disable=import-outside-toplevel
+    from scalable_agent_tf2.run import checkpoints  # pylint: disable=import-outside-toplevel
     return checkpoints
   import importlib.util  # pylint: disable=import-outside-toplevel
   spec = importlib.util.spec_from_file_location("checkpoints_under_test", path)

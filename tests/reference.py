@@ -1,7 +1,7 @@
 """The numpy ground truth of V-trace, written once for every test that checks it.
 
 Sums the paper's equation (1) term by term (IMPALA section 4.1), with no recursion shared with
-scalable_agent_tf2/vtrace.py, plus the inputs the tests draw for it.
+scalable_agent_tf2/learning/vtrace.py, plus the inputs the tests draw for it.
 """
 import numpy as np
 

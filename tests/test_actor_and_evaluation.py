@@ -2,13 +2,13 @@
 import numpy as np
 import pytest
 
-from scalable_agent_tf2 import action_spaces
-from scalable_agent_tf2 import actor
-from scalable_agent_tf2 import evaluation
-from scalable_agent_tf2 import monitoring
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import policies
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.acting import action_spaces
+from scalable_agent_tf2.acting import actor
+from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.run import monitoring
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 

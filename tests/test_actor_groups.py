@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import actor
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import evaluation
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import policies
-from scalable_agent_tf2 import presets
+from scalable_agent_tf2.acting import actor
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.configuration import presets
 from scalable_agent_tf2.environments import EnvironmentProcessDied, LevelCannotRun
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 from scalable_agent_tf2.environments.atari_vector import AtariVectorGroup

@@ -7,7 +7,7 @@ import pytest
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
 from scalable_agent_tf2 import environments
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 
 gymnasium.register_envs(ale_py)

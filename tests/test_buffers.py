@@ -5,7 +5,8 @@ import threading
 import numpy as np
 import pytest
 
-from scalable_agent_tf2 import buffers
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.learning import buffers
 
 
 def test_replay_removes_first_in_first_out_and_holds_at_most_its_capacity():
@@ -66,7 +67,7 @@ def test_replay_is_thread_safe():
 @pytest.mark.parametrize("batch_size,fraction,want", [
     (32, 0.0, 0), (32, 0.5, 16), (8, 0.5, 4), (10, 0.25, 2), (4, 0.75, 3)])
 def test_num_replayed_per_batch(batch_size, fraction, want):
-  assert buffers.num_replayed_per_batch(batch_size, fraction) == want
+  assert config_lib.num_replayed_per_batch(batch_size, fraction) == want
 
 
 @pytest.mark.parametrize("batch_size,fraction,message", [
@@ -74,7 +75,7 @@ def test_num_replayed_per_batch(batch_size, fraction, want):
     (32, 1.5, r"\[0, 1\)"), (4, 0.9, "no online trajectory"), (4, 0.1, "no replayed")])
 def test_bad_replay_fractions_are_clear_errors(batch_size, fraction, message):
   with pytest.raises(ValueError, match=message):
-    buffers.num_replayed_per_batch(batch_size, fraction)
+    config_lib.num_replayed_per_batch(batch_size, fraction)
 
 
 def test_mixer_puts_exactly_the_replayed_share_in_every_batch():

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import actor_process
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import distributed
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import replay_client
-from scalable_agent_tf2 import replay_service
-from scalable_agent_tf2 import wire
+from scalable_agent_tf2.run import actor_process
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.transport import replay_client
+from scalable_agent_tf2.transport import replay_service
+from scalable_agent_tf2.transport import wire
 from tests import test_distributed as td
 from tests import test_training
 
@@ -358,7 +358,8 @@ SECURE_LEARNER_SCRIPT = textwrap.dedent("""
     from tests import test_cluster_security as s
     from tests import test_training as t
     from scalable_agent_tf2.environments import toy as toy_environment
-    from scalable_agent_tf2 import actor_process, training
+    from scalable_agent_tf2.run import actor_process
+    from scalable_agent_tf2.run import training
 
     class Protected(actor_process.RemoteActors):
       def __init__(self, *args, **kwargs):

@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import action_spaces
-from scalable_agent_tf2 import actor as actor_lib
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import continuous_networks
-from scalable_agent_tf2 import evaluation
-from scalable_agent_tf2 import distributions
-from scalable_agent_tf2 import learner as learner_lib
-from scalable_agent_tf2 import loss_terms
-from scalable_agent_tf2 import policies
-from scalable_agent_tf2 import training
+from scalable_agent_tf2.acting import action_spaces
+from scalable_agent_tf2.acting import actor as actor_lib
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.agent import continuous_networks
+from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.learning import batch_loss
+from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.structures import EnvOutput, GaussianAgentOutput, Observation
 
@@ -73,7 +73,7 @@ def test_mujoco_presets_step_like_adam_under_a_small_clipped_gradient(algorithm)
   # gradient's scale. IMPALA's clip of 0.5 on the summed gradient leaves a weight ~1e-4: the
   # preset's RMSProp must still take steps of about the learning rate there (Table G.1's
   # epsilon 0.01 and TF1's accumulator start took 0.001 of it).
-  from scalable_agent_tf2 import optimizers  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.learning import optimizers  # pylint: disable=g-import-not-at-top
   learner = config_lib.config_from_argv(["--level_name=mujoco/hopper",
                                          f"--algorithm={algorithm}"]).learner_config()
   weight = tf.Variable(tf.zeros([64]))
@@ -235,7 +235,7 @@ def _np_vtrace(log_rhos, discounts, rewards, values, bootstrap, lambda_=1.0):
 def test_gaussian_impala_loss_terms_match_numpy():
   env_outputs, agent_outputs, learner_outputs = _batch()
   config = learner_lib.LearnerConfig(reward_clipping="none", discounting=0.9)
-  terms, _ = loss_terms.impala_loss_terms(GAUSSIAN, learner_outputs, env_outputs,
+  terms, _ = batch_loss.impala_loss_terms(GAUSSIAN, learner_outputs, env_outputs,
                                           agent_outputs, config)
   actions = agent_outputs.action[1:]
   log_pi = _np_log_prob(learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1],
@@ -265,7 +265,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
   on_policy = agent_outputs._replace(policy_mean=shifted(learner_outputs.policy_mean),
                                      policy_log_std=shifted(learner_outputs.policy_log_std))
   target = np.concatenate([learner_outputs.policy_mean, learner_outputs.policy_log_std], -1)
-  terms, diagnostics = loss_terms.impact_loss_terms(
+  terms, diagnostics = batch_loss.impact_loss_terms(
       GAUSSIAN, learner_outputs, target, env_outputs, on_policy, config, impact)
   values = learner_outputs.baseline[:-1]
   discounts = 0.9 * (1.0 - env_outputs.done[1:])
@@ -279,7 +279,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
   # Another target: KL(pi_target || pi) in closed form.
   target_mean = target[..., :A] + 0.5
   target_log_std = target[..., A:] - 0.2
-  terms, _ = loss_terms.impact_loss_terms(
+  terms, _ = batch_loss.impact_loss_terms(
       GAUSSIAN, learner_outputs, np.concatenate([target_mean, target_log_std], -1), env_outputs,
       on_policy, config, impact)
   p_mean, p_log_std = target_mean[:-1], target_log_std[:-1]
@@ -318,7 +318,7 @@ def test_gaussian_trust_region_leaves_rejected_steps_out_of_the_entropy_too():
   entropy = np.sum(learner_outputs.policy_log_std[:-1] + 0.5 * math.log(2 * math.pi * math.e),
                    -1)
   for entropy_mask, steps in ((None, kept), (online, kept * online)):
-    terms, returns = loss_terms.impala_loss_terms(
+    terms, returns = batch_loss.impala_loss_terms(
         GAUSSIAN, learner_outputs, env_outputs, agent_outputs, config, entropy_mask)
     np.testing.assert_array_equal(returns.trust_region_mask, kept)
     np.testing.assert_allclose(terms["entropy_loss"], -np.sum(entropy * steps), rtol=1e-5)

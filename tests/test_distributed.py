@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2.environments import toy as toy_environment
-from scalable_agent_tf2 import actor
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import distributed
-from scalable_agent_tf2 import networks
+from scalable_agent_tf2.acting import actor
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2 import structures
-from scalable_agent_tf2 import wire
+from scalable_agent_tf2.transport import wire
 from tests import test_training
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -31,7 +31,8 @@ UNROLL_LENGTH = 5
 LEARNER_SCRIPT = textwrap.dedent("""
     import sys, threading
     from tests import test_distributed as t
-    from scalable_agent_tf2 import distributed, networks
+    from scalable_agent_tf2.transport import distributed
+    from scalable_agent_tf2.agent import networks
     agent = networks.Agent(t.TOY_NETWORK, seed=3)
     layout = t.layout()
     server = distributed.TrajectoryServer({address!r}, layout, t.FINGERPRINT,
@@ -212,8 +213,8 @@ CLUSTER_SCRIPT = textwrap.dedent("""
     from tests import test_training as t
     from scalable_agent_tf2.environments import toy as toy_environment
     import dataclasses
-    from scalable_agent_tf2 import actor_process
-    from scalable_agent_tf2 import training
+    from scalable_agent_tf2.run import actor_process
+    from scalable_agent_tf2.run import training
     config = t.toy_config({logdir!r}, total_frames={frames}, num_actors=2, log_secs=1.0,
                           checkpoint_secs=5.0)
     if {job!r} == "learner":
@@ -304,7 +305,7 @@ def test_learner_trains_on_two_actor_processes_and_survives_a_killed_one(tmp_pat
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_launcher_runs_a_local_cluster_to_the_end_and_leaves_no_process(tmp_path, capfd):
-  from scalable_agent_tf2 import launch
+  from scalable_agent_tf2.run import launch
   code = launch.main(["--num_actor_processes=1", "--", "--level_name=atari/pong",
                       "--num_actors=2", "--batch_size=2", "--unroll_length=5",
                       "--total_environment_frames=800", f"--logdir={tmp_path}"])

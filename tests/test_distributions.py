@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import continuous_networks
-from scalable_agent_tf2 import distributions
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import vtrace
+from scalable_agent_tf2.agent import continuous_networks
+from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.learning import vtrace
 from scalable_agent_tf2.structures import AgentOutput, GaussianAgentOutput
 from tests import reference
 

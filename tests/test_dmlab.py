@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2 import environments
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import dmlab
 from scalable_agent_tf2.environments import process
 from tests import fake_deepmind_lab

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import action_spaces
-from scalable_agent_tf2 import actor_process
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import distributed
-from scalable_agent_tf2 import filter_sync
+from scalable_agent_tf2.acting import action_spaces
+from scalable_agent_tf2.run import actor_process
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import filter_sync
 from scalable_agent_tf2.environments.mujoco import MeanStdFilter
 from tests import test_distributed
 
@@ -151,7 +151,10 @@ def test_agents_without_a_filter_get_no_method_and_make_no_call():
 LEARNER_SCRIPT = textwrap.dedent("""
     import json, sys
     from tests import test_distributed as t
-    from scalable_agent_tf2 import action_spaces, distributed, filter_sync, networks
+    from scalable_agent_tf2.acting import action_spaces
+    from scalable_agent_tf2.transport import distributed
+    from scalable_agent_tf2.transport import filter_sync
+    from scalable_agent_tf2.agent import networks
     agent = networks.Agent(t.TOY_NETWORK, seed=3)
     agent.observation_filter = action_spaces.ObservationFilter({size})
     agent.observation_filter.deserialize({restored!r})  # As a checkpoint restores it.
@@ -206,7 +209,8 @@ def test_actor_processes_sync_with_a_resumed_learner_over_grpc():
 
 
 HOPPER_CLUSTER_SCRIPT = textwrap.dedent("""
-    from scalable_agent_tf2 import actor_process, training
+    from scalable_agent_tf2.run import actor_process
+    from scalable_agent_tf2.run import training
     from tests import test_filter_sync as t
     config = t.hopper_config({logdir!r})
     if {job!r} == "learner":

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import action_bounds
-from scalable_agent_tf2 import continuous_networks
-from scalable_agent_tf2 import distributions
-from scalable_agent_tf2 import gaussian
-from scalable_agent_tf2 import losses
-from scalable_agent_tf2 import vtrace
+from scalable_agent_tf2.environments import action_bounds
+from scalable_agent_tf2.agent import continuous_networks
+from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.learning import gaussian
+from scalable_agent_tf2.learning import losses
+from scalable_agent_tf2.learning import vtrace
 from scalable_agent_tf2.structures import EnvOutput, Observation
 from tests import reference
 

@@ -3,11 +3,11 @@ package through gymnasium's "module:Id" form, truncation, and every kind of bad 
 import numpy as np
 import pytest
 
-from scalable_agent_tf2 import actor
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import mujoco_presets
-from scalable_agent_tf2 import presets
-from scalable_agent_tf2 import settings
+from scalable_agent_tf2.acting import actor
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.configuration import mujoco_presets
+from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments import gym_env

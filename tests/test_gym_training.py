@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import evaluation
-from scalable_agent_tf2 import training
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.run import training
 
 
 def _config(logdir, level_name, *extra):

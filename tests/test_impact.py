@@ -5,10 +5,10 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import random_data
-from scalable_agent_tf2 import learner
-from scalable_agent_tf2 import loss_terms
-from scalable_agent_tf2 import losses
-from scalable_agent_tf2 import networks
+from scalable_agent_tf2.learning import learner
+from scalable_agent_tf2.learning import batch_loss
+from scalable_agent_tf2.learning import losses
+from scalable_agent_tf2.agent import networks
 
 # Small networks keep these fast: an LSTM agent (agent_state matters) and a feed-forward one.
 LSTM_SMALL = networks.dmlab_config(networks.SHALLOW, num_actions=5, frame_shape=(20, 24, 3))
@@ -111,9 +111,9 @@ def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas(
     with tf.GradientTape(persistent=True) as tape:
       outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
       family = agent.config.action_distribution
-      impact_terms, diagnostics = loss_terms.impact_loss_terms(
+      impact_terms, diagnostics = batch_loss.impact_loss_terms(
           family, outputs, target_params, env_outputs, agent_outputs, config, impact_config)
-      impala_terms, impala_returns = loss_terms.impala_loss_terms(family, outputs, env_outputs,
+      impala_terms, impala_returns = batch_loss.impala_loss_terms(family, outputs, env_outputs,
                                                                agent_outputs, config)
       impact_total = (impact_terms["pg_loss"] + config.baseline_cost
                       * impact_terms["baseline_loss"] + config.entropy_cost

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import presets
-from scalable_agent_tf2 import runlog
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 
 PONG = "--level_name=atari/pong"
@@ -117,7 +117,7 @@ def test_atari_frames_are_four_stacked_42x42_grey_frames():
 
 @pytest.mark.timeout(300)
 def test_a_few_impact_updates_on_pong_with_the_preset(tmp_path):
-  from scalable_agent_tf2 import training  # pylint: disable=g-import-not-at-top (TensorFlow)
+  from scalable_agent_tf2.run import training  # pylint: disable=g-import-not-at-top (TensorFlow)
   config = config_lib.config_from_argv([
       PONG, "--algorithm=impact", "--preset=impact_paper", f"--logdir={tmp_path}",
       "--num_actors=2", "--batch_size=2", "--unroll_length=10", "--log_secs=1",

@@ -83,7 +83,7 @@ def test_editable_install_runs_the_commands_from_another_directory(tmp_path):
     run = _run(python, "-m", f"scalable_agent_tf2.{command}", "--help", cwd=cwd, env=env)
     assert run.returncode == 0, run.stderr
     assert f"Flags (python -m scalable_agent_tf2.{command} --flag=value):" in run.stdout
-  run = _run(python, "-m", "scalable_agent_tf2.experiment_main", "--num_actors=0", cwd=cwd,
+  run = _run(python, "-m", "scalable_agent_tf2.run.experiment_main", "--num_actors=0", cwd=cwd,
              env=env)
   assert (run.returncode, run.stderr.splitlines()[-1]) == (
       2, "error: --num_actors must be a positive integer, got 0.")
@@ -135,7 +135,7 @@ def test_installed_copy_runs_its_commands_its_op_and_a_cluster(tmp_path):
 
   # A cluster (a learner and an actor process) from the installed launcher, to its budget.
   logdir = str(tmp_path / "run")
-  run = _run(python, "-m", "scalable_agent_tf2.launch", "--num_actor_processes=1", "--",
+  run = _run(python, "-m", "scalable_agent_tf2.run.launch", "--num_actor_processes=1", "--",
              "--level_name=toy/lit_side", "--num_actors=2", "--total_environment_frames=2000",
              f"--logdir={logdir}", cwd=cwd, env=env, timeout=600)
   assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

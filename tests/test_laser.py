@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import pytest
 
-from scalable_agent_tf2 import buffers
+from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.structures import EnvOutput, Trajectory
 
 T = 4  # Unroll length.
@@ -231,13 +231,13 @@ import dataclasses  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from scalable_agent_tf2.environments import toy as toy_environment  # noqa: E402
-from scalable_agent_tf2 import config as config_lib  # noqa: E402
-from scalable_agent_tf2 import distributions  # noqa: E402
-from scalable_agent_tf2 import loss_terms  # noqa: E402
-from scalable_agent_tf2 import losses  # noqa: E402
-from scalable_agent_tf2 import networks  # noqa: E402
-from scalable_agent_tf2 import input_pipeline  # noqa: E402
-from scalable_agent_tf2 import shared_replay_runs  # noqa: E402
+from scalable_agent_tf2.configuration import config as config_lib  # noqa: E402
+from scalable_agent_tf2.agent import distributions  # noqa: E402
+from scalable_agent_tf2.learning import batch_loss  # noqa: E402
+from scalable_agent_tf2.learning import losses  # noqa: E402
+from scalable_agent_tf2.agent import networks  # noqa: E402
+from scalable_agent_tf2.run import input_pipeline  # noqa: E402
+from scalable_agent_tf2.run import shared_replay_runs  # noqa: E402
 
 TOY_LSTM = networks.NetworkConfig(
     num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
@@ -246,7 +246,7 @@ TOY_LSTM = networks.NetworkConfig(
 
 def test_entropy_mask_keeps_the_online_trajectories_only():
   logits = np.random.default_rng(0).normal(size=[5, 4, 3]).astype(np.float32)
-  mask = loss_terms.online_mask(4, 3).numpy()
+  mask = batch_loss.online_mask(4, 3).numpy()
   assert mask.tolist() == [1, 0, 0, 0]
   p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
   expected = (p * np.log(p)).sum(-1)[:, :1].sum()  # Ground truth: trajectory 0 only.
@@ -279,7 +279,7 @@ def test_laser_flags_refuse_bad_combinations(values, message):
 @pytest.mark.parametrize("num_online, fraction, want", [
     (32, 0.875, 224), (32, 0.5, 32), (4, 0.75, 12), (8, 0.0, 0), (3, 0.5, 3), (5, 0.2, 1)])
 def test_replayed_added_to_the_online_batch_make_the_fraction(num_online, fraction, want):
-  got = buffers.num_replayed_added(num_online, fraction)
+  got = config_lib.num_replayed_added(num_online, fraction)
   assert got == want
   assert got == round(num_online * fraction / (1 - fraction))
 
@@ -377,9 +377,9 @@ def test_recomputed_state_with_the_actors_parameters_is_the_actors_state():
   agent = networks.Agent(TOY_LSTM, seed=1)
   constructor, kwargs = toy_environment.environment_constructor()(
       toy_environment.LEVEL_NAME, 0, False)
-  from scalable_agent_tf2 import actor as actor_lib
+  from scalable_agent_tf2.acting import actor as actor_lib
   from scalable_agent_tf2 import environments
-  from scalable_agent_tf2 import policies
+  from scalable_agent_tf2.acting import policies
   env = environments.EnvironmentProcess(constructor, kwargs=kwargs)
   policy = policies.PerActorPolicy(agent, device="/cpu:0")
   try:

@@ -1,4 +1,4 @@
-"""The launcher (python -m scalable_agent_tf2.launch) with real processes."""
+"""The launcher (python -m scalable_agent_tf2.run.launch) with real processes."""
 import contextlib
 import os
 import signal
@@ -21,7 +21,7 @@ def _training_cluster(tmp_path):
   the cluster behind, whatever the test saw."""
   logdir = str(tmp_path / "run")
   launcher = subprocess.Popen(
-      [sys.executable, "-m", "scalable_agent_tf2.launch", "--num_actor_processes=1", "--",
+      [sys.executable, "-m", "scalable_agent_tf2.run.launch", "--num_actor_processes=1", "--",
        "--level_name=toy/lit_side", "--num_actors=2", "--total_environment_frames=100000000",
        f"--logdir={logdir}"],
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -75,7 +75,7 @@ def test_sigint_is_answered_at_once_and_the_cluster_stops_with_a_checkpoint(tmp_
 
 
 def test_bad_flags_are_reported_once_before_any_process_starts(capfd):
-  from scalable_agent_tf2 import launch
+  from scalable_agent_tf2.run import launch
   code = launch.main(["--num_actor_processes=2", "--", "--level_name=atari/pongg",
                       "--logdir=/tmp/unused_launch_logdir"])
   captured = capfd.readouterr()

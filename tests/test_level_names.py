@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.configuration import suites
 
 
 @pytest.mark.parametrize("typed, suggested", [
@@ -30,7 +30,7 @@ def test_no_suggestion_for_a_name_like_none():
 
 
 def test_the_list_command_prints_every_name():
-  listing = subprocess.run([sys.executable, "-m", "scalable_agent_tf2.suites"], check=True,
+  listing = subprocess.run([sys.executable, "-m", "scalable_agent_tf2.configuration.suites"], check=True,
                            capture_output=True, text=True).stdout
   for name in list(suites.SUITES) + list(suites.SINGLE_LEVELS):
     assert f"\n  {name}\n" in listing + "\n"

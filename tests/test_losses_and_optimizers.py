@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import distributions
-from scalable_agent_tf2 import losses
-from scalable_agent_tf2 import optimizers
+from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.learning import losses
+from scalable_agent_tf2.learning import optimizers
 
 REWARDS = np.array([-100.0, -3.0, -1.0, -0.5, 0.0, 0.2, 1.0, 2.5, 100.0], np.float32)
 

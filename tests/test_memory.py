@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import learner as learner_lib
-from scalable_agent_tf2 import networks
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import networks
 from benchmarks import random_data
 
 UNROLL_LENGTH, BATCH_SIZE = 5, 3  # 18 frames: chunks of 4 leave a padded last chunk.

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from scalable_agent_tf2 import monitoring
+from scalable_agent_tf2.run import monitoring
 
 
 def test_windowed_rates_span_the_window_and_several_updates():

@@ -5,9 +5,9 @@ import gymnasium
 import numpy as np
 import pytest
 
-from scalable_agent_tf2 import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2 import environments
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.environments.mujoco import MeanStdFilter, RunningStatistics
@@ -103,8 +103,8 @@ def test_episode_end_resets_and_reports_the_finished_episode():
 
 
 def test_a_group_in_this_process_steps_as_its_environments_alone():
-  from scalable_agent_tf2 import actor  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2 import assembly  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.acting import actor  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
   config = config_lib.config_from_argv(["--level_name=mujoco/hopper", "--envs_per_actor=3"])
   constructor = assembly.default_environment_constructor(config)
   seeds = [3, 4, 5]
@@ -134,7 +134,7 @@ def test_a_group_in_this_process_steps_as_its_environments_alone():
 
 
 def test_group_reports_finished_games_by_slot():
-  from scalable_agent_tf2 import actor  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.acting import actor  # pylint: disable=g-import-not-at-top
   group = actor.as_group([mujoco.MujocoEnvironment("mujoco/hopper", seed=s) for s in (1, 2)],
                          "mujoco/hopper")
   reference = mujoco.MujocoEnvironment("mujoco/hopper", seed=2)
@@ -277,7 +277,7 @@ def test_filter_is_shared_safely_by_threads():
 
 
 def test_presets_are_table_2():
-  from scalable_agent_tf2 import mujoco_presets  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.configuration import mujoco_presets  # pylint: disable=g-import-not-at-top
   impala = mujoco_presets.presets("mujoco/hopper", "impala")
   assert (impala["learning_rate"], impala["baseline_cost"], impala["max_grad_norm"],
           impala["discounting"], impala["entropy_cost"]) == (1.5e-5, 0.5, 0.5, 0.995, 0.0)

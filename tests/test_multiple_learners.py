@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from scalable_agent_tf2 import input_pipeline
+from scalable_agent_tf2.run import input_pipeline
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(TESTS_DIR)
@@ -22,7 +22,8 @@ SCRIPT = textwrap.dedent("""
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from benchmarks import random_data
-    from scalable_agent_tf2 import learner as learner_lib, networks
+    from scalable_agent_tf2.learning import learner as learner_lib
+    from scalable_agent_tf2.agent import networks
 
     config = networks.NetworkConfig(num_actions=5, frame_shape=(20, 20, 3),
                                     torso={torso!r}, use_lstm=True, use_instruction=True)

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import action_spaces
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import continuous_networks
-from scalable_agent_tf2 import learner as learner_lib
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import torsos
+from scalable_agent_tf2.acting import action_spaces
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.agent import continuous_networks
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.environments.families import gym as gym_family
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
 from scalable_agent_tf2.structures import Observation

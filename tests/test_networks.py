@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import random_data
-from scalable_agent_tf2 import networks
+from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.structures import EnvOutput, Observation
 
 # Small frames keep the tests fast; the shallow torso needs at least 20 pixels (8x8/4 then
@@ -160,7 +160,7 @@ def test_hash_instructions_shape_padding_and_truncation():
 
 def test_instruction_hashing_is_the_same_in_separate_processes():
   words = "pick the red hat from the blue room"
-  script = ("from scalable_agent_tf2 import networks; "
+  script = ("from scalable_agent_tf2.agent import networks; "
             f"print(networks.hash_instructions({words!r}).tolist())")
   outputs = []
   for hash_seed in ("1", "2"):  # Python's own hash() would differ between these.

@@ -9,11 +9,11 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import random_data
-from scalable_agent_tf2 import checkpoint_files
-from scalable_agent_tf2 import input_pipeline
-from scalable_agent_tf2 import learner as learner_lib
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import training
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.run import input_pipeline
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.run import training
 from scalable_agent_tf2.structures import Trajectory
 from tests.test_training import REPO_DIR, toy_config, train_toy
 
@@ -165,10 +165,10 @@ def test_experiment_reports_a_diverged_run_as_an_error_line_with_exit_code_1(tmp
 def test_a_non_finite_trajectory_over_the_wire_is_dropped_with_its_sender(tmp_path):
   import threading  # pylint: disable=g-import-not-at-top
   import time  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2 import actor_process  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2 import assembly  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2 import distributed  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2 import wire  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.run import actor_process  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.transport import distributed  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.transport import wire  # pylint: disable=g-import-not-at-top
   from tests import test_distributed as td  # pylint: disable=g-import-not-at-top
   config = toy_config(tmp_path, total_frames=1, num_actors=2, unroll_length=td.UNROLL_LENGTH)
   lines = []

@@ -3,10 +3,10 @@ import numpy as np
 
 from benchmarks import random_data
 from benchmarks.tools import optimizer_steps
-from scalable_agent_tf2 import checkpoints
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import learner as learner_lib
-from scalable_agent_tf2 import networks
+from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import networks
 import tensorflow as tf
 
 

@@ -5,7 +5,7 @@ import sys
 import threading
 import time
 
-from scalable_agent_tf2 import profiling
+from scalable_agent_tf2.utils import profiling
 
 
 def test_group_of_strips_the_thread_number():

@@ -3,12 +3,12 @@ import os
 import subprocess
 import sys
 
-from scalable_agent_tf2 import quiet_tensorflow
+from scalable_agent_tf2.utils import quiet_tensorflow
 
 # After the import, a graph of the kind that makes TensorFlow print its once-per-process oneDNN
 # dtype notice on CPUs without AVX-512 (a Transpose of bools and one of bytes, as the learner's
 # and actors' graphs contain).
-_SCRIPT = ("from scalable_agent_tf2 import quiet_tensorflow as q; tf = q.import_tensorflow(); "
+_SCRIPT = ("from scalable_agent_tf2.utils import quiet_tensorflow as q; tf = q.import_tensorflow(); "
            "tf.function(tf.transpose)(tf.constant([[True, False]])); "
            "tf.function(tf.transpose)(tf.constant([[1, 2]], tf.uint8)); "
            "import sys; print('kept line', file=sys.stderr); print(tf.constant(1).numpy())")
@@ -50,9 +50,9 @@ def test_the_notices_show_when_asked():
 def test_threads_per_op_are_set_before_the_first_op_so_training_can_keep_them():
   # experiment.py imports TensorFlow this way before training's assembly.configure_threads,
   # which raises when TensorFlow already runs with another setting.
-  script = ("from scalable_agent_tf2 import quiet_tensorflow as q; "
+  script = ("from scalable_agent_tf2.utils import quiet_tensorflow as q; "
             "tf = q.import_tensorflow(intra_op_threads=1); "
-            "from scalable_agent_tf2 import assembly; import types; "
+            "from scalable_agent_tf2.run import assembly; import types; "
             "assembly.configure_threads(types.SimpleNamespace(intra_op_threads=1)); "
             "print(tf.config.threading.get_intra_op_parallelism_threads())")
   result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

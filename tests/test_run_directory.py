@@ -1,4 +1,4 @@
-"""The run directory's checks and its one-process lock (scalable_agent_tf2/run_directory.py)."""
+"""The run directory's checks and its one-process lock (scalable_agent_tf2/runfiles/run_directory.py)."""
 import os
 import signal
 import subprocess
@@ -7,11 +7,11 @@ import textwrap
 
 import pytest
 
-from scalable_agent_tf2 import run_directory
+from scalable_agent_tf2.runfiles import run_directory
 
 _HOLDER = textwrap.dedent("""
     import sys, time
-    from scalable_agent_tf2 import run_directory
+    from scalable_agent_tf2.runfiles import run_directory
     run_directory.hold(sys.argv[1], "training")
     print("held", flush=True)
     time.sleep(600)

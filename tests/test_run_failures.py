@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import checkpoint_files
-from scalable_agent_tf2 import checkpoints
-from scalable_agent_tf2 import distributed
-from scalable_agent_tf2 import training
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import toy as toy_environment
 from tests import test_distributed as td
 from tests.test_training import TOY_NETWORK, toy_config, train_toy

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from scalable_agent_tf2 import checkpoint_files
-from scalable_agent_tf2 import runlog
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import runlog
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -131,7 +131,7 @@ def test_latest_checkpoint_and_copy(tmp_path):
 
 def test_the_checkpointer_writes_the_layout_this_module_reads(tmp_path):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  from scalable_agent_tf2 import checkpoints  # pylint: disable=import-outside-toplevel
+  from scalable_agent_tf2.run import checkpoints  # pylint: disable=import-outside-toplevel
   checkpointer = checkpoints.Checkpointer(str(tmp_path), {"torso": "shallow"},
                                           step=tf.Variable(3))
   checkpointer.save(1200)
@@ -142,8 +142,8 @@ def test_the_checkpointer_writes_the_layout_this_module_reads(tmp_path):
 
 
 def test_the_population_driver_loads_neither_tensorflow_nor_experiment_py():
-  modules = ("population", "population_driver", "population_processes", "pbt", "runlog",
-             "checkpoint_files")
+  modules = ("population.command", "population.driver", "population.processes",
+             "population.pbt", "runfiles.runlog", "runfiles.checkpoint_files")
   script = ("import sys\n"
             + "".join(f"import scalable_agent_tf2.{m}\n" for m in modules)
             + "print(sorted(m for m in ('tensorflow', 'experiment') if m in sys.modules))")

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import presets
-from scalable_agent_tf2 import settings
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.configuration import settings
 
 # What the current code gives each derived config by default (config.py's docstrings).
 LEARNER_DEFAULTS = dict(presets.DMLAB30, max_grad_norm=None)  # DMLab-30; None: no clipping.
@@ -69,9 +69,9 @@ COMMANDS = [
     ("scalable_agent_tf2.population", settings.PopulationSettings,
      ["--logdir=/tmp/unused_population", "--ready_episodes=0"],
      "error: --ready_episodes must be a positive integer, got 0."),
-    ("scalable_agent_tf2.replay_service", settings.ReplayServiceSettings,
+    ("scalable_agent_tf2.transport.replay_service", settings.ReplayServiceSettings,
      ["--log_secs=0"], "error: --log_secs must be positive, got 0.0."),
-    ("scalable_agent_tf2.launch", settings.LaunchSettings,
+    ("scalable_agent_tf2.run.launch", settings.LaunchSettings,
      ["--num_actor_processes=0"], "error: --num_actor_processes must be a positive integer, "
      "got 0."),
 ]
@@ -117,14 +117,15 @@ def test_flags_shared_with_experiment_py_are_reused():
 
 
 def test_command_tables_keep_the_commands_defaults():
-  from scalable_agent_tf2 import buffers, pbt  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.learning import buffers
+  from scalable_agent_tf2.population import pbt  # pylint: disable=g-import-not-at-top
   population = settings.PopulationSettings(logdir="/tmp/p")
   assert (population.population_size, population.initial_hyperparameters, population.seed,
           population.burn_in_frames, population.ready_episodes, population.exploit_threshold,
           population.poll_secs, population.stop_timeout_secs, population.max_crashes,
           population.member_prefix, population.shared_replay_capacity, population.curve_of) == (
               24, "table_d1", 1, 20_000_000, 5_000, 5.0, 10.0, 300.0, 3, "", 0, None)
-  assert (pbt.POPULATION_SIZE, pbt.BURN_IN_FRAMES) == (24, 20_000_000)
+  assert (settings.POPULATION_SIZE, settings.BURN_IN_FRAMES) == (24, 20_000_000)
   with pytest.raises(TypeError):
     settings.PopulationSettings()  # pylint: disable=no-value-for-parameter (--logdir required)
   service = settings.ReplayServiceSettings()
@@ -135,7 +136,8 @@ def test_command_tables_keep_the_commands_defaults():
 
 
 def test_replay_service_default_address_is_the_services():
-  from scalable_agent_tf2 import distributed, replay_service  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.transport import distributed
+  from scalable_agent_tf2.transport import replay_service  # pylint: disable=g-import-not-at-top
   assert settings.DEFAULT_REPLAY_ADDRESS == replay_service.DEFAULT_REPLAY_ADDRESS
   fields = {f.name: f for f in dataclasses.fields(settings.ReplayServiceSettings)}
   assert distributed.SECRET_ENVIRONMENT_VARIABLE in fields["cluster_secret_file"].metadata["doc"]
@@ -143,8 +145,9 @@ def test_replay_service_default_address_is_the_services():
 
 def test_parsers_are_generated_from_the_tables():
   # pylint: disable=protected-access
-  from scalable_agent_tf2 import launch, population  # pylint: disable=g-import-not-at-top
-  values, rest = population._parser().parse_settings(
+  from scalable_agent_tf2.run import launch
+  from scalable_agent_tf2.population import command  # pylint: disable=g-import-not-at-top
+  values, rest = command._parser().parse_settings(
       ["--logdir=/tmp/p", "--population_size=3", "--exploit_threshold", "2.5", "--",
        "--level_name=atari/pong"], known_only=True)
   assert values == settings.PopulationSettings(logdir="/tmp/p", population_size=3,
@@ -153,7 +156,7 @@ def test_parsers_are_generated_from_the_tables():
   values, _ = launch._parser().parse_settings(["--port=8001"], known_only=True)
   assert values == settings.LaunchSettings(port=8001)
   with pytest.raises(ValueError, match="^--exploit_threshold must be a number, got nan.$"):
-    population._parser().parse_settings(["--logdir=x", "--exploit_threshold=nan"])
+    command._parser().parse_settings(["--logdir=x", "--exploit_threshold=nan"])
   with pytest.raises(ValueError, match="^--port must be a port number"):
     launch._parser().parse_settings(["--port=70000"])
 
@@ -185,7 +188,7 @@ def test_each_command_lists_its_flags_by_topic_and_refuses_bad_values(module, ta
 
 @pytest.mark.parametrize("module, table", [
     ("scalable_agent_tf2.population", settings.PopulationSettings),
-    ("scalable_agent_tf2.launch", settings.LaunchSettings)])
+    ("scalable_agent_tf2.run.launch", settings.LaunchSettings)])
 def test_tensorflow_free_commands_answer_help_at_once(module, table):
   run = _run("-X", "importtime", "-m", module, "--help")
   assert run.returncode == 0, run.stderr

@@ -11,19 +11,19 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2.environments import toy as toy_environment
-from scalable_agent_tf2 import actor
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import buffers
-from scalable_agent_tf2 import checkpoint_files
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import distributed
-from scalable_agent_tf2 import layers
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import replay_client
-from scalable_agent_tf2 import replay_service
+from scalable_agent_tf2.acting import actor
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.learning import buffers
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.agent import layers
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.transport import replay_client
+from scalable_agent_tf2.transport import replay_service
 from scalable_agent_tf2 import structures
-from scalable_agent_tf2 import training
-from scalable_agent_tf2 import wire
+from scalable_agent_tf2.run import training
+from scalable_agent_tf2.transport import wire
 from tests import test_distributed
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -189,7 +189,7 @@ def test_an_agent_goes_on_with_a_restarted_service(tmp_path):
   address = f"localhost:{test_distributed.free_port()}"
 
   def start(name):
-    return _start([sys.executable, "-m", "scalable_agent_tf2.replay_service",
+    return _start([sys.executable, "-m", "scalable_agent_tf2.transport.replay_service",
                    f"--address={address}", "--replay_capacity=10"], tmp_path / f"{name}.log")
   services = [start("first")]
   try:
@@ -251,7 +251,7 @@ def test_a_call_after_the_service_died_fails_within_its_deadline(tmp_path):
   """TensorFlow's gRPC client lets a call made after its server died wait for the call's
   whole deadline: the client's deadline, not the connect timeout, bounds the wait."""
   address = f"localhost:{test_distributed.free_port()}"
-  service = _start([sys.executable, "-m", "scalable_agent_tf2.replay_service",
+  service = _start([sys.executable, "-m", "scalable_agent_tf2.transport.replay_service",
                     f"--address={address}", "--replay_capacity=10"], tmp_path / "service.log")
   try:
     replay_client.ReplayClient(address, "first", connect_timeout_secs=60,
@@ -282,7 +282,7 @@ def test_no_service_is_a_clear_error_after_the_connect_timeout(tmp_path):
   # A run with --shared_replay_address: the same error, before any training.
   config = toy_config(tmp_path, shared_replay_address=address, shared_replay_connect_secs=1)
   with pytest.raises(replay_service.ReplayServiceUnavailable,
-                     match="python -m scalable_agent_tf2.replay_service"):
+                     match="python -m scalable_agent_tf2.transport.replay_service"):
     training.train(config, toy_environment.environment_constructor(), TOY_NETWORK,
                    print_fn=lambda _: None)
   assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
@@ -336,7 +336,7 @@ def test_agent_processes_with_different_hyperparameters_share_a_service_process(
   training stops with a clear error and its final checkpoint."""
   address = f"localhost:{test_distributed.free_port()}"
   service_log = tmp_path / "service.log"
-  service = _start([sys.executable, "-m", "scalable_agent_tf2.replay_service",
+  service = _start([sys.executable, "-m", "scalable_agent_tf2.transport.replay_service",
                     f"--address={address}", "--replay_capacity=300", "--log_secs=1"],
                    service_log)
   processes = {"service": (service, service_log)}

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from scalable_agent_tf2 import evaluation
-from scalable_agent_tf2 import monitoring
-from scalable_agent_tf2 import run_directory
-from scalable_agent_tf2 import stop_signals
-from scalable_agent_tf2 import suites
-from scalable_agent_tf2 import training
+from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.run import monitoring
+from scalable_agent_tf2.runfiles import run_directory
+from scalable_agent_tf2.utils import stop_signals
+from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.environments import toy as toy_environment
 from tests.test_training import TOY_NETWORK, toy_config
@@ -214,10 +214,10 @@ def test_sigint_at_any_moment_stops_with_a_checkpoint(tmp_path, moment):
 def test_a_corrupt_checkpoint_shows_only_our_error(tmp_path):
   script = f"""
 import sys
-from scalable_agent_tf2 import quiet_tensorflow
+from scalable_agent_tf2.utils import quiet_tensorflow
 quiet_tensorflow.import_tensorflow()
 import tensorflow as tf
-from scalable_agent_tf2 import checkpoints
+from scalable_agent_tf2.run import checkpoints
 
 class Agent(tf.Module):
   def __init__(self):

@@ -3,8 +3,8 @@ one-hot torsos for vector and Discrete observations."""
 import numpy as np
 import pytest
 
-from scalable_agent_tf2 import layers
-from scalable_agent_tf2 import torsos
+from scalable_agent_tf2.agent import layers
+from scalable_agent_tf2.agent import torsos
 
 
 @pytest.mark.parametrize("kind, shape, torso, has_instruction, name, use_instruction", [

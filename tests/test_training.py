@@ -17,19 +17,19 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.environments import toy as toy_environment
-from scalable_agent_tf2 import actor
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import buffers
-from scalable_agent_tf2 import checkpoint_files
-from scalable_agent_tf2 import checkpoints
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import evaluation
-from scalable_agent_tf2 import input_pipeline
-from scalable_agent_tf2 import learner as learner_lib
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import presets
-from scalable_agent_tf2 import runlog
-from scalable_agent_tf2 import training
+from scalable_agent_tf2.acting import actor
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.learning import buffers
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.run import input_pipeline
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.runfiles import runlog
+from scalable_agent_tf2.run import training
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY_NETWORK = networks.NetworkConfig(

@@ -14,12 +14,12 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import random_data
-from scalable_agent_tf2 import distributions
-from scalable_agent_tf2 import learner
-from scalable_agent_tf2 import loss_terms
-from scalable_agent_tf2 import losses
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import vtrace
+from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.learning import learner
+from scalable_agent_tf2.learning import batch_loss
+from scalable_agent_tf2.learning import losses
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.learning import vtrace
 from tests import reference
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -213,7 +213,7 @@ def test_entropy_leaves_out_rejected_steps_and_replayed_trajectories():
   logits = rng.normal(size=(5, 4, 3)).astype(np.float32)
   trust_region_mask = np.ones((5, 4), np.float32)
   trust_region_mask[[0, 2, 4], [1, 0, 3]] = 0.0  # Rejected: one online step, two replayed.
-  online = loss_terms.online_mask(4, 2)  # [1, 1, 0, 0]: the last 2 trajectories replayed.
+  online = batch_loss.online_mask(4, 2)  # [1, 1, 0, 0]: the last 2 trajectories replayed.
   like = np.zeros((5, 4), np.float32)
   neg_entropy = numpy_neg_entropy(logits)
   cases = [(None, None, np.ones((5, 4))),
@@ -221,11 +221,11 @@ def test_entropy_leaves_out_rejected_steps_and_replayed_trajectories():
            (None, online, np.array([[1, 1, 0, 0]] * 5)),
            (trust_region_mask, online, trust_region_mask * [1, 1, 0, 0])]
   for tr_mask, entropy_mask, kept in cases:
-    steps = loss_terms.entropy_steps(tr_mask, entropy_mask, like)
+    steps = batch_loss.entropy_steps(tr_mask, entropy_mask, like)
     got = losses.entropy_loss(distributions.Categorical(logits), steps).numpy()
     np.testing.assert_allclose(got, np.sum(kept * neg_entropy), rtol=1e-5)
   # The online step the trust region rejected (0, 1) is out: its entropy is not counted.
-  steps = loss_terms.entropy_steps(trust_region_mask, online, like).numpy()
+  steps = batch_loss.entropy_steps(trust_region_mask, online, like).numpy()
   assert steps[0, 1] == 0 and steps[0, 0] == 1 and steps[:, 2:].sum() == 0
 
 
@@ -260,7 +260,7 @@ def test_learner_trust_region_compiles_and_leaves_rejected_steps_out():
                                outputs.policy_logits[:-1].numpy(), 1.0)
   threshold = float(np.median(kl))
   config = learner.LearnerConfig(trust_region_threshold=threshold, reward_clipping="abs_one")
-  terms, returns = loss_terms.impala_loss_terms(agent.config.action_distribution, outputs,
+  terms, returns = batch_loss.impala_loss_terms(agent.config.action_distribution, outputs,
                                                 env_outputs, agent_outputs, config)
   mask = (kl <= threshold).astype(np.float32)
   np.testing.assert_array_equal(returns.trust_region_mask.numpy(), mask)

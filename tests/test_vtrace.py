@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2 import vtrace
+from scalable_agent_tf2.learning import vtrace
 from tests import reference
 
 

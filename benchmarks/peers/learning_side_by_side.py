@@ -54,7 +54,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from benchmarks.peers import sample_factory_pong  # pylint: disable=wrong-import-position
 from benchmarks.studies import runs  # pylint: disable=wrong-import-position
 from benchmarks.tools import plot_learning_curve  # pylint: disable=wrong-import-position
-from scalable_agent_tf2 import runlog  # pylint: disable=wrong-import-position
+from scalable_agent_tf2.runfiles import runlog  # pylint: disable=wrong-import-position
 
 OURS, PEER = "ours", "sample_factory"
 LABELS = {OURS: "this project (IMPALA, README quick start: Table G.1)",

@@ -33,7 +33,7 @@ import tempfile
 import time
 
 from benchmarks.studies import runs
-from scalable_agent_tf2 import runlog
+from scalable_agent_tf2.runfiles import runlog
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SYSTEMS = {  # experiment.py flags beyond the README quick start's.

@@ -3,7 +3,7 @@
 Runs, back to back, the same training (Atari Pong, Table G.1: shallow network, B=32, T=20,
 the same total number of actor threads) as:
   * single: `experiment.py --mode=train` (actor threads and learner in one process);
-  * learner+1: `python -m scalable_agent_tf2.launch --num_actor_processes=1` (gRPC on
+  * learner+1: `python -m scalable_agent_tf2.run.launch --num_actor_processes=1` (gRPC on
     localhost between the learner and one actor process with all the threads);
   * learner+2: the launcher with 2 actor processes, half of the threads each.
 Each variant trains for --seconds; its throughput is the frames the learner trained on
@@ -25,7 +25,7 @@ import tempfile
 import time
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scalable_agent_tf2 import runlog  # pylint: disable=g-import-not-at-top,wrong-import-position
+from scalable_agent_tf2.runfiles import runlog  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def experiment_flags(num_actors, logdir):
@@ -41,7 +41,7 @@ def command(variant, num_actors, logdir):
   processes = int(variant.split("+")[1])
   if num_actors % processes:
     raise ValueError(f"--num_actors {num_actors} does not split over {processes} processes.")
-  return ([sys.executable, "-m", "scalable_agent_tf2.launch",
+  return ([sys.executable, "-m", "scalable_agent_tf2.run.launch",
            f"--num_actor_processes={processes}", "--"]
           + experiment_flags(num_actors // processes, logdir))
 

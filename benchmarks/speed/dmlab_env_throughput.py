@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from scalable_agent_tf2 import environments
-from scalable_agent_tf2 import profiling
+from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.environments import dmlab
 
 MODES = ("inprocess", "process")

@@ -55,7 +55,7 @@ def _time_environment(env, actions):
 
 
 def _time_group(level_name, actions, size):
-  from scalable_agent_tf2 import actor  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.acting import actor  # pylint: disable=g-import-not-at-top
   group = actor.EnvironmentGroup([gym_env.GymEnvironment(level_name, seed=s)
                                   for s in range(size)], level_name)
   group.initial()

@@ -58,8 +58,8 @@ def activation_floats_per_frame(network_config):
   block 2 * h'*w'*c (the two ReLU outputs that feed its convolutions); then the last ReLU's
   output and FC 256.
   """
-  from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2 import torsos  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
   height, width, channels = network_config.frame_shape
   if network_config.torso == networks.SHALLOW:
     h1, w1 = torsos._valid_size(height, 8, 4), torsos._valid_size(width, 8, 4)  # pylint: disable=protected-access
@@ -90,7 +90,7 @@ def synthetic_batch(signature, batch_size, seed=0):
   """(agent_state, env_outputs, agent_outputs) numpy arrays of one batch, time-major."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   _, state_spec, env_spec, agent_spec = signature
 
@@ -123,8 +123,8 @@ def child(args):
   rss_start = proc_status_bytes("VmRSS")
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2 import assembly  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2 import config as config_lib  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
 
   flags = [f"--level_name={args.level_name}", f"--torso={args.torso}",
            f"--batch_size={args.batch_size}", f"--unroll_length={args.unroll_length}",

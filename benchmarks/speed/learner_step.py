@@ -20,8 +20,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from scalable_agent_tf2 import learner  # pylint: disable=g-import-not-at-top
-from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
 from benchmarks import random_data  # pylint: disable=g-import-not-at-top
 
 # (network preset, learner preset, batch size, unroll length) per shape.

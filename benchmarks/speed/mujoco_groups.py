@@ -23,10 +23,10 @@ import time
 
 import numpy as np
 
-from scalable_agent_tf2 import actor as actor_lib
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import profiling
+from scalable_agent_tf2.acting import actor as actor_lib
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.utils import profiling
 from benchmarks.speed import stage_costs
 from benchmarks.speed import throughput
 from benchmarks.speed.learner_step import machine_description

@@ -7,11 +7,11 @@ import numpy as np
 
 import tensorflow as tf
 
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import learner as learner_lib
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import policies
-from scalable_agent_tf2 import profiling
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.utils import profiling
 from benchmarks import random_data
 
 

@@ -47,14 +47,14 @@ import numpy as np
 
 import tensorflow as tf
 
-from scalable_agent_tf2 import actor as actor_lib
-from scalable_agent_tf2 import assembly
-from scalable_agent_tf2 import config as config_lib
-from scalable_agent_tf2 import learner as learner_lib
-from scalable_agent_tf2 import networks
-from scalable_agent_tf2 import policies
-from scalable_agent_tf2 import profiling
-from scalable_agent_tf2 import runlog
+from scalable_agent_tf2.acting import actor as actor_lib
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.utils import profiling
+from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.structures import AgentOutput
 from benchmarks.speed import stage_costs
 from benchmarks.speed.learner_step import machine_description  # One machine line for all.

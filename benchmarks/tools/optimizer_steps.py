@@ -2,7 +2,7 @@
 
     python -m benchmarks.tools.optimizer_steps --logdir=/tmp/pong
 
-TF1's RMSProp (the released code's optimizer, scalable_agent_tf2/optimizers.py) moves a
+TF1's RMSProp (the released code's optimizer, scalable_agent_tf2/learning/optimizers.py) moves a
 parameter by lr * g / sqrt(ms + epsilon), where ms is the decayed mean of g^2 (decay 0.99,
 starting at 1) and epsilon sits inside the square root (0.01 in Table G.1 and Table D.3). For
 a gradient of the size the accumulator has seen, |g| = sqrt(ms), the step is
@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from scalable_agent_tf2 import quiet_tensorflow
+from scalable_agent_tf2.utils import quiet_tensorflow
 
 
 def step_fraction(mean_square, epsilon):

@@ -7,7 +7,7 @@ With --time a second panel puts the same returns against hours of training: the 
 of the run's attempts (from each "start" record of the log to its last progress record), so a
 run that was stopped and resumed does not count the time in between.
 
-Reads --logdir/log.jsonl (scalable_agent_tf2/runlog.py): every episode's return (dots)
+Reads --logdir/log.jsonl (scalable_agent_tf2/runfiles/runlog.py): every episode's return (dots)
 and, per level, the mean of the last --window episodes (line). Frames are the learner's
 frame count when the episode was logged; a resumed run shows what led to its parameters
 (runlog.read_trained_records).
@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-imp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scalable_agent_tf2 import runlog  # pylint: disable=g-import-not-at-top,wrong-import-position
+from scalable_agent_tf2.runfiles import runlog  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def read_episodes(logdir):

@@ -2,7 +2,7 @@
 
     python -m benchmarks.tools.plot_population --logdir=/tmp/pbt --output=pbt.png
 
-Every member's curve is rebuilt across its ancestors (scalable_agent_tf2.pbt.reconstruct_curve:
+Every member's curve is rebuilt across its ancestors (scalable_agent_tf2.population.pbt.reconstruct_curve:
 the members whose checkpoints it copied, as in the paper's Figure 5). Top: the mean of the
 last --window episode returns of each member's lineage (the fittest member's line is thick).
 Bottom: the learning rate along each lineage (the schedule PBT found, as in Figure F.1; the
@@ -15,8 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
 
-from scalable_agent_tf2 import pbt  # pylint: disable=g-import-not-at-top,wrong-import-position
-from scalable_agent_tf2 import runlog  # pylint: disable=g-import-not-at-top,wrong-import-position
+from scalable_agent_tf2.population import pbt  # pylint: disable=g-import-not-at-top,wrong-import-position
+from scalable_agent_tf2.runfiles import runlog  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def running_mean(values, window):

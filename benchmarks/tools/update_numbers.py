@@ -23,10 +23,10 @@ import numpy as np
 def _cases():
   # pylint: disable=g-import-not-at-top
   from benchmarks import random_data
-  from scalable_agent_tf2 import continuous_networks
-  from scalable_agent_tf2 import learner
-  from scalable_agent_tf2 import loss_terms
-  from scalable_agent_tf2 import networks
+  from scalable_agent_tf2.agent import continuous_networks
+  from scalable_agent_tf2.learning import learner
+  from scalable_agent_tf2.learning import batch_loss
+  from scalable_agent_tf2.agent import networks
   from scalable_agent_tf2.structures import GaussianAgentOutput
 
   atari = networks.atari_config(num_actions=4, torso=networks.SHALLOW, frame_shape=(24, 24, 4))
@@ -89,7 +89,7 @@ def numbers(T=5, B=4, updates=3):
       # One call for both learners: IMPACT's batch carries its target network's policy.
       kwargs = the_learner.batch(state, env_outputs, agent_outputs)
       if name.startswith("laser"):
-        kwargs["entropy_mask"] = loss_terms.online_mask(B, B // 2)
+        kwargs["entropy_mask"] = batch_loss.online_mask(B, B // 2)
       stats = the_learner.update(**kwargs)
       # New statistics may be added; the old ones must keep their values.
       records.append({k: np.asarray(v).item() for k, v in sorted(stats.items())

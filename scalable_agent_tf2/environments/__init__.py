@@ -11,9 +11,11 @@ Level names are those of the environment families (environments/families: "atari
 DMLab-30 names, "dmlab:<level>", "mujoco/<task>", "toy/...", "gym:<id>"); each family builds
 its own levels' environments. Suites ("atari57", "dmlab30") expand to levels with
 suites.level_names().
-No TensorFlow here.
+
+May import: structures, utils, configuration (settings, level names, presets); lazily agent
+(a family's network_config, called from the TensorFlow side). No TensorFlow here.
 """
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.base import EnvSpec, Environment, LevelCannotRun
 from scalable_agent_tf2.environments.process import (EnvironmentProcess,

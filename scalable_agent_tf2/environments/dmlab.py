@@ -19,7 +19,7 @@ import warnings
 
 import numpy as np
 
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments.families import dmlab as dmlab_family
 

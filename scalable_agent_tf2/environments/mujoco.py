@@ -73,8 +73,8 @@ import threading
 
 import numpy as np
 
-from scalable_agent_tf2 import action_bounds
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.environments import action_bounds
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base
 
 # Level name -> gymnasium id (gymnasium 1.4's current versions of the paper's -v2 tasks).

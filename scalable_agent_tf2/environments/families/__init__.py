@@ -24,7 +24,7 @@ FAMILY_MODULES = (
     "scalable_agent_tf2.environments.families.gym",
 )
 _registered = []  # Families added by register() (tests, a user's own driver).
-LIST_LEVELS_COMMAND = "python -m scalable_agent_tf2.suites"
+LIST_LEVELS_COMMAND = "python -m scalable_agent_tf2.configuration.suites"
 
 
 def families():

@@ -6,8 +6,8 @@ sticky actions, a C++ vector of games stepped by ale-py's threads in the trainin
 (environments/atari_vector.py); otherwise one process per actor (environments/atari.py).
 Observations: 4 stacked 84x84 grey frames, no instruction; the feed-forward agent.
 """
-from scalable_agent_tf2 import settings
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments.families import base
 
 PREFIX = suites.ATARI_LEVEL_PREFIX

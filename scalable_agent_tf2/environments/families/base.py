@@ -10,7 +10,7 @@ level's family by its name; nothing else in the project branches on the kind of 
 No TensorFlow here, and no family's heavy dependency (gymnasium, ale_py, deepmind_lab): a
 family imports those inside the methods that build environments.
 """
-from scalable_agent_tf2 import settings
+from scalable_agent_tf2.configuration import settings
 
 # The learner's settings Tables D.3 and G.1 share: gamma 0.99, baseline cost 0.5, action
 # repeat 4, RMSProp momentum 0 (decay 0.99 and the accumulator starting at 1: released code,
@@ -40,7 +40,7 @@ class Family:
 
   Attributes:
     name: short id ("atari"); the registry lists families by it.
-    title: a heading for `python -m scalable_agent_tf2.suites`.
+    title: a heading for `python -m scalable_agent_tf2.configuration.suites`.
     prefixes: level-name prefixes this family owns ("atari/"); a name with one of them is
       this family's (or refused by it: never another family's).
     name_forms: the open-ended forms of its names, for the listing ("gym:<id>").
@@ -74,7 +74,7 @@ class Family:
 
   def check_level(self, level_name):
     """Raises ValueError (what is wrong, what to do) when an owned name is not a level."""
-    from scalable_agent_tf2 import suites  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2.configuration import suites  # pylint: disable=g-import-not-at-top
     if level_name not in self.listed_levels():
       raise ValueError(suites.unknown_level_message(level_name))
 
@@ -118,7 +118,7 @@ class Family:
 
   def check_can_run(self, config, memory_gb):
     """What can be known before any environment starts (a missing module, memory)."""
-    from scalable_agent_tf2 import config as config_lib  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
     config_lib.check_environment_memory(config, memory_gb)
 
   # --- Environments. --------------------------------------------------------------------
@@ -153,7 +153,7 @@ class Family:
 
 def frame_network_config(config, num_actions, channels, use_lstm, use_instruction):
   """networks.NetworkConfig for uint8 frames [--height, --width, channels] and --torso."""
-  from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
   return networks.NetworkConfig(
       num_actions=num_actions, frame_shape=(config.height, config.width, channels),
       torso=config.torso, use_lstm=use_lstm, use_instruction=use_instruction)
@@ -161,6 +161,6 @@ def frame_network_config(config, num_actions, channels, use_lstm, use_instructio
 
 def continuous_network_config(spec):
   """The IMPACT paper's continuous-control network (section 4.3) for a ContinuousEnvSpec."""
-  from scalable_agent_tf2 import continuous_networks  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import continuous_networks  # pylint: disable=g-import-not-at-top
   return continuous_networks.ContinuousNetworkConfig(observation_size=spec.frame_shape[0],
                                                      action_size=spec.action_size)

@@ -13,8 +13,8 @@ import importlib.util
 import os
 import re
 
-from scalable_agent_tf2 import settings
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments.families import base
 
 PREFIX = "dmlab:"
@@ -132,7 +132,7 @@ class DmLabFamily(base.Family):
 
   def check_can_run(self, config, memory_gb):
     """The Brady et al. image set where a level needs it, memory, the module."""
-    from scalable_agent_tf2 import config as config_lib  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
     from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
     needing = [level for level in config.levels
                if level_path(level).split("/")[-1] in suites.DMLAB30_LEVELS_NEEDING_DATASET

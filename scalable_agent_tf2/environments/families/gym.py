@@ -35,8 +35,8 @@ import functools
 import importlib
 import json
 
-from scalable_agent_tf2 import mujoco_presets
-from scalable_agent_tf2 import settings
+from scalable_agent_tf2.configuration import mujoco_presets
+from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base
 
@@ -157,7 +157,7 @@ class GymFamily(base.Family):
     values = dict(DISCRETE_PRESET)
     values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
     if algorithm == settings.IMPACT:
-      from scalable_agent_tf2 import presets  # pylint: disable=g-import-not-at-top
+      from scalable_agent_tf2.configuration import presets  # pylint: disable=g-import-not-at-top
       values.update(presets.IMPACT_PRESET)
     return values
 
@@ -204,8 +204,8 @@ class GymFamily(base.Family):
                      ContinuousFrameAgent);
       Discrete(n):   the one-hot [n] torso (networks.index_config), feed-forward.
     """
-    from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
-    from scalable_agent_tf2 import torsos  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
     from scalable_agent_tf2.environments import base as env_base  # pylint: disable=g-import-not-at-top
     env_kwargs = parse_env_kwargs(config.env_kwargs)
     description = self.describe(config.levels[0], env_kwargs)
@@ -230,7 +230,7 @@ class GymFamily(base.Family):
     frame_shape = tuple(spec.frame_shape)
     torso = config.torso or frame_torso(frame_shape)
     if continuous:
-      from scalable_agent_tf2 import continuous_networks  # pylint: disable=g-import-not-at-top
+      from scalable_agent_tf2.agent import continuous_networks  # pylint: disable=g-import-not-at-top
       return continuous_networks.ContinuousFrameNetworkConfig(
           frame_shape=frame_shape, action_size=spec.action_size, torso=torso)
     return networks.NetworkConfig(
@@ -242,7 +242,7 @@ def frame_torso(frame_shape):
   """--torso's default for frames: Figure 3's shallow torso, or the deep one for frames
   smaller than the shallow one's VALID convolutions take (networks.SHALLOW_MIN_FRAME_SIZE;
   e.g. MiniGrid's 7x7 views): the deep torso's SAME layers take any size."""
-  from scalable_agent_tf2 import networks  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
   if min(frame_shape[:2]) < networks.SHALLOW_MIN_FRAME_SIZE:
     return settings.DEEP
   return settings.SHALLOW

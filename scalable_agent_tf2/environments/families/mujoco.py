@@ -8,8 +8,8 @@ process (a MuJoCo step costs 40-90 core-us, far less than a process's round trip
 benchmarks/RESULTS.md). Observations: float32 vectors, normalised by the run's MeanStdFilter
 (action_spaces.ObservationFilter); the IMPACT paper's MLPs (continuous_networks.py).
 """
-from scalable_agent_tf2 import mujoco_presets
-from scalable_agent_tf2 import suites
+from scalable_agent_tf2.configuration import mujoco_presets
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments.families import base
 
 PREFIX = suites.MUJOCO_LEVEL_PREFIX

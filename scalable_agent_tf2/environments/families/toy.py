@@ -5,7 +5,7 @@ Presets: TOY, Table G.1's learner with a small batch and short unrolls. Environm
 process per actor (cheap, but the fault-injection tests rely on processes). Observations: one
 grey 20x20 frame; Atari's feed-forward agent.
 """
-from scalable_agent_tf2 import settings
+from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments.families import atari
 from scalable_agent_tf2.environments.families import base
 

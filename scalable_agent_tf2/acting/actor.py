@@ -1,0 +1,378 @@
+"""Acting: groups of environments driven by the agent's batched policy, producing trajectories.
+
+    policy = policies.BatchedPolicy(agent)     # one forward pass for many actor threads
+    loop = EnvironmentLoop(group_factory, policy, rngs, level_name)
+    trajectories = loop.unroll(unroll_length)  # one Trajectory per environment of the group
+
+An actor thread drives a GROUP of G environments with one loop: an AtariVectorGroup (G Atari
+games stepped by ale-py's C++ threads in this process), G MuJoCo tasks in this process, or one
+environment process seen as a group of 1 (both an EnvironmentGroup; the process serves DMLab,
+the toy levels, and Atari settings the vector group does not implement). Every step is one
+call to the batched policy with the group's G rows (dynamic_batching batches it with other
+threads' calls), G actions sampled with array operations, and one `step(actions)` of the
+group; an unroll stacks the T steps once.
+
+The trajectory convention is the released code's (deepmind/scalable_agent, experiment.py
+build_actor), per environment: step t holds the agent output whose action was taken at
+observation t-1 and the environment output that action led to; step 0 repeats the last step
+of the previous unroll, and `agent_state` is the core state before step 0. The learner unrolls
+the network from `agent_state` over all T+1 steps (learner.py's module docstring). A group's
+G trajectories are exactly those G loops over one environment each would give.
+
+Actions are sampled in numpy with one random generator per environment slot (policies.py), so
+which other actors share a forward pass never changes an environment's actions.
+"""
+import collections
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from scalable_agent_tf2.acting import action_spaces
+from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.utils import profiling
+from scalable_agent_tf2.environments import (EnvironmentProcessDied, EnvironmentProcessTimeout,
+                                             LevelCannotRun)
+from scalable_agent_tf2.structures import EnvOutput, Observation, Trajectory
+
+# Environment failures an actor recovers from by starting a new environment process.
+ENVIRONMENT_FAILURES = (EnvironmentProcessDied, EnvironmentProcessTimeout)
+
+
+class EpisodeTracker:
+  """Finds where episodes end in a stream of env outputs, for reporting returns.
+
+  `done` alone does not say it: on Atari in training a lost life sets `done` (the learner
+  must not bootstrap across it) while the game, and its return, go on
+  (environments/atari.py). An episode ended at a `done` output exactly when the statistics
+  restart after it, i.e. the next output's episode_step is not the done output's plus one.
+  So an episode is reported one step after its end.
+  """
+
+  def __init__(self):
+    self._last_done = None
+
+  def observe(self, env_output):
+    """Returns (episode_return, episode_step) of an episode that has ended, else None."""
+    finished = None
+    if self._last_done is not None and env_output.episode_step != self._last_done[1] + 1:
+      finished = self._last_done
+    self._last_done = ((env_output.episode_return, env_output.episode_step)
+                       if env_output.done else None)
+    return finished
+
+
+class EnvironmentGroup:
+  """G base.Environments as one group with the interface of
+  environments.atari_vector.AtariVectorGroup: initial(), step(actions [G]), finished_games(),
+  level_names, num_envs, spec, close(). They are stepped one after another on the calling
+  thread: one environment process (DMLab, the toy levels, Atari settings the vector group does
+  not implement) or G MuJoCo tasks in this process."""
+
+  def __init__(self, envs, level_name, observe=None):
+    """observe: callable(EnvOutput) -> EnvOutput applied to the group's stacked outputs
+    [G, ...] (the action space's observation filter, action_spaces.Gaussian.observe)."""
+    self._envs = list(envs)
+    if not self._envs:
+      raise ValueError("An environment group needs at least one environment.")
+    self._observe = observe or (lambda env_output: env_output)
+    self.num_envs = len(self._envs)
+    self.level_names = [level_name] * self.num_envs
+    self._trackers = [EpisodeTracker() for _ in self._envs]
+    self._finished = []
+
+  @property
+  def spec(self):
+    return self._envs[0].spec
+
+  def _as_group(self, env_outputs):
+    self._finished = []
+    for slot, (tracker, env_output) in enumerate(zip(self._trackers, env_outputs)):
+      finished = tracker.observe(env_output)
+      if finished is not None:
+        self._finished.append((slot,) + tuple(finished))
+    return self._observe(EnvOutput(
+        reward=np.array([o.reward for o in env_outputs], np.float32),
+        done=np.array([o.done for o in env_outputs], bool),
+        observation=Observation(
+            frame=np.stack([np.asarray(o.observation.frame) for o in env_outputs]),
+            instruction=tuple(o.observation.instruction for o in env_outputs)),
+        episode_return=np.array([o.episode_return for o in env_outputs], np.float32),
+        episode_step=np.array([o.episode_step for o in env_outputs], np.int32),
+        truncated=np.array([o.truncated for o in env_outputs], bool)))
+
+  def initial(self):
+    self._trackers = [EpisodeTracker() for _ in self._envs]
+    return self._as_group([env.initial() for env in self._envs])
+
+  def step(self, actions):
+    return self._as_group([env.step(action) for env, action in zip(self._envs, actions)])
+
+  def finished_games(self):
+    return list(self._finished)
+
+  def close(self):
+    close_all(self._envs)
+
+
+def close_all(envs):
+  """Closes every environment of envs, even when closing one raises (the first error is
+  raised after the others were closed)."""
+  error = None
+  for env in envs:
+    try:
+      env.close()
+    except Exception as e:  # pylint: disable=broad-except
+      error = error or e
+  if error is not None:
+    raise error
+
+
+def as_group(env_or_group, level_name, observe=None):
+  """A group as it is; a list of environments, or one environment, as an EnvironmentGroup
+  (see its observe)."""
+  if hasattr(env_or_group, "finished_games"):
+    return env_or_group
+  envs = env_or_group if isinstance(env_or_group, list) else [env_or_group]
+  return EnvironmentGroup(envs, level_name, observe)
+
+
+class RestartPolicy:
+  """How an actor recovers from environment failures, and when it gives a level up.
+
+  Starting (construction or the first reset, initial()): retried after backoff_secs[0],
+  backoff_secs[1], ... (exponential: 1, 2, 4 s); when all len(backoff_secs) restarts failed
+  too, the level cannot run here (environments.LevelCannotRun, the supervisor's business).
+  Stepping: a crashed environment is replaced and the episode in progress dropped, as long as
+  fewer than max_crashes crashes happened within the last crash_window_secs; a level that
+  keeps dying is reported (LevelCannotRun) instead of restarted forever.
+  """
+
+  def __init__(self, backoff_secs=(1.0, 2.0, 4.0), max_crashes=5, crash_window_secs=60.0,
+               sleep=time.sleep, clock=time.monotonic):
+    self.backoff_secs = tuple(backoff_secs)
+    self.max_crashes = max_crashes
+    self.crash_window_secs = crash_window_secs
+    self.sleep = sleep
+    self.clock = clock
+
+
+class EnvironmentLoop:
+  """One actor's group of environments and the agent's state in them: steps, unrolls,
+  episode reporting and restarts (RestartPolicy)."""
+
+  def __init__(self, group_factory, policy, rngs, level_name, on_episode=None,
+               on_restart=None, restart_policy=None):
+    """Args:
+      group_factory: callable(attempt) -> a group (AtariVectorGroup, EnvironmentGroup), a
+        list of base.Environments or one (as_group); attempt counts restarts from 0.
+      policy: a policies.BatchedPolicy (or PerActorPolicy).
+      rngs: one numpy Generator per environment of the group, for its actions.
+      level_name: str, the group's level, for reports.
+      on_episode: callable(level_name, episode_return, episode_step) at each episode end.
+      on_restart: callable(level_name, exception) after an environment failed.
+      restart_policy: RestartPolicy; None: the defaults.
+    """
+    self._group_factory = group_factory
+    self._policy = policy
+    # A policy without an action space (a test's stand-in) acts in a discrete one.
+    self._action_space = getattr(policy, "action_space", None) or action_spaces.Discrete()
+    self._rngs = list(rngs)
+    self.level_name = level_name
+    self._on_episode = on_episode
+    self._on_restart = on_restart
+    self._restarts = restart_policy or RestartPolicy()
+    self._attempt = 0
+    self._crash_times = collections.deque()
+    self.num_crashes = 0
+    self.finished_episodes = []  # (slot, level, return, length) of the last step's episodes.
+    self._group = None
+    self._start_group()
+
+  def _start_group(self):
+    """A started group (factory + initial()), with backoff; LevelCannotRun when it cannot."""
+    for backoff in self._restarts.backoff_secs + (None,):
+      group = None
+      try:
+        group = as_group(self._group_factory(self._attempt), self.level_name,
+                         self._action_space.observe)
+        self._start_episodes(group)
+        self._group = group
+        return
+      except ENVIRONMENT_FAILURES as error:
+        if group is not None:
+          group.close()
+        self._attempt += 1
+        if backoff is None:
+          raise LevelCannotRun(self.level_name, str(error)) from error
+        if self._on_restart is not None:
+          self._on_restart(self.level_name, error)
+        self._restarts.sleep(backoff)
+
+  def _start_episodes(self, group):
+    if len(self._rngs) != group.num_envs:
+      raise ValueError(f"{group.num_envs} environments need as many random generators, got "
+                       f"{len(self._rngs)}.")
+    self.env_output = policies.encode_group_instructions(group.initial())
+    self.agent_output = policies.empty_group_outputs(self._action_space, group.num_envs,
+                                                     group.spec)
+    self.core_state = self._policy.initial_states(group.num_envs)
+
+  def _crashed(self, error):
+    """Replaces a group that crashed while stepping, unless the level keeps crashing."""
+    self.num_crashes += 1
+    now = self._restarts.clock()
+    self._crash_times.append(now)
+    while self._crash_times and self._crash_times[0] < now - self._restarts.crash_window_secs:
+      self._crash_times.popleft()
+    self._group.close()
+    self._group = None
+    if len(self._crash_times) >= self._restarts.max_crashes:
+      raise LevelCannotRun(self.level_name, f"its environment crashed {len(self._crash_times)} "
+                           f"times within {self._restarts.crash_window_secs:g} s; the last "
+                           f"time: {error}") from error
+    self._attempt += 1
+    if self._on_restart is not None:
+      self._on_restart(self.level_name, error)
+    self._start_group()
+
+  @property
+  def num_envs(self):
+    return len(self._rngs)
+
+  def step(self):
+    """One agent step of the group; returns (agent_outputs, env_outputs) of step t [G, ...].
+
+    Raises:
+      EnvironmentRestarted: the environment failed and was replaced; the episodes in
+        progress are lost and the loop starts over from new episodes.
+    """
+    logits, baseline, core_state = self._policy(self.agent_output.action, self.env_output,
+                                                self.core_state)
+    space = self._action_space
+    actions = policies.sample_group_actions(space, logits, self._rngs)
+    try:
+      env_output = self._group.step(policies.group_environment_actions(
+          space, actions, self._group.spec))
+    except ENVIRONMENT_FAILURES as error:
+      self._crashed(error)
+      raise EnvironmentRestarted(str(error)) from error
+    self.agent_output = space.agent_output(actions, logits, baseline)
+    self.env_output = policies.encode_group_instructions(env_output)
+    self.core_state = core_state
+    self._report_episodes()
+    return self.agent_output, self.env_output
+
+  def _report_episodes(self):
+    level_names = self._group.level_names
+    self.finished_episodes = [(index, level_names[index], episode_return, episode_step)
+                              for index, episode_return, episode_step
+                              in self._group.finished_games()]
+    if self._on_episode is not None:
+      for _, level, episode_return, episode_step in self.finished_episodes:
+        self._on_episode(level, episode_return, episode_step)
+
+  def unroll(self, unroll_length, policy_version=0):
+    """unroll_length steps as G Trajectories of T+1 steps (step 0 = the previous last step).
+
+    Raises:
+      EnvironmentRestarted: see step(); the partial unrolls are dropped.
+    """
+    agent_state = self.core_state
+    agent_outputs, env_outputs = [self.agent_output], [self.env_output]
+    for _ in range(unroll_length):
+      agent_output, env_output = self.step()
+      agent_outputs.append(agent_output)
+      env_outputs.append(env_output)
+    # [G, T+1, ...]: each environment's rows are contiguous.
+    stack = lambda *xs: np.stack(xs, axis=1)
+    env_outputs = tf.nest.map_structure(stack, *env_outputs)
+    agent_outputs = tf.nest.map_structure(stack, *agent_outputs)
+    level_names = self._group.level_names
+    return [Trajectory(level_name=level_names[g], policy_version=policy_version,
+                       agent_state=tf.nest.map_structure(lambda x, g=g: x[g], agent_state),
+                       env_outputs=tf.nest.map_structure(lambda x, g=g: x[g], env_outputs),
+                       agent_outputs=tf.nest.map_structure(lambda x, g=g: x[g], agent_outputs))
+            for g in range(self.num_envs)]
+
+  def close(self):
+    if self._group is not None:
+      self._group.close()
+
+
+class EnvironmentRestarted(RuntimeError):
+  """The environment process failed and was replaced by a new one."""
+
+
+class ActorFailed(RuntimeError):
+  """An actor thread stopped with an error that is not an environment crash."""
+
+  @classmethod
+  def of(cls, actor, consequence=""):
+    """The error for ActorThread `actor`; consequence ends the message (what happened next).
+    Raise it `from actor.error`."""
+    return cls(f"{actor.name} stopped with {type(actor.error).__name__}: {actor.error}."
+               f"{consequence}")
+
+
+def first_failed(actors):
+  """The first of `actors` (ActorThreads) that stopped with an error, or None."""
+  return next((a for a in actors if a.error is not None), None)
+
+
+class ActorThread(threading.Thread):
+  """Runs an EnvironmentLoop and puts its trajectories on a queue until stopped.
+
+  An exception other than an environment failure ends the thread (LevelCannotRun too, once a
+  level's environment cannot start or keeps dying); it is kept in `error` for the supervisor.
+  """
+
+  def __init__(self, index, make_loop, unroll_length, put_trajectory, policy_version,
+               stop_event, first_stream=None):
+    """Args:
+      index: int, the actor's number (thread name).
+      make_loop: callable() -> EnvironmentLoop, run on this thread.
+      unroll_length: int, T.
+      put_trajectory: callable(Trajectory, stream) -> bool; False when training is stopping.
+        stream: the environment's number (first_stream + slot in the group), which keys the
+        learner's queues and LASER's per-environment streams.
+      policy_version: callable() -> int, learner updates so far.
+      stop_event: threading.Event; set to stop.
+      first_stream: the stream of the group's first environment; None: index.
+    """
+    super().__init__(name="actor-%d" % index, daemon=True)
+    self._make_loop = make_loop
+    self._unroll_length = unroll_length
+    self._put_trajectory = put_trajectory
+    self._policy_version = policy_version
+    self._stop_event = stop_event
+    self._first_stream = index if first_stream is None else first_stream
+    self.error = None
+    self.num_trajectories = 0
+
+  def _put_all(self, trajectories):
+    for slot, trajectory in enumerate(trajectories):
+      if not self._put_trajectory(trajectory, self._first_stream + slot):
+        return False
+      self.num_trajectories += 1
+    return True
+
+  def run(self):
+    profiling.name_this_thread(self.name)
+    loop = None
+    try:
+      loop = self._make_loop()
+      while not self._stop_event.is_set():
+        try:
+          trajectories = loop.unroll(self._unroll_length, self._policy_version())
+        except EnvironmentRestarted:
+          continue
+        if not self._put_all(trajectories):
+          break
+    except BaseException as error:  # pylint: disable=broad-except
+      if not self._stop_event.is_set():  # Errors caused by shutting down are not news.
+        self.error = error
+    finally:
+      if loop is not None:
+        loop.close()

@@ -1,0 +1,552 @@
+"""A run's config: the settings (settings.py) with the level's presets filled in, checked.
+
+    config = resolve(ExperimentConfig(level_name="atari/pong", num_actors=8))
+    config = config_from_argv(["--level_name=atari/pong", "--num_actors=8"])  # Flag syntax.
+
+Every setting left PRESET (None) is filled by `resolve` from `presets.presets` for the level or
+suite (the paper's tables, cited in presets.py); a value given always wins. `resolve` also runs
+every setting's check (settings.py) and the checks that combine settings, so a bad value fails
+before any work starts, and before TensorFlow is imported: this module imports no TensorFlow.
+
+`LearnerConfig` and `ImpactConfig`, the learner's hyperparameters (learner.py), hold the
+settings marked for them (`part_of`); their defaults are the DMLab-30 and IMPACT Table 1
+presets, which test_settings_tables.py keeps in step with settings.py and presets.py.
+"""
+import dataclasses
+import json
+import math
+import os
+from typing import Optional
+
+from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.configuration.settings import IMPACT, IMPALA, TEST, TRAIN  # noqa: F401 (API)
+
+
+def num_replayed_per_batch(batch_size, replay_fraction):
+  """How many of each batch's `batch_size` items come from replay: round(fraction x size).
+
+  Raises:
+    ValueError: the fraction is outside [0, 1), or it rounds to a batch with no replayed or
+      no online item (online data must keep flowing; a positive fraction must replay).
+  """
+  if not 0.0 <= replay_fraction < 1.0:
+    raise ValueError(f"--replay_fraction must be in [0, 1), got {replay_fraction}: online "
+                     f"data must keep flowing into every batch (the paper's 0.5 draws half "
+                     f"of each batch from replay; LASER section 5.3 / Figure 2: learning "
+                     f"from replay only fails, its 7 replayed : 1 online is 0.875).")
+  num_replayed = int(round(replay_fraction * batch_size))
+  if replay_fraction > 0 and num_replayed == 0:
+    raise ValueError(f"--replay_fraction {replay_fraction} of --batch_size {batch_size} "
+                     f"rounds to no replayed trajectory; use a larger fraction or batch.")
+  if num_replayed >= batch_size:
+    raise ValueError(f"--replay_fraction {replay_fraction} of --batch_size {batch_size} "
+                     f"leaves no online trajectory in a batch; online data must keep flowing.")
+  return num_replayed
+
+
+def num_replayed_added(num_online, replay_fraction):
+  """How many replayed items join each batch of `num_online` online items so that they are
+  `replay_fraction` of the whole: round(num_online x fraction / (1 - fraction)).
+
+  LASER section 5.1 adds a replay mini-batch to a full online one: 32 online and 224
+  replayed trajectories at its 7/8 replay data per batch (section 5.3: "7 replay samples for
+  each online sample"); IMPALA's replay (num_replayed_per_batch) takes them out of the batch.
+
+  Raises:
+    ValueError: the fraction is outside [0, 1), or positive but rounds to no replayed item.
+  """
+  if not 0.0 <= replay_fraction < 1.0:
+    num_replayed_per_batch(num_online, replay_fraction)  # Raises its message.
+  num_replayed = int(round(num_online * replay_fraction / (1.0 - replay_fraction)))
+  if replay_fraction > 0 and num_replayed == 0:
+    raise ValueError(f"--replay_fraction {replay_fraction} added to --batch_size {num_online} "
+                     f"online trajectories rounds to no replayed trajectory; use a larger "
+                     f"fraction or batch.")
+  return num_replayed
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig(settings.ExperimentSettings):
+  """One run: the fields of settings.ExperimentSettings, and what follows from them."""
+
+  def to_json(self):
+    return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+  @property
+  def levels(self):
+    """The levels this run plays (a suite's levels, or the one level). `resolve` checks the
+    name; tests may run unlisted levels through their own environment constructor."""
+    if suites.is_suite(self.level_name):
+      excluded = set(self.excluded_level_names)
+      return tuple(level for level in suites.level_names(self.level_name)
+                   if level not in excluded)
+    return (self.level_name,)
+
+  @property
+  def excluded_level_names(self):
+    """--excluded_levels as a tuple of names."""
+    return tuple(name.strip() for name in (self.excluded_levels or "").split(",")
+                 if name.strip())
+
+  @property
+  def family(self):
+    """The environment family of the run's levels (environments/families): it owns their
+    presets, environments, how they run and what they observe."""
+    return families.family_of(self.levels[0])
+
+  @property
+  def runs_as(self):
+    """How an actor's environments run (families/base.py: OWN_PROCESS, IN_PROCESS_GROUP,
+    VECTOR), as the family decides for these settings."""
+    return self.family.runs_as(self)
+
+  @property
+  def is_atari(self):
+    """Whether the run's levels are Atari games (population.py adapts the gradient clip on
+    them, Table G.1)."""
+    return self.family.name == "atari"
+
+  @property
+  def uses_atari_groups(self):
+    """Whether actors step their games in a C++ vector (environments/atari_vector.py): Atari at
+    what AtariVectorGroup implements (Table G.1's 84x84 frames and action repeat 4, no sticky
+    actions); otherwise every actor has one environment process."""
+    return self.runs_as == family_base.VECTOR
+
+  @property
+  def uses_environment_groups(self):
+    """Whether an actor thread steps --envs_per_actor environments in this process (a vector
+    or an in-process group, as the family decides); otherwise every actor has one
+    environment process."""
+    return self.runs_as != family_base.OWN_PROCESS
+
+  @property
+  def is_multi_task(self):
+    return suites.is_suite(self.level_name)
+
+  def learner_config(self):
+    """The learner's hyperparameters (max_grad_norm 0, "no clipping", becomes None)."""
+    values = {f.name: getattr(self, f.name) for f in settings.fields_part_of(settings.FOR_LEARNER)}
+    values["max_grad_norm"] = self.max_grad_norm if self.max_grad_norm > 0 else None
+    return LearnerConfig(**values)
+
+  def impact_config(self):
+    """IMPACT's own hyperparameters (--algorithm=impact)."""
+    return ImpactConfig(**{f.name: getattr(self, f.name)
+                           for f in settings.fields_part_of(settings.FOR_IMPACT)})
+
+  @property
+  def replays_added(self):
+    """Replayed trajectories come on top of --batch_size online ones (--replay_mixing=added;
+    unset: LASER's default with --laser_replay), else they are part of it."""
+    mixing = self.replay_mixing or (settings.REPLAY_ADDED if self.laser_replay
+                                    else settings.REPLAY_WITHIN_BATCH)
+    return mixing == settings.REPLAY_ADDED
+
+  @property
+  def num_replayed_per_batch(self):
+    """Trajectories of each learner batch drawn from replay (0 without replay)."""
+    if self.replays_added:
+      return num_replayed_added(self.batch_size, self.replay_fraction)
+    return num_replayed_per_batch(self.batch_size, self.replay_fraction)
+
+  @property
+  def learner_batch_size(self):
+    """Trajectories per learner update (per learner): online and replayed."""
+    return self.batch_size + (self.num_replayed_per_batch if self.replays_added else 0)
+
+  @property
+  def num_online_per_batch(self):
+    """New trajectories per learner update (per learner): only they count as frames."""
+    return self.learner_batch_size - self.num_replayed_per_batch
+
+  def network_config(self, num_actions):
+    """The network for this run's levels with num_actions discrete actions (imports
+    TensorFlow: call it from the TF side)."""
+    from scalable_agent_tf2.environments import base  # pylint: disable=g-import-not-at-top
+    return self.family.network_config(self, base.EnvSpec(num_actions=num_actions,
+                                                         frame_shape=None))
+
+  def network_config_for_spec(self, spec):
+    """The network for an environment's spec (an EnvSpec or a ContinuousEnvSpec), as the
+    level's family chooses (imports TensorFlow: call it from the TF side)."""
+    return self.family.network_config(self, spec)
+
+  def environment_options(self):
+    """Keyword arguments for environments.environment_constructor, as the family takes them."""
+    return self.family.environment_options(self)
+
+  def jit_compile_choice(self):
+    """True, False, or None (the learner's default for the device)."""
+    return {"auto": None, "on": True, "off": False}[self.jit_compile]
+
+
+# ---------------------------------------------------------------------------------------------
+# The learner's configs: the settings marked for them, written out to be read.
+# ---------------------------------------------------------------------------------------------
+
+
+class _LearnerChecks:
+  """LearnerConfig's checks: every setting's own, and those that combine them."""
+
+  def __post_init__(self):
+    settings.check_values(self, flag=False)
+    if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+      raise ValueError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}.")
+    if self.uses_trust_region and self.off_policy_correction != settings.VTRACE:
+      raise ValueError(f"The trust region (trust_region_threshold="
+                       f"{self.trust_region_threshold}) needs off_policy_correction="
+                       f"'vtrace', got {self.off_policy_correction!r}.")
+
+  @property
+  def uses_trust_region(self):
+    return not math.isinf(self.trust_region_threshold)
+
+
+class _ImpactChecks:
+  """ImpactConfig's checks: every setting's own."""
+
+  def __post_init__(self):
+    settings.check_values(self, flag=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig(_LearnerChecks):
+  """The learner's hyperparameters (learner.Learner), defaulting to DMLab-30's presets.
+
+  A run builds it from its settings (ExperimentConfig.learner_config): every field but the
+  V-trace constants is the setting of that name marked `part_of=FOR_LEARNER` in settings.py,
+  where its flag, help, source and check live; test_settings_tables.py fails if a marked
+  setting is missing here or its default differs from presets.DMLAB30's. The defaults serve
+  tests and benchmarks that build a learner directly.
+
+  Fields, with their sources:
+    total_environment_frames: frames of the learning-rate decay (released code: 10e9 for
+      DMLab-30, Figure 5).
+    num_action_repeats: environment frames per agent step (Table D.3: 4).
+    entropy_cost: entropy loss weight (released code: the Table D.1 sweep's best agent).
+    baseline_cost: baseline loss weight (Table D.3: 0.5).
+    discounting: gamma (Table D.3: 0.99).
+    reward_clipping: Figure D.1's optimistic asymmetric clipping (Table D.3, DMLab-30).
+    learning_rate: initial RMSProp learning rate (released code: the Table D.1 sweep's best).
+    decay: RMSProp decay (released code: 0.99).
+    momentum: RMSProp momentum (Table D.3: 0).
+    epsilon: RMSProp epsilon (released code: 0.1 for DMLab).
+    rmsprop_initial_mean_square: RMSProp's accumulator start (TF1's RMSPropOptimizer: 1).
+    max_grad_norm: global gradient-norm clip; None: none (DMLab: the released code clips
+      nothing; --max_grad_norm=0 becomes None).
+    off_policy_correction: Table 2's correction (vtrace).
+    trust_region_threshold: LASER section 4.3's trust region; inf: off (plain IMPALA).
+    clip_rho_threshold: rho_bar (section 5.2.1: 1); no flag.
+    clip_pg_rho_threshold: rho_bar of the policy gradient (section 5.2.1: 1); no flag.
+    clip_c_threshold: c_bar (section 5.2.1: 1); no flag.
+    vtrace_lambda: Remark 2's lambda (1: plain V-trace); no flag.
+  """
+  total_environment_frames: int = 10_000_000_000
+  num_action_repeats: int = 4
+  entropy_cost: float = 0.0033391318945337044
+  baseline_cost: float = 0.5
+  discounting: float = 0.99
+  reward_clipping: str = settings.OPTIMISTIC_ASYMMETRIC
+  learning_rate: float = 0.00031866995608948655
+  decay: float = 0.99
+  momentum: float = 0.0
+  epsilon: float = 0.1
+  rmsprop_initial_mean_square: float = 1.0
+  max_grad_norm: Optional[float] = None
+  off_policy_correction: str = settings.VTRACE
+  trust_region_threshold: float = math.inf
+  # settings.VTRACE_CONSTANTS: fixed by the paper, no flag.
+  clip_rho_threshold: float = 1.0
+  clip_pg_rho_threshold: float = 1.0
+  clip_c_threshold: float = 1.0
+  vtrace_lambda: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ImpactConfig(_ImpactChecks):
+  """IMPACT's own hyperparameters (learner.ImpactLearner), defaulting to IMPACT Table 1's.
+
+  Every field is the setting of that name marked `part_of=FOR_IMPACT` in settings.py (flag,
+  help, source, check); test_settings_tables.py fails if a marked setting is missing here or
+  its default differs from presets.IMPACT_PRESET's.
+
+  Fields, with their sources (Luo et al., 2020):
+    target_update_period: learner steps between target-network refreshes; section 4.1.1: "Our
+      primary benchmark for target update frequency is n = N K", Table 1's 4 x 2 = 8.
+    ppo_clip: the surrogate's clipping epsilon (Table 1: 0.3).
+    target_worker_clipping: rho of pi / max(pi_target, mu / rho) (Table 1: 2.0).
+    gae_lambda: lambda of the V-trace GAE advantages (Table 1: 0.995).
+    kl_cost: weight of KL(pi_target || pi) (Table 1: 0.0).
+  """
+  target_update_period: int = 8
+  ppo_clip: float = 0.3
+  target_worker_clipping: float = 2.0
+  gae_lambda: float = 0.995
+  kl_cost: float = 0.0
+
+
+def _learner_preset(preset, overrides):
+  values = {f.name: preset[f.name] for f in settings.fields_part_of(settings.FOR_LEARNER)
+            if f.name in preset}
+  values["max_grad_norm"] = values["max_grad_norm"] or None
+  return LearnerConfig(**{**values, **overrides})
+
+
+def dmlab_learner_config(multi_task=True, **overrides):
+  """DeepMind Lab's learner: DMLab-30 (and its experts) or a single level (Table D.3)."""
+  return _learner_preset(presets.DMLAB30 if multi_task else presets.DMLAB_LEVEL, overrides)
+
+
+def atari_learner_config(**overrides):
+  """Atari's learner, Table G.1."""
+  return _learner_preset(presets.ATARI, overrides)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolving and checking a run's settings.
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve(config):
+  """The config with every PRESET filled from `presets.presets`, checked.
+
+  Raises:
+    ValueError: a bad value, with what to do about it.
+  """
+  fields = {f.name: f for f in dataclasses.fields(ExperimentConfig)}
+  for name in ("mode", "algorithm", "preset"):
+    settings.check_value(name, getattr(config, name), fields[name])
+  given = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
+  if config.algorithm == IMPACT:
+    if given.get("off_policy_correction", settings.VTRACE) != settings.VTRACE:
+      raise ValueError("--off_policy_correction is IMPALA's (Table 2); IMPACT corrects with "
+                       "its clipped target-worker ratio. Drop one of the two flags.")
+  else:
+    for name in settings.IMPACT_SETTINGS:
+      if name in given:
+        raise ValueError(f"--{name} is an IMPACT setting: add --algorithm=impact.")
+  values = presets.presets(config.level_name, config.algorithm, config.preset, given=given)
+  if config.laser_replay:
+    values.update(presets.LASER_PRESET)
+    values.pop(presets.MEAN_LOSS_MAX_GRAD_NORM, None)
+  values.update(given)
+  if "max_grad_norm" not in given:  # A clip on the paper's mean loss, on our summed one.
+    values["max_grad_norm"] = presets.summed_loss_max_grad_norm(values)
+  if "intra_op_threads" not in given:  # By the machine's cores and the run's network.
+    values["intra_op_threads"] = presets.intra_op_threads(
+        config.level_name, values.get("torso"), os.cpu_count() or 1)
+  config = ExperimentConfig(**{name: values.get(name) for name in fields})
+  settings.check_values(config)
+  _check_combinations(config)
+  config = _resolve_envs_per_actor(config, given)
+  if config.algorithm == IMPACT and config.target_update_period is None:
+    # IMPACT section 4.1.1: "Our primary benchmark for target update frequency is n = N K".
+    config = dataclasses.replace(
+        config, target_update_period=config.circular_buffer_size * config.circular_buffer_max_uses)
+  config = _resolve_laser(config)
+  # The learner's own checks (those that combine its settings).
+  config.learner_config()
+  if config.algorithm == IMPACT:
+    config.impact_config()
+  return config
+
+
+def _check_levels(config):
+  """What can be known about the levels before any environment starts."""
+  excluded = config.excluded_level_names
+  if excluded:
+    if not config.is_multi_task:
+      raise ValueError("--excluded_levels leaves levels out of a suite; --level_name="
+                       f"{config.level_name} is one level. Drop --excluded_levels.")
+    suite_levels = suites.level_names(config.level_name)
+    unknown = [name for name in excluded if name not in suite_levels]
+    if unknown:
+      raise ValueError(f"--excluded_levels: {', '.join(unknown)} not in {config.level_name}; "
+                       f"`{suites.LIST_LEVELS_COMMAND}` lists its levels.")
+    if not config.levels:
+      raise ValueError(f"--excluded_levels leaves none of {config.level_name}'s levels.")
+
+
+# Measured here (BUILD.md, "DeepMind Lab", memory): a DeepMind Lab environment process holds
+# about 0.2 GB (language levels up to 0.28); the training process about 2.5 GB at batch 32,
+# unroll 100, shallow or deep.
+DMLAB_ENVIRONMENT_GB = 0.2
+TRAINING_PROCESS_GB = 2.5
+
+
+def machine_memory_gb():
+  """The machine's physical memory in GB (1e9 bytes)."""
+  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+
+
+def check_dmlab_memory(num_actors, memory_gb):
+  """Refuses, before anything starts, a DeepMind Lab run whose environment processes (one per
+  actor) and training process would not fit in the machine's memory: the paper's 150 actors
+  (section 5.3.1) ran on as many machines; on one they need about 32 GB."""
+  need = num_actors * DMLAB_ENVIRONMENT_GB + TRAINING_PROCESS_GB
+  if need <= memory_gb:
+    return
+  fits = max(1, int((memory_gb - TRAINING_PROCESS_GB) / DMLAB_ENVIRONMENT_GB))
+  raise ValueError(
+      f"--num_actors={num_actors}: {num_actors} DeepMind Lab environment processes and the "
+      f"training process need about {need:.0f} GB of memory ({DMLAB_ENVIRONMENT_GB} GB each "
+      f"+ {TRAINING_PROCESS_GB} GB; BUILD.md, \"DeepMind Lab\"), and this machine has "
+      f"{memory_gb:.0f} GB. Pass --num_actors={fits} or fewer (the paper's 150 actors for "
+      f"DMLab-30 ran on 150 machines).")
+
+
+# Measured here (2 cores, Python 3.11): an environment process of any other family (its
+# interpreter, numpy, gymnasium and one game or task) holds about 65 MB, counted as 0.1 GB; an
+# environment stepped inside the training process (an Atari game of a vector group, a MuJoCo
+# task) about 1 MB (48 Pong games in one vector group: 47 MB), counted as 2 MB.
+ENVIRONMENT_PROCESS_GB = 0.1
+IN_PROCESS_ENVIRONMENT_GB = 0.002
+
+
+def check_environment_memory(config, memory_gb):
+  """Refuses, before anything starts, actors whose environments would not fit in the machine's
+  memory (a mistyped --num_actors=100000 would otherwise start that many processes until the
+  machine swaps or the kernel kills them). DeepMind Lab levels: check_dmlab_memory."""
+  environments = config.num_actors * config.envs_per_actor
+  if config.uses_environment_groups:
+    each, kind = IN_PROCESS_ENVIRONMENT_GB, "environments stepped in the training process"
+  else:
+    each, kind = ENVIRONMENT_PROCESS_GB, "environment processes"
+  need = environments * each + TRAINING_PROCESS_GB
+  if need <= memory_gb:
+    return
+  fits = max(1, int((memory_gb - TRAINING_PROCESS_GB) / each / config.envs_per_actor))
+  raise ValueError(
+      f"--num_actors={config.num_actors} x --envs_per_actor={config.envs_per_actor}: "
+      f"{environments:,} {kind} and the training process need about {need:,.0f} GB of "
+      f"memory ({each} GB each + {TRAINING_PROCESS_GB} GB), and this machine has "
+      f"{memory_gb:.0f} GB. Pass --num_actors={fits} or fewer.")
+
+
+def check_levels_can_run(config):
+  """What can be known, before any environment starts, about levels this run cannot play.
+
+  Not part of `resolve`: a config names its levels whatever the machine has (a population
+  driver or a README check resolves configs it never runs); a run checks this at its start.
+
+  Raises:
+    ValueError: naming the levels and what to do (the family's check_can_run).
+    ModuleNotFoundError: a family's module is missing (DeepMind Lab: BUILD.md).
+  """
+  config.family.check_can_run(config, machine_memory_gb())
+
+
+def _resolve_envs_per_actor(config, given):
+  """--envs_per_actor is 1 where environments do not run in groups (an error if asked for)."""
+  if config.uses_environment_groups or config.envs_per_actor == 1:
+    return config
+  if "envs_per_actor" in given:
+    raise ValueError(
+        f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks and Atari games at "
+        f"84x84, action repeat 4 and without sticky actions (and gymnasium environments "
+        f"without frames) run in groups; {config.level_name} "
+        f"with these settings runs one environment process per actor. Drop --envs_per_actor "
+        f"(or set it to 1).")
+  return dataclasses.replace(config, envs_per_actor=1)
+
+
+def _check_combinations(config):
+  """The checks of one resolved config that involve more than one setting."""
+  _check_levels(config)
+  if config.env_kwargs and not config.family.takes_env_kwargs:
+    raise ValueError(f"--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> "
+                     f"levels; {config.level_name} is not one ({config.family.title}). Drop "
+                     "--env_kwargs.")
+  config.family.check_config(config)
+  if config.torso == settings.IMPACT_CNN and (config.width, config.height) != (42, 42):
+    raise ValueError(f"--torso={settings.IMPACT_CNN} is the IMPACT paper's network for 42x42 "
+                     f"frames (section 4.3), got {config.width}x{config.height}: add "
+                     "--width=42 --height=42, or use --preset=impact_paper.")
+  if config.num_actors < config.num_learners:
+    raise ValueError(f"Each learner trains on its own actors' trajectories: --num_actors "
+                     f"({config.num_actors}) must be at least --num_learners "
+                     f"({config.num_learners}).")
+  if config.queue_capacity < config.batch_size:
+    raise ValueError(f"--queue_capacity ({config.queue_capacity}) must hold at least one "
+                     f"batch (--batch_size {config.batch_size}).")
+  if config.num_learners > 1 and (config.replay_fraction > 0 or config.algorithm == IMPACT):
+    raise ValueError("--num_learners > 1 trains each learner on its own actors' "
+                     "trajectories; experience replay and --algorithm=impact are built for "
+                     "one learner so far. Use --num_learners=1.")
+
+
+def _resolve_laser(config):
+  """Checks the replay settings; entropy_on_online_only defaults to laser_replay, and
+  replay_mixing to added with laser_replay (LASER section 5.1), within_batch otherwise."""
+  replays = config.replay_fraction > 0
+  _ = config.num_replayed_per_batch  # Checks --replay_fraction against the batch.
+  if config.replay_mixing is not None and not replays:
+    raise ValueError(f"--replay_mixing={config.replay_mixing} says where replayed "
+                     "trajectories go: set --replay_fraction in (0, 1), or drop the flag.")
+  if config.laser_replay and not replays:
+    raise ValueError("--laser_replay mixes replayed episodes into every batch: set "
+                     "--replay_fraction in (0, 1), e.g. LASER's 0.875 (7 replayed "
+                     "trajectories for each online one, section 5.3).")
+  if config.laser_replay and config.algorithm == IMPACT:
+    raise ValueError("--laser_replay is built for IMPALA's learner; drop --algorithm=impact "
+                     "or --laser_replay.")
+  online_only = config.entropy_on_online_only
+  if online_only is None:
+    online_only = config.laser_replay
+  if online_only and not replays:
+    raise ValueError("--entropy_on_online_only needs replayed data to leave out: set "
+                     "--replay_fraction > 0, or drop the flag.")
+  if online_only and config.algorithm == IMPACT:
+    raise ValueError("--entropy_on_online_only is built for IMPALA's learner; drop "
+                     "--algorithm=impact or the flag.")
+  if config.shared_replay_address:
+    if not config.laser_replay:
+      raise ValueError("--shared_replay_address shares LASER's episode replay: add "
+                       "--laser_replay (and --replay_fraction, e.g. 0.875).")
+    host, _, port = config.shared_replay_address.rpartition(":")
+    if not host or not port.isdigit():
+      raise ValueError(f"--shared_replay_address must be host:port, e.g. localhost:8010; got "
+                       f"{config.shared_replay_address!r}.")
+  elif config.agent_tag:
+    raise ValueError("--agent_tag names this run in a shared replay: add "
+                     "--shared_replay_address.")
+  mixing = None  # No replay: nothing to mix (and a resolved config resolves again).
+  if replays:
+    mixing = settings.REPLAY_ADDED if config.replays_added else settings.REPLAY_WITHIN_BATCH
+  return dataclasses.replace(config, entropy_on_online_only=bool(online_only),
+                             replay_mixing=mixing)
+
+
+def config_from_flags(flag_values):
+  """The resolved config of parsed absl flags (defined by settings.define_flags).
+
+  Raises:
+    ValueError: a bad value, with what to do about it.
+  """
+  return resolve(ExperimentConfig(**{f.name: flag_values[f.name].value
+                                     for f in dataclasses.fields(ExperimentConfig)}))
+
+
+def config_from_argv(argv):
+  """The resolved config of experiment.py's flags, e.g. ["--level_name=dmlab30"].
+
+  Parses them on a fresh absl FlagValues (absl.flags.FLAGS is left alone), so any process can
+  check a run's flags without importing experiment.py or TensorFlow; the population driver
+  checks its members' flags this way.
+
+  Raises:
+    ValueError: an unknown flag, a malformed or a bad value, with what to do about it.
+  """
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  flag_values = flags.FlagValues()
+  settings.define_flags(flag_values)
+  try:
+    flag_values(["experiment.py", *argv])
+  except flags.Error as error:
+    raise ValueError(str(error)) from error
+  return config_from_flags(flag_values)

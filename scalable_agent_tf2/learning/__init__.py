@@ -1,0 +1,14 @@
+"""Learning: V-trace, the losses, the optimizer, the learners and what feeds them.
+
+vtrace.py       V-trace (the paper's section 4.1) for any action distribution.
+losses.py       the loss functions of one step (section 4.2), reward clipping, IMPACT's
+                surrogate.
+batch_loss.py   one batch's loss terms (IMPALA with LASER's masks, IMPACT), summed over T x B.
+optimizers.py   RMSProp with TF1 semantics and the linear learning-rate schedule.
+learner.py      the compiled update (Learner, ImpactLearner: one `update(batch)`).
+batch_checks.py the batch's shapes checked against the network, with messages.
+buffers.py      IMPALA's replay, LASER's episode replay, IMPACT's circular buffer.
+gaussian.py     deprecated aliases of the Gaussian functions, for callers outside the project.
+
+May import: configuration, structures, environments, agent, utils.
+"""

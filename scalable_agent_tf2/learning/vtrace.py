@@ -1,0 +1,363 @@
+"""V-trace (IMPALA paper, section 4) and the off-policy corrections compared in Table 2.
+
+Public names, arguments and return fields follow the released code (deepmind/scalable_agent,
+vtrace.py) so its users can move over: `log_probs_from_logits_and_actions`,
+`from_importance_weights`, `from_logits`. Additions: `lambda_` (Remark 2), `clip_c_threshold`
+(c_bar, hard-wired to 1 in the released code) and `off_policy_correction`, which selects one of
+the four rows of Table 2.
+
+`from_distributions` takes the behaviour and target policies as distributions.py's objects
+(categorical or diagonal Gaussian), so one V-trace serves both kinds of action; `from_logits`
+is it for logits.
+
+LASER's trust-region V-trace (Schmitt et al. 2019, section 4) is here too: `trust_region_mask`,
+and the `trust_region_mask` / `trust_region_threshold` arguments of `from_importance_weights` /
+`from_distributions` (off by default: plain V-trace), with the distributions'
+`implied_policy_kl` as the relevance function.
+
+Everything is time-major: T is the unroll length, B the batch size. The returned targets carry
+no gradient (the paper differentiates neither v_s nor the advantage).
+"""
+import collections
+import math
+
+import tensorflow as tf
+
+from scalable_agent_tf2.agent import distributions
+# Table 2's rows (section 5.2.1), named in settings.py as --off_policy_correction's choices.
+from scalable_agent_tf2.configuration.settings import (
+    EPSILON, NO_CORRECTION, OFF_POLICY_CORRECTIONS, ONE_STEP_IS, VTRACE)
+
+VTraceReturns = collections.namedtuple("VTraceReturns", "vs pg_advantages")
+
+VTraceFromLogitsReturns = collections.namedtuple(
+    "VTraceFromLogitsReturns",
+    ["vs", "pg_advantages", "log_rhos", "behaviour_action_log_probs",
+     "target_action_log_probs", "trust_region_mask"])
+
+# Section 5.2.1: "Add a small value (epsilon = 1e-6) during gradient calculation to prevent
+# log pi(a) from becoming very small".
+EPSILON_CORRECTION_EPSILON = 1e-6
+
+
+def log_probs_from_logits_and_actions(policy_logits, actions):
+  """log pi(a | x) of the taken actions (the released code's name for
+  distributions.Categorical(policy_logits).log_prob(actions)).
+
+  Args:
+    policy_logits: float32 [T, B, NUM_ACTIONS], unnormalised log-probabilities.
+    actions: int32 [T, B], the actions taken.
+
+  Returns:
+    float32 [T, B].
+  """
+  policy = distributions.Categorical(policy_logits)
+  policy.logits.shape.assert_has_rank(3)
+  tf.convert_to_tensor(actions).shape.assert_has_rank(2)
+  return policy.log_prob(actions)
+
+
+def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
+                            clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
+                            clip_c_threshold=1.0, lambda_=1.0, trust_region_mask=None,
+                            transition_mask=None, name="vtrace_from_importance_weights"):
+  r"""V-trace targets and policy-gradient advantages from log importance weights.
+
+  Section 4.1 and Remark 1: with rho_t = min(rho_bar, pi/mu) and
+  c_t = lambda * min(c_bar, pi/mu) (Remark 2 adds lambda),
+      v_s - V(x_s) = delta_s V + gamma_s c_s (v_{s+1} - V(x_{s+1})),
+      delta_s V = rho_s (r_s + gamma_s V(x_{s+1}) - V(x_s)),
+  computed backwards from v_T = V(x_T) = bootstrap_value. The advantage of section 4.2 is
+  rho^pg_s (r_s + gamma_s v_{s+1} - V(x_s)) with its own truncation rho^pg_bar.
+
+  With a trust-region mask m (LASER section 4.2-4.3, "we stop the Monte-Carlo bootstraps once
+  they reach undesirable state-behaviour pairs"), a return never runs through a rejected step
+  t+1 (m_{t+1} = 0): it bootstraps from V(x_{t+1}) there instead of using that step's action
+  and reward,
+      v_s - V(x_s) = delta_s V + gamma_s c_s m_{s+1} (v_{s+1} - V(x_{s+1})),
+      advantage_s = rho^pg_s (r_s + gamma_s (V(x_{s+1}) + m_{s+1} (v_{s+1} - V(x_{s+1})))
+                               - V(x_s)),
+  with m_T = 1 (v_T = V(x_T) anyway). Rejected steps' own v_s and advantages are still
+  returned; the losses leave them out (losses.py, `mask`).
+
+  With a transition mask k (a truncated episode's artificial reset step, k_t = 0:
+  environments/truncation.py, batch_loss.py), rho_t = c_t = 0 and the policy-gradient weight 0
+  there: delta_t V = 0, so v_t = V(x_t) exactly, and the transition into x_t bootstraps from
+  it, v_{t-1} - V(x_{t-1}) = rho_{t-1} (r_{t-1} + gamma_{t-1} V(x_t) - V(x_{t-1})), as at the
+  end of an unroll (v_T = V(x_T)). Multiplying by k = 1 is exact: all ones changes no bit.
+
+  Args:
+    log_rhos: float32 [T, B], log(pi(a_t|x_t) / mu(a_t|x_t)).
+    discounts: float32 [T, B], gamma_t (zero where the episode ended after step t).
+    rewards: float32 [T, B], the (clipped) rewards r_t.
+    values: float32 [T, B], V(x_t) under the learner's parameters.
+    bootstrap_value: float32 [B], V(x_T).
+    clip_rho_threshold: rho_bar, or None for no truncation. Default 1 (section 5.2.1:
+      "we clip each importance weight rho_t and c_t at 1").
+    clip_pg_rho_threshold: the truncation of the policy-gradient weight, or None.
+    clip_c_threshold: c_bar, or None. Default 1 (section 5.2.1).
+    lambda_: the extra trace discount of Remark 2 (1 = the paper's default).
+    trust_region_mask: None (plain V-trace), or float32 [T, B] with 1 for kept and 0 for
+      rejected steps (`trust_region_mask(...)`); cuts the traces as above.
+    transition_mask: None, or float32 [T, B] with 0 for a transition that carries no
+      information (rho_t = c_t = 0 there, as above) and 1 elsewhere.
+    name: name scope.
+
+  Returns:
+    VTraceReturns(vs float32 [T, B], pg_advantages float32 [T, B]), both gradient-free.
+  """
+  with tf.name_scope(name):
+    log_rhos = tf.convert_to_tensor(log_rhos, dtype=tf.float32)
+    discounts = tf.convert_to_tensor(discounts, dtype=tf.float32)
+    rewards = tf.convert_to_tensor(rewards, dtype=tf.float32)
+    values = tf.convert_to_tensor(values, dtype=tf.float32)
+    bootstrap_value = tf.convert_to_tensor(bootstrap_value, dtype=tf.float32)
+    _check_time_major(log_rhos, discounts, rewards, values, bootstrap_value)
+
+    rhos = tf.exp(log_rhos)
+    clipped_rhos = _truncate(rhos, clip_rho_threshold)
+    cs = lambda_ * _truncate(rhos, clip_c_threshold)
+    pg_rhos = _truncate(rhos, clip_pg_rho_threshold)
+    if transition_mask is not None:
+      transition_mask = _checked_mask(transition_mask, "transition_mask", log_rhos)
+      clipped_rhos = clipped_rhos * transition_mask
+      cs = cs * transition_mask
+      pg_rhos = pg_rhos * transition_mask
+    values_t_plus_1 = _shift_left(values, bootstrap_value)
+    if trust_region_mask is not None:
+      trust_region_mask = _checked_mask(trust_region_mask, "trust_region_mask", log_rhos)
+      # m_{s+1}: whether step s+1 is kept; the bootstrap value (s = T-1) always is.
+      next_kept = _shift_left(trust_region_mask, tf.ones_like(bootstrap_value))
+      cs = cs * next_kept
+    vs_minus_values = _discounted_trace_sum(
+        deltas=clipped_rhos * (rewards + discounts * values_t_plus_1 - values),
+        discounts=discounts, cs=cs)
+    vs = vs_minus_values + values
+    vs_t_plus_1 = _shift_left(vs, bootstrap_value)
+    if trust_region_mask is not None:
+      vs_t_plus_1 = values_t_plus_1 + next_kept * (vs_t_plus_1 - values_t_plus_1)
+    pg_advantages = pg_rhos * (rewards + discounts * vs_t_plus_1 - values)
+    return VTraceReturns(vs=tf.stop_gradient(vs),
+                         pg_advantages=tf.stop_gradient(pg_advantages))
+
+
+def from_logits(behaviour_policy_logits, target_policy_logits, actions, discounts, rewards,
+                values, bootstrap_value, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
+                clip_c_threshold=1.0, lambda_=1.0, off_policy_correction=VTRACE,
+                trust_region_threshold=None, name="vtrace_from_logits"):
+  """from_distributions for categorical policies given by their logits (the released code's
+  entry point).
+
+  Args:
+    behaviour_policy_logits: float32 [T, B, NUM_ACTIONS], mu's logits (from the actors).
+    target_policy_logits: float32 [T, B, NUM_ACTIONS], pi's logits (from the learner).
+    actions: int32 [T, B], the actions the actors took.
+    The others: as from_distributions.
+
+  Returns:
+    VTraceFromLogitsReturns, as from_distributions.
+  """
+  behaviour_policy = distributions.Categorical(behaviour_policy_logits)
+  target_policy = distributions.Categorical(target_policy_logits)
+  behaviour_policy.logits.shape.assert_has_rank(3)
+  target_policy.logits.shape.assert_has_rank(3)
+  tf.convert_to_tensor(actions).shape.assert_has_rank(2)
+  return from_distributions(
+      behaviour_policy, target_policy, actions, discounts, rewards, values, bootstrap_value,
+      clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold,
+      clip_c_threshold=clip_c_threshold, lambda_=lambda_,
+      off_policy_correction=off_policy_correction,
+      trust_region_threshold=trust_region_threshold, name=name)
+
+
+def from_distributions(behaviour_policy, target_policy, actions, discounts, rewards, values,
+                       bootstrap_value, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
+                       clip_c_threshold=1.0, lambda_=1.0, off_policy_correction=VTRACE,
+                       trust_region_threshold=None, trust_region_seed=(0, 0),
+                       transition_mask=None, name="vtrace_from_distributions"):
+  """V-trace (or one of Table 2's alternatives) from behaviour and target action
+  distributions (distributions.Categorical or DiagGaussian: any kind of action).
+
+  log_rhos = log pi(a_t|x_t) - log mu(a_t|x_t) of the taken actions (for a Gaussian policy
+  the densities of the unclipped samples), then from_importance_weights.
+
+  Args:
+    behaviour_policy: a distribution of [T, B, P] parameters, mu (from the actors).
+    target_policy: the same kind, pi (from the learner; gradients flow into
+      target_action_log_probs).
+    actions: [T, B] int32 (categorical) or [T, B, A] float32 (Gaussian), the actions the
+      actors took.
+    discounts, rewards, values, bootstrap_value, clip_*, lambda_: as in
+      `from_importance_weights` ([T, B], [T, B], [T, B], [B]).
+    off_policy_correction: one of OFF_POLICY_CORRECTIONS (section 5.2.1, Table 2):
+      'vtrace': the paper's method.
+      'one_step_is': value targets without correction (n-step returns); the advantage is
+        multiplied by the per-step importance weight min(clip_pg_rho_threshold, pi/mu).
+      'epsilon': value targets and advantages as if on-policy; the policy gradient uses
+        log(pi + 1e-6) (see `target_action_log_probs`).
+      'none': value targets and advantages as if on-policy.
+      The alternatives are IMPALA's discrete-action ablation: a Gaussian policy takes
+      'vtrace' only.
+    trust_region_threshold: None for plain V-trace; else LASER's trust region (section 4.3):
+      steps whose KL(pi || pi_rho_bar) (target_policy.implied_policy_kl, with rho_bar =
+      clip_rho_threshold; a Monte-Carlo estimate for a Gaussian) is above this threshold are
+      rejected: the traces are cut there (`from_importance_weights`) and `trust_region_mask`
+      is 0 there. math.inf computes the mask but keeps every step. Only with
+      off_policy_correction='vtrace'.
+    trust_region_seed: int32 [2], the seed of a Monte-Carlo implied KL's samples.
+    transition_mask: None, or float32 [T, B]: 0 for a transition that carries no information
+      (`from_importance_weights`; every row of Table 2 takes it).
+    name: name scope.
+
+  Returns:
+    VTraceFromLogitsReturns: vs [T, B], pg_advantages [T, B] (both gradient-free),
+    log_rhos [T, B], behaviour_action_log_probs [T, B] and target_action_log_probs [T, B]
+    (with the epsilon correction: log(pi(a|x) + 1e-6)), and trust_region_mask [T, B] (1 =
+    kept; all ones without a trust region). The policy-gradient loss is
+    -target_action_log_probs * pg_advantages (times the mask with a trust region).
+  """
+  if off_policy_correction not in OFF_POLICY_CORRECTIONS:
+    raise ValueError(
+        f"Unknown off_policy_correction {off_policy_correction!r}; expected one of "
+        f"{OFF_POLICY_CORRECTIONS}.")
+  if off_policy_correction != VTRACE and not target_policy.discrete:
+    raise ValueError(f"off_policy_correction={off_policy_correction!r} is IMPALA's "
+                     "discrete-action ablation (Table 2); Gaussian policies use 'vtrace'.")
+  if trust_region_threshold is not None and off_policy_correction != VTRACE:
+    raise ValueError(
+        f"The trust region (trust_region_threshold={trust_region_threshold}) is defined for "
+        f"V-trace (LASER section 4), not off_policy_correction={off_policy_correction!r}.")
+  with tf.name_scope(name):
+    target_action_log_probs = target_policy.log_prob(actions)
+    behaviour_action_log_probs = behaviour_policy.log_prob(actions)
+    target_action_log_probs.shape.assert_has_rank(2)
+    log_rhos = target_action_log_probs - behaviour_action_log_probs
+
+    mask = tf.ones_like(log_rhos)
+    if trust_region_threshold is not None:
+      mask = trust_region_mask(
+          target_policy.implied_policy_kl(behaviour_policy, clip_rho_threshold,
+                                          seed=trust_region_seed),
+          trust_region_threshold)
+    if off_policy_correction == VTRACE:
+      returns = from_importance_weights(
+          log_rhos, discounts, rewards, values, bootstrap_value,
+          clip_rho_threshold=clip_rho_threshold,
+          clip_pg_rho_threshold=clip_pg_rho_threshold,
+          clip_c_threshold=clip_c_threshold, lambda_=lambda_,
+          trust_region_mask=mask if trust_region_threshold is not None else None,
+          transition_mask=transition_mask)
+    else:
+      # Ignoring mu means rho = c = 1 everywhere: log_rhos = 0.
+      returns = from_importance_weights(
+          tf.zeros_like(log_rhos), discounts, rewards, values, bootstrap_value,
+          clip_rho_threshold=None, clip_pg_rho_threshold=None,
+          clip_c_threshold=None, lambda_=lambda_, transition_mask=transition_mask)
+      if off_policy_correction == ONE_STEP_IS:
+        step_weights = _truncate(tf.exp(log_rhos), clip_pg_rho_threshold)
+        returns = returns._replace(
+            pg_advantages=tf.stop_gradient(step_weights * returns.pg_advantages))
+      elif off_policy_correction == EPSILON:
+        target_action_log_probs = tf.math.log(
+            tf.exp(target_action_log_probs) + EPSILON_CORRECTION_EPSILON)
+
+    return VTraceFromLogitsReturns(
+        vs=returns.vs, pg_advantages=returns.pg_advantages, log_rhos=log_rhos,
+        behaviour_action_log_probs=behaviour_action_log_probs,
+        target_action_log_probs=target_action_log_probs, trust_region_mask=mask)
+
+
+def trust_region_mask(kl, threshold):
+  """1.0 where a step is kept (KL <= threshold), 0.0 where it is rejected (LASER 4.3).
+
+  Args:
+    kl: float32 [T, B], a distribution's `implied_policy_kl` (distributions.py).
+    threshold: float >= 0 (math.inf keeps every step).
+
+  Returns:
+    float32 [T, B].
+  """
+  if threshold is None or math.isnan(threshold) or threshold < 0:
+    raise ValueError(f"The trust-region threshold must be a number >= 0 (inf: keep every "
+                     f"step), got {threshold}.")
+  return tf.cast(tf.convert_to_tensor(kl, tf.float32) <= threshold, tf.float32)
+
+
+def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
+                                lambda_, clip_rho_threshold=1.0, clip_c_threshold=1.0,
+                                transition_mask=None,
+                                name="vtrace_gae_from_importance_weights"):
+  r"""IMPACT's V-trace GAE-lambda advantages (IMPACT paper, section 3.1, after Han & Sung).
+
+      A_t = sum_{i=t}^{T-1} (prod_{j=t}^{i-1} lambda gamma_j c_j) delta_i V,
+      delta_i V = rho_i (r_i + gamma_i V(x_{i+1}) - V(x_i)),
+  with rho_i = min(rho_bar, pi/mu), c_j = min(c_bar, pi/mu) and V(x_T) = bootstrap_value.
+  This is V-trace's v_t - V(x_t) with Remark 2's lambda, so the value target is v_t = V(x_t)
+  + A_t. IMPACT takes pi = the target network's policy and mu = the worker's.
+
+  Args:
+    log_rhos: float32 [T, B], log(pi(a_t|x_t) / mu(a_t|x_t)).
+    discounts, rewards, values, bootstrap_value: as in `from_importance_weights`.
+    lambda_: GAE's lambda (IMPACT Table 1, discrete: 0.995).
+    clip_rho_threshold: rho_bar, or None. clip_c_threshold: c_bar, or None.
+    transition_mask: None, or float32 [T, B] as in `from_importance_weights` (A_t = 0 where it
+      is 0, and A_{t-1} bootstraps from V(x_t)).
+    name: name scope.
+
+  Returns:
+    VTraceReturns(vs float32 [T, B], pg_advantages float32 [T, B] = A_t), gradient-free.
+  """
+  with tf.name_scope(name):
+    values = tf.convert_to_tensor(values, dtype=tf.float32)
+    returns = from_importance_weights(
+        log_rhos, discounts, rewards, values, bootstrap_value,
+        clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=None,
+        clip_c_threshold=clip_c_threshold, lambda_=lambda_, transition_mask=transition_mask)
+    return VTraceReturns(vs=returns.vs, pg_advantages=tf.stop_gradient(returns.vs - values))
+
+
+def _checked_mask(mask, name, log_rhos):
+  """`mask` as float32 [T, B]; ValueError naming it unless its shape fits log_rhos'."""
+  mask = tf.convert_to_tensor(mask, dtype=tf.float32)
+  if not mask.shape.is_compatible_with(log_rhos.shape):
+    raise ValueError(f"{name} has shape {mask.shape}, expected [T, B] = {log_rhos.shape} "
+                     f"(time-major).")
+  return mask
+
+
+def _truncate(weights, threshold):
+  """min(threshold, weights), or the weights themselves when threshold is None."""
+  return weights if threshold is None else tf.minimum(threshold, weights)
+
+
+def _shift_left(sequence, last):
+  """[x_1, ..., x_{T-1}, last] from [x_0, ..., x_{T-1}] ([T, B]) and last ([B])."""
+  return tf.concat([sequence[1:], last[tf.newaxis]], axis=0)
+
+
+def _discounted_trace_sum(deltas, discounts, cs):
+  """acc_s = deltas_s + discounts_s * cs_s * acc_{s+1}, acc_T = 0, for s = T-1 .. 0.
+
+  All arguments and the result are [T, B]. A reverse tf.scan: a static-length loop that
+  XLA compiles. Callers stop gradients through the result (the targets are constants).
+  """
+  def backward_step(acc, elements):
+    delta, discount, c = elements
+    return delta + discount * c * acc
+
+  return tf.scan(backward_step, (deltas, discounts, cs),
+                 initializer=tf.zeros_like(deltas[0]), reverse=True)
+
+
+def _check_time_major(log_rhos, discounts, rewards, values, bootstrap_value):
+  """Static shape checks with messages that name the offending argument."""
+  log_rhos.shape.assert_has_rank(2)
+  for name, tensor in (("discounts", discounts), ("rewards", rewards), ("values", values)):
+    if not tensor.shape.is_compatible_with(log_rhos.shape):
+      raise ValueError(
+          f"{name} has shape {tensor.shape}, expected [T, B] = {log_rhos.shape} "
+          "(time-major).")
+  if not bootstrap_value.shape.is_compatible_with(log_rhos.shape[1:]):
+    raise ValueError(
+        f"bootstrap_value has shape {bootstrap_value.shape}, expected [B] = "
+        f"{log_rhos.shape[1:]}.")

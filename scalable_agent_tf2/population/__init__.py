@@ -1,0 +1,9 @@
+"""Population-based training (the paper's section 5.3), without TensorFlow.
+
+command.py    python -m scalable_agent_tf2.population (__main__.py): flags and start.
+driver.py     the population's loop: members' processes, ready, exploit, explore.
+processes.py  members and the shared replay service as processes.
+pbt.py        the decisions: truncation selection, perturbation, the hyperparameters.
+
+May import: configuration, runfiles, utils; never TensorFlow.
+"""

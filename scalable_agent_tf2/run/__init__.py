@@ -1,0 +1,16 @@
+"""Runs: assembling the parts, the supervisors of training and testing, and the launcher.
+
+experiment_main.py  the command line of experiment.py (--mode=train|test).
+assembly.py      builds agent, learner, policy and environments from a configuration.
+training.py      the training supervisor (_Run): actors, learner, logs, checkpoints, stops.
+evaluation.py    test mode: plays the checkpoint's policy, prints the paper's tables.
+actor_process.py actors in a process of their own, feeding a learner over RPC.
+input_pipeline.py  learner queues (local and remote actors) -> replay mixing -> tf.data
+                 batches [T+1, B].
+monitoring.py    the console line, TensorBoard and the run log's records.
+checkpoints.py   the atomic checkpointer (writes through runfiles.checkpoint_files).
+launch.py        starts a cluster's processes on one machine or over SSH.
+shared_replay_runs.py  runs feeding LASER's shared replay service.
+
+May import: every room below it.
+"""

@@ -1,0 +1,591 @@
+"""--mode=train: the training supervisor (start, watch, stop, checkpoint).
+
+    actor threads (--num_actors), each with its environment in a subprocess
+      -> one batched forward pass for all of them (dynamic_batching, learner's device)
+      -> unrolls of --unroll_length into the learner's input (input_pipeline.py: queues,
+         replay, tf.data, IMPACT's circular buffer)
+      -> the learner's compiled update (learner.py)
+    (a cluster's learner has no actor threads: actor processes send their unrolls over RPC,
+    actor_process.py)
+
+Threads: actor threads; a learner thread running updates; the main thread supervises (console,
+TensorBoard and JSONL every --log_secs, checkpoints every --checkpoint_secs, actor health,
+SIGINT/SIGTERM). Training stops at --total_environment_frames, at a signal, or when an actor
+fails with an error other than an environment crash (those are restarted and logged), or when
+levels cannot run (environments.LevelCannotRun: all such levels are collected, then named in
+one LevelsCannotRun), or when a shared replay service is lost for longer than
+--shared_replay_connect_secs; a checkpoint is written in every case.
+
+Signals (stop_signals.StopRequest): SIGINT and SIGTERM only record a stop request and wake the
+supervisor, which stops the threads and writes the checkpoint; nothing is raised in the code the
+main thread happens to run. While the run is being built (before any update) a signal stops
+the build at once: the checkpoint the run would resume from stays as it is.
+"""
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+from typing import Optional
+
+import tensorflow as tf
+
+from scalable_agent_tf2.acting import actor as actor_lib
+from scalable_agent_tf2.run import actor_process
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.run import input_pipeline
+from scalable_agent_tf2.learning import batch_loss
+from scalable_agent_tf2.run import monitoring
+from scalable_agent_tf2.utils import profiling
+from scalable_agent_tf2.utils import stop_signals
+from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import LevelCannotRun
+
+# How long the supervisor keeps collecting levels that cannot run once one is reported, while
+# other actors have not yet delivered a first trajectory nor failed (their environments may
+# still be starting: DMLab-30 compiles maps for about a minute on a small machine).
+LEVEL_CHECK_SECS = 300.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TrajectoryAccounts:
+  """Where a run's trajectories went.
+
+  produced: delivered to the learner's queues (by local actors, or admitted from actor
+    processes). trained: in this run's updates. untrained: produced - trained - online_fill
+    (queued or prefetched at the stop, never counted as frames). online_fill: LASER's
+    replayed places filled with online trajectories (buffers.EpisodeMixer): trained on
+    (unless prefetched at the stop) but not counted as frames (README, Departures).
+    by_actor_process, duplicates (a cluster's learner only): actor process -> trajectories
+    admitted, and -> repeated messages dropped.
+  """
+  produced: int
+  trained: int
+  untrained: int
+  online_fill: int = 0
+  by_actor_process: Optional[dict] = None
+  duplicates: Optional[dict] = None
+
+  @classmethod
+  def count(cls, produced, trained, online_fill=0, **by_process):
+    return cls(produced=produced, trained=trained, untrained=produced - trained - online_fill,
+               online_fill=online_fill, **by_process)
+
+  def lines(self):
+    """The console's account."""
+    lines = [f"Trajectories: {self.produced} delivered, {self.trained} trained on, "
+             f"{self.untrained} not trained on (queued or prefetched at the stop; not "
+             f"counted as frames)."]
+    if self.online_fill:
+      lines.append(f"  {self.online_fill} filled replayed places while the replay held no "
+                   f"complete episode (not counted as frames).")
+    for task in sorted(self.by_actor_process or {}):
+      line = f"  actor process {task}: {self.by_actor_process[task]} trajectories"
+      if self.duplicates.get(task):
+        line += f", {self.duplicates[task]} repeated messages dropped"
+      lines.append(line)
+    return lines
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+  """What `train` did.
+
+  recent_returns: level -> mean of recent episode returns. checkpoint: path of the last
+  checkpoint written. replay: with --laser_replay, input_pipeline.ReplayAccounts.
+  """
+  num_env_frames: int
+  num_updates: int
+  recent_returns: dict
+  checkpoint: str
+  trajectories: TrajectoryAccounts
+  replay: Optional[input_pipeline.ReplayAccounts] = None
+
+
+def train(config, environment_constructor=None, network_config=None, print_fn=print,
+          listen_address=None, shared_replay=None, agent_tag=None, cluster_secret=None,
+          insecure_open_cluster=False):
+  """Trains until config.total_environment_frames; resumes from logdir's checkpoint.
+
+  Args:
+    config: a resolved config.ExperimentConfig.
+    environment_constructor: callable(level_name, seed, test_mode) -> (constructor, kwargs);
+      default: the paper's environments (environments.environment_constructor).
+    network_config: overrides config.network_config(num_actions) (tests use small frames).
+    print_fn: where console lines go.
+    listen_address: None: actor threads in this process (one machine). "host:port": the
+      learner of a cluster: no local actors; actor processes (actor_process.py) send
+      trajectories to a distributed.TrajectoryServer on this address.
+    shared_replay: with --laser_replay, a buffers.EpisodeReplay shared with other agents'
+      runs (LASER section 5.4; shared_replay_runs.py), or a replay_client.ReplayClient
+      (agents in other processes); None: the replay service of --shared_replay_address if
+      set, else a replay of this run's own (--replay_capacity unrolls).
+    agent_tag: this run's tag on its episodes in the replay; default: --agent_tag, else the
+      logdir's name.
+    cluster_secret: bytes (distributed.cluster_secret) that every call to this learner's
+      address and to a shared replay service must prove; None: nothing is checked, and the
+      learner listens on a loopback address only unless insecure_open_cluster.
+
+  Returns:
+    TrainResult.
+
+  Raises:
+    checkpoints.CheckpointError: unusable checkpoint (nothing is started).
+    actor.ActorFailed: an actor thread hit an error (a checkpoint is written first).
+    replay_service.ReplayServiceUnavailable: the shared replay service did not answer at the
+      start, or was lost during training (a checkpoint is written first).
+    distributed.PeerRejected: the shared replay service refused this agent's layout or
+      secret.
+    distributed.ClusterError: a non-loopback listen_address without a cluster_secret nor
+      insecure_open_cluster.
+  """
+  stop_request = stop_signals.StopRequest(print_fn).install()
+  try:
+    return _build_and_supervise(config, environment_constructor, network_config, print_fn,
+                                listen_address, shared_replay, agent_tag, stop_request,
+                                _ClusterAccess(cluster_secret, insecure_open_cluster))
+  except stop_signals.Stopping as interrupt:
+    latest = checkpoint_files.latest_checkpoint(config.logdir)
+    checkpoint, frames = ((os.path.join(checkpoint_files.checkpoint_dir(config.logdir),
+                                        latest[0]), latest[1]) if latest else (None, 0))
+    print_fn(f"Stopped: interrupted ({interrupt}) before training started; "
+             + (f"checkpoint {checkpoint} unchanged at {frames:,} frames." if checkpoint
+                else "nothing trained, nothing to save."))
+    return TrainResult(num_env_frames=frames, num_updates=0, recent_returns={},
+                       checkpoint=checkpoint,
+                       trajectories=TrajectoryAccounts.count(produced=0, trained=0))
+  except LevelCannotRun as error:  # The first environment (build_agent's) cannot start.
+    raise LevelsCannotRun({error.level_name: error.reason}, config,
+                          " Nothing was trained.") from error
+  finally:
+    stop_request.restore()
+
+
+@dataclasses.dataclass(frozen=True)
+class _ClusterAccess:
+  """Who may call this run's services: train's cluster_secret and insecure_open_cluster."""
+  secret: Optional[bytes] = None
+  insecure_open_cluster: bool = False
+
+
+def _build_and_supervise(config, environment_constructor, network_config, print_fn,
+                         listen_address, shared_replay, agent_tag, stop_request, access):
+  """train's work: builds the run (a signal raises Stopping here) and supervises it."""
+  # Threads and several learners' devices: set up before TensorFlow initialises them.
+  assembly.configure_threads(config, print_fn)
+  strategy = distributed.learner_strategy(config.num_learners)
+  environment_constructor = assembly.checked_environment_constructor(
+      config, environment_constructor)
+  agent, first_env = assembly.build_agent(config, environment_constructor, network_config,
+                                          strategy)
+  with contextlib.ExitStack() as cleanup:
+    first_env_owner = cleanup.enter_context(contextlib.ExitStack())  # Until actor 0 takes it.
+    first_env_owner.callback(first_env.close)
+    learner = assembly.make_learner(config, agent, strategy)
+    checkpointer = assembly.make_checkpointer(config, agent, learner)
+    restored = checkpointer.restore(restore_from=config.restore_checkpoint)
+    if checkpointer.set_aside_note():
+      print_fn(checkpointer.set_aside_note())
+    # The flags' learning rate, entropy cost and RMSProp epsilon win over the checkpoint's
+    # (population-based training restarts members with changed ones, IMPALA Appendix F).
+    learner.use_config_hyperparameters()
+    for line in monitoring.start_banner(config, agent.config, assembly.learner_device(),
+                                        learner.jit_compile, restored,
+                                        int(learner.num_env_frames.numpy())):
+      print_fn(line)
+    if shared_replay is not None and not config.laser_replay:
+      raise ValueError("shared_replay is LASER's: it needs --laser_replay.")
+    run = _Run(config, agent, learner, checkpointer, print_fn)
+    run.build(cleanup, environment_constructor, first_env, first_env_owner, listen_address,
+              shared_replay, agent_tag or config.agent_tag
+              or os.path.basename(os.path.normpath(config.logdir)), access)
+    return _supervise(run, stop_request)
+
+
+class RunFailed(RuntimeError):
+  """The run stopped on a failure of its own (not a bad flag): updates that stay non-finite,
+  a thread of the learner that died, a checkpoint or log that could not be written. The
+  message says what happened and which checkpoint holds the run's state."""
+
+
+class NonFiniteUpdates(RunFailed):
+  """--max_nonfinite_updates updates in a row had a non-finite loss or gradient norm."""
+
+
+class LevelsCannotRun(RuntimeError):
+  """Levels whose environments cannot start or reset here (environments.LevelCannotRun from
+  one or more actors), named together with what to do.
+
+  Attributes:
+    reasons: dict level name -> reason.
+  """
+
+  def __init__(self, reasons, config, consequence=""):
+    self.reasons = dict(reasons)
+    names = sorted(self.reasons)
+    lines = [f"{len(names)} level(s) cannot run here:"]
+    # A reason from an environment's death already starts with its level's name.
+    lines += [f"  {reason}" if reason.startswith(f"{name}: ") else f"  {name}: {reason}"
+              for name, reason in ((name, self.reasons[name]) for name in names)]
+    if suites.is_suite(config.level_name):
+      excluded = sorted(set(config.excluded_level_names) | set(names))
+      remaining = len(config.levels) - len(set(names) & set(config.levels))
+      lines.append(f"Fix them (see BUILD.md), or run without them with "
+                   f"--excluded_levels={','.join(excluded)} ({config.level_name}'s score then "
+                   f"covers {remaining} of {len(suites.level_names(config.level_name))} "
+                   f"levels).")
+    else:
+      lines.append("Fix the level's environment (see BUILD.md) or choose another level.")
+    super().__init__("\n".join(lines) + consequence)
+
+
+@dataclasses.dataclass
+class _Progress:
+  """What the learner thread counts; actors and the supervisor read it."""
+  num_updates: int = 0
+  trained: int = 0  # New trajectories trained on (not replayed, not used again by IMPACT).
+  skipped_updates: int = 0  # Non-finite loss or gradient norm: nothing changed (learner.py).
+  skipped_in_a_row: int = 0
+
+
+class _LocalActors:
+  """Actor threads in this process (one machine), each with its group of environments
+  (assembly.actor_loop_factory); actor 0 takes over build_agent's environment (and closes it
+  when its games run in a vector group). The same interface as actor_process.RemoteActors."""
+
+  def __init__(self, threads, first_env_owner):
+    self.threads = threads
+    self._first_env_owner = first_env_owner
+
+  def start(self):
+    for thread in self.threads:
+      thread.start()
+    self._first_env_owner.pop_all()  # Actor 0 owns it now.
+
+  def failed(self):
+    return actor_lib.first_failed(self.threads)
+
+  def failed_thread(self):
+    return None  # The actor threads' failures are `failed`'s; there is no other thread.
+
+  def poll(self):
+    pass  # Local actors report their episodes to the monitor themselves.
+
+  def publish_version(self, num_updates):
+    pass  # Local actors read _Progress.num_updates.
+
+  def close(self):
+    pass  # Stopped by the stop event and the policy's closing.
+
+  def join(self, timeout):
+    for thread in self.threads:
+      if thread.ident is not None:  # Started.
+        thread.join(timeout)
+
+  def delivered(self):
+    return dict(produced=sum(a.num_trajectories for a in self.threads))
+
+  def farewell(self):
+    pass
+
+
+class _Run:
+  """One training run: its parts (built by `build`) and the state its threads share."""
+
+  def __init__(self, config, agent, learner, checkpointer, print_fn):
+    self.config = config
+    self.agent = agent
+    self.learner = learner
+    self.checkpointer = checkpointer
+    self.print = print_fn
+    self.device = assembly.learner_device()
+    self.stop_event = threading.Event()
+    self.progress = _Progress()
+    self.update_lock = threading.Lock()  # Checkpoints never see half an update.
+    self.learner_error = None
+    # What stopped the run that is neither an actor's nor the learner thread's error: a
+    # checkpoint or log that could not be written, a dead thread of the learner's (RunFailed).
+    self.failure = None
+    self.stop_reason = "frame budget reached"
+    self.last_checkpoint = checkpointer.latest
+    self.accounts = None
+    self.cannot_run = {}  # Level name -> reason (environments.LevelCannotRun from actors).
+    self._cannot_run_since = None
+    self.learner_thread = threading.Thread(target=self.learn, name="learner", daemon=True)
+
+  def build(self, cleanup, environment_constructor, first_env, first_env_owner,
+            listen_address, shared_replay, agent_tag, access=_ClusterAccess()):
+    """The monitor, the policy, the actors and the learner's input; `cleanup` (an ExitStack)
+    closes them when train returns."""
+    config = self.config
+    self.monitor = monitoring.Monitor(config.logdir, sorted(set(config.levels)),
+                                      config.total_environment_frames, print_fn=self.print)
+    cleanup.callback(self.monitor.close)
+    self.policy = assembly.make_policy(config, self.agent, self.device)
+    cleanup.callback(self.policy.close)
+    self.input = input_pipeline.LearnerInput(config, self.stop_event, self.print)
+    signature = assembly.trajectory_signature(self.agent.config, config.unroll_length,
+                                              self.policy)
+    if listen_address is None:
+      self.actors = _LocalActors(self._actor_threads(environment_constructor, first_env),
+                                 first_env_owner)
+    else:
+      self.actors = actor_process.RemoteActors(
+          config, self.agent, signature, listen_address, self.input.put_trajectory,
+          self.monitor, self.print, secret=access.secret,
+          insecure_open_cluster=access.insecure_open_cluster)
+      cleanup.callback(self.actors.close)
+    self.dataset = self.input.dataset(self.agent, signature, shared_replay, agent_tag,
+                                      self.device, self.print, secret=access.secret)
+    # LASER section 5.1: the entropy cost on the batch's online trajectories only.
+    self.update_options = {}
+    if config.entropy_on_online_only:
+      self.update_options["entropy_mask"] = batch_loss.online_mask(
+          config.learner_batch_size, config.num_replayed_per_batch)
+
+  def _actor_threads(self, environment_constructor, first_env):
+    config = self.config
+
+    def make_loop(index):
+      return assembly.actor_loop_factory(config, index, self.policy, environment_constructor,
+                                         first_env, 0, self.monitor.record_episode,
+                                         self.monitor.record_restart)
+    size = assembly.environment_group_size(config)
+    return [actor_lib.ActorThread(i, make_loop(i), config.unroll_length,
+                                  self.input.put_trajectory,
+                                  lambda: self.progress.num_updates, self.stop_event,
+                                  first_stream=i * size)
+            for i in range(config.num_actors)]
+
+  def frames(self):
+    return int(self.learner.num_env_frames.numpy())
+
+  def learn(self):
+    """The learner thread: updates until the frame budget or the stop event."""
+    profiling.name_this_thread("learner")
+    try:
+      with tf.device(self.device):
+        for policy_versions, batch, num_new in input_pipeline.learner_steps(
+            self.dataset, self.learner, self.config):
+          stats = self._update(batch, num_new)
+          if stats is None:
+            continue  # Skipped: non-finite (see _update).
+          self.actors.publish_version(self.progress.num_updates)
+          self.monitor.record_update(
+              stats, self.progress.num_updates - 1 - policy_versions.numpy())
+          if (stats["num_env_frames"] >= self.config.total_environment_frames
+              or self.stop_event.is_set()):
+            break
+    except BaseException as error:  # pylint: disable=broad-except
+      self.learner_error = error
+    finally:
+      self.stop_event.set()
+
+  def _update(self, batch, num_new):
+    """One learner update; its statistics (numpy), or None when the learner skipped it
+    (non-finite loss or gradient norm: parameters, optimizer and frames unchanged)."""
+    with self.update_lock:
+      stats = self.learner.update(**batch, num_new_trajectories=num_new, **self.update_options)
+      stats = {k: v.numpy() for k, v in stats.items()}
+      if not stats.pop("update_skipped"):
+        self.progress.num_updates += 1
+        self.progress.trained += num_new
+        self.progress.skipped_in_a_row = 0
+        return stats
+      self.progress.skipped_updates += 1
+      self.progress.skipped_in_a_row += 1
+    in_a_row, limit = self.progress.skipped_in_a_row, self.config.max_nonfinite_updates
+    self.print(f"Skipped a learner update: loss {stats['total_loss']:.3g}, gradient norm "
+               f"{stats['grad_norm']:.3g} (not finite); parameters unchanged ({in_a_row} in a "
+               f"row, the run stops at {limit}).")
+    if in_a_row >= limit:
+      raise NonFiniteUpdates(
+          f"{in_a_row} learner updates in a row had a non-finite loss or gradient norm "
+          f"(--max_nonfinite_updates={limit}): training has diverged. Lower --learning_rate "
+          f"(or set --max_grad_norm), then resume from the last checkpoint.")
+    return None
+
+  def start(self):
+    self.monitor.start(self.frames())
+    self.actors.publish_version(self.progress.num_updates)
+    self.actors.start()
+    self.learner_thread.start()
+
+  def watch(self):
+    """Until the run stops: actors' health, remote actors' episodes, and logs and
+    checkpoints when they are due."""
+    config = self.config
+    next_log = time.monotonic() + config.log_secs
+    next_checkpoint = time.monotonic() + config.checkpoint_secs
+    while not self.stop_event.wait(min(0.5, config.log_secs)):
+      now = time.monotonic()
+      if self._actors_stop_the_run(now) or self._a_thread_died():
+        return
+      self.actors.poll()
+      if now >= next_log:
+        try:
+          self.monitor.write(self.frames(), self.input.queues.fill())
+        except OSError as error:  # A full disk, a read-only or deleted logdir.
+          self.failure = RunFailed(f"Cannot write the run's log in {config.logdir}: {error}.")
+          return
+        next_log = now + config.log_secs
+      if now >= next_checkpoint:
+        if not self.save():
+          return
+        self.print(f"Checkpoint {self.last_checkpoint}")
+        next_checkpoint = now + config.checkpoint_secs
+
+  def save(self):
+    """Writes a checkpoint (never half an update); False, with `failure` set, when it could
+    not be written (the previous checkpoint stays the newest: checkpoints.py)."""
+    try:
+      with self.update_lock:
+        self.last_checkpoint = self.checkpointer.save(self.frames())
+      return True
+    except checkpoints.CheckpointError as error:  # Non-finite parameters, a full disk, ...
+      if self.failure is None:
+        self.failure = RunFailed(str(error))
+      return False
+
+  def _a_thread_died(self):
+    """Whether a thread of the learner's (a cluster's trajectory pump) died: the run stops
+    (an actor's failure is _actors_stop_the_run's; the learner thread's, learner_error)."""
+    dead = self.actors.failed_thread()
+    if dead is None:
+      return False
+    name, error = dead
+    self.failure = RunFailed(f"The learner's {name} thread died: {type(error).__name__}: "
+                             f"{error}")
+    return True
+
+  def _actors_stop_the_run(self, now):
+    """Whether actors' failures stop the run now: an error at once; levels that cannot run
+    once every actor has delivered a first trajectory or failed (or after LEVEL_CHECK_SECS),
+    so that one message names them all."""
+    failed = self.actors.failed()
+    if failed is None:
+      return False
+    threads = [t for t in getattr(self.actors, "threads", ()) if t.error is not None]
+    other = next((t for t in [failed] + threads
+                  if not isinstance(t.error, LevelCannotRun)), None)
+    if other is not None:
+      self.stop_reason = f"{other.name} failed"
+      return True
+    self.cannot_run = {t.error.level_name: t.error.reason for t in threads}
+    if self._cannot_run_since is None:
+      self._cannot_run_since = now
+      self.print(f"Level(s) cannot run: {', '.join(sorted(self.cannot_run))}; waiting for "
+                 "every actor's first trajectory to find all such levels ...")
+    settled = all(t.num_trajectories > 0 or t.error is not None or not t.is_alive()
+                  for t in self.actors.threads)
+    if settled or now - self._cannot_run_since >= LEVEL_CHECK_SECS:
+      self.stop_reason = f"level(s) cannot run: {', '.join(sorted(self.cannot_run))}"
+      return True
+    return False
+
+  def stop(self):
+    """Stops every thread (those started) and writes the final checkpoint."""
+    if self.input.lost_replay:
+      self.stop_reason = "the shared replay service was lost"
+    self.stop_event.set()
+    self.policy.close()  # Wakes actors waiting for an action.
+    self.actors.close()
+    if self.learner_thread.ident is not None:  # Started.
+      self.learner_thread.join(actor_process.JOIN_TIMEOUT_SECS)
+    self.actors.join(actor_process.JOIN_TIMEOUT_SECS)
+    if isinstance(self.learner_error, NonFiniteUpdates):
+      # The parameters that led to non-finite updates are not worth a checkpoint: the last
+      # one stays the newest.
+      return
+    self.save()
+
+  def report(self):
+    """The final log record and console lines: trajectory accounts, why the run stopped."""
+    self.monitor.write(self.frames(), self.input.queues.fill())
+    self.accounts = TrajectoryAccounts.count(trained=self.progress.trained,
+                                             online_fill=self.input.online_fill,
+                                             **self.actors.delivered())
+    for line in self.accounts.lines():
+      self.print(line)
+    if self.progress.skipped_updates:
+      self.print(f"Learner updates skipped (non-finite loss or gradient norm): "
+                 f"{self.progress.skipped_updates}.")
+    if self.input.dropped_trajectories:
+      self.print(f"Trajectories dropped (non-finite numbers): "
+                 f"{self.input.dropped_trajectories}.")
+    failure = self.failure or self.learner_error
+    if isinstance(failure, RunFailed):
+      self.stop_reason = f"{failure}"
+      self.print(f"Stopped: {self.stop_reason} Checkpoint {self.last_checkpoint} kept as "
+                 f"the newest.")
+    else:
+      self.print(f"Stopped: {self.stop_reason}. Checkpoint {self.last_checkpoint} at "
+                 f"{self.frames():,} frames.")
+    self.actors.farewell()
+
+  def raise_failure(self):
+    """Raises what stopped the run early: a failed actor, a lost replay service, the
+    learner's error (all after the final checkpoint)."""
+    saved = f" Training stopped; the checkpoint {self.last_checkpoint} holds its state."
+    failed = self.actors.failed()
+    if failed is not None and isinstance(failed.error, LevelCannotRun):
+      threads = getattr(self.actors, "threads", ())
+      self.cannot_run.update({t.error.level_name: t.error.reason for t in threads
+                              if isinstance(t.error, LevelCannotRun)})
+      raise LevelsCannotRun(self.cannot_run, self.config, saved) from failed.error
+    if failed is not None:
+      raise actor_lib.ActorFailed.of(failed, saved) from failed.error
+    if self.input.lost_replay:
+      lost = self.input.lost_replay[0]
+      raise type(lost)(f"{lost}{saved}") from lost
+    if self.failure is not None:
+      raise RunFailed(f"{self.failure}{self._kept()}") from self.failure
+    if isinstance(self.learner_error, RunFailed):
+      raise type(self.learner_error)(f"{self.learner_error}{self._kept()}") from (
+          self.learner_error)
+    if self.learner_error is not None and not isinstance(self.learner_error,
+                                                         tf.errors.CancelledError):
+      error = self.learner_error
+      raise RunFailed(f"The learner thread failed: {type(error).__name__}: {error}"
+                      f"{self._kept()}") from error
+
+  def _kept(self):
+    if self.last_checkpoint is None:
+      return " No checkpoint was written."
+    return f" Training stopped; the checkpoint {self.last_checkpoint} holds its last good state."
+
+  def result(self):
+    return TrainResult(num_env_frames=self.frames(), num_updates=self.progress.num_updates,
+                       recent_returns=self.monitor.recent_returns(),
+                       checkpoint=self.last_checkpoint, trajectories=self.accounts,
+                       replay=self.input.replay_accounts(self.print))
+
+
+def _supervise(run, stop_request):
+  """Starts the run's threads, watches them until the run stops, stops them, writes the
+  final checkpoint and returns the TrainResult (or raises what stopped the run early).
+
+  From here on SIGINT and SIGTERM only wake the supervisor (stop_request), so the final
+  checkpoint is written whatever the main thread was doing when they arrived.
+  """
+  if run.frames() >= run.config.total_environment_frames:
+    run.print(f"Nothing to do: {run.frames():,} frames already reach "
+              f"--total_environment_frames.")
+    return TrainResult(num_env_frames=run.frames(), num_updates=0,
+                       recent_returns=run.monitor.recent_returns(),
+                       checkpoint=run.last_checkpoint,
+                       trajectories=TrajectoryAccounts.count(produced=0, trained=0))
+  stop_request.supervise(run.stop_event.set)
+  try:
+    run.start()
+    run.watch()
+  finally:
+    if stop_request.requested:
+      run.stop_reason = f"interrupted ({stop_request.signal_name})"
+    run.stop()
+    run.report()
+  run.raise_failure()
+  return run.result()
