@@ -2,15 +2,15 @@
 
     python experiment.py --mode=train --level_name=atari/pong --logdir=/tmp/pong
 
-The command line is scalable_agent_tf2/experiment_main.py, inside the package so that an
-installed copy (`pip install .`) runs it too, as `python -m scalable_agent_tf2.experiment_main`;
+The command line is scalable_agent_tf2/run/experiment_main.py, inside the package so that an
+installed copy (`pip install .`) runs it too, as `python -m scalable_agent_tf2.run.experiment_main`;
 this file is the checkout's entry point, the one README.md uses.
 """
-from scalable_agent_tf2.experiment_main import FLAGS  # noqa: F401 (tests read the flags)
-from scalable_agent_tf2.experiment_main import config_from_flags  # noqa: F401
-from scalable_agent_tf2.experiment_main import main  # noqa: F401
-from scalable_agent_tf2.experiment_main import parse_flags  # noqa: F401
-from scalable_agent_tf2.experiment_main import run
+from scalable_agent_tf2.run.experiment_main import FLAGS  # noqa: F401 (tests read the flags)
+from scalable_agent_tf2.run.experiment_main import config_from_flags  # noqa: F401
+from scalable_agent_tf2.run.experiment_main import main  # noqa: F401
+from scalable_agent_tf2.run.experiment_main import parse_flags  # noqa: F401
+from scalable_agent_tf2.run.experiment_main import run
 
 if __name__ == "__main__":
   run()
