@@ -127,6 +127,8 @@ JSON_OBJECT = Check(lambda v: _is_json_object(v),
                     "'{\"continuous\": true}' (or empty)")
 WHOLE_POSITIVE = Check(lambda v: v >= 1 and float(v).is_integer(), "a positive integer")
 A_NUMBER = Check(lambda v: not math.isnan(v), "a number")
+GPU_MEMORY = Check(lambda v: v in ("growth", "all") or (v.isdigit() and int(v) > 0),
+                   "growth, all, or a positive number of MiB")
 OFF_OR_POSITIVE = Check(lambda v: v >= 0, ">= 0 (0: off)")
 PORT = Check(lambda v: 0 <= v <= 65535, "a port number, 0-65535 (0: a free one)")
 
@@ -260,6 +262,25 @@ class ExperimentSettings:
       "which the run stops with an error. Each such update is skipped (parameters and "
       "optimizer state unchanged) and counted; the last checkpoint stays as it was.",
       source="not in the paper: a diverged run, not a noisy batch", check=POSITIVE_INT)
+  repeatable: bool = setting(
+      False, RUN, "Debugging: the same seed and command give the same losses and parameters. "
+      "Actors act in lockstep with the learner (each batch is one unroll of every actor, in "
+      "actor order, acted with the parameters of the previous update) and TensorFlow's ops "
+      "run deterministically; slower. The default asynchronous mode cannot repeat: the order "
+      "in which actors' unrolls reach the learner, and the parameters each unroll was acted "
+      "with, depend on thread timing.", source="not in the paper: a debugging mode")
+  show_settings: bool = setting(
+      False, RUN, "Print every setting with its resolved value and its source (flag, the "
+      "level's preset, default) for the given level and flags, then exit without starting "
+      "TensorFlow.")
+  record_video_episodes: int = setting(
+      0, RUN, "Test mode: record the first N test episodes of each level as MP4 (GIF where no "
+      "encoder is installed) under <logdir>/evaluation/videos/.", check=NON_NEGATIVE)
+  gpu_memory: str = setting(
+      "growth", RUN, "How TensorFlow takes GPU memory: growth (as needed, so environment "
+      "processes and other runs can share the GPU), all (TensorFlow's default: the whole "
+      "GPU at start), or a limit in MiB (e.g. 20000). No effect without a GPU.",
+      source="not in the paper", check=GPU_MEMORY)
   # Environment.
   num_action_repeats: Optional[int] = _preset(
       ENVIRONMENT, "Environment frames per agent step.", _G1_D3 + ": 4",
