@@ -131,7 +131,7 @@ def test_command_tables_keep_the_commands_defaults():
   service = settings.ReplayServiceSettings()
   assert (service.address, service.replay_capacity, service.seed, service.log_secs,
           service.cluster_secret_file, service.insecure_open_cluster) == (
-              "localhost:8010", buffers.DEFAULT_REPLAY_CAPACITY, 0, 30.0, "", False)
+              "localhost:8010", settings.DEFAULT_REPLAY_CAPACITY, 0, 30.0, "", False)
   assert settings.LaunchSettings() == settings.LaunchSettings(num_actor_processes=2, port=None)
 
 

@@ -21,12 +21,13 @@ import threading
 
 import numpy as np
 
+from scalable_agent_tf2.configuration import settings
 
 
 class ReplayBuffer:
   """A fixed-capacity store of items with uniform sampling and first-in-first-out removal."""
 
-  def __init__(self, capacity=DEFAULT_REPLAY_CAPACITY, seed=0):
+  def __init__(self, capacity=settings.DEFAULT_REPLAY_CAPACITY, seed=0):
     """Args:
       capacity: most items held; adding to a full buffer removes the oldest item.
       seed: seeds the sampling (numpy Generator).
@@ -230,7 +231,7 @@ class EpisodeReplay:
   Thread-safe; unrolls are kept by reference.
   """
 
-  def __init__(self, capacity=DEFAULT_REPLAY_CAPACITY, seed=0):
+  def __init__(self, capacity=settings.DEFAULT_REPLAY_CAPACITY, seed=0):
     """Args:
       capacity: most unrolls held (LASER section 5.3 counts observations: capacity x T).
       seed: seeds the sampling (numpy Generator).
