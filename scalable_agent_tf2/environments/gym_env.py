@@ -8,7 +8,13 @@ environments/families/gym.py).
 
 Observations: Box (O,) -> float32 [O] (raw; the actor's MeanStdFilter normalises them for Box
 actions, as the MuJoCo path does); Box (H, W, C) uint8 -> the frame as it is; Discrete(n) ->
-int32 [] index. Actions: Discrete(n) -> base.EnvSpec(n, ...); Box (A,) -> ContinuousEnvSpec,
+int32 [] index; a Dict of an image (Box (H, W, C) uint8) and a text (gymnasium's Text, or any
+space of str such as MiniGrid's MissionSpace: MiniGrid and BabyAI's Dict(image, direction,
+mission)) -> the image as the frame and the text as the instruction, as DeepMind Lab's INSTR
+(environments/dmlab.py): the actor hashes it into word ids (policies.encode_group_instructions,
+networks.hash_instructions) and the network encodes it with the paper's instruction encoder
+(Figure 3). A Dict's other entries (MiniGrid's direction) are not observed: Description.
+ignored_keys names them. Actions: Discrete(n) -> base.EnvSpec(n, ...); Box (A,) -> ContinuousEnvSpec,
 the action clipped to the bounds only in the copy sent to gymnasium (action_bounds.py).
 
 Episode ends. gymnasium tells a termination (the task ended: no value after it) from a
@@ -32,6 +38,7 @@ import numpy as np
 
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.environments import process
 from scalable_agent_tf2.environments.families import gym as gym_family
 
@@ -56,6 +63,11 @@ class Description:
 
   Attributes:
     observation_kind: VECTOR, FRAME or INDEX. observation_shape: (O,), (H, W, C) or ().
+    has_instruction: the observation carries a text (a Dict's mission): the network takes the
+      paper's instruction encoder (families/gym.py network_config).
+    image_key, text_key: a Dict observation's entries read as the frame and the instruction
+      (text_key None: a Dict without text); both None for a plain space.
+    ignored_keys: a Dict's other entries, sorted (not observed; e.g. MiniGrid's direction).
     continuous_actions: Box actions. num_actions (Discrete) or action_size, action_low,
     action_high (Box).
   """
@@ -63,8 +75,17 @@ class Description:
   def __init__(self, env_id, observation_space, action_space):
     from gymnasium import spaces  # pylint: disable=g-import-not-at-top
     self.env_id = env_id
-    self.observation_kind, self.observation_shape = _observation_kind(
-        env_id, observation_space, spaces)
+    self.image_key = self.text_key = None
+    self.ignored_keys = ()
+    if isinstance(observation_space, spaces.Dict):
+      self.image_key, self.text_key, self.ignored_keys = dict_keys(env_id, observation_space)
+      self.observation_kind = FRAME
+      self.observation_shape = tuple(int(n) for n in
+                                     observation_space[self.image_key].shape)
+    else:
+      self.observation_kind, self.observation_shape = _observation_kind(
+          env_id, observation_space, spaces)
+    self.has_instruction = self.text_key is not None
     if isinstance(action_space, spaces.Discrete):
       self.continuous_actions, self.num_actions = False, int(action_space.n)
       self.action_start = int(action_space.start)
@@ -90,6 +111,44 @@ class Description:
     return base.EnvSpec(num_actions=self.num_actions, frame_shape=self.observation_shape)
 
 
+def _is_image(space, spaces):
+  """A Box (H, W, C) of uint8: an image frame."""
+  return (isinstance(space, spaces.Box) and len(space.shape) == 3
+          and space.dtype == np.uint8)
+
+
+def _is_text(space, spaces):
+  """gymnasium's Text, or any space whose values are str (MiniGrid's MissionSpace is a
+  Space[str] of dtype str, not a Text)."""
+  dtype = getattr(space, "dtype", None)
+  return isinstance(space, spaces.Text) or (dtype is not None and dtype.kind in "US")
+
+
+def dict_keys(env_id, space):
+  """(image key, text key or None, the other keys sorted) of a Dict observation space the
+  project takes: exactly one image entry (Box (H, W, C) uint8) and at most one text entry;
+  UnsupportedSpace naming the entries otherwise."""
+  from gymnasium import spaces  # pylint: disable=g-import-not-at-top
+  images = [key for key, entry in space.spaces.items() if _is_image(entry, spaces)]
+  texts = [key for key, entry in space.spaces.items() if _is_text(entry, spaces)]
+  problem = None
+  if len(images) != 1:
+    problem = (f"it has {len(images)} image entries (Box (H, W, C) uint8)"
+               + (f": {', '.join(map(repr, images))}" if images else ""))
+  elif len(texts) > 1:
+    problem = f"it has {len(texts)} text entries: {', '.join(map(repr, texts))}"
+  if problem is not None:
+    entries = ", ".join(f"{key!r}: {entry}" for key, entry in space.spaces.items())
+    raise UnsupportedSpace(
+        f"gym:{env_id}: its observation space Dict({entries}) is not supported: {problem}; "
+        f"supported: {', '.join(gym_family.SUPPORTED_OBSERVATIONS)}. Wrap the environment "
+        "(e.g. gymnasium.wrappers.FilterObservation to keep one image and one text, "
+        "FlattenObservation for vectors) in your own package and register the wrapped one.")
+  text_key = texts[0] if texts else None
+  ignored = tuple(sorted(key for key in space.spaces if key not in (images[0], text_key)))
+  return images[0], text_key, ignored
+
+
 def _observation_kind(env_id, space, spaces):
   """(kind, shape) of a supported observation space; UnsupportedSpace otherwise."""
   if isinstance(space, spaces.Discrete):
@@ -110,6 +169,7 @@ def make(env_id, env_kwargs):
   """gymnasium.make(env_id, **env_kwargs), the id checked first (nearest ids named)."""
   import gymnasium  # pylint: disable=g-import-not-at-top
   gym_family.check_registered(env_id)
+  mujoco.prepare_headless_rendering()  # Before a MuJoCo task imports mujoco (its render()).
   try:
     return gymnasium.make(env_id, **env_kwargs)
   except TypeError as error:
@@ -169,8 +229,32 @@ class GymEnvironment(base.Environment):
     return self._spec
 
   def _observation(self, observation):
-    """The observation as the project stores it; EnvironmentOutputError when it does not
-    fit the declared space."""
+    """(frame, instruction str) as the project stores them: a Dict's image and text (''
+    without one), or the observation and ''; EnvironmentOutputError when it does not fit
+    the declared space."""
+    description = self._description
+    if description.image_key is None:
+      return self._frame(observation), ""
+    if not isinstance(observation, dict) or description.image_key not in observation:
+      raise EnvironmentOutputError(
+          f"{self.level_name}: the environment returned an observation of type "
+          f"{type(observation).__name__}"
+          + (f" with keys {sorted(observation)}" if isinstance(observation, dict) else "")
+          + f"; its Dict space promises the key {description.image_key!r}.")
+    frame = self._frame(observation[description.image_key])
+    if description.text_key is None:
+      return frame, ""
+    text = observation.get(description.text_key)
+    if isinstance(text, bytes):
+      text = text.decode("utf-8")
+    if not isinstance(text, str):
+      raise EnvironmentOutputError(
+          f"{self.level_name}: the environment returned {type(text).__name__} for the "
+          f"observation's {description.text_key!r}; its Dict space promises a text (str).")
+    return frame, text
+
+  def _frame(self, observation):
+    """A plain observation (or a Dict's image) as the frame the project stores."""
     kind, shape = self._description.observation_kind, self._description.observation_shape
     array = np.asarray(observation)
     if kind == INDEX:
@@ -209,7 +293,7 @@ class GymEnvironment(base.Environment):
     else:
       observation, _ = self._env.reset(seed=self._seed)
       self._seeded = True
-    return self._observation(observation)
+    return self._observation(observation)  # (frame, instruction)
 
   def _check_open(self):
     if self._closed:
@@ -219,7 +303,7 @@ class GymEnvironment(base.Environment):
     self._check_open()
     self._statistics.restart()
     self._pending_reset = False
-    return base.make_env_output(0.0, True, self._reset(), "", 0.0, 0)
+    return base.make_env_output(0.0, True, *self._reset(), 0.0, 0)
 
   def _sent_action(self, action):
     if self._description.continuous_actions:
@@ -236,24 +320,41 @@ class GymEnvironment(base.Environment):
     sent = self._sent_action(action)
     if self._pending_reset:
       self._pending_reset = False
-      return base.make_env_output(0.0, True, self._reset(), "", *self._last_statistics)
+      return base.make_env_output(0.0, True, *self._reset(), *self._last_statistics)
     try:
       observation, reward, terminated, truncated, _ = self._env.step(sent)
     except Exception as error:  # pylint: disable=broad-except
       raise EnvironmentStepFailed(f"{self.level_name}: the environment raised in step: "
                                   f"{type(error).__name__}: {error}") from error
     reward = self._reward(reward)
-    frame = self._observation(observation)
+    frame, instruction = self._observation(observation)
     if truncated and not terminated and self._emit_truncation_step:
       self._last_statistics = self._statistics.record(reward, episode_ended=True)
       self._pending_reset = True
-      return base.make_env_output(reward, False, frame, "", *self._last_statistics,
+      return base.make_env_output(reward, False, frame, instruction, *self._last_statistics,
                                   truncated=True)
     ended = bool(terminated or truncated)
     episode_return, episode_step = self._statistics.record(reward, episode_ended=ended)
     if ended:
-      frame = self._reset()
-    return base.make_env_output(reward, ended, frame, "", episode_return, episode_step)
+      frame, instruction = self._reset()
+    return base.make_env_output(reward, ended, frame, instruction, episode_return,
+                                episode_step)
+
+  def render(self):
+    """gymnasium's rgb_array picture, uint8 [H, W, 3] (base.CannotRender if it has none). An
+    environment made without a render mode is switched to rgb_array at the first call:
+    gymnasium's environments read render_mode when they draw, so training never pays for it."""
+    self._check_open()
+    modes = (self._env.metadata or {}).get("render_modes") or ()
+    if self._env.render_mode is None and "rgb_array" in modes:
+      self._env.unwrapped.render_mode = "rgb_array"
+    elif self._env.render_mode is None:
+      raise base.CannotRender(f"{self.level_name}: its render modes {list(modes)} have no "
+                              "'rgb_array' picture.")
+    return mujoco.render_rgb(self._env, self.level_name)
+
+  def render_fps(self):
+    return mujoco.render_fps_of(self._env)
 
   def close(self):
     if not self._closed:

@@ -5,13 +5,19 @@ package ("gym:my_package.envs:MyEnv-v0" imports my_package.envs, which registers
 
 Observations and actions (environments/gym_env.py converts them): Box observations of one
 dimension (float32 vectors, normalised by the run's MeanStdFilter as the MuJoCo path does) or
-of three (uint8 frames [H, W, C]); Discrete observations (their index); Discrete actions, or
+of three (uint8 frames [H, W, C]); Discrete observations (their index); a Dict of one image
+and at most one text, e.g. MiniGrid and BabyAI's (image, direction, mission) (the image is the
+frame, the text the instruction the paper's encoder reads, as DeepMind Lab's; other entries
+are not observed and gym_env.Description.ignored_keys names them); Discrete actions, or
 Box actions of one dimension (a diagonal Gaussian policy, clipped to the bounds only when
 sent). Anything else is refused with the list of what is supported.
 
 How they run: vector and Discrete observations in groups stepped in the training process (a
 classic-control or Box2D step costs microseconds, far less than a process's round trip:
-benchmarks/speed/gym_overhead.py); frames (rendering) one process per actor.
+benchmarks/speed/gym_overhead.py); Dict observations in groups too (MiniGrid and BabyAI's
+image is the grid's own 7x7x3 encoding, computed in Python, not rendered: a process's round
+trip added about 40% to a MiniGrid step, in process about 13%: benchmarks/RESULTS.md, "A
+dictionary observation"); frames (rendering) one process per actor.
 
 Presets (PRESETS_DOCUMENTATION; docs/ENVIRONMENTS.md): an environment the papers did not run
 has no published setting, so the family uses the papers' setting for the nearest kind of task,
@@ -44,7 +50,11 @@ PREFIX = "gym:"
 # The spaces the family takes (gym_env.describe_spaces names what it found).
 SUPPORTED_OBSERVATIONS = ("Box of shape (O,) (a float vector)",
                           "Box of shape (H, W, C) and dtype uint8 (image frames)",
-                          "Discrete(n) (an index)")
+                          "Discrete(n) (an index)",
+                          "Dict of one image (Box (H, W, C) uint8) and at most one text "
+                          "(gymnasium Text, or a space of str such as MiniGrid's "
+                          "MissionSpace), other entries ignored (MiniGrid/BabyAI's "
+                          "Dict(image, direction, mission))")
 SUPPORTED_ACTIONS = ("Discrete(n)", "Box of shape (A,) (continuous actions)")
 # Discrete actions: Table G.1's learner (atari_family.ATARI), one gymnasium step per agent step,
 # unclipped rewards, the project's 10M-step budget (module docstring).
@@ -184,10 +194,11 @@ class GymFamily(base.Family):
     return gym_env.GymEnvironment, dict(level_name=level_name, seed=seed, **options)
 
   def runs_as(self, config):
-    """Frames (rendering) in a process each; vectors and indices in in-process groups."""
+    """Frames (rendering) in a process each; vectors, indices and Dict observations (an
+    image with a text: MiniGrid's grid encoding, no rendering) in in-process groups."""
     description = self.describe(config.levels[0], parse_env_kwargs(config.env_kwargs))
-    return base.OWN_PROCESS if description.observation_kind == "frame" else (
-        base.IN_PROCESS_GROUP)
+    rendered = description.observation_kind == "frame" and description.image_key is None
+    return base.OWN_PROCESS if rendered else base.IN_PROCESS_GROUP
 
   def network_config(self, config, spec):
     """The network follows the first environment's spec, for any supported combination
@@ -235,7 +246,7 @@ class GymFamily(base.Family):
           frame_shape=frame_shape, action_size=spec.action_size, torso=torso)
     return networks.NetworkConfig(
         num_actions=spec.num_actions, frame_shape=frame_shape, torso=torso, use_lstm=True,
-        use_instruction=bool(getattr(description, "has_instruction", False)))
+        use_instruction=description.has_instruction)
 
 
 def frame_torso(frame_shape):

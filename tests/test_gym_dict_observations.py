@@ -1,0 +1,201 @@
+"""A gymnasium environment whose observation is a Dict of an image and a text mission
+(MiniGrid and BabyAI's Dict(image, direction, mission)) trains through the frame torso and
+the paper's instruction encoder (Figure 3, the DeepMind Lab language path), issue 31 point 2.
+
+The environments here are registered by this module (no minigrid needed), named in
+gymnasium's "module:Id" form so that an environment process (build_agent's first
+environment) registers them too by importing it; the last test runs
+a real MiniGrid level and is skipped, with the reason, where the benchmark-only minigrid
+package is not installed."""
+import string
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from scalable_agent_tf2.acting import actor
+from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.environments import gym_env
+from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.run import training
+
+# The missions and the action each asks for: only the text tells them apart (the image is the
+# same in both), so a policy that reads the mission can be right every time, one that does
+# not at most half the time.
+MISSIONS = ("go to the red ball", "go to the blue key")
+IMAGE_SHAPE = (7, 7, 3)  # MiniGrid's partial view: 7x7 cells of (object, colour, state).
+
+
+class MissionRoom(gymnasium.Env):
+  """One-step episodes: the mission names an object, the action that reaches it earns 1."""
+
+  def __init__(self, bad_mission_at=0):
+    self.observation_space = spaces.Dict({
+        "image": spaces.Box(0, 255, IMAGE_SHAPE, np.uint8),
+        "direction": spaces.Discrete(4),
+        "mission": spaces.Text(max_length=64, charset=string.ascii_lowercase + " ")})
+    self.action_space = spaces.Discrete(3)
+    self._bad_mission_at, self._steps, self._target = bad_mission_at, 0, 0
+
+  def _observation(self):
+    mission = MISSIONS[self._target]
+    if self._steps and self._steps == self._bad_mission_at:
+      mission = 7  # Not a text: the adapter must name the field.
+    return {"image": np.full(IMAGE_SHAPE, 2, np.uint8), "direction": 0, "mission": mission}
+
+  def reset(self, *, seed=None, options=None):
+    super().reset(seed=seed)
+    self._target = int(self.np_random.integers(len(MISSIONS)))
+    return self._observation(), {}
+
+  def step(self, action):
+    self._steps += 1
+    reward = float(action == self._target)
+    return self._observation(), reward, True, False, {}
+
+
+class TwoImages(MissionRoom):
+  def __init__(self):
+    super().__init__()
+    self.observation_space = spaces.Dict({
+        "left": spaces.Box(0, 255, IMAGE_SHAPE, np.uint8),
+        "right": spaces.Box(0, 255, IMAGE_SHAPE, np.uint8),
+        "mission": spaces.Text(max_length=64)})
+
+
+class NoImage(MissionRoom):
+  def __init__(self):
+    super().__init__()
+    self.observation_space = spaces.Dict({"position": spaces.Box(-1, 1, (2,), np.float32),
+                                          "mission": spaces.Text(max_length=64)})
+
+
+class TwoTexts(MissionRoom):
+  def __init__(self):
+    super().__init__()
+    self.observation_space = spaces.Dict({
+        "image": spaces.Box(0, 255, IMAGE_SHAPE, np.uint8),
+        "mission": spaces.Text(max_length=64), "hint": spaces.Text(max_length=64)})
+
+
+gymnasium.register(id="TestMissionRoom-v0", entry_point=MissionRoom)
+gymnasium.register(id="TestMissionRoomBadMission-v0", entry_point=MissionRoom,
+                   kwargs=dict(bad_mission_at=2))
+gymnasium.register(id="TestTwoImages-v0", entry_point=TwoImages)
+gymnasium.register(id="TestNoImage-v0", entry_point=NoImage)
+gymnasium.register(id="TestTwoTexts-v0", entry_point=TwoTexts)
+HERE = "tests.test_gym_dict_observations:"
+LEVEL = f"gym:{HERE}TestMissionRoom-v0"
+
+
+def _config(logdir, *extra):
+  return config_lib.config_from_argv([
+      f"--level_name={LEVEL}", f"--logdir={logdir}", "--batch_size=2", "--unroll_length=8",
+      "--num_actors=2", "--envs_per_actor=2", "--log_secs=60",
+      "--total_environment_frames=64", *extra])
+
+
+def test_a_dict_of_image_and_mission_builds_the_instruction_network(tmp_path):
+  description = gym_env.describe(HERE + "TestMissionRoom-v0", {})
+  assert (description.image_key, description.text_key) == ("image", "mission")
+  assert description.ignored_keys == ("direction",)
+  assert description.has_instruction and description.observation_shape == IMAGE_SHAPE
+  config = _config(tmp_path)
+  agent, env = assembly.build_agent(config, assembly.default_environment_constructor(config))
+  env.close()
+  assert agent.config.use_instruction and agent.config.frame_shape == IMAGE_SHAPE
+  assert hasattr(agent, "instruction_encoder")
+  # MiniGrid's 7x7 view is smaller than the shallow torso's VALID convolutions take.
+  assert agent.config.torso == "deep"
+  # The grid's encoding is computed, not rendered: the environments run in groups here.
+  assert config.runs_as == family_base.IN_PROCESS_GROUP
+
+
+def test_the_mission_reaches_the_instruction_tensor(tmp_path):
+  config = _config(tmp_path)
+  agent, env = assembly.build_agent(config, assembly.default_environment_constructor(config))
+  env.close()
+  group = actor.EnvironmentGroup([gym_env.GymEnvironment(LEVEL, seed=s) for s in range(8)],
+                                 LEVEL)
+  try:
+    raw = group.initial()
+    outputs = policies.encode_group_instructions(raw)
+  finally:
+    group.close()
+  missions = raw.observation.instruction
+  assert set(missions) == set(MISSIONS), missions  # Both missions among 8 seeds.
+  words = outputs.observation.instruction
+  np.testing.assert_array_equal(words, networks.hash_instructions(list(missions)))
+  assert (words[:, :len(MISSIONS[0].split())] > 0).all()
+  # The acting step reads it: the same frames under the other mission give other logits.
+  policy = policies.acting_step(agent)
+  obs = outputs.observation
+  def logits(instruction):
+    return policy(np.zeros(8, np.int32), outputs.reward, outputs.done, obs.frame, instruction,
+                  agent.initial_state(8))[0].numpy()
+  other = networks.hash_instructions([MISSIONS[1 - MISSIONS.index(m)] for m in missions])
+  difference = np.abs(logits(words) - logits(other)).max(axis=1)
+  assert (difference > 1e-6).all(), difference
+
+
+def test_a_short_training_updates_the_embeddings_of_the_missions_words(tmp_path):
+  config = _config(tmp_path)
+  agent, env = assembly.build_agent(config, assembly.default_environment_constructor(config))
+  env.close()
+  before = agent.instruction_encoder.embeddings.numpy()
+  result = training.train(config, print_fn=lambda line: None)
+  assert result.num_updates >= 2 and result.num_env_frames >= 64
+  checkpointer = assembly.make_checkpointer(config, agent, assembly.make_learner(config, agent))
+  assert checkpointer.restore() == result.checkpoint
+  after = agent.instruction_encoder.embeddings.numpy()
+  changed = set(np.flatnonzero(np.abs(after - before).max(axis=1) > 0))
+  # Row b is the embedding of hash bucket b (word id b + 1, networks.hash_instructions).
+  mission_rows = set(int(i) - 1 for i in np.unique(networks.hash_instructions(list(MISSIONS)))
+                     if i > 0)
+  assert changed == mission_rows, (sorted(changed), sorted(mission_rows))
+
+
+@pytest.mark.parametrize("env_id, problem", [
+    ("TestTwoImages-v0", r"it has 2 image entries \(Box \(H, W, C\) uint8\): 'left', 'right'"),
+    ("TestNoImage-v0", r"it has 0 image entries \(Box \(H, W, C\) uint8\)"),
+    ("TestTwoTexts-v0", r"it has 2 text entries: 'hint', 'mission'")])
+def test_an_unsupported_dict_is_refused_naming_what_is_supported(tmp_path, env_id, problem):
+  with pytest.raises(gym_env.UnsupportedSpace,
+                     match=f"gym:{HERE}{env_id}: its observation space Dict\\(.*{problem}; "
+                           r"supported: .*Dict of one image .* and at most one text"):
+    config_lib.resolve(config_lib.ExperimentConfig(level_name=f"gym:{HERE}{env_id}",
+                                                   logdir=str(tmp_path)))
+
+
+def test_a_mission_that_is_not_a_text_mid_episode_names_the_field():
+  env = gym_env.GymEnvironment(f"gym:{HERE}TestMissionRoomBadMission-v0", seed=0)
+  try:
+    env.initial()
+    env.step(0)
+    with pytest.raises(gym_env.EnvironmentOutputError,
+                       match="TestMissionRoomBadMission-v0: the environment returned int "
+                             "for the observation's 'mission'"):
+      env.step(0)
+  finally:
+    env.close()
+
+
+def test_a_minigrid_level_passes_its_mission_as_the_instruction():
+  pytest.importorskip(
+      "minigrid", reason="minigrid is a benchmark-only package, not in requirements.txt: "
+      "pip install --no-deps -r benchmarks/requirements-minigrid.txt")
+  level = "gym:MiniGrid-Fetch-5x5-N2-v0"
+  env = gym_env.GymEnvironment(level, seed=3)
+  try:
+    description = gym_env.describe("MiniGrid-Fetch-5x5-N2-v0", {})
+    assert description.has_instruction and description.ignored_keys == ("direction",)
+    assert env.spec.frame_shape == (7, 7, 3) and env.spec.num_actions == 7
+    first = env.initial()
+    assert first.observation.instruction == env._env.unwrapped.mission  # pylint: disable=protected-access
+    assert first.observation.frame.dtype == np.uint8
+  finally:
+    env.close()
