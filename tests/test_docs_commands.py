@@ -392,7 +392,8 @@ def _experiment_problems(where, arguments, result):
   if result["tensorflow_loaded"]:
     problems.append(f"{where}\n    -> --show_settings loaded TensorFlow")
   unshown = [a.split("=", 1)[0] for a in arguments
-             if a.startswith("--") and a.split("=", 1)[0] + "=" not in result["output"]]
+             if a.startswith("--") and a != "--show_settings"
+             and a.split("=", 1)[0] + "=" not in result["output"]]
   if unshown:
     problems.append(f"{where}\n    -> --show_settings did not print {', '.join(unshown)}:"
                     f"\n    {result['output'][-500:]}")
