@@ -18,7 +18,7 @@ without doing its work:
   and README's test command is exactly the CI script's (`.ci/run`).
 - `pip install -r FILE`: `pip install --dry-run --no-index` (every pinned package is
   installed here at its pinned version; nothing is downloaded).
-- shell scripts: they exist and `bash -n` parses them.
+- shell scripts: they exist, `bash -n` parses them, and one with a `--dry-run` runs it.
 - tools of other projects (`ssh`, `tensorboard`): named in EXTERNAL_TOOLS with why they are
   not run.
 
@@ -179,7 +179,7 @@ def classify(command):
   if argv[0] in ("pip", "pip3"):
     return "pip", argv[1:]
   if argv[0].endswith(".sh") or argv[0] == "bash":
-    return "script", argv[1] if argv[0] == "bash" else argv[0]
+    return "script", argv[1:] if argv[0] == "bash" else argv
   if argv[0] in EXTERNAL_TOOLS:
     return "external", argv[0]
   raise ValueError(f"{command.page}: `{command.line}`: no case for `{argv[0]}` in "
@@ -472,16 +472,28 @@ def test_pip_commands_are_satisfied_here():
     assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout}{done.stderr}"
 
 
-def test_scripts_exist_and_parse():
+def test_scripts_run_their_dry_run(tmp_path):
+  """Shell scripts on the pages exist and parse (`bash -n`); one that offers `--dry-run`
+  prints its plan with the page's arguments (an absolute output path replaced by a temporary
+  directory: the dry run writes its logs there)."""
   for command in all_commands():
-    kind, script = classify(command)
-    if kind == "script":
-      path = os.path.join(ROOT, script)
-      assert os.path.exists(path), f"{command.page}: `{command.line}`: no {script}"
-      done = subprocess.run(["bash", "-n", path], capture_output=True, text=True)
-      assert done.returncode == 0, f"{script}: {done.stderr}"
-    elif kind == "external":
-      assert script in EXTERNAL_TOOLS
+    kind, details = classify(command)
+    if kind == "external":
+      assert details in EXTERNAL_TOOLS
+    if kind != "script":
+      continue
+    script, arguments = details[0], details[1:]
+    path = os.path.join(ROOT, script)
+    assert os.path.exists(path), f"{command.page}: `{command.line}`: no {script}"
+    done = subprocess.run(["bash", "-n", path], capture_output=True, text=True)
+    assert done.returncode == 0, f"{script}: {done.stderr}"
+    with open(path) as f:
+      if "--dry-run" not in f.read():
+        continue
+    arguments = [str(tmp_path / "output") if a.startswith("/") else a for a in arguments]
+    done = subprocess.run(["bash", path, "--dry-run", *arguments], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{command.line} --dry-run:\n{done.stdout}{done.stderr}"
 
 
 def _inline_texts():
