@@ -517,8 +517,9 @@ def test_every_named_module_exists():
 # Directories a path on the pages may be relative to (the package's own modules are named
 # from their room, `environments/process.py`, or by file name alone in a room's context).
 _TOP = ("scalable_agent_tf2/", "tests/", "benchmarks/", "docs/", "dynamic_batching/", ".ci/")
-# Paths on the pages that are not this repository's.
-_NOT_OURS = ("my_package/envs.py", "python/dmlab_module.c")
+# Paths on the pages that are not this repository's: the user's, DeepMind Lab's, and files
+# that commands write.
+_NOT_OURS = ("my_package/envs.py", "python/dmlab_module.c", "gpu_benchmark.md")
 
 
 def _repository_files():
@@ -546,6 +547,12 @@ def test_every_named_path_exists():
     for token in re.findall(r"`((?:scalable_agent_tf2|benchmarks|tests)/[\w/]+/)`", text):
       if token not in directories and not any(d.startswith(token) for d in directories):
         problems.append(f"{page}: {token}")
+  for page, text in _inline_texts():  # Markdown links, relative to their page.
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+      if "://" in target:
+        continue
+      if not os.path.exists(os.path.join(ROOT, os.path.dirname(page), target)):
+        problems.append(f"{page}: link ({target})")
   assert not problems, "paths that do not exist:\n" + "\n".join(problems)
 
 
