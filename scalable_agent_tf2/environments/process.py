@@ -300,6 +300,13 @@ class EnvironmentProcess(base.Environment):
     # Checked here too, so that a bad action costs no round trip and shows the caller's stack.
     return self._unpack(self._call("step", base.check_action_for_spec(action, self._spec)))
 
+  def render(self):
+    """The child environment's render() (base.CannotRender raised here if it cannot)."""
+    return self._call("render")
+
+  def render_fps(self):
+    return self._call("render_fps")
+
   def _release(self, graceful=True):
     """Shuts the child down once; later calls raise "closed"."""
     registered = self._finalizer.detach()

@@ -20,6 +20,15 @@ fails afterwards loses nothing shown (ResultsNotWritten says where it could not 
 A level whose environment cannot start or reset here (environments.LevelCannotRun) is left out
 of the tables and named, with the other such levels, in one training.LevelsCannotRun after
 the results of the levels that played are printed and written.
+
+Videos (--record_video_episodes=N): the first N episodes of each level (in the order above)
+are recorded under logdir/evaluation/videos/ (runfiles/videos.py: names, frames, encoders).
+The worker that plays an episode to record asks its environment for a picture after every
+step (base.Environment.render: through the pipe for an environment process, directly for a
+group in this process), only for that environment and only while the episode is recorded.
+Rendering changes no observation, so a recorded test plays and scores the same episodes as
+one without videos. A level that cannot draw (base.CannotRender) is named and plays on
+without videos. results.json's summary lists the files ("videos").
 """
 import csv
 import functools
@@ -40,6 +49,9 @@ from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments.base import CannotRender
+from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.runfiles import videos as videos_lib
 
 RESULTS_SUBDIR = "evaluation"
 
@@ -94,36 +106,146 @@ def split_episodes(num_episodes, num_workers):
   return [base + (1 if k < extra else 0) for k in range(num_workers)]
 
 
-def _play(make_loop, quotas, episodes_by_slot, cannot_run, on_episode=None):
+def _play(make_loop, quotas, episodes_by_slot, cannot_run, on_episode=None,
+          make_videos=None):
   """Steps a worker's loop until each environment slot has finished its quota of episodes
   (a slot's later episodes are not recorded: counting the first episodes of the whole group
   would favour short episodes); a level that cannot run goes to `cannot_run` (level ->
-  reason) instead. on_episode(level) is called for each recorded episode."""
+  reason) instead. on_episode(level) is called for each recorded episode; make_videos(loop)
+  -> the worker's _WorkerVideos, or None."""
   try:
     loop = make_loop()
   except LevelCannotRun as error:
     cannot_run[error.level_name] = error.reason
     return
+  recording = None
   try:
+    recording = make_videos(loop) if make_videos is not None else None
     while any(len(e) < q for e, q in zip(episodes_by_slot, quotas)):
       try:
         loop.step()
       except actor_lib.EnvironmentRestarted:
+        if recording is not None:
+          recording.restarted()
         continue  # The unfinished episodes are dropped; new ones start.
       except LevelCannotRun as error:
         cannot_run[error.level_name] = error.reason
         return
+      if recording is not None:
+        recording.stepped()
       for slot, level, episode_return, episode_step in loop.finished_episodes:
         if len(episodes_by_slot[slot]) < quotas[slot]:
+          if recording is not None:
+            recording.episode_ended(slot, len(episodes_by_slot[slot]), episode_return,
+                                    episode_step)
           episodes_by_slot[slot].append((float(episode_return), int(episode_step)))
           if on_episode is not None:
             on_episode(level)
   finally:
-    loop.close()
+    try:
+      if recording is not None:
+        recording.close()
+    finally:
+      loop.close()
+
+
+class _WorkerVideos:
+  """The videos of one worker's environments: a runfiles/videos.SlotRecording for each slot
+  with episodes to record, fed with the loop's pictures of those slots after every step.
+
+  A level that cannot draw (CannotRender) or whose videos cannot be written stops its videos
+  (LevelVideos.stop names it) and plays on; an environment that fails while drawing loses the
+  episode's video only (its restart starts new episodes anyway)."""
+
+  def __init__(self, loop, level_videos, counts):
+    """counts: [(episodes to record, the level-wide number of its first episode)] per slot
+    (videos_lib.recorded_counts)."""
+    self._loop = loop
+    self._level = level_videos
+    self._fps = None
+    self._first = {slot: first for slot, (count, first) in enumerate(counts) if count}
+    self._counts = {slot: count for slot, (count, _) in enumerate(counts) if count}
+    self._slots = {slot: videos_lib.SlotRecording(count, self._open_writer,
+                                                  functools.partial(self._keep, slot))
+                   for slot, (count, _) in enumerate(counts) if count}
+    self._start()
+
+  def _open_writer(self):
+    if self._fps is None:
+      self._fps = self._loop.render_fps() or videos_lib.DEFAULT_FPS
+    return self._level.open_writer(self._fps)
+
+  def _keep(self, slot, writer, index, info):
+    episode_return, episode_length = info
+    self._level.keep(writer, self._first[slot] + index + 1, episode_return, episode_length)
+
+  def _picture(self, slot):
+    """The loop's picture of `slot`, or None: the level cannot draw (its videos stop) or the
+    environment failed while drawing (this slot's episode is not recorded)."""
+    try:
+      return self._loop.render(slot)
+    except CannotRender as error:
+      self._level.stop(str(error))
+    except actor_lib.ENVIRONMENT_FAILURES:
+      self._slots[slot].abandon()
+    return None
+
+  def _each(self, act, only_wanted=False):
+    """act(slot, SlotRecording, picture or None) for every recorded slot (asking for a
+    picture where `only_wanted` is False or the slot wants one); a file that cannot be
+    written stops the level's videos."""
+    for slot, recording in self._slots.items():
+      if not self._level.active:
+        self._stop()
+        return
+      picture = None
+      if not only_wanted or recording.wants_picture:
+        picture = self._picture(slot)
+        if picture is None:
+          continue
+      try:
+        act(slot, recording, picture)
+      except (OSError, videos_lib.VideoError, RuntimeError) as error:
+        self._level.stop(f"its video could not be written ({type(error).__name__}: {error}).")
+
+  def _start(self):
+    self._each(lambda slot, recording, picture: recording.start(picture))
+
+  def stepped(self):
+    output = self._loop.env_output
+    self._each(lambda slot, recording, picture: recording.observe(
+        picture, bool(output.done[slot]), int(output.episode_step[slot])), only_wanted=True)
+
+  def restarted(self):
+    for recording in self._slots.values():
+      recording.restart()
+    self._start()
+
+  def episode_ended(self, slot, index, episode_return, episode_length):
+    """The slot's index-th (from 0) counted episode ended."""
+    recording = self._slots.get(slot)
+    if recording is not None and self._level.active and index < self._counts[slot]:
+      try:
+        recording.episode_ended((float(episode_return), int(episode_length)))
+      except (OSError, videos_lib.VideoError, RuntimeError) as error:
+        self._level.stop(f"its video could not be written ({type(error).__name__}: {error}).")
+
+  def _stop(self):
+    for recording in self._slots.values():
+      recording.abandon()
+      recording.restart()
+
+  def close(self):
+    for recording in self._slots.values():
+      try:
+        recording.close()
+      except (OSError, videos_lib.VideoError, RuntimeError) as error:
+        self._level.stop(f"its video could not be written ({type(error).__name__}: {error}).")
 
 
 def play_levels(policy, levels, num_episodes, num_workers, seed, environment_constructor,
-                print_fn=print, config=None, progress=None, cannot_run=None):
+                print_fn=print, config=None, progress=None, cannot_run=None, videos=None,
+                record_episodes=0):
   """Episode returns of the policy on each level.
 
   Args:
@@ -140,6 +262,9 @@ def play_levels(policy, levels, num_episodes, num_workers, seed, environment_con
     progress: a TestProgress told of every episode, or None.
     cannot_run: a dict that receives level -> reason for levels that cannot run here (their
       lists of episodes stay short or empty); None: such a level raises LevelCannotRun.
+    videos: dict level -> runfiles/videos.LevelVideos of the levels to record (None: none).
+    record_episodes: the first this many episodes of each of those levels are recorded, in
+      the order returned (more than num_episodes: all).
 
   Returns:
     dict level -> list of (episode_return, episode_length), ordered by worker, environment,
@@ -150,18 +275,26 @@ def play_levels(policy, levels, num_episodes, num_workers, seed, environment_con
   per_level_workers = max(1, num_workers // len(levels))
   group_size = 1 if config is None else assembly.environment_group_size(config)
   tasks, results, jobs = {}, {}, []
+  videos = videos or {}
   for level_index, level in enumerate(levels):
-    for worker, count in enumerate(split_episodes(num_episodes, per_level_workers)):
-      quotas = split_episodes(count, group_size)
+    quotas_by_worker = [split_episodes(count, group_size)
+                        for count in split_episodes(num_episodes, per_level_workers)]
+    recorded = videos_lib.recorded_counts(quotas_by_worker, record_episodes)
+    for worker, quotas in enumerate(quotas_by_worker):
       episodes_by_slot = [[] for _ in quotas]
       jobs.append((level, worker))
       results[(level, worker)] = episodes_by_slot
       worker_seed = assembly.derive_seed(seed, 1_000_003, level_index, worker)
+      make_videos = None
+      if level in videos and any(count for count, _ in recorded[worker]):
+        make_videos = functools.partial(_WorkerVideos, level_videos=videos[level],
+                                        counts=recorded[worker])
       make_loop = functools.partial(_worker_loop, policy, level, worker_seed, len(quotas),
-                                    environment_constructor, config, print_fn)
+                                    environment_constructor, config, print_fn,
+                                    draws=make_videos is not None)
       tasks[f"{level}-{worker}"] = functools.partial(
           _play, make_loop, quotas, episodes_by_slot, cannot_run,
-          progress.record if progress is not None else None)
+          progress.record if progress is not None else None, make_videos)
   assembly.run_concurrently(tasks, thread_prefix="evaluation-")
   if raise_cannot_run and cannot_run:
     level = sorted(cannot_run)[0]
@@ -174,9 +307,14 @@ def play_levels(policy, levels, num_episodes, num_workers, seed, environment_con
 
 
 def _worker_loop(policy, level, worker_seed, group_size, environment_constructor, config,
-                 print_fn):
+                 print_fn, draws=False):
   """An evaluation worker's EnvironmentLoop: group_size environments of `level` in test mode,
-  seeded from worker_seed (environment slot, restart) and one action generator per slot."""
+  seeded from worker_seed (environment slot, restart) and one action generator per slot.
+
+  draws: the worker records videos. A group the family runs in this process then runs each
+  environment in a process of its own (the same environments, seeds and actions): drawing can
+  load libraries that crash next to TensorFlow (MuJoCo's OSMesa renderer: a segmentation
+  fault at the first picture in a process that imported TensorFlow, measured)."""
   if config is None or not config.uses_environment_groups:
     seeds = lambda attempt: [assembly.derive_seed(worker_seed, attempt)]
     factory = lambda attempt: assembly.start_environment(
@@ -186,10 +324,26 @@ def _worker_loop(policy, level, worker_seed, group_size, environment_constructor
                              for slot in range(group_size)]
     factory = assembly.group_factory(config, environment_constructor, level, seeds,
                                      test_mode=True)
+    if draws and config.runs_as == family_base.IN_PROCESS_GROUP:
+      factory = lambda attempt: _start_processes(environment_constructor, level,
+                                                 seeds(attempt))
   rngs = [np.random.default_rng([worker_seed, 2, slot]) for slot in range(group_size)]
   return actor_lib.EnvironmentLoop(
       factory, policy, rngs, level,
       on_restart=lambda lvl, e: print_fn(f"Environment for {lvl} restarted: {e}"))
+
+
+def _start_processes(environment_constructor, level, seeds):
+  """One environment process per seed (all closed if one fails to start)."""
+  envs = []
+  try:
+    for seed in seeds:
+      envs.append(assembly.start_environment(environment_constructor, level, seed,
+                                             test_mode=True))
+  except BaseException:
+    actor_lib.close_all(envs)
+    raise
+  return envs
 
 
 def level_rows(level_episodes):
@@ -297,11 +451,13 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
     print_fn(line)
   policy = policies.BatchedPolicy(agent, device=device)
   cannot_run = {}
+  level_videos, video_format = _level_videos(config, results_dir, print_fn)
   try:
     episodes = play_levels(policy, levels, config.test_num_episodes, config.num_actors,
                            config.seed, environment_constructor, print_fn, config=config,
                            progress=TestProgress(levels, config.test_num_episodes, print_fn,
-                                                 config.log_secs), cannot_run=cannot_run)
+                                                 config.log_secs), cannot_run=cannot_run,
+                           videos=level_videos, record_episodes=config.record_video_episodes)
   finally:
     policy.close()
   rows = level_rows({level: e for level, e in episodes.items() if level not in cannot_run})
@@ -311,12 +467,63 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
                                   config.level_name, allow_missing=True)._asdict()
   summary.update(checkpoint=path, training_frames=frames, seed=config.seed,
                  test_num_episodes=config.test_num_episodes)
+  if config.record_video_episodes:
+    summary["videos"] = videos_summary(level_videos, video_format,
+                                       os.path.join(results_dir, videos_lib.SUBDIRECTORY))
   print_fn(format_tables(rows, config.level_name))
   paths = _write_or_explain(rows, summary, results_dir)
   print_fn(f"Results: {paths[0]}, {paths[1]}")
+  for line in videos_lines(summary.get("videos")):
+    print_fn(line)
   if cannot_run:
     raise training.LevelsCannotRun(cannot_run, config, " The results above leave them out.")
   return dict(rows=rows, summary=summary, checkpoint=path, paths=paths)
+
+
+def _level_videos(config, results_dir, print_fn):
+  """({level: LevelVideos}, format) for --record_video_episodes; ({}, None) without it or
+  without an encoder (choose_format's note printed)."""
+  if not config.record_video_episodes:
+    return {}, None
+  video_format, note = videos_lib.choose_format()
+  if note:
+    print_fn(note)
+  if video_format is None:
+    return {}, None
+  directory = os.path.join(results_dir, videos_lib.SUBDIRECTORY)
+  return {level: videos_lib.LevelVideos(level, directory, video_format, print_fn)
+          for level in config.levels}, video_format
+
+
+def videos_summary(level_videos, video_format, directory):
+  """results.json's "videos": directory, format (None: no encoder), files per level (episode,
+  file, frames, height, width, fps, episode_return, episode_length), and the levels not
+  recorded with why."""
+  return dict(directory=directory, format=video_format,
+              files={level: v.sorted_files() for level, v in level_videos.items()},
+              not_recorded={level: v.reason for level, v in level_videos.items()
+                            if v.reason is not None})
+
+
+def videos_lines(summary):
+  """The console's lines on where the videos went (none without a summary)."""
+  if not summary:
+    return []
+  files = [f for level_files in summary["files"].values() for f in level_files]
+  if summary["format"] is None:
+    return ["Videos: none recorded (no encoder; see the note above)."]
+  lines = []
+  if len(summary["files"]) <= 4:
+    for level, level_files in summary["files"].items():
+      if level_files:
+        episodes = ", ".join(str(f["episode"]) for f in level_files)
+        lines.append(f"Videos: {level} episodes {episodes} ({len(level_files)} "
+                     f"{summary['format'].upper()} files of {level_files[0]['width']}x"
+                     f"{level_files[0]['height']} at {level_files[0]['fps']:g} frames/s)")
+  lines.append(f"Videos: {len(files)} files in {summary['directory']}"
+               + (f"; not recorded: {', '.join(sorted(summary['not_recorded']))} (see above)"
+                  if summary["not_recorded"] else ""))
+  return lines
 
 
 def _write_or_explain(rows, summary, directory):
