@@ -34,6 +34,7 @@ from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.environments import (EnvironmentProcessDied, EnvironmentProcessTimeout,
                                              LevelCannotRun)
+from scalable_agent_tf2.environments.base import CannotRender
 from scalable_agent_tf2.structures import EnvOutput, Observation, Trajectory
 
 # Environment failures an actor recovers from by starting a new environment process.
@@ -111,6 +112,13 @@ class EnvironmentGroup:
 
   def finished_games(self):
     return list(self._finished)
+
+  def render(self, slot):
+    """Environment `slot`'s picture now (base.Environment.render)."""
+    return self._envs[slot].render()
+
+  def render_fps(self):
+    return self._envs[0].render_fps()
 
   def close(self):
     close_all(self._envs)
@@ -240,6 +248,18 @@ class EnvironmentLoop:
   @property
   def num_envs(self):
     return len(self._rngs)
+
+  def render(self, slot):
+    """Environment `slot`'s picture of its last output's state, RGB uint8 [H, W, 3] (test
+    mode's videos). Raises base.CannotRender where the group cannot draw one."""
+    if not hasattr(self._group, "render"):
+      raise CannotRender(f"{self.level_name}: its environments ({type(self._group).__name__})"
+                         " have no render().")
+    return self._group.render(slot)
+
+  def render_fps(self):
+    """Agent steps per second of the environments' own time, or None (base.Environment)."""
+    return getattr(self._group, "render_fps", lambda: None)()
 
   def step(self):
     """One agent step of the group; returns (agent_outputs, env_outputs) of step t [G, ...].

@@ -38,6 +38,9 @@ STICKY_ACTION_PROBABILITY = 0.25
 # 30 minutes of play at 60 frames/s: the usual cap on an Atari episode (Machado et al. 2018,
 # section 5; ale-py's ALE/*-v5 environments). 0 disables it.
 DEFAULT_MAX_EPISODE_FRAMES = 108000
+# The Atari 2600's (NTSC) frame rate, frames per second: a video of agent steps of
+# num_action_repeats frames plays in real time at EMULATOR_FPS / num_action_repeats.
+EMULATOR_FPS = 60
 # ALE's NOOP is action 0 in both the minimal and the full action set.
 _NOOP = ale_py.Action.NOOP
 
@@ -176,6 +179,16 @@ class AtariEnvironment(base.Environment):
       self._lives = lives
     return base.make_env_output(reward, done, self._stack.copy(), "", episode_return,
                                 episode_step)
+
+  def render(self):
+    """The emulator's RGB screen, uint8 [210, 160, 3]: the last raw frame of the last agent
+    step (the grey observation max-pools the last two and shrinks them to 84x84); after a
+    game over, the new game's screen after its no-ops."""
+    self._check_open()
+    return self._ale.getScreenRGB()
+
+  def render_fps(self):
+    return EMULATOR_FPS / self._num_action_repeats
 
   def close(self):
     # ALEInterface frees its emulator when garbage-collected; drop our reference now.

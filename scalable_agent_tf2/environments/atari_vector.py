@@ -34,6 +34,10 @@ Interface for an actor thread that drives a group:
   * episode_return / episode_step are the whole GAME's (they do not restart at a lost life), as
     AtariEnvironment's. `finished_games()` lists (index, return, length in agent steps) of the
     games that ended at the last step: what an actor logs (Table 4 scores whole games).
+  * `render(i)`: environment i's newest observation frame, the grey 84x84 max-pooled frame
+    in three channels, for test mode's videos. ale-py's vector returns only the preprocessed
+    stacks, no emulator screen; AtariEnvironment (one process per game: sticky actions, other
+    frame sizes or repeats) renders the emulator's 210x160 RGB screen.
   * The group is synchronous: every step acts in all N environments. Partial resets (below)
     need ale-py's synchronous mode, and an actor's unroll is a whole group anyway.
 
@@ -145,6 +149,7 @@ class AtariVectorGroup(object):
     self._episode_step = np.zeros(self.num_envs, np.int32)
     self._episode_frame_number = np.zeros(self.num_envs, np.int32)
     self._finished = []
+    self._last_frames = None
     self._started = False
     self._closed = False
 
@@ -200,6 +205,7 @@ class AtariVectorGroup(object):
             self._first_frame[rows][..., np.newaxis])
 
   def _output(self, reward, done, frames):
+    self._last_frames = frames  # For render(); the caller's arrays are not written to.
     return EnvOutput(reward=reward, done=done,
                      observation=Observation(frame=frames, instruction=("",) * self.num_envs),
                      episode_return=self._episode_return.copy(),
@@ -273,6 +279,18 @@ class AtariVectorGroup(object):
   def finished_games(self):
     """[(index, episode_return, episode_step)] of the games that ended at the last step."""
     return list(self._finished)
+
+  def render(self, index):
+    """Environment `index`'s newest observation frame as RGB, uint8 [84, 84, 3] (the module
+    docstring says why not the emulator's screen)."""
+    self._check_open()
+    if self._last_frames is None:
+      raise RuntimeError("Call initial() before render() on AtariVectorGroup(%r)." % self.game)
+    return np.repeat(self._last_frames[index, :, :, -1:], 3, axis=-1)
+
+  def render_fps(self):
+    """Agent steps per second of game time (atari.EMULATOR_FPS / 4 frames a step)."""
+    return atari.EMULATOR_FPS / atari.DEFAULT_NUM_ACTION_REPEATS
 
   def close(self):
     """Stops ale-py's threads and frees the emulators; further calls are errors."""

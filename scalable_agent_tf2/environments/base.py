@@ -51,6 +51,12 @@ class LevelCannotRun(RuntimeError):
     self.reason = reason
 
 
+class CannotRender(RuntimeError):
+  """An environment cannot show a picture of its state (Environment.render): it has none, or
+  the renderer it needs is not available here. The message says which and, where there is
+  one, what to do. Test mode names the level and plays on without its videos."""
+
+
 # A Discrete observation (gym_env.py) is its index.
 INDEX_DTYPE = np.int32
 
@@ -184,6 +190,25 @@ class Environment(abc.ABC):
   @abc.abstractmethod
   def close(self):
     """Releases the environment; further calls are errors. Safe to call twice."""
+
+  def render(self):
+    """A picture of the environment's state now, for videos (test mode's
+    --record_video_episodes): RGB uint8 [H, W, 3].
+
+    "Now" is the state of the last EnvOutput's observation: after a step that ended an
+    episode, the new episode's first (the environment has reset itself). Rendering changes
+    nothing the agent observes, so a recorded test plays the same episodes as one that is not.
+
+    Raises:
+      CannotRender: the environment has no picture, or cannot draw one here (this default).
+    """
+    raise CannotRender(f"{type(self).__name__} has no picture of its state (it does not "
+                       "implement render()).")
+
+  def render_fps(self):
+    """Agent steps per second of the environment's own time (a video shows its episodes at
+    the speed they happen); None when it has no such time (videos.DEFAULT_FPS)."""
+    return None
 
   def __enter__(self):
     return self

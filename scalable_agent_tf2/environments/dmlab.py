@@ -45,6 +45,9 @@ DEFAULT_NUM_ACTION_REPEATS = 4
 # the held-out test episodes (DeepMind Lab docs/users/python_api.md).
 TEST_MIXER_SEED = 0x600D5EED
 RENDERERS = ("software", "hardware")
+# DeepMind Lab's engine runs at 60 frames per second (its default "fps" setting): a video of
+# agent steps of num_action_repeats frames plays in real time at 60 / num_action_repeats.
+ENGINE_FPS = 60
 # DeepMind Lab's path of the DMLab-30 levels (released code, experiment.py).
 DMLAB30_LEVEL_DIRECTORY = "contributed/dmlab30/"
 _OBSERVATIONS = ["RGB_INTERLEAVED", "INSTR"]  # A list: the module rejects tuples.
@@ -188,6 +191,7 @@ class DmLabEnvironment(base.Environment):
         config=make_config(width, height, dataset_path, test_mode), renderer=renderer,
         level_cache=LocalLevelCache(level_cache_dir) if level_cache_dir else None)
     self._frame_shape = (height, width, 3)
+    self._last_frame = None
     self._statistics = base.EpisodeStatistics()
     self._closed = False
 
@@ -201,6 +205,7 @@ class DmLabEnvironment(base.Environment):
   def _observation(self):
     """(frame uint8 [H, W, 3], instruction str); the module returns fresh copies."""
     observations = self._lab.observations()
+    self._last_frame = observations["RGB_INTERLEAVED"]  # For render().
     return observations["RGB_INTERLEAVED"], observations["INSTR"]
 
   def initial(self):
@@ -219,6 +224,16 @@ class DmLabEnvironment(base.Environment):
     frame, instruction = self._observation()
     return base.make_env_output(reward, done, frame, instruction, episode_return,
                                 episode_step)
+
+  def render(self):
+    """The last RGB observation, uint8 [height, width, 3] (what the agent sees: 96x72 in the
+    paper, Table D.3)."""
+    if self._last_frame is None:
+      raise base.CannotRender(f"{self.level_name}: nothing observed yet (call initial()).")
+    return np.array(self._last_frame, np.uint8)
+
+  def render_fps(self):
+    return ENGINE_FPS / self._num_action_repeats
 
   def close(self):
     if not self._closed:

@@ -69,6 +69,9 @@ compute_action does the same).
 
 No TensorFlow here: this runs in environment processes.
 """
+import ctypes.util
+import os
+import sys
 import threading
 
 import numpy as np
@@ -85,6 +88,63 @@ LEVELS = {
 }
 # RLlib's MeanStdFilter: x / (std + SMALL_NUMBER).
 FILTER_EPSILON = 1e-8
+# MuJoCo's OpenGL backends for a machine without a display (MuJoCo's MUJOCO_GL variable):
+# OSMesa draws on the CPU (libOSMesa); EGL needs a GPU driver's EGL.
+HEADLESS_GL_BACKENDS = ("osmesa", "egl")
+CANNOT_RENDER_ADVICE = (
+    "MuJoCo draws with OpenGL: on a machine without a display set MUJOCO_GL=egl (with a GPU) "
+    "or MUJOCO_GL=osmesa (on the CPU; e.g. apt-get install libosmesa6) before starting.")
+
+
+def prepare_headless_rendering(environ=None, has_library=ctypes.util.find_library):
+  """Where there is no display: MuJoCo's OpenGL backend, if MUJOCO_GL is not set, is OSMesa
+  where its library is installed, else EGL (MuJoCo's default, GLFW, needs a display; MuJoCo
+  reads MUJOCO_GL when it is first imported, so this runs before: gymnasium.make of a MuJoCo
+  task imports it); and pygame (gymnasium's classic-control and Box2D pictures) draws with
+  SDL's off-screen driver instead of complaining that there is no display. Only drawing
+  (render()) uses either: the simulations need neither.
+
+  Returns:
+    The MuJoCo backend set, or None when MUJOCO_GL was left as it was.
+  """
+  environ = os.environ if environ is None else environ
+  if environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"):
+    return None
+  environ.setdefault("SDL_VIDEODRIVER", "dummy")
+  if environ.get("MUJOCO_GL") or "mujoco" in sys.modules:
+    return None
+  backend = HEADLESS_GL_BACKENDS[0] if has_library("OSMesa") else HEADLESS_GL_BACKENDS[1]
+  environ["MUJOCO_GL"] = backend
+  return backend
+
+
+def render_rgb(env, level_name):
+  """gymnasium `env`'s rgb_array picture, uint8 [H, W, 3]; base.CannotRender saying why not
+  (its render mode, its renderer's error, a picture of another shape)."""
+  mode = env.render_mode
+  if mode != "rgb_array":
+    raise base.CannotRender(f"{level_name}: the environment was made with render_mode="
+                            f"{mode!r}; videos need 'rgb_array'.")
+  try:
+    frame = env.render()
+  except Exception as error:  # pylint: disable=broad-except
+    advice = (" " + CANNOT_RENDER_ADVICE) if "mujoco" in sys.modules else ""
+    raise base.CannotRender(f"{level_name}: its render() raised {type(error).__name__}: "
+                            f"{error}.{advice}") from None
+  frame = np.asarray(frame) if frame is not None else None
+  if frame is None or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
+    raise base.CannotRender(
+        f"{level_name}: its render() returned "
+        f"{'None' if frame is None else f'{frame.dtype} of shape {frame.shape}'}, not an RGB "
+        "picture (uint8 [H, W, 3]).")
+  return frame
+
+
+def render_fps_of(env):
+  """Agent steps per second of the task's own time: gymnasium's metadata render_fps (1 / dt
+  for the MuJoCo tasks: Hopper 125, HalfCheetah 20, Humanoid 67); None when it has none."""
+  fps = (env.metadata or {}).get("render_fps")
+  return float(fps) if fps else None
 
 
 def gymnasium_id(level_name):
@@ -99,7 +159,7 @@ class MujocoEnvironment(base.Environment):
   """One gymnasium MuJoCo task as a base.Environment: float actions, float32 observations."""
 
   def __init__(self, level_name, seed=0):
-    """Builds the simulator (headless: nothing is rendered).
+    """Builds the simulator (headless: nothing is drawn but on render()).
 
     Args:
       level_name: one of LEVELS ("mujoco/hopper", ...).
@@ -108,7 +168,9 @@ class MujocoEnvironment(base.Environment):
     """
     import gymnasium  # pylint: disable=g-import-not-at-top
     self.level_name = level_name
-    self._env = gymnasium.make(gymnasium_id(level_name))
+    prepare_headless_rendering()
+    # rgb_array draws only when render() is called (test mode's videos): nothing per step.
+    self._env = gymnasium.make(gymnasium_id(level_name), render_mode="rgb_array")
     space = self._env.action_space
     self._low = np.asarray(space.low, np.float32)
     self._high = np.asarray(space.high, np.float32)
@@ -159,6 +221,14 @@ class MujocoEnvironment(base.Environment):
     else:
       frame = np.asarray(observation, np.float32)
     return base.make_env_output(reward, ended, frame, "", episode_return, episode_step)
+
+  def render(self):
+    """gymnasium's rgb_array picture of the task, uint8 [480, 480, 3]."""
+    self._check_open()
+    return render_rgb(self._env, self.level_name)
+
+  def render_fps(self):
+    return render_fps_of(self._env)
 
   def close(self):
     if not self._closed:

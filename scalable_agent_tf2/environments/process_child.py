@@ -5,8 +5,9 @@ What the child imports is what this module imports (multiprocessing's "spawn" un
 `child_main` by its module path): no TensorFlow (docs/ARCHITECTURE.md "Rooms").
 
 Protocol: the parent sends (command, payload) with command "initial", "step",
-"attach_frame_buffer" or "close"; the child answers (OK, result) or (ERROR, exception,
-formatted traceback). Its first message is (OK, spec) or the constructor's error.
+"attach_frame_buffer", "render", "render_fps" or "close"; the child answers (OK, result) or
+(ERROR, exception, formatted traceback). Its first message is (OK, spec) or the
+constructor's error.
 """
 import ctypes
 import multiprocessing
@@ -112,6 +113,10 @@ def child_main(conn, constructor, args, kwargs, parent_pid, output_path=None):
           result = _pack_output(env.step(payload), frame_buffer)
         elif command == "initial":
           result = _pack_output(env.initial(), frame_buffer)
+        elif command == "render":  # Test mode's videos: pickled, the frame buffer is not.
+          result = env.render()
+        elif command == "render_fps":
+          result = env.render_fps()
         elif command == "attach_frame_buffer":
           shared = multiprocessing.shared_memory.SharedMemory(name=payload)
           frame_buffer = np.ndarray(spec.frame_shape, base.frame_dtype(spec), buffer=shared.buf)

@@ -29,6 +29,9 @@ from scalable_agent_tf2.environments import base
 EPISODE_LENGTH = 10
 NUM_ACTIONS = 3
 FRAME_SHAPE = (20, 20, 1)
+# Videos of the toy levels (test mode's --record_video_episodes) show an agent step for 1/5 s:
+# an episode in 2 s. Not a measured speed: the level has no time of its own.
+VIDEO_FPS = 5
 LEVEL_NAME = "toy/lit_side"
 DELAYED_LEVEL_NAME = "toy/lit_side_delayed"
 
@@ -93,6 +96,13 @@ class LitSideEnvironment(base.Environment):
       self._step_in_episode = 0
     self._new_side()
     return base.make_env_output(reward, done, self._frame(), "", episode_return, episode_step)
+
+  def render(self):
+    """The current frame as RGB (the grey frame in all three channels), 20x20."""
+    return np.repeat(self._frame(), 3, axis=-1)
+
+  def render_fps(self):
+    return VIDEO_FPS
 
   def close(self):
     pass
