@@ -10,7 +10,7 @@ import time
 import pytest
 
 from benchmarks.studies import runs
-from benchmarks.tools import plot_learning_curve
+from scalable_agent_tf2.runfiles import plot as learning_curves
 
 
 def _command(counter_path):
@@ -56,7 +56,7 @@ def test_an_interrupted_run_resumes_and_counts_only_running_time(tmp_path):
 
 def test_running_seconds_skip_the_gaps_between_attempts():
   attempts = [dict(start=100.0, end=110.0), dict(start=500.0, end=520.0)]
-  assert list(plot_learning_curve.running_seconds(
+  assert list(learning_curves.running_seconds(
       attempts, [100.0, 105.0, 110.0, 500.0, 515.0])) == [0.0, 5.0, 10.0, 10.0, 25.0]
 
 
@@ -69,9 +69,9 @@ def test_a_resumed_runs_training_hours_come_from_its_start_records(tmp_path):
             dict(kind="progress", time=43200.0, frames=300, updates=2)]
   with open(tmp_path / "log.jsonl", "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in logged)
-  assert plot_learning_curve.attempts_from_log(logged) == [
+  assert learning_curves.attempts_from_log(logged) == [
       dict(start=0.0, end=3600.0), dict(start=39600.0, end=43200.0)]
-  hours = plot_learning_curve.training_hours(str(tmp_path), [50, 100, 200, 300])
+  hours = learning_curves.training_hours(str(tmp_path), [50, 100, 200, 300])
   assert list(hours) == pytest.approx([0.5, 1.0, 1.5, 2.0])  # Not the 10-hour gap.
 
 
@@ -82,7 +82,7 @@ def test_a_resumed_runs_curve_drops_the_lost_episodes(tmp_path):
     for frames, episode_return in logged:
       f.write(json.dumps(dict(kind="episode", level="a", frames=frames,
                               episode_return=episode_return)) + "\n")
-  frames, returns = plot_learning_curve.read_episodes(str(tmp_path))["a"]
+  frames, returns = learning_curves.read_episodes(str(tmp_path))["a"]
   assert list(frames) == [0, 100, 100, 250] and list(returns) == [1.0, 2.0, 5.0, 6.0]
 
 

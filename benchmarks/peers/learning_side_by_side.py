@@ -53,7 +53,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks.peers import sample_factory_pong  # pylint: disable=wrong-import-position
 from benchmarks.studies import runs  # pylint: disable=wrong-import-position
-from benchmarks.tools import plot_learning_curve  # pylint: disable=wrong-import-position
+from scalable_agent_tf2.runfiles import plot as learning_curves  # pylint: disable=wrong-import-position
 from scalable_agent_tf2.runfiles import runlog  # pylint: disable=wrong-import-position
 
 OURS, PEER = "ours", "sample_factory"
@@ -261,13 +261,13 @@ def read_ours(logdir):
   """dict(frames, returns, hours, reached) of our run's Pong episodes (None if no log)."""
   if not os.path.exists(runlog.log_path(logdir)):
     return None
-  episodes = plot_learning_curve.read_episodes(logdir)
+  episodes = learning_curves.read_episodes(logdir)
   if len(episodes) > 1:
     raise ValueError(f"{logdir} logged several levels {sorted(episodes)}, not Pong alone")
   frames, returns = next(iter(episodes.values())) if episodes else ([], [])
   frames = runs.spread_frames(frames)
   return dict(frames=frames, returns=np.asarray(returns, np.float64),
-              hours=plot_learning_curve.training_hours(logdir, frames),
+              hours=learning_curves.training_hours(logdir, frames),
               reached=ours_frames(logdir))
 
 

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from benchmarks.tools import plot_learning_curve
+from scalable_agent_tf2.runfiles import plot as learning_curves
 # Re-exported: every benchmark's results share one machine line.
 from benchmarks.speed.learner_step import machine_description  # pylint: disable=unused-import
 
@@ -238,12 +238,12 @@ def summary(logdir):
   if record["attempts"] and record["attempts"][-1].get("end") is None:  # Killed or running.
     record["attempts"][-1]["end"] = _last_progress_time(logdir, record["attempts"][-1]["start"])
   progress = runlog.read_trained_records(logdir)[1]
-  episodes = plot_learning_curve.read_episodes(logdir)
+  episodes = learning_curves.read_episodes(logdir)
   frames, returns = (np.concatenate([e[i] for e in episodes.values()]) if episodes
                      else np.zeros(0) for i in (0, 1))
   frames = spread_frames(frames)
   progress_frames = np.array([p["frames"] for p in progress], np.float64)
-  progress_seconds = plot_learning_curve.running_seconds(record["attempts"],
+  progress_seconds = learning_curves.running_seconds(record["attempts"],
                                                       [p["time"] for p in progress])
   # An episode is logged with the frame count of the progress record written with it.
   seconds = (np.interp(frames, progress_frames, progress_seconds) if len(progress)
@@ -344,7 +344,7 @@ def plot_seeds(axes, curves, label, color):
 def running_mean_curve(curves, key, scale=1.0):
   """(curves[key] / scale, running mean (FINAL_EPISODES) of the returns): one seed's line."""
   return (curves[key] / scale,
-          plot_learning_curve.running_mean(curves["returns"], FINAL_EPISODES))
+          learning_curves.running_mean(curves["returns"], FINAL_EPISODES))
 
 
 def plot_curves(axes, curves, key, label, scale=1.0, **style):
