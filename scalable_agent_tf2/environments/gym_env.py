@@ -341,16 +341,9 @@ class GymEnvironment(base.Environment):
                                 episode_step)
 
   def render(self):
-    """gymnasium's rgb_array picture, uint8 [H, W, 3] (base.CannotRender if it has none). An
-    environment made without a render mode is switched to rgb_array at the first call:
-    gymnasium's environments read render_mode when they draw, so training never pays for it."""
+    """gymnasium's rgb_array picture, uint8 [H, W, 3] (mujoco.render_rgb; base.CannotRender
+    if it has none)."""
     self._check_open()
-    modes = (self._env.metadata or {}).get("render_modes") or ()
-    if self._env.render_mode is None and "rgb_array" in modes:
-      self._env.unwrapped.render_mode = "rgb_array"
-    elif self._env.render_mode is None:
-      raise base.CannotRender(f"{self.level_name}: its render modes {list(modes)} have no "
-                              "'rgb_array' picture.")
     return mujoco.render_rgb(self._env, self.level_name)
 
   def render_fps(self):

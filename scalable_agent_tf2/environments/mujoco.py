@@ -70,6 +70,7 @@ compute_action does the same).
 No TensorFlow here: this runs in environment processes.
 """
 import ctypes.util
+import multiprocessing
 import os
 import sys
 import threading
@@ -96,22 +97,32 @@ CANNOT_RENDER_ADVICE = (
     "or MUJOCO_GL=osmesa (on the CPU; e.g. apt-get install libosmesa6) before starting.")
 
 
-def prepare_headless_rendering(environ=None, has_library=ctypes.util.find_library):
-  """Where there is no display: MuJoCo's OpenGL backend, if MUJOCO_GL is not set, is OSMesa
-  where its library is installed, else EGL (MuJoCo's default, GLFW, needs a display; MuJoCo
-  reads MUJOCO_GL when it is first imported, so this runs before: gymnasium.make of a MuJoCo
-  task imports it); and pygame (gymnasium's classic-control and Box2D pictures) draws with
-  SDL's off-screen driver instead of complaining that there is no display. Only drawing
-  (render()) uses either: the simulations need neither.
+def prepare_headless_rendering(environ=None, has_library=ctypes.util.find_library,
+                               modules=None, in_environment_process=None):
+  """In an environment process on a machine without a display: MuJoCo's OpenGL backend, if
+  MUJOCO_GL is not set, is OSMesa where its library is installed, else EGL (MuJoCo's default,
+  GLFW, needs a display; MuJoCo reads MUJOCO_GL when it is first imported, so this runs
+  before: gymnasium.make of a MuJoCo task imports it); and pygame (gymnasium's
+  classic-control and Box2D pictures) draws with SDL's off-screen driver instead of
+  complaining that there is no display. Only drawing (render()) uses either.
+
+  Never in the process that runs TensorFlow, nor in one that will (the main process, before
+  TensorFlow is imported): with MUJOCO_GL=osmesa a process that imports TensorFlow aborts
+  at MuJoCo's first steps, drawing or not (measured: SIGABRT stepping Hopper-v5). Test mode
+  records such environments in processes of their own (evaluation.py).
 
   Returns:
-    The MuJoCo backend set, or None when MUJOCO_GL was left as it was.
+    The MuJoCo backend set, or None when nothing was set.
   """
   environ = os.environ if environ is None else environ
-  if environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"):
+  modules = sys.modules if modules is None else modules
+  if in_environment_process is None:
+    in_environment_process = multiprocessing.parent_process() is not None
+  if (not in_environment_process or "tensorflow" in modules or environ.get("DISPLAY")
+      or environ.get("WAYLAND_DISPLAY")):
     return None
   environ.setdefault("SDL_VIDEODRIVER", "dummy")
-  if environ.get("MUJOCO_GL") or "mujoco" in sys.modules:
+  if environ.get("MUJOCO_GL") or "mujoco" in modules:
     return None
   backend = HEADLESS_GL_BACKENDS[0] if has_library("OSMesa") else HEADLESS_GL_BACKENDS[1]
   environ["MUJOCO_GL"] = backend
@@ -120,11 +131,17 @@ def prepare_headless_rendering(environ=None, has_library=ctypes.util.find_librar
 
 def render_rgb(env, level_name):
   """gymnasium `env`'s rgb_array picture, uint8 [H, W, 3]; base.CannotRender saying why not
-  (its render mode, its renderer's error, a picture of another shape)."""
+  (no rgb_array mode, its renderer's error, a picture of another shape). An environment made
+  without a render mode is switched to rgb_array at the first call: gymnasium's environments
+  read render_mode when they draw (MuJoCo's renderer makes its OpenGL context then), so
+  training, which never draws, makes its environments as it always did."""
+  modes = (env.metadata or {}).get("render_modes") or ()
+  if env.render_mode is None and "rgb_array" in modes:
+    env.unwrapped.render_mode = "rgb_array"
   mode = env.render_mode
   if mode != "rgb_array":
-    raise base.CannotRender(f"{level_name}: the environment was made with render_mode="
-                            f"{mode!r}; videos need 'rgb_array'.")
+    raise base.CannotRender(f"{level_name}: its render mode is {mode!r} and its render modes "
+                            f"{list(modes)}; videos need 'rgb_array'.")
   try:
     frame = env.render()
   except Exception as error:  # pylint: disable=broad-except
@@ -169,8 +186,7 @@ class MujocoEnvironment(base.Environment):
     import gymnasium  # pylint: disable=g-import-not-at-top
     self.level_name = level_name
     prepare_headless_rendering()
-    # rgb_array draws only when render() is called (test mode's videos): nothing per step.
-    self._env = gymnasium.make(gymnasium_id(level_name), render_mode="rgb_array")
+    self._env = gymnasium.make(gymnasium_id(level_name))
     space = self._env.action_space
     self._low = np.asarray(space.low, np.float32)
     self._high = np.asarray(space.high, np.float32)
