@@ -7,6 +7,7 @@ import pytest
 
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import buffers
+from scalable_agent_tf2.learning import impact
 
 
 def test_replay_removes_first_in_first_out_and_holds_at_most_its_capacity():
@@ -104,7 +105,7 @@ def test_mixer_ends_with_the_online_stream():
 
 def test_circular_buffer_uses_each_batch_exactly_k_times_then_drops_it():
   for num_batches, max_uses in [(1, 1), (1, 2), (4, 2), (3, 5)]:
-    ring = buffers.CircularBuffer(num_batches, max_uses)
+    ring = impact.CircularBuffer(num_batches, max_uses)
     stream = iter(range(20))
     order = []
     while (step := ring.next(lambda: next(stream, None))) is not None:
@@ -127,13 +128,13 @@ def test_circular_buffer_uses_each_batch_exactly_k_times_then_drops_it():
 
 
 def test_circular_buffer_order_is_round_robin():
-  ring = buffers.CircularBuffer(num_batches=2, max_uses=2)
+  ring = impact.CircularBuffer(num_batches=2, max_uses=2)
   stream = iter("abcdef")
   steps = [ring.next(lambda: next(stream, None)) for _ in range(8)]
   assert steps == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("c", 0), ("d", 0), ("c", 1),
                    ("d", 1)]
   # N = K = 1 is IMPALA's pipeline: every batch once, in order.
-  ring = buffers.CircularBuffer(1, 1)
+  ring = impact.CircularBuffer(1, 1)
   stream = iter("xyz")
   assert [ring.next(lambda: next(stream, None)) for _ in range(4)] == [
       ("x", 0), ("y", 0), ("z", 0), None]
@@ -141,6 +142,6 @@ def test_circular_buffer_order_is_round_robin():
 
 def test_circular_buffer_refuses_bad_sizes():
   with pytest.raises(ValueError, match="num_batches"):
-    buffers.CircularBuffer(0, 2)
+    impact.CircularBuffer(0, 2)
   with pytest.raises(ValueError, match="max_uses"):
-    buffers.CircularBuffer(2, 0)
+    impact.CircularBuffer(2, 0)

@@ -9,6 +9,7 @@ from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.learning import impact
 
 # Small networks keep these fast: an LSTM agent (agent_state matters) and a feed-forward one.
 LSTM_SMALL = networks.dmlab_config(networks.SHALLOW, num_actions=5, frame_shape=(20, 24, 3))
@@ -21,7 +22,7 @@ HPARAMS = dict(learning_rate=0.01, total_environment_frames=10**9,
 def _impact(config, jit_compile=False, seed=0, impact_config=learner.ImpactConfig(),
             kl_target=None, **hparams):
   agent = networks.Agent(config, seed=seed)
-  return learner.ImpactLearner(agent, learner.LearnerConfig(**{**HPARAMS, **hparams}),
+  return impact.ImpactLearner(agent, learner.LearnerConfig(**{**HPARAMS, **hparams}),
                                impact_config, jit_compile=jit_compile, kl_target=kl_target)
 
 
@@ -111,7 +112,7 @@ def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas(
     with tf.GradientTape(persistent=True) as tape:
       outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
       family = agent.config.action_distribution
-      impact_terms, diagnostics = batch_loss.impact_loss_terms(
+      impact_terms, diagnostics = impact.impact_loss_terms(
           family, outputs, target_params, env_outputs, agent_outputs, config, impact_config)
       impala_terms, impala_returns = batch_loss.impala_loss_terms(family, outputs, env_outputs,
                                                                agent_outputs, config)

@@ -51,15 +51,15 @@ def _actor_stream(episode_lengths, decay=0.5, offset=0.0):
 
 
 def test_episode_starts_ignores_step_zero():
-  assert buffers.episode_starts([True, False, False, True, False]) == [3]
-  assert buffers.episode_starts([False, True, False, False, True]) == [1, 4]
-  assert buffers.episode_starts([True, False, False]) == []
+  assert laser.episode_starts([True, False, False, True, False]) == [3]
+  assert laser.episode_starts([False, True, False, False, True]) == [1, 4]
+  assert laser.episode_starts([True, False, False]) == []
 
 
 def test_whole_episodes_are_stored_with_every_unroll_that_covers_them():
   # Episodes of 6, 3, 9 and 5 steps; unrolls of 4 steps: step ranges 1-4, 5-8, 9-12, ...
   unrolls, _ = _actor_stream([6, 3, 9, 5, 2])
-  replay = buffers.EpisodeReplay(capacity=100)
+  replay = laser.EpisodeReplay(capacity=100)
   for unroll in unrolls:
     replay.add(unroll, agent="a", actor=0)
   held = [[int(u.env_outputs.reward[0]) for u in episode.unrolls]
@@ -76,7 +76,7 @@ def test_a_stream_joined_mid_episode_is_dropped_until_its_next_episode_starts():
   # A restarted replay service sees a running actor's stream from unroll 1 (steps 4-8): it
   # holds the end of episode 1, whose start (step 1) went to the service's predecessor.
   unrolls, _ = _actor_stream([6, 3, 9, 5, 2])
-  replay = buffers.EpisodeReplay(capacity=100)
+  replay = laser.EpisodeReplay(capacity=100)
   replay.join_mid_episode("a", 0)
   for unroll in unrolls[1:]:
     replay.add(unroll, agent="a", actor=0)
@@ -89,7 +89,7 @@ def test_a_stream_joined_mid_episode_is_dropped_until_its_next_episode_starts():
 
 def test_episodes_leave_first_in_first_out_and_whole():
   unrolls, _ = _actor_stream([6, 3, 9, 5, 2])
-  replay = buffers.EpisodeReplay(capacity=5)
+  replay = laser.EpisodeReplay(capacity=5)
   for unroll in unrolls:
     replay.add(unroll, agent="a", actor=0)
     assert replay.num_unrolls <= 5
@@ -97,16 +97,16 @@ def test_episodes_leave_first_in_first_out_and_whole():
   assert [len(e.unrolls) for e in replay._episodes] == [3, 2]
   assert replay.added_by_agent() == {"a": 4}
   # An episode longer than the capacity is dropped, and the stream recovers afterwards.
-  small = buffers.EpisodeReplay(capacity=2)
+  small = laser.EpisodeReplay(capacity=2)
   for unroll in unrolls:
     small.add(unroll, agent="a", actor=0)
   assert [[int(u.env_outputs.reward[0]) for u in e.unrolls] for e in small._episodes] == [
       [16, 20]]
   assert small.num_dropped_unrolls > 0
   with pytest.raises(ValueError, match="positive integer"):
-    buffers.EpisodeReplay(capacity=0)
+    laser.EpisodeReplay(capacity=0)
   with pytest.raises(IndexError, match="no complete episode"):
-    buffers.EpisodeReplay().sample()
+    laser.EpisodeReplay().sample()
 
 
 def _online(unrolls, actor=0):
@@ -117,16 +117,16 @@ def _online(unrolls, actor=0):
 def test_mixer_refuses_a_batch_without_online_data():
   for num_replayed in (0, 4, 5):
     with pytest.raises(ValueError, match="online data must keep flowing"):
-      buffers.EpisodeMixer(lambda: None, buffers.EpisodeReplay(), 4, num_replayed, "a",
+      laser.EpisodeMixer(lambda: None, laser.EpisodeReplay(), 4, num_replayed, "a",
                            _toy_core(0.5))
 
 
 def test_replay_plays_episodes_from_their_start_recomputing_the_core_state():
   unrolls, _ = _actor_stream([6, 3, 9, 5, 2] * 4, decay=0.5)
-  replay = buffers.EpisodeReplay(capacity=1000, seed=1)
+  replay = laser.EpisodeReplay(capacity=1000, seed=1)
   # Current parameters differ from the actors' (decay 0.9 instead of 0.5).
   current = _toy_core(0.9)
-  mixer = buffers.EpisodeMixer(_online(unrolls), replay, batch_size=4, num_replayed=3,
+  mixer = laser.EpisodeMixer(_online(unrolls), replay, batch_size=4, num_replayed=3,
                                agent="a", advance_state=current)
   lanes = collections.defaultdict(list)
   for call in range(4 * 12):
@@ -165,8 +165,8 @@ def test_replay_plays_episodes_from_their_start_recomputing_the_core_state():
 
 def test_recomputation_with_the_actors_parameters_gives_back_the_actors_states():
   unrolls, _ = _actor_stream([9, 11, 7] * 5, decay=0.5)
-  replay = buffers.EpisodeReplay(capacity=1000, seed=2)
-  mixer = buffers.EpisodeMixer(_online(unrolls), replay, batch_size=2, num_replayed=1,
+  replay = laser.EpisodeReplay(capacity=1000, seed=2)
+  mixer = laser.EpisodeMixer(_online(unrolls), replay, batch_size=2, num_replayed=1,
                                agent="a", advance_state=_toy_core(0.5))
   by_start = {int(u.env_outputs.reward[0]): u for u in unrolls}
   replayed = 0
@@ -185,16 +185,16 @@ def test_feed_forward_states_are_not_recomputed():
 
   def fail(trajectory, state):
     raise AssertionError("nothing to recompute without a core state")
-  mixer = buffers.EpisodeMixer(_online(unrolls), buffers.EpisodeReplay(), 2, 1, "a", fail)
+  mixer = laser.EpisodeMixer(_online(unrolls), laser.EpisodeReplay(), 2, 1, "a", fail)
   items = [mixer() for _ in range(2 * 8)]
   assert mixer.num_replayed > 0 and all(i.agent_state == () for i in items)
 
 
 def test_two_agents_share_one_replay_tagged_and_sample_each_others_episodes():
-  replay = buffers.EpisodeReplay(capacity=1000, seed=3)
+  replay = laser.EpisodeReplay(capacity=1000, seed=3)
   streams = {name: _actor_stream([5, 7, 3] * 6, offset=offset)[0]
              for name, offset in (("lr_high", 0.0), ("lr_low", 1000.0))}
-  mixers = {name: buffers.EpisodeMixer(_online(unrolls), replay, 4, 2, name,
+  mixers = {name: laser.EpisodeMixer(_online(unrolls), replay, 4, 2, name,
                                        _toy_core(decay))
             for (name, unrolls), decay in zip(streams.items(), (0.5, 0.7))}
   for _ in range(4 * 12):  # The two agents' learners take turns.
@@ -211,13 +211,13 @@ def test_two_agents_share_one_replay_tagged_and_sample_each_others_episodes():
 
 
 def test_another_agents_episode_starts_from_a_zero_state():
-  replay = buffers.EpisodeReplay(capacity=1000, seed=4)
+  replay = laser.EpisodeReplay(capacity=1000, seed=4)
   theirs, _ = _actor_stream([6, 3, 9] * 3, offset=1.0)
   for unroll in theirs:
     replay.add(unroll, agent="them", actor=0)
   assert any(e.unrolls[0].agent_state[0] != 0 for e in replay._episodes)
   ours, _ = _actor_stream([5] * 20, offset=1000.0)
-  mixer = buffers.EpisodeMixer(_online(ours), replay, 2, 1, "us", _toy_core(0.5))
+  mixer = laser.EpisodeMixer(_online(ours), replay, 2, 1, "us", _toy_core(0.5))
   for call in range(2):  # Online, then the first unroll of a sampled episode of theirs.
     item = mixer()
   assert mixer.sampled_agents == {"them": 1}
@@ -238,6 +238,7 @@ from scalable_agent_tf2.learning import losses  # noqa: E402
 from scalable_agent_tf2.agent import networks  # noqa: E402
 from scalable_agent_tf2.run import input_pipeline  # noqa: E402
 from scalable_agent_tf2.run import shared_replay_runs  # noqa: E402
+from scalable_agent_tf2.learning import laser
 
 TOY_LSTM = networks.NetworkConfig(
     num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
@@ -246,7 +247,7 @@ TOY_LSTM = networks.NetworkConfig(
 
 def test_entropy_mask_keeps_the_online_trajectories_only():
   logits = np.random.default_rng(0).normal(size=[5, 4, 3]).astype(np.float32)
-  mask = batch_loss.online_mask(4, 3).numpy()
+  mask = laser.online_mask(4, 3).numpy()
   assert mask.tolist() == [1, 0, 0, 0]
   p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
   expected = (p * np.log(p)).sum(-1)[:, :1].sum()  # Ground truth: trajectory 0 only.
@@ -346,7 +347,7 @@ def test_the_input_pipeline_mixes_batches_as_the_flags_say(argv, online, replaye
     return next(stream)
   if config.laser_replay:
     mixer = input_pipeline.with_laser_replay(
-        lambda: (next_online(), 0), config, None, buffers.EpisodeReplay(), "a",
+        lambda: (next_online(), 0), config, None, laser.EpisodeReplay(), "a",
         lambda line: None, "/cpu:0")
   else:
     signature = (tf.TensorSpec([T + 1], tf.float32),)
@@ -389,7 +390,7 @@ def test_recomputed_state_with_the_actors_parameters_is_the_actors_state():
   finally:
     policy.close()
     env.close()
-  advance = input_pipeline.advance_state_fn(agent, "/cpu:0")
+  advance = laser.advance_state_fn(agent, "/cpu:0")
   for previous, unroll in zip(unrolls, unrolls[1:]):
     state = advance(previous, previous.agent_state)
     tf.nest.map_structure(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),

@@ -20,6 +20,7 @@ from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.environments.families import gym as gym_family
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
 from scalable_agent_tf2.structures import Observation
+from scalable_agent_tf2.learning import impact
 
 T, B = 4, 3
 HPARAMS = dict(learning_rate=0.01, total_environment_frames=100_000, max_grad_norm=40.0)
@@ -115,7 +116,7 @@ def test_box_actions_on_frames_take_the_frame_torso_with_a_gaussian_head():
   assert agent_output.action.shape == (B, 3) and agent_output.baseline.shape == (B,)
   _updates_every_variable(agent, env_outputs, agent_outputs)
   # IMPACT's learner builds its target network from the agent's type and config.
-  learner_lib.ImpactLearner(agent, learner_lib.LearnerConfig(**HPARAMS),
+  impact.ImpactLearner(agent, learner_lib.LearnerConfig(**HPARAMS),
                             learner_lib.ImpactConfig(target_update_period=2), jit_compile=False)
 
 

@@ -15,6 +15,7 @@ from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.structures import Trajectory
+from scalable_agent_tf2.learning import impact
 from tests.test_training import REPO_DIR, toy_config, train_toy
 
 ATARI = networks.atari_config(num_actions=4, torso=networks.SHALLOW, frame_shape=(24, 24, 4))
@@ -63,7 +64,7 @@ def test_a_non_finite_update_is_skipped_and_changes_nothing(jit_compile, where):
 
 
 def test_impact_skips_a_non_finite_step_without_counting_it_or_adapting_its_kl():
-  the_learner = learner_lib.ImpactLearner(
+  the_learner = impact.ImpactLearner(
       networks.Agent(ATARI, seed=1), learner_lib.LearnerConfig(**HPARAMS),
       learner_lib.ImpactConfig(target_update_period=1, kl_cost=0.1), jit_compile=False,
       kl_target=0.01)

@@ -18,8 +18,8 @@ from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.population import pbt
-from scalable_agent_tf2.population import command
-from scalable_agent_tf2.population import driver
+from scalable_agent_tf2.population import command as command_lib
+from scalable_agent_tf2.population import driver as driver_lib
 from scalable_agent_tf2.population import processes
 from scalable_agent_tf2.runfiles import runlog
 
@@ -44,7 +44,7 @@ def settings(logdir, size=3, **overrides):
                 burn_in_frames=1_000, ready_episodes=8, exploit_threshold=0.5,
                 poll_secs=0.05, stop_timeout_secs=30)
   values.update(overrides)
-  return driver.Settings(**values)
+  return driver_lib.Settings(**values)
 
 
 def outputs(logdir, member):
@@ -85,7 +85,7 @@ def check_lineage(logdir, config):
 def test_population_exploits_explores_and_records_its_lineage(tmp_path):
   config = settings(tmp_path)
   lines = []
-  code = driver.Population(config, fake_command("--total_environment_frames=6000"),
+  code = driver_lib.Population(config, fake_command("--total_environment_frames=6000"),
                                lines.append).run()
   assert code == 0, "\n".join(lines)
   records = check_lineage(tmp_path, config)
@@ -113,7 +113,7 @@ def test_population_exploits_explores_and_records_its_lineage(tmp_path):
 def test_a_crashed_member_restarts_from_its_last_checkpoint(tmp_path):
   config = settings(tmp_path, size=2, burn_in_frames=10**9)  # No evolution here.
   lines = []
-  code = driver.Population(
+  code = driver_lib.Population(
       config, fake_command("--total_environment_frames=3000", "--crash_at_frames=1000"),
       lines.append).run()
   assert code == 0, "\n".join(lines)
@@ -126,12 +126,12 @@ def test_a_crashed_member_restarts_from_its_last_checkpoint(tmp_path):
 
 def test_a_member_that_keeps_crashing_or_refuses_its_flags_stops_the_population(tmp_path):
   lines = []
-  code = driver.Population(settings(tmp_path / "crash", size=2, max_crashes=2),
+  code = driver_lib.Population(settings(tmp_path / "crash", size=2, max_crashes=2),
                                fake_command("--always_crash"), lines.append).run()
   assert code == 1
   assert any("crashed 3 times in a row without a new checkpoint" in line for line in lines)
   lines = []
-  code = driver.Population(settings(tmp_path / "refuse", size=2),
+  code = driver_lib.Population(settings(tmp_path / "refuse", size=2),
                                fake_command("--refuse"), lines.append).run()
   assert code == 2
   assert any("refused to run" in line and "--refuse given" in line for line in lines)
@@ -145,7 +145,7 @@ def test_a_shared_replay_service_is_restarted_and_one_that_keeps_failing_stops_i
   shared = FailingService("localhost:8099", capacity=10)
   config = settings(tmp_path, size=2, burn_in_frames=10**9, max_crashes=2, poll_secs=0.2)
   lines = []
-  driver = driver.Population(config, fake_command("--total_environment_frames=1000000"),
+  driver = driver_lib.Population(config, fake_command("--total_environment_frames=1000000"),
                                  lines.append, shared_replay=shared)
   code = driver.run()
   assert code == 1, lines
@@ -163,7 +163,7 @@ def test_a_shared_replay_service_is_restarted_and_one_that_keeps_failing_stops_i
 def test_a_stopped_population_resumes_from_its_lineage(tmp_path):
   config = settings(tmp_path, size=2)
   command = fake_command("--total_environment_frames=8000", "--tick_secs=0.03")
-  first = driver.Population(config, command, lambda line: None)
+  first = driver_lib.Population(config, command, lambda line: None)
   thread = threading.Thread(target=first.run)
   thread.start()
   deadline = time.monotonic() + 60
@@ -175,7 +175,7 @@ def test_a_stopped_population_resumes_from_its_lineage(tmp_path):
   assert all(not m.finished for m in first.members)
 
   lines = []
-  assert driver.Population(config, command, lines.append).run() == 0
+  assert driver_lib.Population(config, command, lines.append).run() == 0
   assert "Resuming a population of 2" in lines[0]
   records = check_lineage(tmp_path, config)
   latest = pbt.latest_generations(records)
@@ -185,7 +185,7 @@ def test_a_stopped_population_resumes_from_its_lineage(tmp_path):
     curve = pbt.reconstruct_curve(str(tmp_path), member)
     assert curve[-1]["frames"] >= 8000
   # A different population size is refused.
-  assert driver.Population(settings(tmp_path, size=3), command, lines.append).run() == 2
+  assert driver_lib.Population(settings(tmp_path, size=3), command, lines.append).run() == 2
 
 
 def test_copy_checkpoint_copies_a_real_checkpoint_intact(tmp_path):
@@ -251,7 +251,7 @@ def test_flags_hyperparameters_win_over_a_restored_checkpoint(tmp_path):
 
 def test_command_line_checks_its_flags_before_starting(tmp_path, capsys):
   def run(*argv):
-    code = command.main([f"--logdir={tmp_path}", *argv])
+    code = command_lib.main([f"--logdir={tmp_path}", *argv])
     return code, capsys.readouterr().err
 
   assert run("--population_size=0", "--", "--level_name=atari/pong") == (
@@ -276,8 +276,8 @@ def test_command_line_checks_its_flags_before_starting(tmp_path, capsys):
 
 
 def test_settings_follow_the_paper(tmp_path):
-  args = command._parser().parse_args([f"--logdir={tmp_path}"])
-  atari, member = command.settings_from_arguments(args, ["--level_name=atari57"])
+  args = command_lib._parser().parse_args([f"--logdir={tmp_path}"])
+  atari, member = command_lib.settings_from_arguments(args, ["--level_name=atari57"])
   assert member["is_atari"] and atari.multi_task and atari.population_size == 24
   assert atari.adapted == pbt.ADAPTED_ATARI
   assert (atari.burn_in_frames, atari.ready_episodes, atari.exploit_threshold) == (
@@ -287,9 +287,9 @@ def test_settings_follow_the_paper(tmp_path):
     assert 5e-5 <= values["entropy_cost"] <= 1e-2 and 5e-6 <= values["learning_rate"] <= 5e-3
     assert values["epsilon"] in (1e-1, 1e-3, 1e-5, 1e-7)
   assert len({v["learning_rate"] for v in atari.initial_hyperparameters}) == 24
-  args = command._parser().parse_args([f"--logdir={tmp_path}", "--population_size=2",
+  args = command_lib._parser().parse_args([f"--logdir={tmp_path}", "--population_size=2",
                                           "--initial_hyperparameters=flags"])
-  single, _ = command.settings_from_arguments(
+  single, _ = command_lib.settings_from_arguments(
       args, ["--level_name=explore_goal_locations_small", "--learning_rate=0.002"])
   assert single.adapted == pbt.ADAPTED and not single.multi_task
   assert single.initial_hyperparameters[0] == single.initial_hyperparameters[1]
@@ -305,7 +305,7 @@ def test_readme_population_commands_are_valid(monkeypatch):
   import shlex
   # README's DMLab-30 population is the paper's (150 actors a member): valid flags, checked as
   # on a machine with the memory for them (config.check_dmlab_memory).
-  monkeypatch.setattr(population.config_lib, "machine_memory_gb", lambda: 1000.0)
+  monkeypatch.setattr(command_lib.config_lib, "machine_memory_gb", lambda: 1000.0)
   with open(os.path.join(os.path.dirname(TESTS_DIR), "README.md")) as f:
     blocks = re.findall(r"```sh\n(.*?)```", f.read(), re.S)
   commands = [line for block in blocks for line in block.splitlines()
@@ -314,11 +314,11 @@ def test_readme_population_commands_are_valid(monkeypatch):
   for command in commands:
     argv = shlex.split(command)[3:]
     split = argv.index("--")
-    args = command._parser().parse_args(argv[:split])
+    args = command_lib._parser().parse_args(argv[:split])
     shared_replay = (processes.SharedReplay("localhost:8010",
                                                        args.shared_replay_capacity)
                      if args.shared_replay_capacity else None)
-    config, _ = command.settings_from_arguments(args, argv[split + 1:], shared_replay)
+    config, _ = command_lib.settings_from_arguments(args, argv[split + 1:], shared_replay)
     assert config.population_size == args.population_size
 
 
@@ -326,7 +326,7 @@ def toy_settings(logdir, burn_in_frames, ready_episodes):
   """Two toy members (learning rates 0.0006, 0.0012) that always copy when they evolve."""
   initial = tuple(dict(entropy_cost=0.01, learning_rate=0.0006 * (i + 1), epsilon=0.01)
                   for i in range(2))
-  return driver.Settings(
+  return driver_lib.Settings(
       logdir=str(logdir), initial_hyperparameters=initial, multi_task=False,
       burn_in_frames=burn_in_frames, ready_episodes=ready_episodes,
       exploit_threshold=-1e9, poll_secs=0.5, stop_timeout_secs=120)
@@ -350,7 +350,7 @@ def test_real_members_on_the_toy_task(tmp_path):
   config = toy_settings(tmp_path, burn_in_frames=1_200, ready_episodes=60)
   lines = []
   total_frames = 5_000
-  driver = driver.Population(config,
+  driver = driver_lib.Population(config,
                                  toy_command(f"--total_environment_frames={total_frames}"),
                                  lines.append)
   killed = []
@@ -409,7 +409,7 @@ def test_members_share_one_replay_service_across_pbt_restarts(tmp_path):
   shared = processes.SharedReplay(processes.free_loopback_address(),
                                              capacity=300)
   lines = []
-  driver = driver.Population(
+  driver = driver_lib.Population(
       config, toy_command("--total_environment_frames=1200", "--replay_fraction=0.5"),
       lines.append, shared_replay=shared)
   code = driver.run()

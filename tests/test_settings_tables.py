@@ -66,7 +66,7 @@ def test_derived_configs_keep_their_checks():
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each command, its table, and a bad value with the message its check gives.
 COMMANDS = [
-    ("scalable_agent_tf2.population", settings.PopulationSettings,
+    ("scalable_agent_tf2.population.command", settings.PopulationSettings,
      ["--logdir=/tmp/unused_population", "--ready_episodes=0"],
      "error: --ready_episodes must be a positive integer, got 0."),
     ("scalable_agent_tf2.transport.replay_service", settings.ReplayServiceSettings,

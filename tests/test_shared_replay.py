@@ -24,6 +24,7 @@ from scalable_agent_tf2.transport import replay_service
 from scalable_agent_tf2 import structures
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.transport import wire
+from scalable_agent_tf2.learning import laser
 from tests import test_distributed
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -119,7 +120,7 @@ def test_two_agents_add_and_sample_through_the_service_tags_kept_fifo_by_episode
   seen = set()
   for _ in range(40):
     episode = agent_b.sample()
-    assert isinstance(episode, buffers.Episode)
+    assert isinstance(episode, laser.Episode)
     seen.add((episode.agent, tuple(marks(episode))))
     for got in episode.unrolls:
       assert_same_unroll(got, added[got.policy_version])

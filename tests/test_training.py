@@ -30,6 +30,7 @@ from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.configuration import presets
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.run import training
+from scalable_agent_tf2.learning import impact
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY_NETWORK = networks.NetworkConfig(
@@ -215,11 +216,11 @@ def test_impact_uses_each_batch_k_times_and_checkpoints_its_target_network(tmp_p
   assert first.num_env_frames == 1_600 and first.num_updates == 9
   assert first.trajectories.trained == 5 * 8  # Batches counted once.
   learner = made[0]
-  assert isinstance(learner, learner_lib.ImpactLearner)
+  assert isinstance(learner, impact.ImpactLearner)
   assert learner.impact_config.target_update_period == 8  # N x K (section 4.1.1).
   assert any("circular buffer of N = 4 batch(es), each used K = 2 times" in line
              for line in lines)
-  saved = learner_lib.ImpactLearner(networks.Agent(TOY_NETWORK), learner.config,
+  saved = impact.ImpactLearner(networks.Agent(TOY_NETWORK), learner.config,
                                     learner.impact_config, jit_compile=False)
   tf.train.Checkpoint(agent=saved.agent, learner=saved).restore(
       first.checkpoint).assert_existing_objects_matched()

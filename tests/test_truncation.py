@@ -21,6 +21,7 @@ from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.agent.distributions import CategoricalFamily
 from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
+from scalable_agent_tf2.learning import impact
 
 GAMMA = 0.9
 NUM_ACTIONS = 3
@@ -220,7 +221,7 @@ def test_impact_bootstraps_a_truncated_step_and_ignores_its_reset():
   config = _config()
   learner_outputs, env_outputs, agent_outputs = _batch(seed=4)
   target = learner_outputs.policy_logits
-  terms, _ = batch_loss.impact_loss_terms(FAMILY, learner_outputs, target, env_outputs,
+  terms, _ = impact.impact_loss_terms(FAMILY, learner_outputs, target, env_outputs,
                                           agent_outputs, config, impact_config)
   want_vs = np.stack([truncation.vtrace_targets(
       REWARDS[1:, b], VALUES[:-1, b], VALUES[-1, b], DONE[:, b], TRUNCATED[:, b], GAMMA)
@@ -230,7 +231,7 @@ def test_impact_bootstraps_a_truncated_step_and_ignores_its_reset():
   np.testing.assert_allclose(float(terms["baseline_loss"]),
                              0.5 * ((want_vs - VALUES[:-1]) ** 2)[kept].sum(), rtol=1e-5)
   changed = _ignored_action_changed((learner_outputs, env_outputs, agent_outputs))
-  other, _ = batch_loss.impact_loss_terms(FAMILY, changed[0], target, changed[1], changed[2],
+  other, _ = impact.impact_loss_terms(FAMILY, changed[0], target, changed[1], changed[2],
                                           config, impact_config)
   for name in ("pg_loss", "baseline_loss", "entropy_loss", "kl_loss"):
     np.testing.assert_allclose(float(other[name]), float(terms[name]), rtol=1e-6,

@@ -20,6 +20,7 @@ from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import vtrace
+from scalable_agent_tf2.learning import laser
 from tests import reference
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -213,7 +214,7 @@ def test_entropy_leaves_out_rejected_steps_and_replayed_trajectories():
   logits = rng.normal(size=(5, 4, 3)).astype(np.float32)
   trust_region_mask = np.ones((5, 4), np.float32)
   trust_region_mask[[0, 2, 4], [1, 0, 3]] = 0.0  # Rejected: one online step, two replayed.
-  online = batch_loss.online_mask(4, 2)  # [1, 1, 0, 0]: the last 2 trajectories replayed.
+  online = laser.online_mask(4, 2)  # [1, 1, 0, 0]: the last 2 trajectories replayed.
   like = np.zeros((5, 4), np.float32)
   neg_entropy = numpy_neg_entropy(logits)
   cases = [(None, None, np.ones((5, 4))),

@@ -269,7 +269,7 @@ class LearnerConfig(_LearnerChecks):
 
 @dataclasses.dataclass(frozen=True)
 class ImpactConfig(_ImpactChecks):
-  """IMPACT's own hyperparameters (learner.ImpactLearner), defaulting to IMPACT Table 1's.
+  """IMPACT's own hyperparameters (impact.ImpactLearner), defaulting to IMPACT Table 1's.
 
   Every field is the setting of that name marked `part_of=FOR_IMPACT` in settings.py (flag,
   help, source, check); test_settings_tables.py fails if a marked setting is missing here or

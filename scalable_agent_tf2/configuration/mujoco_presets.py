@@ -40,7 +40,7 @@ Not in the paper, from its code base (RLlib, 2019) or from how gymnasium counts:
     PPO's adaptive KL penalty: whenever it refreshes the target network (every N x K learner
     steps) it scales the coefficient by 1.5 if the last step's mean KL(pi_target || pi)
     exceeds 2 x target and by 0.5 if it is below target / 2 (losses.adapted_kl_coefficient;
-    learner.ImpactLearner does the same at its refreshes).
+    impact.ImpactLearner does the same at its refreshes).
   * Optimizer: the paper names none (Table 2 has no optimizer row). RLlib's IMPALA and APPO
     default to Adam (`opt_type: adam`, epsilon 1e-8) with a constant learning rate; the
     project's learners use RMSProp (decay 0.99 and momentum 0 as Table G.1) with the learning

@@ -34,14 +34,14 @@ TOY = toy_family.TOY
 # KL coefficient 0. Its learning rate (1e-4) and gradient clipping (10) go with averaged losses
 # (Algorithm 1's 1/M) and an optimizer the paper does not name; ours are summed and trained with
 # IMPALA's RMSProp, so the level's IMPALA values stay (Table 1 gives IMPACT and IMPALA the same
-# learning rate; learner.ImpactLearner). So do the level's batch, unroll and reward clipping.
+# learning rate; impact.ImpactLearner). So do the level's batch, unroll and reward clipping.
 IMPACT_PRESET = dict(baseline_cost=1.0, circular_buffer_size=4, circular_buffer_max_uses=2,
                      ppo_clip=0.3, target_worker_clipping=2.0, gae_lambda=0.995, kl_cost=0.0)
 
 
 # A gradient-norm clip that a paper set on a loss averaged over the batch's T x B steps (the
 # IMPACT paper's Algorithm 1 and RLlib's APPO, which ran IMPACT), where this project's learners
-# sum the loss (learner.ImpactLearner), which scales every gradient by T x B. A preset gives it
+# sum the loss (impact.ImpactLearner), which scales every gradient by T x B. A preset gives it
 # under this key instead of max_grad_norm, and config.resolve sets max_grad_norm = it x T x B
 # with the run's own unroll and batch: the same clipping at the paper's batch and at any other
 # (a --max_grad_norm given still wins).

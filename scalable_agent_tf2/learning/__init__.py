@@ -5,9 +5,13 @@ losses.py       the loss functions of one step (section 4.2), reward clipping, I
                 surrogate.
 batch_loss.py   one batch's loss terms (IMPALA with LASER's masks, IMPACT), summed over T x B.
 optimizers.py   RMSProp with TF1 semantics and the linear learning-rate schedule.
-learner.py      the compiled update (Learner, ImpactLearner: one `update(batch)`).
+learner.py      the compiled update (Learner; one `update(**learner.batch(...))` for both).
+impact.py       IMPACT's own: the circular buffer, its learner steps, ImpactLearner, its
+                loss terms.
+laser.py        LASER's own: the episode replay and mixer, replayed core states, the
+                online-only entropy mask.
 batch_checks.py the batch's shapes checked against the network, with messages.
-buffers.py      IMPALA's replay, LASER's episode replay, IMPACT's circular buffer.
+buffers.py      IMPALA's experience replay and its mixer.
 gaussian.py     deprecated aliases of the Gaussian functions, for callers outside the project.
 
 May import: configuration, structures, environments, agent, utils.

@@ -7,11 +7,11 @@ The indexing follows the released code's actor loop: step t of a trajectory hold
 output whose action was taken at observation t-1 and the environment output that action led
 to. So, for t = 0..T-1, the action taken at observation t is agent_outputs.action[t+1], its
 reward env_outputs.reward[t+1], and the learner's policy and value at observation t come from
-unrolling over all T+1 observations; V(x_T) bootstraps (`_aligned`).
+unrolling over all T+1 observations; V(x_T) bootstraps (`aligned`).
 
 Truncated episodes (environments/truncation.py): where observation t is a truncated episode's
 last (env_outputs.truncated[t]), transition t is the environment's artificial reset step (its
-action ignored, reward 0, discount 0). It is cut (`_aligned`'s `kept`): rho_t = c_t = 0 in
+action ignored, reward 0, discount 0). It is cut (`aligned`'s `kept`): rho_t = c_t = 0 in
 V-trace (vtrace.from_importance_weights' transition_mask), so v_t = V(x_t) and transition t-1
 into x_t (discount gamma) bootstraps from V(x_t) as at the end of an unroll (IMPALA section 4,
 Remark 1: v_{t-1} = V(x_{t-1}) + rho_{t-1} (r_{t-1} + gamma V(x_t) - V(x_{t-1}))); and its
@@ -32,7 +32,7 @@ _Aligned = collections.namedtuple(
     "discounts kept")
 
 
-def _aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config):
+def aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config):
   """A batch aligned to "observation t, the action taken there, its reward", t = 0..T-1
   (module docstring): the learner's and the behaviour policies (distributions of [T, B, P]
   parameters), actions [T, B(, A)], values, rewards (clipped), discounts [T, B] (0 after an
@@ -69,12 +69,6 @@ def _vtrace_options(config):
               clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
               trust_region_threshold=(config.trust_region_threshold
                                       if config.uses_trust_region else None))
-
-
-def online_mask(batch_size, num_replayed):
-  """float32 [B]: 1 for a batch's online trajectories, 0 for its replayed ones (the last
-  num_replayed: buffers.ReplayMixer, buffers.EpisodeMixer)."""
-  return tf.concat([tf.ones([batch_size - num_replayed]), tf.zeros([num_replayed])], 0)
 
 
 def entropy_steps(trust_region_mask, entropy_mask, like):
@@ -127,7 +121,7 @@ def impala_loss_terms(action_distribution, learner_outputs, env_outputs, agent_o
      policy-gradient, baseline and entropy losses), the vtrace.VTraceFromLogitsReturns
      they were computed from ([T, B] each)).
   """
-  batch = _aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config)
+  batch = aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config)
   returns = vtrace.from_distributions(
       behaviour_policy=batch.behaviour_policy, target_policy=batch.learner_policy,
       actions=batch.actions, discounts=batch.discounts, rewards=batch.rewards,
@@ -144,64 +138,3 @@ def impala_loss_terms(action_distribution, learner_outputs, env_outputs, agent_o
   return _vtrace_loss_terms(returns, batch.values, mask, entropy, trust_region), returns
 
 
-def impact_loss_terms(action_distribution, learner_outputs, target_policy_params, env_outputs,
-                      agent_outputs, config, impact_config):
-  """IMPACT's unweighted loss terms of one batch (IMPACT paper, Algorithm 1 line 8), summed
-  over T and B like impala_loss_terms (see ImpactLearner).
-
-  Args:
-    action_distribution: as impala_loss_terms.
-    learner_outputs: the network's output of [T+1, B, ...] from the learner's unroll.
-    target_policy_params: float32 [T+1, B, P], the target network's flat policy parameters
-      (the logits, or a Gaussian's mean and log_std concatenated; constant).
-    env_outputs: EnvOutput of [T+1, B, ...].
-    agent_outputs: AgentOutput (or GaussianAgentOutput) of [T+1, B, ...] (the workers'
-      policy mu).
-    config: LearnerConfig (reward clipping, discounting, rho_bar and c_bar of the advantages).
-    impact_config: ImpactConfig.
-
-  Returns:
-    (dict of float32 scalars: pg_loss (the clipped surrogate of r = pi / max(pi_target,
-     mu / rho) and the V-trace GAE-lambda advantages of pi_target against mu), baseline_loss
-     (0.5 sum (V + A - V(x))^2, section 3.1's value target), entropy_loss (-sum H(pi)),
-     kl_loss (sum KL(pi_target || pi));
-     dict of float32 scalars: ppo_clipped_fraction, target_worker_clipped_fraction).
-  """
-  batch = _aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config)
-  target_policy = action_distribution(tf.stop_gradient(target_policy_params[:-1]))
-  log_probs = lambda policy: policy.log_prob(batch.actions)
-  return _impact_terms(
-      batch, log_probs(batch.learner_policy), log_probs(target_policy),
-      log_probs(batch.behaviour_policy), config, impact_config,
-      entropy_loss=losses.entropy_loss(batch.learner_policy, batch.kept),
-      # KL(pi_target || pi) at x_t stays: it depends on the observation alone (a real one),
-      # and the KL coefficient's adaptation averages it over all T x B steps (learner.py).
-      kl_loss=losses.kl_divergence(target_policy, batch.learner_policy))
-
-
-def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs, config,
-                  impact_config, entropy_loss, kl_loss):
-  """impact_loss_terms from the log-probabilities of the taken actions [T, B] under pi,
-  pi_target and mu (any action space), and the entropy and KL terms."""
-  # A cut transition (a truncated episode's reset step) has rho = c = 0, so its advantage is
-  # 0 and the one into it bootstraps from V(x_t) (module docstring); its terms weigh 0.
-  returns = vtrace.gae_from_importance_weights(
-      target_log_probs - behaviour_log_probs, batch.discounts, batch.rewards, batch.values,
-      batch.bootstrap_value, lambda_=impact_config.gae_lambda,
-      clip_rho_threshold=config.clip_rho_threshold, clip_c_threshold=config.clip_c_threshold,
-      transition_mask=batch.kept)
-  beta = 1.0 / impact_config.target_worker_clipping  # Section 3.1: beta = 1 / rho.
-  log_ratios = losses.impact_log_ratio(action_log_probs, target_log_probs,
-                                       behaviour_log_probs, beta)
-  terms = dict(
-      pg_loss=losses.clipped_surrogate_loss(log_ratios, returns.pg_advantages,
-                                            impact_config.ppo_clip, batch.kept),
-      baseline_loss=losses.baseline_loss(returns.vs - batch.values, batch.kept),
-      entropy_loss=entropy_loss, kl_loss=kl_loss)
-  fraction = lambda mask: tf.reduce_mean(tf.cast(mask, tf.float32))
-  diagnostics = dict(
-      ppo_clipped_fraction=fraction(
-          tf.abs(tf.exp(log_ratios) - 1.0) > impact_config.ppo_clip),
-      target_worker_clipped_fraction=fraction(
-          tf.math.log(beta) + behaviour_log_probs > target_log_probs))
-  return terms, diagnostics

@@ -2,8 +2,8 @@
 
     unroll the network over [T+1, B] -> V-trace -> losses -> gradients -> (clip) -> RMSProp
 
-`Learner` is IMPALA's; `ImpactLearner` is IMPACT's (Luo et al., 2020): the same step with a
-target network and the clipped target-worker surrogate.
+`Learner` is IMPALA's; IMPACT's learner (a target network and the clipped target-worker
+surrogate) is impact.ImpactLearner, a subclass.
 
 The loss terms of a batch (and how its steps are indexed) are batch_loss.py's; the checks of
 a batch's shapes, batch_checks.py's.
@@ -16,7 +16,6 @@ import tensorflow as tf
 from scalable_agent_tf2.learning import batch_checks
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import batch_loss
-from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import optimizers
 from scalable_agent_tf2.configuration import settings
 
@@ -126,7 +125,7 @@ class Learner(tf.Module):
         as environment frames (the frame budget and the learning-rate schedule).
       entropy_mask: None (the entropy cost on every trajectory), or float32 [B]: 1 for the
         trajectories the entropy cost applies to (LASER section 5.1: online ones only;
-        batch_loss.online_mask). One learner only.
+        laser.online_mask). One learner only.
 
     Returns:
       dict of scalars: total_loss, pg_loss, baseline_loss, entropy_loss, learning_rate (the
@@ -228,168 +227,3 @@ class Learner(tf.Module):
                 update_skipped=tf.logical_not(applied), **terms)
 
 
-class ImpactLearner(Learner):
-  """IMPACT's learner (IMPACT paper, Algorithm 1): a target network and the clipped
-  target-worker surrogate with V-trace GAE-lambda advantages.
-
-  One step on a batch B (Algorithm 1 lines 6-11):
-    - batch(B) / target_policy_params(B): the target network's policy on B, computed once,
-      when B enters the circular buffer (line 7; buffers.CircularBuffer,
-      input_pipeline.learner_steps);
-    - update(**batch(B)): r = pi / max(pi_target, mu / rho), PPO's clipped surrogate of
-      r and the V-trace GAE-lambda advantages (pi_target against mu), the value loss against
-      V + A, the entropy bonus and kl_cost x KL(pi_target || pi) (line 8), then the
-      optimizer step (line 9) and, every target_update_period steps, target <- learner
-      (line 11). One tf.function.
-  The target network starts equal to the learner (line 2). It and the step count are
-  tf.Module attributes, so checkpoints carry them.
-
-  One departure, on purpose: the loss terms are summed over the batch's T x B steps, like
-  IMPALA's (the note under IMPALA's Table D.1), where Algorithm 1 averages them (1/M). The
-  optimizer is IMPALA's RMSProp with TF1 semantics, whose settings assume summed losses: its
-  mean square starts at 1, so the gradients of a mean (M = 640 times smaller) barely move the
-  parameters for hundreds of steps. Table 1's learning rate and gradient clipping go with
-  averaged losses and an optimizer the paper does not name; presets.py keeps the level's
-  IMPALA values for both algorithms instead (as Table 1 gives IMPACT and IMPALA the same
-  learning rate). On the toy task of tests/, averaged losses with Table 1's values did not
-  learn in 100k frames; summed ones with the level's values learn it in about 20k.
-  """
-
-  def __init__(self, agent, config, impact_config=ImpactConfig(), jit_compile=None,
-               name="learner", kl_target=None):
-    """Args:
-      agent: a networks.Agent (trained in place).
-      config: a LearnerConfig (optimizer, discounting, reward clipping, baseline and
-        entropy costs, V-trace truncation levels).
-      impact_config: an ImpactConfig.
-      jit_compile: compile the update with XLA; None chooses default_jit_compile().
-      name: module name.
-      kl_target: None keeps impact_config.kl_cost fixed; a KL (IMPACT Table 2: 0.04) makes
-        the KL coefficient adaptive: it starts at kl_cost and, at every target-network
-        refresh, losses.adapted_kl_coefficient steers it by that step's mean KL, as RLlib's
-        APPO (which ran the paper's IMPACT) did.
-    """
-    if kl_target is not None and not kl_target > 0:
-      raise ValueError(f"kl_target must be positive (or None: a fixed KL cost), got "
-                       f"{kl_target}.")
-    super().__init__(agent, config, jit_compile=jit_compile, name=name)
-    self.impact_config = impact_config
-    self.kl_target = kl_target
-    with self.name_scope:
-      if kl_target is not None:
-        # Only an adaptive coefficient is a variable (the checkpoints of fixed-cost runs keep
-        # their variables); a checkpoint carries it, so a resumed run continues adapting.
-        self.kl_coefficient = tf.Variable(impact_config.kl_cost, dtype=tf.float32,
-                                          trainable=False, name="kl_coefficient")
-      # The learner's kind of network (networks.Agent or continuous_networks.ContinuousAgent).
-      self.target_agent = type(agent)(agent.config, name="target_agent")
-      # Learner steps so far: the target network is refreshed when it is a multiple of the
-      # period.
-      self.num_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="num_updates")
-    self._target_variables = tuple(self.target_agent.trainable_variables)
-    for source, target in zip(self._variables, self._target_variables):
-      if source.shape != target.shape:
-        raise ValueError(f"Target network variable {target.name} {target.shape} does not "
-                         f"match {source.name} {source.shape}.")
-    self._copy_to_target()  # Algorithm 1 line 2.
-    self._compiled_target_params = tf.function(self._target_params,
-                                               jit_compile=self.jit_compile)
-
-  def _copy_to_target(self):
-    for source, target in zip(self._variables, self._target_variables):
-      target.assign(source)
-    return tf.constant(True)
-
-  def target_policy_params(self, agent_state, env_outputs, agent_outputs):
-    """The target network's policy on a batch (Algorithm 1 line 7), as flat parameters.
-
-    Args: as `update`'s first three.
-
-    Returns:
-      float32 [T+1, B, P], from the target network unrolled from agent_state: the logits
-      [T+1, B, NUM_ACTIONS], or a Gaussian's mean and log_std concatenated [T+1, B, 2A]
-      (the agent config's action_distribution).
-    """
-    env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
-                                                          env_outputs, agent_outputs)
-    return self._compiled_target_params(agent_state, env_outputs, agent_outputs.action)
-
-  def _target_params(self, agent_state, env_outputs, actions):
-    outputs, _ = self.target_agent.unroll(actions, env_outputs, agent_state)
-    return self.agent.config.action_distribution.params_of(outputs)
-
-  def batch(self, agent_state, env_outputs, agent_outputs):
-    """Learner.batch with the target network's policy on the batch, frozen now (Algorithm 1
-    line 7): dict(agent_state, env_outputs, agent_outputs, target_policy_params)."""
-    return dict(agent_state=agent_state, env_outputs=env_outputs, agent_outputs=agent_outputs,
-                target_policy_params=self.target_policy_params(agent_state, env_outputs,
-                                                               agent_outputs))
-
-  def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None,
-             entropy_mask=None, target_policy_params=None):
-    """One IMPACT step (Algorithm 1 lines 8, 9, 11).
-
-    Args:
-      agent_state, env_outputs, agent_outputs, num_new_trajectories: as Learner.update
-        (a batch used again in the circular buffer brings 0 new trajectories).
-      entropy_mask: None only (LASER's online-only entropy is IMPALA's learner's).
-      target_policy_params: float32 [T+1, B, P], target_policy_params() of this batch when it
-        entered the circular buffer (batch() puts it there); None: the target network's
-        policy now.
-
-    Returns:
-      dict of scalars: as Learner.update plus kl_loss, ppo_clipped_fraction (steps whose PPO
-      clip is active), target_worker_clipped_fraction (steps where mu / rho > pi_target) and
-      target_updated (whether the target network was refreshed after this step); with
-      kl_target also kl_coefficient (the one this step used).
-    """
-    if entropy_mask is not None:
-      raise ValueError("entropy_mask is LASER's (IMPALA's learner); IMPACT's entropy cost "
-                       "applies to every trajectory.")
-    if target_policy_params is None:
-      target_policy_params = self.target_policy_params(agent_state, env_outputs, agent_outputs)
-    env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
-                                                          env_outputs, agent_outputs)
-    target_policy_params = tf.convert_to_tensor(target_policy_params, tf.float32)
-    want = env_outputs.reward.shape[:2].concatenate(
-        [self.agent.config.action_distribution.param_size])
-    if not target_policy_params.shape.is_compatible_with(want):
-      raise ValueError(f"target_policy_params has shape {target_policy_params.shape}, "
-                       f"expected {want} (like the behaviour policy's logits, or its mean "
-                       f"and log_std concatenated).")
-    num_new = batch_checks.checked_num_new_trajectories(num_new_trajectories, env_outputs)
-    return self._compiled_update(agent_state, env_outputs, agent_outputs,
-                                 target_policy_params, num_new)
-
-  def _update(self, agent_state, env_outputs, agent_outputs, target_policy_params,
-              num_new_trajectories):
-    config, impact = self.config, self.impact_config
-    kl_cost = impact.kl_cost if self.kl_target is None else self.kl_coefficient.read_value()
-    with tf.GradientTape() as tape:
-      learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
-      terms, diagnostics = batch_loss.impact_loss_terms(
-          self.agent.config.action_distribution, learner_outputs, target_policy_params,
-          env_outputs, agent_outputs, config, impact)
-      # Summed over T and B like IMPALA's terms (Algorithm 1 line 8 averages: see the class
-      # docstring).
-      total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
-                    + self.entropy_cost * terms["entropy_loss"]
-                    + kl_cost * terms["kl_loss"])
-    gradients = tape.gradient(total_loss, self._variables)
-    stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
-                        num_new_trajectories)
-    # A skipped step (non-finite, see _apply) is no step: it neither counts towards the
-    # target refresh nor adapts the KL coefficient (whose KL would be NaN too).
-    applied = tf.logical_not(stats["update_skipped"])
-    self.num_updates.assign_add(tf.cast(applied, tf.int64))
-    refresh = tf.logical_and(applied,
-                             tf.equal(self.num_updates % impact.target_update_period, 0))
-    target_updated = tf.cond(refresh, self._copy_to_target, lambda: tf.constant(False))
-    if self.kl_target is None:
-      return dict(stats, target_updated=target_updated, **diagnostics)
-    # RLlib's APPO adapts the coefficient when it refreshes the target network, from the
-    # mean KL of the learner's last step (kl_loss is summed over the T x B steps).
-    mean_kl = terms["kl_loss"] / tf.cast(tf.size(env_outputs.reward[1:]), tf.float32)
-    self.kl_coefficient.assign(tf.where(
-        refresh, losses.adapted_kl_coefficient(kl_cost, mean_kl, self.kl_target), kl_cost))
-    return dict(stats, target_updated=target_updated, kl_coefficient=kl_cost, **diagnostics)

@@ -24,6 +24,7 @@ from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
 from scalable_agent_tf2.structures import Observation
+from scalable_agent_tf2.learning import impact
 
 
 def derive_seed(*parts):
@@ -218,7 +219,7 @@ def make_learner(config, agent, strategy=None):
   """The run's learner: IMPALA's (on `strategy`'s devices with several learners), or IMPACT's
   with --algorithm=impact (one learner: config.resolve checks)."""
   if config.algorithm == learner_lib.IMPACT:
-    return learner_lib.ImpactLearner(agent, config.learner_config(), config.impact_config(),
+    return impact.ImpactLearner(agent, config.learner_config(), config.impact_config(),
                                      jit_compile=config.jit_compile_choice(),
                                      kl_target=config.kl_target)
   return learner_lib.Learner(agent, config.learner_config(),

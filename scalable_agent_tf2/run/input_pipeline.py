@@ -2,7 +2,7 @@
 
     actors -> LearnerQueues (one bounded queue per learner)
       [-> --replay_fraction > 0: IMPALA's experience replay (buffers.ReplayMixer), or with
-          --laser_replay LASER's episode replay (buffers.EpisodeMixer): this run's own, one
+          --laser_replay LASER's episode replay (laser.EpisodeMixer): this run's own, one
           shared with other agents' runs in this process, or a replay service's]
       -> tf.data: batches of --batch_size trajectories (x --num_learners; with
          --replay_mixing=added, LASER's default, plus the replayed ones), time-major, the
@@ -23,6 +23,8 @@ from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.transport import replay_client
 from scalable_agent_tf2.run.assembly import derive_seed, layout_settings
+from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.learning import laser
 
 # Seeds the replay buffer's sampling, apart from the actors' seeds (derive_seed(seed, index)).
 _REPLAY_SEED_TAG = 1_000_003
@@ -110,32 +112,10 @@ def trajectory_nbytes(signature):
   return sum(int(np.prod(spec.shape)) * spec.dtype.size for spec in tf.nest.flatten(signature))
 
 
-def advance_state_fn(agent, device):
-  """callable(trajectory, state) -> the core state before the trajectory's successor: the
-  current network run (no gradient) over steps 0..T-1 from `state`, as the actor ran it (it
-  reads observation t to choose the action of step t+1; step T is the successor's step 0).
-  LASER Appendix A.2: replayed episodes' LSTM states recomputed with the latest
-  parameters."""
-  @tf.function
-  def advance(prev_actions, env_outputs, state):
-    _, state = agent.unroll(prev_actions, env_outputs, state)
-    return state
-
-  def advance_state(trajectory, state):
-    batched = lambda x: tf.convert_to_tensor(x)[:-1, tf.newaxis]
-    with tf.device(device):
-      state = advance(batched(trajectory.agent_outputs.action),
-                      tf.nest.map_structure(batched, trajectory.env_outputs),
-                      tf.nest.map_structure(lambda s: tf.convert_to_tensor(s)[tf.newaxis],
-                                            state))
-    return tf.nest.map_structure(lambda s: s.numpy()[0], state)
-  return advance_state
-
-
 def with_laser_replay(next_online, config, agent, replay, agent_tag, print_fn, device):
-  """A buffers.EpisodeMixer: LASER's episode replay (Schmitt et al., 2019, section 5).
+  """A laser.EpisodeMixer: LASER's episode replay (Schmitt et al., 2019, section 5).
 
-  next_online yields (trajectory, actor index). `replay` is a buffers.EpisodeReplay, shared
+  next_online yields (trajectory, actor index). `replay` is a laser.EpisodeReplay, shared
   with other agents' runs (section 5.4) or this run's own; this run's episodes carry
   agent_tag.
   """
@@ -145,8 +125,8 @@ def with_laser_replay(next_online, config, agent, replay, agent_tag, print_fn, d
            f"(agent {agent_tag!r}; replay of "
            f"{replay.capacity:,} unrolls, FIFO by episode); entropy cost on "
            f"{'online trajectories only' if config.entropy_on_online_only else 'all'}.")
-  return buffers.EpisodeMixer(next_online, replay, config.learner_batch_size, num_replayed,
-                              agent_tag, advance_state_fn(agent, device))
+  return laser.EpisodeMixer(next_online, replay, config.learner_batch_size, num_replayed,
+                              agent_tag, laser.advance_state_fn(agent, device))
 
 
 def _added_note(config):
@@ -232,29 +212,17 @@ def learner_steps(dataset, learner, config):
   trajectories in the batch).
 
   IMPALA: one step per batch. IMPACT (Algorithm 1 lines 6, 7, 10): batches pass through a
-  buffers.CircularBuffer of --circular_buffer_size batches, each used
+  impact.CircularBuffer of --circular_buffer_size batches, each used
   --circular_buffer_max_uses times; learner.batch evaluates the target network's policy on a
   batch when it enters. Only a batch's first use brings new trajectories (and of those, not
   the replayed ones): frames are counted once.
   """
-  num_new = config.num_learners * config.num_online_per_batch  # Replay: one learner.
-  if config.algorithm != learner_lib.IMPACT:
-    for policy_versions, *inputs in dataset:
-      yield policy_versions, learner.batch(*inputs), num_new
+  if config.algorithm == learner_lib.IMPACT:
+    yield from impact.steps(dataset, learner, config)
     return
-  ring = buffers.CircularBuffer(config.circular_buffer_size, config.circular_buffer_max_uses)
-  batches = iter(dataset)
-
-  def enter():
-    batch = next(batches, None)
-    if batch is None:
-      return None
-    policy_versions, *inputs = batch
-    return policy_versions, learner.batch(*inputs)
-
-  while (step := ring.next(enter)) is not None:
-    (policy_versions, inputs), use = step
-    yield policy_versions, inputs, num_new if use == 0 else 0
+  num_new = config.num_learners * config.num_online_per_batch  # Replay: one learner.
+  for policy_versions, *inputs in dataset:
+    yield policy_versions, learner.batch(*inputs), num_new
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,8 +283,8 @@ class LearnerInput:
     self.dropped_trajectories = 0  # Non-finite numbers (put_trajectory).
     self.queues = LearnerQueues(config.num_learners, config.queue_capacity, config.batch_size,
                                 stop_event)
-    self.replay = None  # LASER: the buffers.EpisodeReplay or replay_client.ReplayClient.
-    self.mixer = None   # LASER: its buffers.EpisodeMixer.
+    self.replay = None  # LASER: the laser.EpisodeReplay or replay_client.ReplayClient.
+    self.mixer = None   # LASER: its laser.EpisodeMixer.
     self.lost_replay = []
 
   def put_trajectory(self, trajectory, actor_index):
@@ -356,7 +324,7 @@ class LearnerInput:
         self.replay = connect_shared_replay(config, agent.config, signature, agent_tag,
                                             print_fn, secret)
       elif self.replay is None:
-        self.replay = buffers.EpisodeReplay(config.replay_capacity,
+        self.replay = laser.EpisodeReplay(config.replay_capacity,
                                             seed=derive_seed(config.seed, _REPLAY_SEED_TAG))
       self.mixer = with_laser_replay(self.queues.get, config, agent, self.replay, agent_tag,
                                      print_fn, device)

@@ -9,6 +9,7 @@ import os
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.run import training
+from scalable_agent_tf2.learning import laser
 
 
 def train_sharing_replay(configs, replay_capacity, environment_constructor=None,
@@ -28,7 +29,7 @@ def train_sharing_replay(configs, replay_capacity, environment_constructor=None,
     seed: seeds the replay's sampling.
 
   Returns:
-    (dict agent tag -> training.TrainResult, the buffers.EpisodeReplay).
+    (dict agent tag -> training.TrainResult, the laser.EpisodeReplay).
 
   Raises:
     ValueError: a config without laser_replay, or two agents with one logdir.
@@ -40,7 +41,7 @@ def train_sharing_replay(configs, replay_capacity, environment_constructor=None,
   logdirs = [os.path.normpath(config.logdir) for config in configs.values()]
   if len(set(logdirs)) != len(logdirs):
     raise ValueError(f"Each agent needs its own logdir, got {logdirs}.")
-  replay = buffers.EpisodeReplay(replay_capacity, seed=seed)
+  replay = laser.EpisodeReplay(replay_capacity, seed=seed)
 
   def run(tag, config):
     return lambda: training.train(config, environment_constructor, network_config,

@@ -43,6 +43,7 @@ from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.utils import stop_signals
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import LevelCannotRun
+from scalable_agent_tf2.learning import laser
 
 # How long the supervisor keeps collecting levels that cannot run once one is reported, while
 # other actors have not yet delivered a first trajectory nor failed (their environments may
@@ -57,7 +58,7 @@ class TrajectoryAccounts:
   produced: delivered to the learner's queues (by local actors, or admitted from actor
     processes). trained: in this run's updates. untrained: produced - trained - online_fill
     (queued or prefetched at the stop, never counted as frames). online_fill: LASER's
-    replayed places filled with online trajectories (buffers.EpisodeMixer): trained on
+    replayed places filled with online trajectories (laser.EpisodeMixer): trained on
     (unless prefetched at the stop) but not counted as frames (README, Departures).
     by_actor_process, duplicates (a cluster's learner only): actor process -> trajectories
     admitted, and -> repeated messages dropped.
@@ -119,7 +120,7 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     listen_address: None: actor threads in this process (one machine). "host:port": the
       learner of a cluster: no local actors; actor processes (actor_process.py) send
       trajectories to a distributed.TrajectoryServer on this address.
-    shared_replay: with --laser_replay, a buffers.EpisodeReplay shared with other agents'
+    shared_replay: with --laser_replay, a laser.EpisodeReplay shared with other agents'
       runs (LASER section 5.4; shared_replay_runs.py), or a replay_client.ReplayClient
       (agents in other processes); None: the replay service of --shared_replay_address if
       set, else a replay of this run's own (--replay_capacity unrolls).
@@ -340,11 +341,7 @@ class _Run:
       cleanup.callback(self.actors.close)
     self.dataset = self.input.dataset(self.agent, signature, shared_replay, agent_tag,
                                       self.device, self.print, secret=access.secret)
-    # LASER section 5.1: the entropy cost on the batch's online trajectories only.
-    self.update_options = {}
-    if config.entropy_on_online_only:
-      self.update_options["entropy_mask"] = batch_loss.online_mask(
-          config.learner_batch_size, config.num_replayed_per_batch)
+    self.update_options = laser.update_options(config)  # LASER's entropy mask, if any.
 
   def _actor_threads(self, environment_constructor, first_env):
     config = self.config

@@ -1,5 +1,5 @@
 """An agent's connection to LASER's shared replay service (replay_service.py), used as its
-replay: buffers.EpisodeReplay's interface over TensorFlow's RPC (Schmitt et al., 2019,
+replay: laser.EpisodeReplay's interface over TensorFlow's RPC (Schmitt et al., 2019,
 section 5.4). The protocol (wire methods, payloads, timeouts) is described in
 replay_service.py's module docstring.
 """
@@ -10,6 +10,7 @@ import threading
 import tensorflow as tf
 
 from scalable_agent_tf2.learning import buffers
+from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import wire
 from scalable_agent_tf2.transport.replay_service import (
@@ -20,8 +21,8 @@ from scalable_agent_tf2.transport.replay_service import (
 class ReplayClient(distributed.ServiceClient):
   """An agent's connection to a ReplayService, used as its LASER replay (thread-safe).
 
-  Has buffers.EpisodeReplay's interface (add, sample, __len__, capacity, num_unrolls,
-  episodes_by_agent, added_by_agent), so buffers.EpisodeMixer and training.train take it as
+  Has laser.EpisodeReplay's interface (add, sample, __len__, capacity, num_unrolls,
+  episodes_by_agent, added_by_agent), so laser.EpisodeMixer and training.train take it as
   their `shared_replay`. Without a signature it is an observer: stats only.
   """
 
@@ -105,7 +106,7 @@ class ReplayClient(distributed.ServiceClient):
       self._sequences[actor] += 1
 
   def sample(self):
-    """A buffers.Episode of any agent, uniformly among those held (LASER section 5.4).
+    """A laser.Episode of any agent, uniformly among those held (LASER section 5.4).
 
     Returns:
       Episode(agent = its owner's tag, unrolls = tuple of structures.Trajectory).
@@ -127,7 +128,7 @@ class ReplayClient(distributed.ServiceClient):
           break
         unrolls.append(self._trajectory(payload))
       else:
-        return buffers.Episode(tensor_text(owner), tuple(unrolls))
+        return laser.Episode(tensor_text(owner), tuple(unrolls))
     raise IndexError(f"Sampled episodes of {self.address} kept being forgotten before they "
                      f"were fetched; too many samplers for the service's pending list.")
 

@@ -2,7 +2,7 @@
 
 LASER trains the agents of a hyperparameter sweep (or a population) at once; each adds its
 experience to one common replay and samples uniformly from all of it, every episode tagged
-with the agent that produced it. buffers.EpisodeReplay is that replay inside one process
+with the agent that produced it. laser.EpisodeReplay is that replay inside one process
 (shared_replay_runs.py); this module serves it to agents in other processes:
 
     replay service process:   ReplayService(address, capacity)   hosts one EpisodeReplay
@@ -14,7 +14,7 @@ with the agent that produced it. buffers.EpisodeReplay is that replay inside one
     python experiment.py --laser_replay --replay_fraction=0.875 \\
         --shared_replay_address=localhost:8010 --logdir=/tmp/agent_a ...
 
-ReplayClient (replay_client.py) has the interface buffers.EpisodeMixer and training.train
+ReplayClient (replay_client.py) has the interface laser.EpisodeMixer and training.train
 already use for a replay, so `train(config, shared_replay=client)` (or
 --shared_replay_address) is all an agent needs. The transport is distributed.py's:
 TensorFlow's gRPC RPC with registered tf.functions, a hello that names the peer and its
@@ -78,6 +78,7 @@ from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.configuration import settings as settings_lib
 from scalable_agent_tf2.utils import stop_signals
 from scalable_agent_tf2.transport import wire
+from scalable_agent_tf2.learning import laser
 
 # 1: the first version (hello with a JSON layout; serialized payloads; episodes by token);
 # 2: every call carries a credential first (distributed.Gatekeeper), and "ping"; 3: env_outputs
@@ -138,7 +139,7 @@ def tensor_text(tensor):
 
 
 class ReplayService:
-  """One buffers.EpisodeReplay served over TensorFlow's RPC; see the module docstring."""
+  """One laser.EpisodeReplay served over TensorFlow's RPC; see the module docstring."""
 
   def __init__(self, address, capacity, seed=0, print_fn=print, secret=None,
                insecure_open_cluster=False):
@@ -146,7 +147,7 @@ class ReplayService:
 
     Args:
       address: "host:port" to listen on (loopback by default: DEFAULT_REPLAY_ADDRESS).
-      capacity: unrolls held (FIFO by episode: buffers.EpisodeReplay).
+      capacity: unrolls held (FIFO by episode: laser.EpisodeReplay).
       seed: seeds the uniform sampling.
       print_fn: where joins, refusals and problems are logged.
       secret: the cluster's secret (bytes; distributed.cluster_secret) every call must prove,
@@ -163,7 +164,7 @@ class ReplayService:
       print_fn(line)
     check_address_free(address)
     self.address = address
-    self.replay = buffers.EpisodeReplay(capacity, seed=seed)
+    self.replay = laser.EpisodeReplay(capacity, seed=seed)
     self._print = print_fn
     self._lock = threading.Lock()
     self._layout = None          # describe_layout(...) of the first agent.
