@@ -301,7 +301,8 @@ def impact_loss_terms(action_distribution, learner_outputs, target_policy_params
      kl_loss (sum KL(pi_target || pi));
      dict of float32 scalars: ppo_clipped_fraction, target_worker_clipped_fraction).
   """
-  batch = batch_loss.aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config)
+  batch = batch_loss.aligned(action_distribution, learner_outputs, env_outputs, agent_outputs,
+                             config)
   target_policy = action_distribution(tf.stop_gradient(target_policy_params[:-1]))
   log_probs = lambda policy: policy.log_prob(batch.actions)
   return _impact_terms(
