@@ -330,10 +330,7 @@ def resolve(config):
     for name in settings.IMPACT_SETTINGS:
       if name in given:
         raise ValueError(f"--{name} is an IMPACT setting: add --algorithm=impact.")
-  values = presets.presets(config.level_name, config.algorithm, config.preset, given=given)
-  if config.laser_replay:
-    values.update(presets.LASER_PRESET)
-    values.pop(presets.MEAN_LOSS_MAX_GRAD_NORM, None)
+  values = preset_values(config, given)
   values.update(given)
   if "max_grad_norm" not in given:  # A clip on the paper's mean loss, on our summed one.
     values["max_grad_norm"] = presets.summed_loss_max_grad_norm(values)
@@ -354,6 +351,17 @@ def resolve(config):
   if config.algorithm == IMPACT:
     config.impact_config()
   return config
+
+
+def preset_values(config, given):
+  """What the presets give the settings of `config` (its level, --algorithm, --preset and
+  --laser_replay), before the settings `given` win: what `resolve` fills in, and what
+  experiment.py --show_settings calls the preset's."""
+  values = presets.presets(config.level_name, config.algorithm, config.preset, given=given)
+  if config.laser_replay:
+    values.update(presets.LASER_PRESET)
+    values.pop(presets.MEAN_LOSS_MAX_GRAD_NORM, None)
+  return values
 
 
 def _check_levels(config):

@@ -21,7 +21,8 @@ Guarantees (tests/test_process.py checks each with real processes):
     exits when it reads end-of-file on its pipe.
   * Frames travel through a shared-memory buffer: the child writes each frame into it and the
     parent copies it out once, instead of pickling it through the pipe (see
-    benchmarks/RESULTS.md, "Environment throughput", for what that buys).
+    benchmarks/RESULTS.md, "Environment throughput", for what that buys). The parent creates
+    it and unlinks its name as soon as the child has mapped it, so no stop leaves it behind.
 
 Caveat of PR_SET_PDEATHSIG: the kernel sends the signal when the THREAD that started the child
 exits. Create environment processes from a thread that outlives them (the main thread, or the
@@ -221,6 +222,10 @@ class EnvironmentProcess(base.Environment):
     self._finalizer = weakref.finalize(
         self, _shut_down, self._process, self._conn, self._shared, self._output)
     self._call("attach_frame_buffer", self._shared.name)
+    # Both processes have mapped it: its name has served, and unlinked now it cannot outlive
+    # them however they end (a SIGKILL, a quit without cleanup: the resource tracker would
+    # report "leaked shared_memory objects"). The memory lives until both have closed it.
+    self._shared.unlink()
 
   @property
   def spec(self):

@@ -21,12 +21,9 @@ import tensorflow as tf
 
 from scalable_agent_tf2.runfiles import checkpoint_files
 
-# Settings that fix the shapes of the checkpointed variables: resuming with other values
-# cannot work. Everything else (learning rate, number of actors, ...) may change on resume.
-# The algorithm fixes which variables exist (IMPACT's target network).
-SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm")
-# What a settings file written before a setting was stored means by its absence.
-_SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala"}
+# Settings that fix the shapes of the checkpointed variables (checkpoint_files.py, which
+# compares them without TensorFlow too).
+SHAPE_SETTINGS = checkpoint_files.SHAPE_SETTINGS
 
 
 class CheckpointError(RuntimeError):
@@ -172,24 +169,13 @@ class Checkpointer:
             + ", ".join(os.path.basename(path) for path in self.set_aside) + ".")
 
   def _check_settings(self):
-    path = checkpoint_files.settings_path(self._logdir)
-    if not os.path.exists(path):
-      return
+    """settings.json against this run's settings (checkpoint_files.check_settings)."""
+    settings = {**checkpoint_files.SETTINGS_BEFORE_THEY_WERE_STORED, **self._settings}
+    current = {k: settings.get(k) for k in SHAPE_SETTINGS}  # Every one compared.
     try:
-      with open(path) as f:
-        stored = json.load(f)
-    except (OSError, ValueError) as error:
-      raise CheckpointError(f"Cannot read {path} ({error}). Fix or delete that file.") from error
-    stored = {**_SETTINGS_BEFORE_THEY_WERE_STORED, **stored}
-    current = {**_SETTINGS_BEFORE_THEY_WERE_STORED, **self._settings}  # Same defaults.
-    different = {k: (stored.get(k), current.get(k)) for k in SHAPE_SETTINGS
-                 if k in stored and stored.get(k) != current.get(k)}
-    if different:
-      details = ", ".join(f"--{k}: checkpoint {old!r}, now {new!r}"
-                          for k, (old, new) in different.items())
-      raise CheckpointError(
-          f"The checkpoint in {self._directory} was trained with different settings "
-          f"({details}). Rerun with the checkpoint's values, or use another --logdir.")
+      checkpoint_files.check_settings(self._logdir, current)
+    except checkpoint_files.UnusableCheckpoint as error:
+      raise CheckpointError(str(error)) from error.__cause__
 
   def restore(self, required=False, restore_from=""):
     """Restores the newest checkpoint, or the one named `restore_from`, if any.
@@ -223,8 +209,7 @@ class Checkpointer:
               f"{self._directory} holds checkpoint files but no readable "
               f"'{checkpoint_files.STATE_FILE}' index file; not starting over it.{advice}")
         if required:
-          raise CheckpointError(f"No checkpoint in {self._directory}: train first "
-                                f"(--mode=train --logdir={self._logdir}).")
+          raise CheckpointError(checkpoint_files.no_checkpoint_message(self._logdir))
         return None
       path = os.path.join(self._directory, state[0])
     corrupt, failure = self._restore(path)
@@ -237,11 +222,8 @@ class Checkpointer:
 
   def _named(self, name):
     """The path of checkpoint `name` of this run's directory (a name, not a path)."""
-    available = checkpoint_files.complete_checkpoints(self._directory)
-    if name not in available:
-      raise CheckpointError(
-          f"--restore_checkpoint={name}: no such checkpoint in {self._directory} (give the "
-          f"name of one there); available: {', '.join(available) or 'none'}.")
+    if name not in checkpoint_files.complete_checkpoints(self._directory):
+      raise CheckpointError(checkpoint_files.unknown_checkpoint_message(self._logdir, name))
     return os.path.join(self._directory, name)
 
   def _restore(self, path):

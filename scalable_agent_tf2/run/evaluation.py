@@ -434,7 +434,7 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
     training.LevelsCannotRun: levels that cannot run here (after the others' results).
   """
   results_dir = os.path.join(config.logdir, RESULTS_SUBDIR)
-  run_directory.check_usable(results_dir)
+  run_directory.check_creatable(results_dir)  # Made when the results are written.
   assembly.configure_threads(config)
   environment_constructor = assembly.checked_environment_constructor(
       config, environment_constructor, test_mode=True)

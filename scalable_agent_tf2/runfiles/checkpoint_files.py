@@ -12,7 +12,10 @@
 
 checkpoints.Checkpointer writes and restores them with TensorFlow; the population driver
 finds a member's newest checkpoint and copies it into another member (PBT's exploit step,
-IMPALA Appendix F) with this module alone.
+IMPALA Appendix F) with this module alone. What can be known about a restore from the files
+alone (no checkpoint to test, a --restore_checkpoint that is not there, a checkpoint trained
+with other settings) is known here too: experiment.py says it before TensorFlow loads
+(check_before_restore), with the words Checkpointer.restore would use.
 
 A kill at any moment leaves a restorable checkpoint (issue 30): a checkpoint is written in a
 temporary directory (SAVING_PREFIX) and moved into place, data files before the .index, and
@@ -23,6 +26,7 @@ which clean_leftovers removes at the next start.
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -49,6 +53,20 @@ SAVING_PREFIX = ".saving-"
 # CheckpointManager names its own the same way).
 _TEMP_SUFFIX = ".tmp"
 _NAME = re.compile(rf"{PREFIX}-(\d+)")
+# Settings that fix the shapes of the checkpointed variables: resuming with other values
+# cannot work. Everything else (learning rate, number of actors, ...) may change on resume.
+# The algorithm fixes which variables exist (IMPACT's target network).
+SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm")
+# What a settings file written before a setting was stored means by its absence.
+SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala"}
+
+
+class UnusableCheckpoint(ValueError):
+  """What the checkpoint files alone show a restore cannot use (the message says what to do).
+
+  A ValueError, so entry points report it like a bad setting (`error:` line, exit 2);
+  checkpoints.Checkpointer raises its CheckpointError with the same words.
+  """
 
 
 def checkpoint_dir(logdir):
@@ -151,7 +169,7 @@ def complete_checkpoints(directory):
   in last, so it means the data files are there), oldest (fewest frames) first."""
   try:
     names = os.listdir(directory)
-  except FileNotFoundError:
+  except (FileNotFoundError, NotADirectoryError):
     return []
   found = (name[:-len(".index")] for name in names if name.endswith(".index"))
   return sorted((name for name in found if checkpoint_number(name) is not None),
@@ -305,11 +323,82 @@ def clean_leftovers(logdir):
   return removed, moved, adopted
 
 
+def read_settings(logdir):
+  """The run's stored settings (settings.json, with SETTINGS_BEFORE_THEY_WERE_STORED filled
+  in), or None when there is no such file.
+
+  Raises:
+    UnusableCheckpoint: the file cannot be read or parsed.
+  """
+  path = settings_path(logdir)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      stored = json.load(f)
+  except (OSError, ValueError) as error:
+    raise UnusableCheckpoint(f"Cannot read {path} ({error}). Fix or delete that file.") from error
+  return {**SETTINGS_BEFORE_THEY_WERE_STORED, **stored}
+
+
+def check_settings(logdir, current):
+  """Raises UnusableCheckpoint when the run's stored settings differ from `current` on a
+  setting of SHAPE_SETTINGS that both name (a checkpoint of another network cannot be
+  restored). `current` may leave out a setting it cannot know yet (the torso of a network
+  that the first environment's spec chooses): it is then not compared.
+  """
+  stored = read_settings(logdir)
+  if stored is None:
+    return
+  current = {**SETTINGS_BEFORE_THEY_WERE_STORED, **current}  # Same defaults.
+  different = {k: (stored.get(k), current.get(k)) for k in SHAPE_SETTINGS
+               if k in stored and k in current and stored.get(k) != current.get(k)}
+  if different:
+    details = ", ".join(f"--{k}: checkpoint {old!r}, now {new!r}"
+                        for k, (old, new) in different.items())
+    raise UnusableCheckpoint(
+        f"The checkpoint in {checkpoint_dir(logdir)} was trained with different settings "
+        f"({details}). Rerun with the checkpoint's values, or use another --logdir.")
+
+
+def no_checkpoint_message(logdir):
+  """What a test (a restore that requires a checkpoint) says when there is none."""
+  return f"No checkpoint in {checkpoint_dir(logdir)}: train first (--mode=train --logdir={logdir})."
+
+
+def unknown_checkpoint_message(logdir, name):
+  """What --restore_checkpoint=name says when the run's directory has no such checkpoint."""
+  available = complete_checkpoints(checkpoint_dir(logdir))
+  return (f"--restore_checkpoint={name}: no such checkpoint in {checkpoint_dir(logdir)} (give "
+          f"the name of one there); available: {', '.join(available) or 'none'}.")
+
+
+def check_before_restore(logdir, current, required=False, restore_from=""):
+  """What Checkpointer.restore (checkpoints.py) would refuse, decided from the files alone,
+  in its order and words: settings.json against `current` (check_settings), a
+  --restore_checkpoint that is not there, no checkpoint at all where one is required. A
+  checkpoint that is there but may be corrupt is left to the restore (reading its tensors
+  needs TensorFlow).
+
+  Nothing is created or changed, even when `logdir` does not exist.
+
+  Raises:
+    UnusableCheckpoint: with what is wrong and what to do.
+  """
+  check_settings(logdir, current)
+  if restore_from:
+    if restore_from not in complete_checkpoints(checkpoint_dir(logdir)):
+      raise UnusableCheckpoint(unknown_checkpoint_message(logdir, restore_from))
+  elif (required and read_state(checkpoint_dir(logdir)) is None
+        and not has_checkpoint_files(logdir)):
+    raise UnusableCheckpoint(no_checkpoint_message(logdir))
+
+
 def has_checkpoint_files(logdir):
   """Whether the checkpoint directory holds any checkpoint (an .index file), readable or not."""
   try:
     return any(name.endswith(".index") for name in os.listdir(checkpoint_dir(logdir)))
-  except FileNotFoundError:
+  except (FileNotFoundError, NotADirectoryError):
     return False
 
 

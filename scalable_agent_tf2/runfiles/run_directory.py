@@ -30,8 +30,8 @@ class RunDirectoryError(ValueError):
   """
 
 
-def check_usable(logdir):
-  """Creates `logdir` if needed and checks that files can be written in it.
+def check_path(logdir):
+  """Checks what the path alone says (empty, or a file), touching nothing.
 
   Raises:
     RunDirectoryError: with what is wrong and what to do.
@@ -41,16 +41,55 @@ def check_usable(logdir):
   if os.path.exists(logdir) and not os.path.isdir(logdir):
     raise RunDirectoryError(f"--logdir={logdir} is a file, not a directory; choose another "
                             "path.")
+
+
+def _probe_writing(directory):
+  """Writes and removes a file in `directory` (OSError if it cannot be written)."""
+  probe = os.path.join(directory, f".write_check.{os.getpid()}")
+  with open(probe, "w") as f:
+    f.write("ok")
+  os.remove(probe)
+
+
+def _cannot_write(logdir, error):
+  reason = error.strerror or str(error)
+  return RunDirectoryError(f"--logdir={logdir} cannot be written ({reason}); choose a "
+                           "writable directory.")
+
+
+def check_usable(logdir):
+  """Creates `logdir` if needed and checks that files can be written in it.
+
+  Raises:
+    RunDirectoryError: with what is wrong and what to do.
+  """
+  check_path(logdir)
   try:
     os.makedirs(logdir, exist_ok=True)
-    probe = os.path.join(logdir, f".write_check.{os.getpid()}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
+    _probe_writing(logdir)
   except OSError as error:
-    reason = error.strerror or str(error)
-    raise RunDirectoryError(f"--logdir={logdir} cannot be written ({reason}); choose a "
-                            "writable directory.") from error
+    raise _cannot_write(logdir, error) from error
+
+
+def check_creatable(path):
+  """Checks, creating nothing, that directory `path` could be made and written: it is a
+  writable directory, or its nearest existing ancestor is one (test mode's evaluation/ is
+  checked so before TensorFlow loads, and made only when the results are written).
+
+  Raises:
+    RunDirectoryError: with what is wrong and what to do (check_usable's words).
+  """
+  check_path(path)
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise RunDirectoryError(f"--logdir={path}: {existing} is a file, not a directory; choose "
+                            "another path.")
+  try:
+    _probe_writing(existing)
+  except OSError as error:
+    raise _cannot_write(path, error) from error
 
 
 class RunDirectoryLock:

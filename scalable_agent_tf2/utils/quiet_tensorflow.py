@@ -54,17 +54,40 @@ def _spend_once_per_process_notices(tf):
   tf.function(tf.transpose)(tf.constant([[True], [False]]))
 
 
-def import_tensorflow(intra_op_threads=0):
+def configure_gpu_memory(gpu_memory, tf=None):
+  """Applies --gpu_memory to every GPU TensorFlow sees; must run before TensorFlow's first
+  op (it cannot change afterwards). Returns the number of GPUs configured (0 on a CPU).
+
+  gpu_memory: "growth" (the default: memory taken as needed, so that DeepMind Lab's hardware
+    renderer in environment processes, an evaluation or a second run can share the GPU),
+    "all" (TensorFlow's own default: nearly the whole GPU at its first op), or a number of
+    MiB: one logical device of that size per GPU.
+  """
+  if tf is None:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top,redefined-outer-name
+  gpus = tf.config.list_physical_devices("GPU")
+  for gpu in gpus:
+    if gpu_memory == "growth":
+      tf.config.experimental.set_memory_growth(gpu, True)
+    elif gpu_memory != "all":
+      tf.config.set_logical_device_configuration(
+          gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(gpu_memory))])
+  return len(gpus)
+
+
+def import_tensorflow(intra_op_threads=0, gpu_memory="growth"):
   """Imports TensorFlow and lists its devices (where cuInit runs); returns the module.
 
   intra_op_threads: TensorFlow threads per op (--intra_op_threads), set before the first op
     runs here (it cannot change afterwards); 0: TensorFlow's default.
+  gpu_memory: --gpu_memory (configure_gpu_memory), applied before the first op too.
   """
   if show_startup_logs():
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.list_physical_devices()
     if intra_op_threads:
       tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+    configure_gpu_memory(gpu_memory, tf)
     return tf
   sys.stderr.flush()
   saved_fd = os.dup(2)
@@ -75,6 +98,7 @@ def import_tensorflow(intra_op_threads=0):
       tf.config.list_physical_devices()
       if intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+      configure_gpu_memory(gpu_memory, tf)  # Before the graph below, TensorFlow's first op.
       _spend_once_per_process_notices(tf)
     finally:
       sys.stderr.flush()

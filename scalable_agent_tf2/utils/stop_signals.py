@@ -114,6 +114,14 @@ class StopRequest:
            f"{QUIT_AFTER_SIGNALS - self.count} more time(s) quits without it)")
 
 
+def ignore_stop_signals():
+  """SIGINT and SIGTERM are ignored from now on in this process (a command that stops anyway
+  and is closing what it started; on the main thread only)."""
+  if threading.current_thread() is threading.main_thread():
+    for signum in STOP_SIGNALS:
+      signal.signal(signum, signal.SIG_IGN)
+
+
 class SigtermRaises:
   """While it is installed, SIGTERM raises Stopping in the main thread."""
 
