@@ -300,19 +300,15 @@ def test_settings_follow_the_paper(tmp_path):
   assert "--logdir=/tmp/m3" in argv and "--seed=7" in argv
 
 
-def test_readme_population_commands_are_valid(monkeypatch):
-  import re
-  import shlex
-  # README's DMLab-30 population is the paper's (150 actors a member): valid flags, checked as
-  # on a machine with the memory for them (config.check_dmlab_memory).
+def test_documented_population_commands_are_valid(monkeypatch):
+  from tests import test_docs_commands as docs  # pylint: disable=g-import-not-at-top
+  # docs/POPULATION.md's DMLab-30 population is the paper's (150 actors a member): valid flags,
+  # checked as on a machine with the memory for them (config.check_dmlab_memory).
   monkeypatch.setattr(command_lib.config_lib, "machine_memory_gb", lambda: 1000.0)
-  with open(os.path.join(os.path.dirname(TESTS_DIR), "README.md")) as f:
-    blocks = re.findall(r"```sh\n(.*?)```", f.read(), re.S)
-  commands = [line for block in blocks for line in block.splitlines()
-              if "-m scalable_agent_tf2.population" in line]
+  commands = [c.argv[3:] for c in docs.all_commands()
+              if c.argv[:3] == ["python", "-m", "scalable_agent_tf2.population"]]
   assert len(commands) >= 3
-  for command in commands:
-    argv = shlex.split(command)[3:]
+  for argv in commands:
     split = argv.index("--")
     args = command_lib._parser().parse_args(argv[:split])
     shared_replay = (processes.SharedReplay("localhost:8010",
