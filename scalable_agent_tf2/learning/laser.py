@@ -184,7 +184,7 @@ class EpisodeMixer:
   `advance_state` from the previous unroll and its (recomputed) state, when the unroll is handed
   out, so with the parameters of that moment (LASER Appendix A.2). Before the replay holds a
   complete episode, replayed places are filled with online trajectories (added to the replay
-  like the others; counted in num_online_fill, and not as frames: README, Departures).
+  like the others; counted in num_online_fill, and not as frames: docs/LASER.md, "Departures").
   """
 
   def __init__(self, next_online, replay, batch_size, num_replayed, agent, advance_state):
