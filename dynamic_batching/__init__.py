@@ -95,6 +95,11 @@ _ERROR_CLASSES = {
     tf.errors.UNAUTHENTICATED: tf.errors.UnauthenticatedError,
 }
 
+# Where the batcher's ops run: batcher.cc has CPU kernels only. Placed there explicitly, so a
+# caller or a serving loop on a GPU machine never asks for a GPU kernel, and the rows stay in
+# host memory: a batch goes to the computation's device once (one host-to-device copy of the
+# inputs) and its outputs come back once (one copy), whatever the number of callers.
+BATCHER_DEVICE = "/device:CPU:0"
 # How long close() waits for a serving thread that is in the middle of a computation.
 _JOIN_TIMEOUT_S = 30.0
 _names = itertools.count()
@@ -175,17 +180,25 @@ class BatchedFunction:
     if tf.executing_eagerly():
       flat_outputs = server.call_directly(flat_inputs)
       if flat_outputs is None:  # Not eligible: the op runs the call, or explains why not.
-        flat_outputs = [t.numpy() for t in _ops.batcher_compute(
-            server.handle, flat_inputs, Tout=server.output_dtypes)]
+        with tf.device(BATCHER_DEVICE):
+          flat_outputs = [t.numpy() for t in _ops.batcher_compute(
+              server.handle, flat_inputs, Tout=server.output_dtypes)]
       return server.pack_outputs(flat_outputs)
     # Inside a tf.function: the BatcherCompute op. Static shapes are checked once per trace;
     # the op checks every call again at run time.
     flat_inputs = [tf.convert_to_tensor(x) for x in flat_inputs]
     server.check_signature(flat_inputs)
-    flat_outputs = _ops.batcher_compute(server.handle, flat_inputs, Tout=server.output_dtypes)
+    with tf.device(BATCHER_DEVICE):
+      flat_outputs = _ops.batcher_compute(server.handle, flat_inputs,
+                                          Tout=server.output_dtypes)
     for output, shape in zip(flat_outputs, server.output_shapes(flat_inputs)):
       output.set_shape(shape)
     return tf.nest.pack_sequence_as(server.output_structure, flat_outputs)
+
+  def placement(self):
+    """Where the traced ops run (_Server.placement); None before the first call."""
+    server = self._server
+    return None if server is None else server.placement()
 
   def close(self):
     """Fails pending callers with CancelledError and stops the serving threads. Idempotent."""
@@ -260,7 +273,7 @@ class _Server:
           tf.TensorShape(None) if row_shape is None else
           tf.TensorShape([1]).concatenate(row_shape) for row_shape in self._output_row_shapes]
       shared_name = f"dynamic_batching_{next(_names)}"
-      with tf.device("/device:CPU:0"):  # The batcher's kernels are CPU kernels.
+      with tf.device(BATCHER_DEVICE):
         self.handle = _ops.batcher(
             minimum_batch_size=minimum_batch_size, maximum_batch_size=maximum_batch_size,
             timeout_ms=-1 if timeout_ms is None else timeout_ms, allow_groups=allow_groups,
@@ -270,8 +283,9 @@ class _Server:
     if all(row_shape is not None for row_shape in self._output_row_shapes):
       self._direct_call = _DirectCall.create(
           shared_name, flat_inputs, self.output_dtypes, self._output_row_shapes, allow_groups)
+    self._serve_forever = self._serving_loop()
     self._threads = [
-        threading.Thread(target=_serve, args=(self.handle, self._serving_loop()),
+        threading.Thread(target=_serve, args=(self.handle, self._serve_forever),
                          name=f"dynamic_batching_server_{i}", daemon=True)
         for i in range(num_threads)]
     for thread in self._threads:
@@ -292,20 +306,37 @@ class _Server:
     @tf.function
     def serve_forever():
       def serve_one_batch(count):
-        with tf.control_dependencies([count]):
+        # The batcher's ops and the loop's counter on the CPU; the computation where its
+        # `device` (or, without one, TensorFlow) puts it: it is outside these scopes.
+        with tf.device(BATCHER_DEVICE), tf.control_dependencies([count]):
           computation_id, batched_inputs = _ops.batcher_get_inputs(handle, Tin=input_dtypes)
         for tensor, spec in zip(batched_inputs, specs):
           tensor.set_shape(spec.shape)
         outputs = computation(*batched_inputs)
-        handed_back = _ops.batcher_set_outputs(handle, computation_id,
-                                               tf.nest.flatten(outputs))
-        with tf.control_dependencies([handed_back]):
-          return count + 1
+        with tf.device(BATCHER_DEVICE):
+          handed_back = _ops.batcher_set_outputs(handle, computation_id,
+                                                 tf.nest.flatten(outputs))
+          with tf.control_dependencies([handed_back]):
+            return count + 1
       # Ends only with an error: CancelledError from close(), or the error that closed it.
-      tf.while_loop(lambda count: tf.constant(True), serve_one_batch,
-                    [tf.constant(0, tf.int64)], parallel_iterations=1)
+      with tf.device(BATCHER_DEVICE):
+        start = tf.constant(0, tf.int64)
+      tf.while_loop(lambda count: tf.constant(True), serve_one_batch, [start],
+                    parallel_iterations=1)
 
     return serve_forever
+
+  def placement(self):
+    """{"batcher": devices of the batcher's ops in the serving loop, "computation": devices
+    of the computation's ops} as traced ("" where TensorFlow chooses at run time)."""
+    loop = self._serve_forever.get_concrete_function().graph.as_graph_def()
+    nodes = list(loop.node) + [node for function in loop.library.function
+                               for node in function.node_def]
+    batcher = {node.device for node in nodes if node.op.startswith("Batcher")}
+    # Inputs, outputs and variable reads (which run where their variable lives) have none.
+    computation = {op.device for op in self._computation.graph.get_operations()
+                   if op.type not in ("Placeholder", "Identity", "NoOp", "ReadVariableOp")}
+    return dict(batcher=batcher, computation=computation)
 
   def output_shapes(self, flat_inputs):
     """The static shapes of one call's outputs inside a tf.function: [rows] + row shape."""

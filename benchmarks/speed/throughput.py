@@ -27,6 +27,8 @@ profiling.py).
 Usage:
   python -m benchmarks.speed.throughput                  # the full table (about 40 minutes here)
   python -m benchmarks.speed.throughput --quick          # about 2 minutes: Pong, shallow, (a)+(b)
+  python -m benchmarks.speed.throughput --gpu            # on a GPU: throughput_gpu.py (learner
+                                                         # update on the GPU, XLA on/off; end to end)
   python -m benchmarks.speed.throughput --levels atari/pong --torsos shallow --num_actors 2,4 \
       --envs_per_actor 16 --variants a,b,c,d --seconds 60 --warmup 25 --output /tmp/table1.md
 Prints Markdown (and writes it to --output when given).
@@ -431,6 +433,10 @@ def measure_table(level, torso, args, cores):
 
 
 def main(argv=None):
+  argv = sys.argv[1:] if argv is None else list(argv)
+  if "--gpu" in argv:  # Table 1's GPU rows: throughput_gpu.py (says so and exits 0 without one).
+    from benchmarks.speed import throughput_gpu  # pylint: disable=g-import-not-at-top
+    return throughput_gpu.main([argument for argument in argv if argument != "--gpu"])
   args = parse_args(argv)
   cores = os.cpu_count()
   lines = [f"Machine: {machine_description()}.", "",
@@ -452,4 +458,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

@@ -20,20 +20,52 @@ import sys
 import numpy as np
 
 
-def _cases():
+# The cases, in the order `numbers` records them. IMPACT and LASER need one learner
+# (config.resolve refuses several), so only the IMPALA cases take a strategy.
+CASES = ("impala_atari_shallow", "impala_dmlab_deep_lstm_instructions", "impala_gaussian",
+         "impact_atari_shallow", "impact_gaussian", "laser_trust_region")
+STRATEGY_CASES = ("impala_atari_shallow", "impala_dmlab_deep_lstm_instructions",
+                  "impala_gaussian")
+# Small fixed hyperparameters: three updates must move the parameters visibly.
+HPARAMS = dict(learning_rate=0.01, total_environment_frames=100_000, max_grad_norm=40.0)
+AGENT_SEED = 3
+
+
+def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
+  """(learner, batch) of one case, built from its fixed seed where the caller's device scope
+  puts it (tests/test_gpu.py builds one under /GPU:0 and one under /CPU:0).
+
+  Args:
+    name: one of CASES.
+    jit_compile: compile the update with XLA.
+    strategy: None, or a tf.distribute strategy (STRATEGY_CASES only): the agent is built in
+      its scope and the learner splits each batch over its replicas.
+    learning_rate: None for HPARAMS'; another value builds the same case with a different
+      step (the readiness tests' forced difference).
+
+  Returns:
+    (learner, batch): batch(T, B, seed) -> (env_outputs, agent_outputs), numpy, fixed by seed.
+  """
   # pylint: disable=g-import-not-at-top
+  import contextlib
   from benchmarks import random_data
   from scalable_agent_tf2.agent import continuous_networks
   from scalable_agent_tf2.learning import learner
-  from scalable_agent_tf2.learning import batch_loss
+  from scalable_agent_tf2.learning import impact
   from scalable_agent_tf2.agent import networks
   from scalable_agent_tf2.structures import GaussianAgentOutput
 
+  if name not in CASES:
+    raise ValueError(f"Unknown case {name!r}; the cases are {', '.join(CASES)}.")
+  if strategy is not None and name not in STRATEGY_CASES:
+    raise ValueError(f"{name} needs one learner; a strategy takes {', '.join(STRATEGY_CASES)}.")
   atari = networks.atari_config(num_actions=4, torso=networks.SHALLOW, frame_shape=(24, 24, 4))
   dmlab = networks.dmlab_config(networks.DEEP, num_actions=5, frame_shape=(24, 28, 3))
   gaussian = continuous_networks.ContinuousNetworkConfig(observation_size=7, action_size=3,
                                                          hidden_sizes=(16, 16))
-  hparams = dict(learning_rate=0.01, total_environment_frames=100_000, max_grad_norm=40.0)
+  hparams = dict(HPARAMS)
+  if learning_rate is not None:
+    hparams["learning_rate"] = learning_rate
 
   def gaussian_batch(T, B, seed):
     rng = np.random.default_rng(seed)
@@ -48,26 +80,44 @@ def _cases():
         baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
     return env_outputs._replace(observation=observation), agent_outputs
 
-  def impala(config, agent_type=networks.Agent, batch=None, **extra):
-    agent = agent_type(config, seed=3)
-    return learner.Learner(agent, learner.LearnerConfig(**{**hparams, **extra}),
-                           jit_compile=False), batch
-
-  def impact(config, agent_type=networks.Agent, batch=None):
-    agent = agent_type(config, seed=3)
-    return learner.ImpactLearner(agent, learner.LearnerConfig(**hparams),
-                                 learner.ImpactConfig(target_update_period=2),
-                                 jit_compile=False), batch
   discrete = lambda config: (lambda T, B, seed: random_data.random_learner_batch(
       config, T, B, seed))
-  return {
-      "impala_atari_shallow": impala(atari, batch=discrete(atari)),
-      "impala_dmlab_deep_lstm_instructions": impala(dmlab, batch=discrete(dmlab)),
-      "impala_gaussian": impala(gaussian, continuous_networks.ContinuousAgent, gaussian_batch),
-      "impact_atari_shallow": impact(atari, batch=discrete(atari)),
-      "impact_gaussian": impact(gaussian, continuous_networks.ContinuousAgent, gaussian_batch),
-      "laser_trust_region": impala(atari, batch=discrete(atari), trust_region_threshold=0.5),
-  }, loss_terms
+  network, agent_type, batch = {
+      "atari": (atari, networks.Agent, discrete(atari)),
+      "dmlab": (dmlab, networks.Agent, discrete(dmlab)),
+      "gaussian": (gaussian, continuous_networks.ContinuousAgent, gaussian_batch),
+  }[{"impala_dmlab_deep_lstm_instructions": "dmlab", "impala_gaussian": "gaussian",
+     "impact_gaussian": "gaussian"}.get(name, "atari")]
+  with strategy.scope() if strategy is not None else contextlib.nullcontext():
+    agent = agent_type(network, seed=AGENT_SEED)
+  if name.startswith("impact"):
+    return impact.ImpactLearner(agent, learner.LearnerConfig(**hparams),
+                                learner.ImpactConfig(target_update_period=2),
+                                jit_compile=jit_compile), batch
+  if name.startswith("laser"):
+    hparams["trust_region_threshold"] = 0.5
+  return learner.Learner(agent, learner.LearnerConfig(**hparams), jit_compile=jit_compile,
+                         strategy=strategy), batch
+
+
+def case_updates(name, the_learner, batch, T=5, B=4, updates=3):
+  """Runs `updates` updates of case `name` on its fixed batches (seeds 0, 1, ...); returns
+  [{stat: value}] per update (the learner's variables are trained in place)."""
+  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.learning import laser
+  records = []
+  for seed in range(updates):
+    env_outputs, agent_outputs = batch(T, B, seed)
+    state = the_learner.agent.initial_state(B)
+    # One call for both learners: IMPACT's batch carries its target network's policy.
+    kwargs = the_learner.batch(state, env_outputs, agent_outputs)
+    if name.startswith("laser"):
+      kwargs["entropy_mask"] = laser.online_mask(B, B // 2)
+    stats = the_learner.update(**kwargs)
+    # New statistics may be added; the old ones must keep their values.
+    records.append({k: np.asarray(v).item() for k, v in sorted(stats.items())
+                    if k != "update_skipped"})
+  return records
 
 
 def _digest(variables):
@@ -79,21 +129,10 @@ def _digest(variables):
 
 def numbers(T=5, B=4, updates=3):
   """{case: {"updates": [{stat: value}], "parameters": digest}}."""
-  cases, loss_terms = _cases()
   results = {}
-  for name, (the_learner, batch) in cases.items():
-    records = []
-    for seed in range(updates):
-      env_outputs, agent_outputs = batch(T, B, seed)
-      state = the_learner.agent.initial_state(B)
-      # One call for both learners: IMPACT's batch carries its target network's policy.
-      kwargs = the_learner.batch(state, env_outputs, agent_outputs)
-      if name.startswith("laser"):
-        kwargs["entropy_mask"] = batch_loss.online_mask(B, B // 2)
-      stats = the_learner.update(**kwargs)
-      # New statistics may be added; the old ones must keep their values.
-      records.append({k: np.asarray(v).item() for k, v in sorted(stats.items())
-                      if k != "update_skipped"})
+  for name in CASES:
+    the_learner, batch = build_case(name)
+    records = case_updates(name, the_learner, batch, T, B, updates)
     results[name] = {"updates": records,
                      "parameters": _digest(the_learner.agent.trainable_variables)}
   return results

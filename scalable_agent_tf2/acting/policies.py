@@ -146,6 +146,12 @@ class BatchedPolicy(_Policy):
         minimum_batch_size=1, maximum_batch_size=maximum_batch_size, timeout_ms=timeout_ms,
         allow_groups=True, device=device)(acting_step(agent))
 
+  def placement(self):
+    """{"batcher": devices, "computation": devices} of the traced forward pass
+    (dynamic_batching.BatchedFunction.placement): the batcher's ops on the CPU, whose only
+    kernels they have, the network on `device`; None before the first call."""
+    return self._step.placement()
+
   def close(self):
     self._step.close()
 

@@ -24,6 +24,7 @@ from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
 from scalable_agent_tf2.structures import Observation
+from scalable_agent_tf2.utils import quiet_tensorflow
 from scalable_agent_tf2.learning import impact
 
 
@@ -73,7 +74,16 @@ def configure_threads(config, print_fn=print):
   """Applies --intra_op_threads if TensorFlow has not started yet (experiment.py sets it as
   it starts TensorFlow; then this checks). A process whose TensorFlow already runs (a
   library caller, a test) keeps its own count, and is told so: the count is a matter of
-  speed, not of results."""
+  speed, not of results. --gpu_memory likewise (a no-op where it is already applied; a
+  config without it, a caller's own, leaves TensorFlow's memory as it is)."""
+  gpu_memory = getattr(config, "gpu_memory", None)
+  try:
+    if gpu_memory is not None:
+      quiet_tensorflow.configure_gpu_memory(gpu_memory, tf)
+  except RuntimeError:
+    print_fn(f"Note: TensorFlow already uses the GPU in this process; --gpu_memory="
+             f"{gpu_memory} applies only when set before TensorFlow's first op (as "
+             f"experiment.py does). Continuing with the memory it has.")
   wanted = config.intra_op_threads
   current = tf.config.threading.get_intra_op_parallelism_threads()
   if not wanted or current == wanted:
