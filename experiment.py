@@ -6,11 +6,21 @@ The command line is scalable_agent_tf2/run/experiment_main.py, inside the packag
 installed copy (`pip install .`) runs it too, as `python -m scalable_agent_tf2.run.experiment_main`;
 this file is the checkout's entry point, the one README.md uses.
 """
-from scalable_agent_tf2.run.experiment_main import FLAGS  # noqa: F401 (tests read the flags)
-from scalable_agent_tf2.run.experiment_main import config_from_flags  # noqa: F401
-from scalable_agent_tf2.run.experiment_main import main  # noqa: F401
-from scalable_agent_tf2.run.experiment_main import parse_flags  # noqa: F401
-from scalable_agent_tf2.run.experiment_main import run
+import sys
+
+try:
+  from scalable_agent_tf2.run.experiment_main import FLAGS  # noqa: F401 (tests read the flags)
+  from scalable_agent_tf2.run.experiment_main import config_from_flags  # noqa: F401
+  from scalable_agent_tf2.run.experiment_main import main  # noqa: F401
+  from scalable_agent_tf2.run.experiment_main import parse_flags  # noqa: F401
+  from scalable_agent_tf2.run.experiment_main import run
+except KeyboardInterrupt:
+  # Ctrl-C while Python loads the command's modules, before its own handling starts
+  # (experiment_main.run): nothing has started, a line says so instead of a traceback.
+  if __name__ != "__main__":
+    raise
+  print("Stopped: interrupted (SIGINT) while starting; nothing was started.", flush=True)
+  sys.exit(130 if "--mode=test" in sys.argv else 0)  # experiment_main's exit codes.
 
 if __name__ == "__main__":
   run()

@@ -249,11 +249,13 @@ def check_before_tensorflow(config, job_name):
     _bad_flags(error)
 
 
-def stopped_before_start(config, interrupt):
+def stopped_before_start(config, interrupt, job_name=""):
   """The "Stopped:" line of a run stopped before its threads started (training.py's words)."""
   name = stop_signals.interrupt_name(interrupt)
   if config.mode == config_lib.TEST:
     return f"Stopped: interrupted ({name}) before testing started; nothing was played."
+  if job_name == "actor":  # The learner owns the run's checkpoints.
+    return f"Stopped: interrupted ({name}) before acting started."
   latest = checkpoint_files.latest_checkpoint(config.logdir)
   if latest is None:
     return f"Stopped: interrupted ({name}) before training started; nothing trained, nothing to save."
@@ -266,9 +268,9 @@ def main(argv):
   del argv  # parse_flags took everything.
   logging.set_verbosity(logging.WARNING)  # TensorFlow's Python INFO lines (checkpointing).
   held_config = config_from_flags()
-  # From here until the run's own handlers take over (training's StopRequest, the test's
-  # _test), SIGINT and SIGTERM raise Stopping: nothing runs yet that a stop could lose.
-  startup = stop_signals.StopRequest().install()
+  # Until the run's own handlers take over (training's StopRequest, the test's _test),
+  # SIGINT and SIGTERM raise Stopping: nothing runs yet that a stop could lose.
+  _start_up()
   try:
     check_before_tensorflow(held_config, FLAGS.job_name)
     # Threads per op and GPU memory can only be set before TensorFlow's first op, which this
@@ -282,10 +284,10 @@ def main(argv):
     from scalable_agent_tf2.transport import replay_service
     from scalable_agent_tf2.run import training
   except stop_signals.Stopping as interrupt:
-    print(stopped_before_start(held_config, interrupt), flush=True)
+    print(stopped_before_start(held_config, interrupt, FLAGS.job_name), flush=True)
     return TEST_STOPPED if held_config.mode == config_lib.TEST else 0
   finally:
-    startup.restore()
+    _started()  # The handlers from before the command started come back.
   try:
     config = config_from_flags()
     job_name, task = distributed.task_from_environment()
@@ -361,9 +363,35 @@ def _join_threads(prefix, timeout):
       thread.join(max(0.0, deadline - time.monotonic()))
 
 
+# The start-up's stop handling (a signal raises Stopping), from run() or main() until main
+# hands over to the run.
+_startup = []
+
+
+def _start_up():
+  if not _startup:
+    _startup.append(stop_signals.StopRequest().install())
+
+
+def _started():
+  while _startup:
+    _startup.pop().restore()
+
+
 def run():
-  """Parses sys.argv and runs main; exits with its code (experiment.py and `-m` call this)."""
-  app.run(main, flags_parser=parse_flags)
+  """Parses sys.argv and runs main; exits with its code (experiment.py and `-m` call this).
+
+  A stop signal while the flags are parsed (before main) stops with a line too.
+  """
+  _start_up()
+  try:
+    app.run(main, flags_parser=parse_flags)
+  except stop_signals.Stopping as interrupt:
+    print(f"Stopped: interrupted ({interrupt}) while starting; nothing was started.",
+          flush=True)
+    sys.exit(TEST_STOPPED if "--mode=test" in sys.argv else 0)
+  finally:
+    _started()
 
 
 if __name__ == "__main__":
