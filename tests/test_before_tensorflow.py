@@ -20,7 +20,7 @@ from scalable_agent_tf2.runfiles import run_directory
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TENSORFLOW_MARK = "[import tensorflow starts]"
-SIGNAL_MARK = "[signal sent while tensorflow imports]"
+SIGNAL_MARK = "[signal sent while importing]"
 TOY = "--level_name=toy/lit_side"
 # The toy level's presets (families/toy.py): what its checkpoint's settings.json holds.
 TOY_SETTINGS = dict(level_name="toy/lit_side", torso="shallow", width=20, height=20,
@@ -32,6 +32,7 @@ TOY_SETTINGS = dict(level_name="toy/lit_side", torso="shallow", width=20, height
 _WRAPPER = textwrap.dedent(f"""
     import os, runpy, signal, sys
     stop = os.environ.get("SIGNAL_WHILE_IMPORTING")
+    at = os.environ.get("SIGNAL_AT_IMPORT_OF", "tensorflow.python")
     sent = []
     def hook(event, args):
       if event != "import":
@@ -39,7 +40,7 @@ _WRAPPER = textwrap.dedent(f"""
       name = str(args[0])
       if name == "tensorflow" and "tensorflow" not in sys.modules:
         os.write(2, b"{TENSORFLOW_MARK}\\n")
-      if stop and not sent and name.startswith("tensorflow.python"):
+      if stop and not sent and name.startswith(at):
         sent.append(name)
         os.write(2, b"{SIGNAL_MARK}\\n")
         os.kill(os.getpid(), getattr(signal, stop))
@@ -50,9 +51,12 @@ _WRAPPER = textwrap.dedent(f"""
 """)
 
 
-def run_experiment(*flags, stop_signal=None, timeout=240):
+def run_experiment(*flags, stop_signal=None, timeout=240, signal_at="tensorflow.python"):
+  """Runs experiment.py with `flags` under _WRAPPER; with stop_signal ("SIGINT", "SIGTERM"),
+  sends it when the module `signal_at` (or the first of its submodules) starts to import."""
   env = dict(os.environ)
   env.pop("SIGNAL_WHILE_IMPORTING", None)
+  env["SIGNAL_AT_IMPORT_OF"] = signal_at
   if stop_signal:
     env["SIGNAL_WHILE_IMPORTING"] = stop_signal
   # SIGINT as a terminal gives it (an ignored SIGINT would be inherited by the child).
@@ -163,7 +167,7 @@ def test_the_checks_before_tensorflow_compare_only_what_the_flags_know(tmp_path)
 
 def _assert_stopped_while_importing(result, line, code):
   text = result.stdout + result.stderr
-  assert SIGNAL_MARK in result.stderr, text  # The signal came while TensorFlow imported.
+  assert SIGNAL_MARK in result.stderr, text  # The signal came while the module imported.
   assert result.returncode == code, text
   assert line in result.stdout, text
   assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
@@ -187,6 +191,15 @@ def test_sigterm_while_tensorflow_imports_stops_a_test_with_the_stop_line(tmp_pa
   _assert_stopped_while_importing(
       result, "Stopped: interrupted (SIGTERM) before testing started; nothing was played.", 130)
   assert not (tmp_path / "evaluation").exists()
+
+
+def test_ctrl_c_while_the_command_loads_prints_a_line_not_a_traceback(tmp_path):
+  """Before experiment_main's handling starts (numpy loads with the settings' modules)."""
+  result = run_experiment("--mode=train", TOY, f"--logdir={tmp_path}/run", stop_signal="SIGINT",
+                          signal_at="numpy")
+  _assert_stopped_while_importing(
+      result, "Stopped: interrupted (SIGINT) while starting; nothing was started.", 0)
+  assert not (tmp_path / "run").exists()
 
 
 # No resource_tracker warning at any stop.
