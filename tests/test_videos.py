@@ -387,3 +387,19 @@ def test_mujoco_renders_its_rgb_array_picture():
   assert picture.shape == (480, 480, 3) and picture.dtype == np.uint8 and picture.std() > 0
   assert env.render_fps() == 125  # 1 / dt: frame_skip 4 x 0.002 s.
   env.close()
+
+
+def test_mujoco_opengl_is_chosen_only_in_an_environment_process_without_display():
+  from scalable_agent_tf2.environments import mujoco  # pylint: disable=g-import-not-at-top
+  choose = lambda environ, modules=(), child=True, osmesa=True: (
+      mujoco.prepare_headless_rendering(environ, lambda name: osmesa or None, modules, child),
+      environ)
+  assert choose({}) == ("osmesa", {"MUJOCO_GL": "osmesa", "SDL_VIDEODRIVER": "dummy"})
+  assert choose({}, osmesa=False)[0] == "egl"
+  # Never next to TensorFlow (OSMesa aborts MuJoCo there), nor in the main process.
+  assert choose({}, modules=("tensorflow",)) == (None, {})
+  assert choose({}, child=False) == (None, {})
+  # A display, a user's choice, or a MuJoCo already imported are left as they are.
+  assert choose({"DISPLAY": ":0"}) == (None, {"DISPLAY": ":0"})
+  assert choose({"MUJOCO_GL": "egl"})[1]["MUJOCO_GL"] == "egl"
+  assert choose({}, modules=("mujoco",))[0] is None
