@@ -349,7 +349,7 @@ class ActorThread(threading.Thread):
   """
 
   def __init__(self, index, make_loop, unroll_length, put_trajectory, policy_version,
-               stop_event, first_stream=None):
+               stop_event, first_stream=None, actor_turn=None):
     """Args:
       index: int, the actor's number (thread name).
       make_loop: callable() -> EnvironmentLoop, run on this thread.
@@ -360,6 +360,9 @@ class ActorThread(threading.Thread):
       policy_version: callable() -> int, learner updates so far.
       stop_event: threading.Event; set to stop.
       first_stream: the stream of the group's first environment; None: index.
+      actor_turn: None (the default: act without waiting, IMPALA's actors), or callable()
+        -> bool called before each unroll, which blocks until this actor may act it
+        (--repeatable: run/repeatable.LockstepQueues.actor_turn); False: stop.
     """
     super().__init__(name="actor-%d" % index, daemon=True)
     self._make_loop = make_loop
@@ -368,8 +371,10 @@ class ActorThread(threading.Thread):
     self._policy_version = policy_version
     self._stop_event = stop_event
     self._first_stream = index if first_stream is None else first_stream
+    self._actor_turn = actor_turn
     self.error = None
     self.num_trajectories = 0
+    self.num_envs_ready = 0  # Environments started (the console's "starting N environments").
 
   def _put_all(self, trajectories):
     for slot, trajectory in enumerate(trajectories):
@@ -383,7 +388,10 @@ class ActorThread(threading.Thread):
     loop = None
     try:
       loop = self._make_loop()
+      self.num_envs_ready = loop.num_envs
       while not self._stop_event.is_set():
+        if self._actor_turn is not None and not self._actor_turn():
+          break
         try:
           trajectories = loop.unroll(self._unroll_length, self._policy_version())
         except EnvironmentRestarted:

@@ -486,6 +486,24 @@ def _check_combinations(config):
     raise ValueError("--num_learners > 1 trains each learner on its own actors' "
                      "trajectories; experience replay and --algorithm=impact are built for "
                      "one learner so far. Use --num_learners=1.")
+  if config.repeatable:
+    _check_repeatable(config)
+
+
+def _check_repeatable(config):
+  """--repeatable's refusals: what it cannot make repeat (run/repeatable.py; a cluster's
+  learner is refused when it starts, training.train)."""
+  if config.mode != TRAIN:
+    raise ValueError("--repeatable is for --mode=train: a test run with a --seed repeats "
+                     "already (its policy is frozen). Drop --repeatable.")
+  if config.num_learners > 1:
+    raise ValueError(f"--repeatable with --num_learners={config.num_learners}: the mode "
+                     "schedules one learner's batches (several learners each take their own "
+                     "actors' unrolls and sum gradients across devices). Use --num_learners=1.")
+  if config.shared_replay_address:
+    raise ValueError("--repeatable cannot repeat a run whose LASER replay is shared "
+                     "(--shared_replay_address): the other runs add episodes whenever they are "
+                     "ready. Drop one of the two flags.")
 
 
 def _resolve_laser(config):

@@ -263,12 +263,21 @@ class ExperimentSettings:
       "optimizer state unchanged) and counted; the last checkpoint stays as it was.",
       source="not in the paper: a diverged run, not a noisy batch", check=POSITIVE_INT)
   repeatable: bool = setting(
-      False, RUN, "Debugging: the same seed and command give the same losses and parameters. "
-      "Actors act in lockstep with the learner (each batch is one unroll of every actor, in "
-      "actor order, acted with the parameters of the previous update) and TensorFlow's ops "
-      "run deterministically; slower. The default asynchronous mode cannot repeat: the order "
-      "in which actors' unrolls reach the learner, and the parameters each unroll was acted "
-      "with, depend on thread timing.", source="not in the paper: a debugging mode")
+      False, RUN, "Debugging: the same --seed and command (on the same machine, in a new "
+      "logdir) give the same losses and parameters, update by update; the console prints "
+      "each update's losses and a digest of the parameters (compare two runs with diff). The "
+      "actors act in lockstep with the learner: in rounds of one unroll of every actor's "
+      "environments, taken in actor order (consecutive --batch_size of them are a batch; "
+      "with --num_actors x --envs_per_actor = --batch_size each batch is one unroll of every "
+      "actor), acted only when the learner asks for the round, with the parameters of its "
+      "last update, while it waits; each actor runs its own forward pass (no dynamic "
+      "batching); TensorFlow's ops run deterministically. Slower (docs/PERFORMANCE.md). The "
+      "default asynchronous mode cannot repeat: its actors never wait for the learner, so "
+      "which unrolls reach the learner's queue first (and form each batch), the parameters "
+      "each was acted with, and which actors share a forward pass depend on thread timing. "
+      "Not with actor processes (a cluster), --num_learners > 1 or a shared replay; a "
+      "resumed run or a restarted environment starts new episodes.",
+      source="not in the paper (IMPALA's actors never wait): a debugging mode")
   show_settings: bool = setting(
       False, RUN, "Print every setting with its resolved value and its source (flag, the "
       "level's preset, default) for the given level and flags, then exit without starting "

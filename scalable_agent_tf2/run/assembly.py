@@ -219,8 +219,10 @@ def _agent_class(network_config):
 
 
 def make_policy(config, agent, device):
-  """The actors' policy: batched across actor threads (default) or one forward pass each."""
-  if config.batched_inference:
+  """The actors' policy: batched across actor threads (default) or one forward pass each
+  (--batched_inference=false; --repeatable, whose passes must not depend on which actors
+  wait together: run/repeatable.py)."""
+  if config.batched_inference and not config.repeatable:
     return policies.BatchedPolicy(agent, device=device)
   return policies.PerActorPolicy(agent, device=device)
 

@@ -8,6 +8,10 @@
          --replay_mixing=added, LASER's default, plus the replayed ones), time-major, the
          next one prefetched (make_dataset)
       [-> --algorithm=impact: the circular buffer, each batch used K times (learner_steps)]
+
+With --repeatable the queues are repeatable.LockstepQueues (rounds: one unroll of every
+actor's environments, in order, acted when the learner asks for them) and the batches are
+built on the learner's thread (repeatable.lockstep_batches) instead of by tf.data.
 """
 import dataclasses
 import os
@@ -22,7 +26,9 @@ from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.transport import replay_client
-from scalable_agent_tf2.run.assembly import derive_seed, layout_settings
+from scalable_agent_tf2.run import repeatable
+from scalable_agent_tf2.run.assembly import derive_seed, environment_group_size
+from scalable_agent_tf2.run.assembly import layout_settings
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import laser
 
@@ -274,18 +280,31 @@ class LearnerInput:
 
   LASER keeps each actor's stream of unrolls, so with --laser_replay the queues carry
   (trajectory, actor index). A lost shared replay service ends the dataset; its error is in
-  `lost_replay`.
+  `lost_replay`. With --repeatable the queues are a repeatable.LockstepQueues, whose
+  actor_turn the actor threads wait on before each unroll.
   """
 
   def __init__(self, config, stop_event, print_fn=print):
     self._config = config
     self._print = print_fn
     self.dropped_trajectories = 0  # Non-finite numbers (put_trajectory).
-    self.queues = LearnerQueues(config.num_learners, config.queue_capacity, config.batch_size,
-                                stop_event)
+    if config.repeatable:
+      self.queues = repeatable.LockstepQueues(config.num_actors, environment_group_size(config),
+                                              stop_event)
+    else:
+      self.queues = LearnerQueues(config.num_learners, config.queue_capacity,
+                                  config.batch_size, stop_event)
     self.replay = None  # LASER: the laser.EpisodeReplay or replay_client.ReplayClient.
     self.mixer = None   # LASER: its laser.EpisodeMixer.
     self.lost_replay = []
+
+  def actor_turn(self, actor_index):
+    """What actor thread `actor_index` waits on before each unroll (callable() -> bool,
+    False once stopping): with --repeatable, the learner's call for its next round; None
+    otherwise (actors never wait for the learner)."""
+    if not self._config.repeatable:
+      return None
+    return lambda: self.queues.actor_turn(actor_index)
 
   def put_trajectory(self, trajectory, actor_index):
     """Queues an actor's trajectory; blocks while full; False once stopping.
@@ -300,6 +319,8 @@ class LearnerInput:
       self._print(f"Dropped a trajectory of actor {actor_index} ({trajectory.level_name}): "
                   f"non-finite {', '.join(bad)}; not trained on "
                   f"({self.dropped_trajectories} dropped so far).")
+      if self._config.repeatable:  # Its place in the round stays empty (LockstepQueues).
+        return self.queues.put(None, actor_index)
       return True
     if self._config.laser_replay:
       return self.queues.put((trajectory, actor_index), actor_index)
@@ -331,7 +352,22 @@ class LearnerInput:
       source = ending_on_lost_replay(self.mixer, self.lost_replay)
     else:
       source = with_replay(self.queues.get, config, signature, print_fn)
+    if config.repeatable:
+      return self._lockstep_dataset(agent, source, signature, print_fn)
     return make_dataset(source, signature, config.num_learners * config.learner_batch_size)
+
+  def _lockstep_dataset(self, agent, source, signature, print_fn):
+    """--repeatable's batches (repeatable.lockstep_batches); the actors act one at a time
+    where they share an observation filter."""
+    config, queues = self._config, self.queues
+    queues.one_at_a_time = getattr(agent, "observation_filter", None) is not None
+    print_fn(f"Repeatable (--repeatable): rounds of {queues.num_streams} unrolls (one per "
+             f"environment of {config.num_actors} actor(s), in order), acted "
+             f"{'one actor after another ' if queues.one_at_a_time else ''}with the "
+             f"parameters of the learner's last update when it asks for the round; batches "
+             f"of {config.learner_batch_size} in that order; each actor runs its own forward "
+             f"pass; deterministic TensorFlow ops. One line per update follows.")
+    return repeatable.lockstep_batches(source, signature, config.learner_batch_size)
 
   @property
   def online_fill(self):

@@ -39,6 +39,7 @@ from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.run import monitoring
+from scalable_agent_tf2.run import repeatable
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.utils import stop_signals
 from scalable_agent_tf2.configuration import suites
@@ -143,7 +144,10 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     distributed.ClusterError: a non-loopback listen_address without a cluster_secret nor
       insecure_open_cluster.
   """
+  if config.repeatable:
+    repeatable.check_run(listen_address, shared_replay)
   stop_request = stop_signals.StopRequest(print_fn).install()
+  deterministic_ops = repeatable.DeterministicOps(config.repeatable)  # Off again at the end.
   try:
     return _build_and_supervise(config, environment_constructor, network_config, print_fn,
                                 listen_address, shared_replay, agent_tag, stop_request,
@@ -163,6 +167,7 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
                           " Nothing was trained.") from error
   finally:
     stop_request.restore()
+    deterministic_ops.restore()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,7 +359,7 @@ class _Run:
     return [actor_lib.ActorThread(i, make_loop(i), config.unroll_length,
                                   self.input.put_trajectory,
                                   lambda: self.progress.num_updates, self.stop_event,
-                                  first_stream=i * size)
+                                  first_stream=i * size, actor_turn=self.input.actor_turn(i))
             for i in range(config.num_actors)]
 
   def frames(self):
@@ -373,6 +378,9 @@ class _Run:
           self.actors.publish_version(self.progress.num_updates)
           self.monitor.record_update(
               stats, self.progress.num_updates - 1 - policy_versions.numpy())
+          if self.config.repeatable:  # Losses and parameters, update by update.
+            self.print(repeatable.update_line(self.progress.num_updates, stats,
+                                              self.agent.trainable_variables))
           if (stats["num_env_frames"] >= self.config.total_environment_frames
               or self.stop_event.is_set()):
             break
