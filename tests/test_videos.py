@@ -31,6 +31,7 @@ from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.runfiles import videos
 from tests import fake_deepmind_lab
+from tests import video_environments
 
 TOY_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "run_before_rooms")
 
@@ -109,38 +110,9 @@ def test_toy_test_run_records_the_first_n_episodes_as_mp4(tmp_path):
   assert not [n for n in os.listdir(directory) if n.startswith(".unfinished")]
 
 
-class CountingEnvironment(toy.LitSideEnvironment):
-  """The toy level whose picture says which step of which episode it shows: episode e (from
-  0, per environment) lasts 3 + e % 3 steps; the picture at its step k is grey 40 * k (red 60
-  * e), so a frame out of place shows."""
-
-  def __init__(self, seed=0):
-    super().__init__(seed=seed)
-    self._episode = 0
-    self._step = 0
-
-  def initial(self):
-    self._episode, self._step = 0, 0
-    return super().initial()
-
-  def step(self, action):
-    output = super().step(action)
-    self._step += 1
-    done = self._step >= 3 + self._episode % 3
-    if done:
-      self._episode, self._step = self._episode + 1, 0
-    return output._replace(done=done, episode_step=self._step if not done else
-                           3 + (self._episode - 1) % 3)
-
-  def render(self):
-    picture = np.full((20, 20, 3), 40 * self._step, np.uint8)
-    picture[..., 0] = 60 * (self._episode % 4)
-    return picture
-
-
 def _counting_constructor(level_name, seed, test_mode):
   del level_name, test_mode
-  return CountingEnvironment, dict(seed=seed)
+  return video_environments.CountingEnvironment, dict(seed=seed)
 
 
 def test_each_video_holds_its_episode_frame_by_frame_and_n_above_the_episodes_records_all(
@@ -186,19 +158,14 @@ def test_without_an_mp4_encoder_the_videos_are_gifs_with_a_note(tmp_path, monkey
       _half_lit(frame)
 
 
-class BlindEnvironment(toy.LitSideEnvironment):
-  """The toy level without a picture (base.Environment's render)."""
-  render = base.Environment.render
-
-
 def test_a_level_that_cannot_draw_is_named_and_its_test_goes_on(tmp_path):
   logdir = _toy_logdir(tmp_path)
   lines = []
   result = evaluation.evaluate(
       _toy_config(logdir, "--num_actors=1", "--test_num_episodes=2",
                   "--record_video_episodes=1"),
-      environment_constructor=lambda level, seed, test_mode: (BlindEnvironment,
-                                                              dict(seed=seed)),
+      environment_constructor=lambda level, seed, test_mode: (
+          video_environments.BlindEnvironment, dict(seed=seed)),
       print_fn=lines.append)
   assert result["rows"][0]["episodes"] == 2
   reason = result["summary"]["videos"]["not_recorded"]["toy/lit_side"]
