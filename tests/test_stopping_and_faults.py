@@ -97,11 +97,12 @@ def test_test_progress_counts_episodes_per_level_and_time_to_go():
   now[0] = 10.0
   for _ in range(4):
     progress.record("b")
-  # Printed at the first episode due (2 done in 10 s: 18 to go, 90 s), then not for 5 s.
-  assert lines == ["test: 2/20 episodes (a 1/10, b 1/10), about 2 min to go"]
+  # Printed at the first episode due (1 more in the 10 s since the first: 18 to go, 180 s),
+  # then not for 5 s.
+  assert lines == ["test: 2/20 episodes (a 1/10, b 1/10), about 3 min to go"]
   now[0] = 16.0
   progress.record("a")
-  assert lines[-1] == "test: 6/20 episodes (a 2/10, b 4/10), about 37 s to go"
+  assert lines[-1] == "test: 6/20 episodes (a 2/10, b 4/10), about 45 s to go"
 
 
 def _refusing_constructor(refused):

@@ -70,6 +70,9 @@ class TestProgress:
     self._every_secs = every_secs
     self._clock = clock
     self._start = self._last = clock()
+    # (time, episodes done) at the first episode's end: the time to go is measured from there,
+    # so the start-up (environments starting, the first inference) is not taken for play.
+    self._first = None
     self._lock = threading.Lock()
 
   def record(self, level):
@@ -77,6 +80,8 @@ class TestProgress:
     with self._lock:
       self._done[level] += 1
       now = self._clock()
+      if self._first is None:
+        self._first = (now, sum(self._done.values()))
       if now - self._last < self._every_secs:
         return
       self._last = now
@@ -92,8 +97,8 @@ class TestProgress:
       finished = sum(n >= self._num_episodes for n in self._done.values())
       detail = f"{finished}/{len(self._done)} levels done"
     eta = ""
-    if done:
-      seconds = (now - self._start) * (total - done) / done
+    if self._first is not None and done > self._first[1] and now > self._first[0]:
+      seconds = (now - self._first[0]) * (total - done) / (done - self._first[1])
       eta = (f", about {seconds / 60:.0f} min to go" if seconds >= 60
              else f", about {seconds:.0f} s to go")
     return f"test: {done}/{total} episodes ({detail}){eta}"

@@ -1,18 +1,30 @@
-"""What a researcher watches during training: a console line, TensorBoard, and the run log.
+"""What a researcher watches during training: a console line, TensorBoard, the run log and
+its learning curve.
 
 Actor threads report episodes and environment restarts; the training loop reports updates;
 `write` (called every --log_secs from the supervising thread) turns them into:
-  * a console line: frames, frames/s, updates/s, progress, recent mean return per level;
+  * a console line: frames, frames/s, updates/s, progress, the time to go, recent mean return
+    per level; while nothing moves, what the run waits for (waiting_message: environments
+    starting, the first unroll, the first update, an update that is overdue);
   * TensorBoard scalars under logdir (step = environment frames consumed by the learner);
-  * logdir/log.jsonl (runlog.py): an EPISODE record per episode and a PROGRESS record per
-    write, with the same numbers as TensorBoard, and a START record per (re)start of training
-    (at the frame count it starts from).
+  * logdir/log.jsonl (runlog.py): an EPISODE record per episode (stamped with the learner's
+    frame count when the episode ended) and a PROGRESS record per write, with the same numbers
+    as TensorBoard, and a START record per (re)start of training (at the frame count it starts
+    from).
+At each checkpoint (`checkpointed`) and at the stop (`close`) the learning curve
+logdir/learning_curve.png is redrawn from log.jsonl (runfiles/plot.py) in a child process
+(CurveWriter), so that drawing it never holds up the run.
 """
 import collections
+import dataclasses
 import math
 import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -29,6 +41,16 @@ RECENT_EPISODES = 100
 # alternate between 0 and their peak.
 RATE_WINDOW_SECS = 60.0
 RATE_WINDOW_UPDATES = 4
+# The console says "no update for N s" once the last update is older than this: longer than
+# the rate window, so a DMLab learner's normal pace (an update every 10-20 s on a small
+# machine) never reads as a stall.
+STALL_SECS = 2 * RATE_WINDOW_SECS
+# How long the stop waits for the final learning curve (a child process; a long run's
+# log.jsonl of millions of episodes reads and draws in tens of seconds on a small machine).
+FINAL_CURVE_TIMEOUT_SECS = 120.0
+# The drawing's priority below the run's (nice): on a machine the run keeps busy it takes
+# a few percent of the CPU (about 2 CPU-seconds for a short run's log, so tens of seconds).
+CURVE_NICE = 10
 
 
 def windowed_rates(samples, now, num_frames, num_updates,
@@ -54,6 +76,191 @@ def windowed_rates(samples, now, num_frames, num_updates,
     return 0.0, 0.0
   elapsed = max(now - chosen[0], 1e-9)
   return (num_frames - chosen[1]) / elapsed, (num_updates - chosen[2]) / elapsed
+
+
+def eta_window_start(changes, now, window_secs=RATE_WINDOW_SECS):
+  """Where the rate for the time to go is measured from: the newest frame change at least
+  window_secs before `now`, else the oldest one; None without an earlier change.
+
+  Args:
+    changes: (time, frames) of the writes at which the learner's frame count had moved since
+      the write before, oldest first (the first one is the first update's, so the start-up's
+      wait is never in the rate).
+    now: the current write's time.
+
+  Measured between frame changes, the window holds whole update intervals: windowed_rates'
+  window (which starts at any write) counts one update too many when it starts just after
+  one, 20% too fast at DMLab's pace.
+  """
+  chosen = None
+  for change in reversed(changes):
+    if change[0] >= now:
+      continue
+    chosen = change
+    if now - change[0] >= window_secs:
+      break
+  return chosen
+
+
+def eta_rate(changes, now, num_frames, window_secs=RATE_WINDOW_SECS):
+  """frames/s from eta_window_start to (now, num_frames); None when unknown (no earlier
+  change, or no frames since)."""
+  start = eta_window_start(changes, now, window_secs)
+  if start is None or num_frames <= start[1]:
+    return None
+  return (num_frames - start[1]) / max(now - start[0], 1e-9)
+
+
+def format_eta(seconds):
+  """The console's time to go: "" when unknown (nan) or done (0), else hours, minutes or
+  seconds (never "0 min" while frames remain: under 2 minutes it is counted in seconds)."""
+  if seconds is None or math.isnan(seconds) or seconds <= 0:  # Unknown, or done.
+    return ""
+  if seconds >= 3600:
+    return f", {seconds / 3600:.1f} h to go"
+  if seconds >= 120:
+    return f", {seconds / 60:.0f} min to go"
+  return f", {max(seconds, 1):.0f} s to go"
+
+
+@dataclasses.dataclass(frozen=True)
+class Activity:
+  """What the actors have done so far, for the console's waiting line; None: not known.
+
+  environments: environments the run starts (all actors'); environments_ready: those started
+  (built and reset); unrolls: trajectories delivered to the learner's input.
+  """
+  environments: Optional[int] = None
+  environments_ready: Optional[int] = None
+  unrolls: Optional[int] = None
+
+
+def activity_of(actors, group_size):
+  """Activity of a training run's actors: local actor threads (environments of group_size
+  each, acting.actor.ActorThread) or a cluster's remote actor processes (only the unrolls
+  they delivered are known here)."""
+  threads = getattr(actors, "threads", None)
+  if threads is None:
+    return Activity(unrolls=actors.delivered()["produced"])
+  return Activity(environments=len(threads) * group_size,
+                  environments_ready=sum(getattr(t, "num_envs_ready", 0) for t in threads),
+                  unrolls=sum(t.num_trajectories for t in threads))
+
+
+def waiting_message(elapsed, num_updates, since_update, activity=Activity()):
+  """What the run waits for, or None while it moves.
+
+  Args:
+    elapsed: seconds since training started (Monitor.start).
+    num_updates: learner updates since then.
+    since_update: seconds since the last update (None before the first).
+    activity: Activity of the actors.
+  """
+  if num_updates == 0:
+    if (activity.environments and activity.environments_ready is not None
+        and activity.environments_ready < activity.environments):
+      return (f"starting {activity.environments} environments: "
+              f"{activity.environments_ready} ready ({elapsed:.0f} s)")
+    if activity.unrolls == 0:
+      return f"waiting for the first unroll ({elapsed:.0f} s)"
+    delivered = f": {activity.unrolls} unrolls delivered" if activity.unrolls else ""
+    return f"waiting for the first update{delivered} ({elapsed:.0f} s)"
+  if since_update is not None and since_update >= STALL_SECS:
+    return f"no update for {since_update:.0f} s"
+  return None
+
+
+class CurveWriter:
+  """Redraws a run's learning curve (runfiles/plot.py, `python -m ...plot LOGDIR`) in a child
+  process: the training process never loads matplotlib nor gives its threads' time to
+  drawing (the child runs at a lower priority), and a drawing that fails or hangs cannot
+  touch the run. The child writes under a temporary name and renames (plot._save).
+
+  `request` starts a drawing unless one is running (the next request draws what it missed);
+  `finish` (at the stop) replaces a running drawing with a final one and waits for it. A
+  failure is printed once; the run goes on.
+  """
+
+  def __init__(self, logdir, print_fn, timeout_secs=FINAL_CURVE_TIMEOUT_SECS):
+    self._logdir = logdir
+    self._print = print_fn
+    self._timeout_secs = timeout_secs
+    self._child = None
+    self._errors = None
+    self._failed_once = False
+
+  def _command(self):
+    return [sys.executable, "-m", "scalable_agent_tf2.runfiles.plot", self._logdir,
+            f"--nice={CURVE_NICE}"]
+
+  def _environment(self):
+    """The child finds this package even where it is not installed (experiment.py run from
+    a checkout, from another folder)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [root] + ([environment["PYTHONPATH"]] if environment.get("PYTHONPATH") else []))
+    return environment
+
+  def request(self):
+    """Starts a drawing now unless one is running."""
+    if self.poll():
+      return
+    try:
+      self._errors = tempfile.TemporaryFile()
+      # Its own session: a Ctrl-C at the terminal is the run's to handle, not the child's.
+      self._child = subprocess.Popen(self._command(), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=self._errors,
+                                     env=self._environment(), start_new_session=True)
+    except OSError as error:
+      self._child = None
+      self._failed(f"could not start its drawing ({error})")
+
+  def poll(self):
+    """Whether a drawing is running; reports one that failed."""
+    if self._child is None:
+      return False
+    code = self._child.poll()
+    if code is None:
+      return True
+    self._ended(code)
+    return False
+
+  def _ended(self, code):
+    self._errors.seek(0)
+    errors = self._errors.read().decode(errors="replace").strip().splitlines()
+    self._errors.close()
+    self._child = self._errors = None
+    if code != 0:
+      self._failed(f"its drawing ended with exit code {code}"
+                   + (f": {errors[-1]}" if errors else ""))
+
+  def _failed(self, what):
+    if not self._failed_once:
+      self._failed_once = True
+      self._print(f"Learning curve not drawn: {what}. Training goes on; draw it later with "
+                  f"python -m scalable_agent_tf2.runfiles.plot {self._logdir}")
+
+  def _stop_child(self):
+    """Kills the running drawing (this class's own child) without reporting it."""
+    self._child.kill()
+    self._child.wait()
+    self._errors.close()
+    self._child = self._errors = None
+
+  def finish(self):
+    """The final drawing (of the whole log), waited for up to timeout_secs."""
+    if self.poll():
+      self._stop_child()  # Drawing an older log: the final one replaces it.
+    self.request()
+    if self._child is None:
+      return
+    try:
+      self._ended(self._child.wait(self._timeout_secs))
+    except subprocess.TimeoutExpired:
+      self._stop_child()
+      self._failed(f"its final drawing took more than {self._timeout_secs:g} s and was "
+                   "stopped")
 
 
 def _mean(values):
@@ -147,13 +354,24 @@ class Monitor:
     self._policy_lag = float("nan")  # Mean lag of the latest updates (kept between writes).
     # (time, frames, updates) at each write, for windowed rates; a write every --log_secs.
     self._samples = collections.deque(maxlen=10_000)
-    self._eta_estimate = None  # (time, seconds to go then).
-    self._eta_frames = None
+    # (time, frames) of the writes at which the frame count had moved (eta_rate).
+    self._frame_changes = collections.deque(maxlen=10_000)
+    self._eta_estimate = None  # (time, seconds to go then, the rate's window start).
     self._start_time = None
     self._start_frames = None
+    # The learner's frame count after its latest update: each episode is stamped with it when
+    # it ends (record_episode), so a curve has a point per episode, not a step per write.
+    self._learner_frames = 0
+    self._logged_frames = 0  # The frame count of the last PROGRESS record.
+    self._last_update_time = None
+    self._activity = Activity
     os.makedirs(logdir, exist_ok=True)
+    # A resumed run has episodes to draw before it finishes one of its own.
+    self._curve_data = os.path.exists(runlog.log_path(logdir)) and bool(
+        os.path.getsize(runlog.log_path(logdir)))
     self._writer = tf.summary.create_file_writer(logdir)
     self._log = runlog.Writer(logdir)
+    self._curves = CurveWriter(logdir, print_fn)
 
   def start(self, num_frames):
     """Marks the start of training at num_frames (rates are measured from here).
@@ -162,16 +380,36 @@ class Monitor:
     drop what an interrupted attempt logged beyond it (runlog.read_trained_records).
     """
     self._start_time, self._start_frames = self._clock(), num_frames
+    self._learner_frames = self._logged_frames = int(num_frames)
+    self._last_update_time = None
+    self._frame_changes.clear()
     self._samples.clear()
     self._samples.append((self._start_time, num_frames, self._num_updates))
     self._log.start(num_frames)
 
+  def watch_activity(self, activity):
+    """activity: callable() -> Activity, asked at each write (the supervising thread) while
+    the run waits for its first update."""
+    self._activity = activity
+
   # Reports (any thread).
 
   def record_episode(self, level, episode_return, episode_step):
+    """An episode that ended now: stamped with the learner's frame count at this moment.
+
+    The learner's count rather than the actors' own: it is the axis of everything else the
+    run logs and decides by (PROGRESS records, TensorBoard's step, the frame budget, the
+    learning rate's decay, checkpoints and the cut of a resumed run's log,
+    runlog.read_trained_records), and it says what the parameters that played the episode
+    had been trained on. Actors count frames before the learner consumes them (ahead of it
+    by the queues' contents, and counting unrolls dropped at a stop or, with LASER, replaced).
+    Its resolution is one update's frames (batch x unroll x action repeat), where the
+    write's count stamped every episode of a --log_secs interval alike.
+    """
     with self._lock:
       self._recent[level].append(float(episode_return))
-      self._new_episodes.append((level, float(episode_return), int(episode_step)))
+      self._new_episodes.append((level, float(episode_return), int(episode_step),
+                                 self._learner_frames))
       self._num_episodes += 1
 
   def record_restart(self, level, error):
@@ -185,6 +423,9 @@ class Monitor:
       self._last_update = {k: float(v) for k, v in stats.items()}
       self._num_updates += 1
       self._policy_lags.extend(policy_lags)
+      if "num_env_frames" in stats:
+        self._learner_frames = int(stats["num_env_frames"])
+      self._last_update_time = self._clock()
 
   # Output (the supervising thread).
 
@@ -202,6 +443,7 @@ class Monitor:
       update = dict(self._last_update)
       num_updates, num_episodes, num_restarts = (self._num_updates, self._num_episodes,
                                                  self._num_restarts)
+      last_update_time = self._last_update_time
     returns = self.recent_returns()
     if lags:
       self._policy_lag = _mean(lags)
@@ -220,35 +462,63 @@ class Monitor:
         record[f"human_normalized/{level}"] = value
       for key in ("mean_capped", "mean", "median"):
         record[f"human_normalized_{key}"] = normalized[key]
-    self._write_summaries(num_frames, episodes, record)
-    for level, episode_return, episode_step in episodes:
-      self._log.episode(num_frames, level, episode_return, episode_step)
+    self._write_summaries(num_frames, [e[:3] for e in episodes], record)
+    for level, episode_return, episode_step, frames in episodes:
+      # Within the PROGRESS records around it, so the log's frames never go back (a write
+      # can read the learner's count before its latest update reached record_update).
+      frames = min(max(frames, self._logged_frames), int(num_frames))
+      self._log.episode(frames, level, episode_return, episode_step)
+    self._logged_frames = int(num_frames)
     self._log.write(record)
     self._log.flush()
-    self._print(self._console_line(record, returns))
+    self._curve_data = self._curve_data or bool(episodes)
+    self._curves.poll()  # Reports a drawing that failed.
+    waiting = None
+    if self._start_time is not None:
+      waiting = waiting_message(
+          now - self._start_time, num_updates,
+          None if last_update_time is None else now - last_update_time,
+          self._activity() if num_updates == 0 else Activity())
+    self._print(self._console_line(record, returns, waiting))
     return record
+
+  def checkpointed(self):
+    """A checkpoint was written: the learning curve is redrawn (CurveWriter.request)."""
+    if self._curve_data:
+      self._curves.request()
 
   def _rates(self, now, num_frames, num_updates):
     """(frames/s and updates/s over the recent window, seconds to the frame budget).
 
-    The time to go is estimated from the mean rate since the start when the frame count
-    moves (an update), and counts down with the clock between updates, so it neither jumps
-    up between DMLab's slow updates nor down at each one; nan until the run has made
-    RATE_WINDOW_UPDATES updates (an earlier estimate is noise).
+    The time to go is the frames left at the recent rate (eta_rate: over the last
+    RATE_WINDOW_SECS of frame changes, so it follows a run that speeds up or slows down; the
+    start-up's wait is never in it). It is estimated when the frame count moves (an update)
+    and counts down with the clock between updates, so it neither jumps up between DMLab's
+    slow updates nor down at each one; should the countdown run out before the budget (the
+    run slowed down), the rate from the same window start to now takes over. nan (no time to
+    go shown) until the run has made RATE_WINDOW_UPDATES updates: the rate is not known yet.
     """
     fps, updates_per_second = windowed_rates(self._samples, now, num_frames, num_updates)
     started_updates = self._samples[0][2] if self._samples else 0
+    previous_frames = self._samples[-1][1] if self._samples else None
     self._samples.append((now, num_frames, num_updates))
-    if (self._start_time is not None and num_frames > self._start_frames
-        and num_updates - started_updates >= RATE_WINDOW_UPDATES
-        and num_frames != self._eta_frames):
-      average_fps = (num_frames - self._start_frames) / max(now - self._start_time, 1e-9)
-      self._eta_estimate = (now, max(self._total_frames - num_frames, 0) / average_fps)
-      self._eta_frames = num_frames
+    remaining = max(self._total_frames - num_frames, 0)
+    if previous_frames is not None and num_frames != previous_frames:
+      start = eta_window_start(self._frame_changes, now)
+      rate = eta_rate(self._frame_changes, now, num_frames)
+      self._frame_changes.append((now, num_frames))
+      if rate is not None and num_updates - started_updates >= RATE_WINDOW_UPDATES:
+        self._eta_estimate = (now, remaining / rate, start)
     if self._eta_estimate is None:
       return fps, updates_per_second, float("nan")
-    estimated_at, eta_seconds = self._eta_estimate
-    return fps, updates_per_second, max(eta_seconds - (now - estimated_at), 0.0)
+    estimated_at, eta_seconds, (start_time, start_frames) = self._eta_estimate
+    countdown = eta_seconds - (now - estimated_at)
+    if not remaining:
+      return fps, updates_per_second, 0.0
+    if countdown > 0:
+      return fps, updates_per_second, countdown
+    rate = (num_frames - start_frames) / max(now - start_time, 1e-9)
+    return fps, updates_per_second, remaining / rate if rate > 0 else float("nan")
 
   def _write_summaries(self, num_frames, episodes, record):
     """TensorBoard: every episode's return and length, and the progress record's numbers."""
@@ -262,18 +532,21 @@ class Monitor:
             tf.summary.scalar(key, value)
     self._writer.flush()
 
-  def _console_line(self, record, returns):
-    eta = record["eta_seconds"]
-    if math.isnan(eta):
-      eta = ""
-    elif eta >= 3600:
-      eta = f", {eta / 3600:.1f} h to go"
-    else:
-      eta = f", {eta / 60:.0f} min to go"
-    parts = [f"frames {record['frames']:,} ({100 * record['progress']:.1f}%{eta})",
-             f"{record['frames_per_second']:,.0f} fps",
-             f"{record['updates_per_second']:.2f} updates/s",
-             f"episodes {record['episodes']}"]
+  def _console_line(self, record, returns, waiting=None):
+    """The console's line of a write; `waiting` (waiting_message) says what the run waits
+    for: before the first update it replaces the rates (all 0), later it follows them."""
+    eta = "" if waiting else format_eta(record["eta_seconds"])
+    parts = [f"frames {record['frames']:,} ({100 * record['progress']:.1f}%{eta})"]
+    if waiting and not record["updates"]:
+      parts.append(waiting)
+      if record["episodes"]:
+        parts.append(f"episodes {record['episodes']}")
+      return " | ".join(parts)
+    parts += [f"{record['frames_per_second']:,.0f} fps",
+              f"{record['updates_per_second']:.2f} updates/s",
+              f"episodes {record['episodes']}"]
+    if waiting:
+      parts.append(waiting)
     if "total_loss" in record:
       parts.append(f"loss {record['total_loss']:.3g}")
     shown = [(level, value) for level, value in returns.items() if not math.isnan(value)]
@@ -285,5 +558,8 @@ class Monitor:
     return " | ".join(parts)
 
   def close(self):
+    """Closes the logs and draws the final learning curve (waits for it: CurveWriter)."""
     self._writer.close()
     self._log.close()
+    if self._curve_data:
+      self._curves.finish()

@@ -330,6 +330,8 @@ class _Run:
     self.monitor = monitoring.Monitor(config.logdir, sorted(set(config.levels)),
                                       config.total_environment_frames, print_fn=self.print)
     cleanup.callback(self.monitor.close)
+    self.monitor.watch_activity(lambda: monitoring.activity_of(
+        self.actors, assembly.environment_group_size(config)))
     self.policy = assembly.make_policy(config, self.agent, self.device)
     cleanup.callback(self.policy.close)
     self.input = input_pipeline.LearnerInput(config, self.stop_event, self.print)
@@ -441,6 +443,7 @@ class _Run:
         if not self.save():
           return
         self.print(f"Checkpoint {self.last_checkpoint}")
+        self.monitor.checkpointed()  # Redraws the learning curve.
         next_checkpoint = now + config.checkpoint_secs
 
   def save(self):

@@ -58,7 +58,11 @@ SCORES = (("human_normalized_mean_capped", "mean capped"),
 
 
 class NoCurve(ValueError):
-  """A logdir with nothing to plot (no log.jsonl, or no finished episode yet)."""
+  """A logdir with nothing to plot yet: its run has not finished an episode."""
+
+
+class NotARun(NoCurve):
+  """A folder without log.jsonl: not a training run's logdir."""
 
 
 def read_episodes(logdir):
@@ -141,7 +145,7 @@ class RunCurves:
 def read_run(logdir, label=None, window=DEFAULT_WINDOW):
   """RunCurves of a logdir; raises NoCurve when it has nothing to plot."""
   if not os.path.exists(runlog.log_path(logdir)):
-    raise NoCurve(f"{logdir} has no {runlog.LOG_FILE}: it is not the logdir of a training run "
+    raise NotARun(f"{logdir} has no {runlog.LOG_FILE}: it is not the logdir of a training run "
                   "(or the run has not started yet). Give the --logdir a run was trained with.")
   records = runlog.read_log(logdir)
   episodes, progress = runlog.read_trained_records(logdir)
@@ -380,6 +384,9 @@ def main(argv=None):
   try:
     runs = [read_run(logdir, label, args.window) for logdir, label in zip(args.logdirs, labels)]
   except NoCurve as error:
+    if args.output is None and not isinstance(error, NotARun):
+      print(f"{error} Nothing to draw.")  # A run's own redraw before its first episode.
+      return
     raise SystemExit(str(error)) from None
   output = args.output or os.path.join(args.logdirs[0], CURVE_FILE)
   paths = plot_runs(runs, output, window=args.window, title=args.title,
