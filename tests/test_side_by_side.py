@@ -58,3 +58,119 @@ def test_extra_flags_reach_every_system_of_ours_and_its_label(monkeypatch, capsy
   assert launched == [{"torso": "deep"}, {"torso": "deep", "intra_op_threads": 1}]
   rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| this")]
   assert len(rows) == 2 and all(", with `--torso=deep` |" in row for row in rows)
+
+
+# ---------------------------------------------------------------------------------------
+# benchmarks/peers/sample_factory_gym: the gymnasium peer's settings, episodes and target.
+
+import glob  # pylint: disable=g-import-not-at-top,wrong-import-position
+import json  # pylint: disable=g-import-not-at-top,wrong-import-position
+import os  # pylint: disable=g-import-not-at-top,wrong-import-position
+import subprocess  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from benchmarks.peers import sample_factory_gym as sf_gym  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+SF_VENV = os.environ.get("SF_VENV", "/tmp/sf_venv")
+SF_PYTHON = os.path.join(SF_VENV, "bin", "python")
+# Installed by benchmarks/peers/setup_sample_factory.sh (a venv without it is not set up yet).
+SF_INSTALLED = bool(glob.glob(os.path.join(SF_VENV, "lib", "python*", "site-packages",
+                                           "sample_factory")))
+
+
+def _gym_args(tmp_path, *flags):
+  return sf_gym.parse_args([f"--output_dir={tmp_path}", "--mode=report", *flags])
+
+
+def test_gym_peer_argv_is_table_g1s_learner_in_sample_factorys_units(tmp_path):
+  words = sf_gym.sample_factory_argv(_gym_args(tmp_path, "--seed=3"), str(tmp_path), "x")
+  assert words[-3:] == ["--encoder_mlp_layers", "256", "256"]  # Two tanh layers of 256.
+  argv = dict(a[2:].split("=", 1) for a in words[:-3])
+  assert (argv["rollout"], argv["recurrence"], argv["batch_size"]) == ("20", "20", "640")
+  assert (argv["num_workers"], argv["num_envs_per_worker"]) == ("2", "24")  # 48 environments.
+  assert (argv["with_vtrace"], argv["gamma"], argv["exploration_loss_coeff"]) == (
+      "True", "0.99", "0.01")
+  assert (argv["learning_rate"], argv["train_for_env_steps"]) == ("0.0006", "2000000")
+  assert sf_gym.CHILD_DEFAULTS == dict(lr_schedule="linear_decay")
+  assert (argv["reward_scale"], argv["normalize_returns"], argv["normalize_input"]) == (
+      "1.0", "False", "True")
+  assert float(argv["max_grad_norm"]) == pytest.approx(40 / 640)
+  assert float(argv["adam_eps"]) == pytest.approx(0.1 / 640)
+  assert (argv["env"], argv["seed"]) == ("CartPole-v1", "3")
+
+
+def test_gym_peer_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
+  for flags, message in (
+      (["--workers=5"], "even share of the 48"),
+      ([f"--output_dir={sf_gym.REPOSITORY}/runs"], "inside the repository"),
+      (["--mode=side_by_side", f"--venv={tmp_path}/none"], "setup_sample_factory.sh")):
+    with pytest.raises(SystemExit):
+      sf_gym.parse_args([f"--output_dir={tmp_path}", *flags])
+    assert message in capsys.readouterr().err
+
+
+def test_the_target_needs_a_full_window_at_its_mean():
+  assert sf_gym.first_reaching([500.0] * 99, 500, 100) is None
+  assert sf_gym.first_reaching([10.0] + [500.0] * 100, 500, 100) == 100
+  assert sf_gym.first_reaching([500.0] * 100 + [10.0], 500, 100) == 99
+  assert sf_gym.first_reaching([400.0, 600.0, 500.0], 500, 2) == 1
+  assert sf_gym.first_reaching([400.0, 599.0, 500.0], 500, 2) == 2
+
+
+def test_episodes_csv_round_trips_and_gives_steps_and_time_to_the_target(tmp_path):
+  rows = [(float(i), 100 * i, 20.0 if i < 3 else 500.0) for i in range(10)]
+  path = sf_gym.write_episodes(str(tmp_path / "episodes.csv"), rows)
+  assert sf_gym.read_episodes(path) == rows
+  assert sf_gym.reached(rows, 500, 4) == dict(seconds=6.0, steps=600, episodes=7)
+  assert sf_gym.reached(rows, 501, 4) is None
+  (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+  with pytest.raises(ValueError, match="header"):
+    sf_gym.read_episodes(str(tmp_path / "other.csv"))
+
+
+def test_both_systems_episodes_are_read_as_seconds_steps_return(tmp_path):
+  # Ours: progress every 5 s (steps 0, 0, 1000, 3000), episodes at 1000 and 2000 steps.
+  records = [dict(kind="start", time=100.0, frames=0)]
+  records += [dict(kind="progress", time=100.0 + 5 * i, frames=f)
+              for i, f in enumerate([0, 0, 1000, 3000])]
+  records.insert(4, dict(kind="episode", frames=1000, level="gym:CartPole-v1",
+                         episode_return=30.0, episode_length=30))
+  records.insert(5, dict(kind="episode", frames=2000, level="gym:CartPole-v1",
+                         episode_return=40.0, episode_length=40))
+  (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+  # 1000 steps first at t=110, 3000 at t=115: 2000 steps at 112.5.
+  assert sf_gym.ours_episodes(str(tmp_path)) == [(10.0, 1000, 30.0), (12.5, 2000, 40.0)]
+  assert sf_gym.ours_episodes(str(tmp_path), launched=90.0)[0] == (20.0, 1000, 30.0)
+  # Sample Factory: the reports' trained steps, interpolated at each episode's own time.
+  peer = tmp_path / "peer"
+  (peer / "games").mkdir(parents=True)
+  stamp = lambda s: f"[2026-01-01 00:00:{s:02d},000][123]"
+  (peer / "sample_factory.log").write_text("".join(
+      f"{stamp(s)} Fps is (10 sec: 1.0, 60 sec: nan, 300 sec: nan). Total num frames: {n}. "
+      f"Throughput: 0: 1.0. Samples: {n}. Policy #0 lag: (min: 0.0)\n"
+      for s, n in ((10, 0), (15, 640), (20, 1920))))
+  t0 = sf_gym.read_reports(str(peer / "sample_factory.log"))[0][0]
+  (peer / "games" / "episodes_1.csv").write_text(f"{t0 + 7.5},25,25\n")
+  (peer / "games" / "episodes_2.csv").write_text(f"{t0 + 2.5},12,12\n")
+  assert sf_gym.peer_episodes(str(peer), launched=t0 - 10) == [
+      (12.5, 320, 12.0), (17.5, 1280, 25.0)]
+
+
+@pytest.mark.skipif(not SF_INSTALLED,
+                    reason="no Sample Factory venv: bash benchmarks/peers/setup_sample_factory.sh")
+def test_sample_factory_takes_the_gym_peers_command_line(tmp_path):
+  # Sample Factory's own parser reads every override with the value meant (a renamed or
+  # retyped option of another release would fail here, not an hour into a run).
+  argv = sf_gym.sample_factory_argv(_gym_args(tmp_path), str(tmp_path), "x")
+  script = ("import json, sys\n"
+            "from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args\n"
+            "parser, _ = parse_sf_args(argv=sys.argv[1:])\n"
+            f"parser.set_defaults(**{sf_gym.CHILD_DEFAULTS!r})\n"
+            "cfg = parse_full_cfg(parser, sys.argv[1:])\n"
+            "print(json.dumps(dict(vars(cfg)), default=str))\n")
+  out = subprocess.run([SF_PYTHON, "-c", script, *argv], capture_output=True, text=True,
+                       timeout=120, check=True).stdout
+  cfg = json.loads(out.strip().splitlines()[-1])
+  assert (cfg["batch_size"], cfg["rollout"], cfg["num_envs_per_worker"]) == (640, 20, 24)
+  assert cfg["encoder_mlp_layers"] == [256, 256] and cfg["nonlinearity"] == "tanh"
+  assert cfg["lr_schedule"] == "linear_decay" and cfg["with_vtrace"] is True
+  assert cfg["decoder_mlp_layers"] == [] and cfg["normalize_input"] is True
