@@ -175,6 +175,22 @@ def test_a_level_that_cannot_draw_is_named_and_its_test_goes_on(tmp_path):
   assert not os.path.exists(os.path.join(logdir, "evaluation", "videos"))
 
 
+def test_videos_that_cannot_be_written_are_named_and_the_test_goes_on(tmp_path):
+  logdir = _toy_logdir(tmp_path)
+  os.makedirs(os.path.join(logdir, "evaluation"))
+  with open(os.path.join(logdir, "evaluation", "videos"), "w") as f:
+    f.write("a file where the videos go")
+  lines = []
+  result = evaluation.evaluate(
+      _toy_config(logdir, "--num_actors=1", "--test_num_episodes=2",
+                  "--record_video_episodes=2"), print_fn=lines.append)
+  assert result["rows"][0]["episodes"] == 2 and os.path.isfile(result["paths"][0])
+  reason = result["summary"]["videos"]["not_recorded"]["toy/lit_side"]
+  assert reason.startswith("its video could not be written (FileExistsError"), reason
+  assert any(line.startswith("Videos: toy/lit_side is not recorded: its video could not be "
+                             "written") for line in lines)
+
+
 def test_gymnasium_cartpole_records_its_rgb_pictures_and_plays_the_same_episodes(tmp_path):
   logdir = str(tmp_path / "cartpole")
   config = config_lib.config_from_argv([
