@@ -167,7 +167,10 @@ class _WorkerVideos:
     (videos_lib.recorded_counts)."""
     self._loop = loop
     self._level = level_videos
-    self._fps = None
+    try:
+      self._fps = loop.render_fps() or videos_lib.DEFAULT_FPS
+    except actor_lib.ENVIRONMENT_FAILURES:  # Its step will restart it; the speed is no loss.
+      self._fps = videos_lib.DEFAULT_FPS
     self._first = {slot: first for slot, (count, first) in enumerate(counts) if count}
     self._counts = {slot: count for slot, (count, _) in enumerate(counts) if count}
     self._slots = {slot: videos_lib.SlotRecording(count, self._open_writer,
@@ -176,8 +179,6 @@ class _WorkerVideos:
     self._start()
 
   def _open_writer(self):
-    if self._fps is None:
-      self._fps = self._loop.render_fps() or videos_lib.DEFAULT_FPS
     return self._level.open_writer(self._fps)
 
   def _keep(self, slot, writer, index, info):
@@ -196,18 +197,17 @@ class _WorkerVideos:
     return None
 
   def _each(self, act, only_wanted=False):
-    """act(slot, SlotRecording, picture or None) for every recorded slot (asking for a
-    picture where `only_wanted` is False or the slot wants one); a file that cannot be
-    written stops the level's videos."""
+    """act(slot, SlotRecording, its picture) for every recorded slot (with `only_wanted`,
+    those that want one); a file that cannot be written stops the level's videos."""
     for slot, recording in self._slots.items():
       if not self._level.active:
         self._stop()
         return
-      picture = None
-      if not only_wanted or recording.wants_picture:
-        picture = self._picture(slot)
-        if picture is None:
-          continue
+      if only_wanted and not recording.wants_picture:
+        continue
+      picture = self._picture(slot)
+      if picture is None:
+        continue
       try:
         act(slot, recording, picture)
       except (OSError, videos_lib.VideoError, RuntimeError) as error:
@@ -236,9 +236,11 @@ class _WorkerVideos:
         self._level.stop(f"its video could not be written ({type(error).__name__}: {error}).")
 
   def _stop(self):
+    """The level's videos stopped: this worker's unfinished ones are discarded."""
     for recording in self._slots.values():
       recording.abandon()
       recording.restart()
+    self._slots = {}
 
   def close(self):
     for recording in self._slots.values():
