@@ -66,6 +66,7 @@ def test_extra_flags_reach_every_system_of_ours_and_its_label(monkeypatch, capsy
 import glob  # pylint: disable=g-import-not-at-top,wrong-import-position
 import json  # pylint: disable=g-import-not-at-top,wrong-import-position
 import os  # pylint: disable=g-import-not-at-top,wrong-import-position
+import sys  # pylint: disable=g-import-not-at-top,wrong-import-position
 import subprocess  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks.peers import sample_factory_gym as sf_gym  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -174,3 +175,20 @@ def test_sample_factory_takes_the_gym_peers_command_line(tmp_path):
   assert cfg["encoder_mlp_layers"] == [256, 256] and cfg["nonlinearity"] == "tanh"
   assert cfg["lr_schedule"] == "linear_decay" and cfg["with_vtrace"] is True
   assert cfg["decoder_mlp_layers"] == [] and cfg["normalize_input"] is True
+
+
+def test_report_run_as_a_script_reads_our_log_and_the_steps_to_the_target(tmp_path):
+  # As the README runs it (python benchmarks/peers/...py): the repository's package must be
+  # importable from the script, and our episodes reach the target at the 100th episode.
+  logdir = tmp_path / "ours_seed_1"
+  logdir.mkdir()
+  records = [dict(kind="start", time=0.0, frames=0), dict(kind="progress", time=0.0, frames=0)]
+  records += [dict(kind="episode", frames=1000 * i, level="gym:CartPole-v1",
+                   episode_return=500.0, episode_length=500) for i in range(1, 101)]
+  records.append(dict(kind="progress", time=50.0, frames=100_000))
+  (logdir / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+  out = subprocess.run([sys.executable, os.path.join("benchmarks", "peers",
+                                                     "sample_factory_gym.py"),
+                        "--mode=report", f"--output_dir={tmp_path}"], cwd=sf_gym.REPOSITORY,
+                       capture_output=True, text=True, timeout=120, check=True).stdout
+  assert "ours seed 1: reached 500 at 100,000 steps, 50 s" in out

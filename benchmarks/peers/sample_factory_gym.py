@@ -275,6 +275,8 @@ def peer_episodes(output_dir, launched):
 def ours_episodes(logdir, launched=None):
   """This project's episodes from log.jsonl, the same rows: (seconds since launched (default:
   the first START record), trained steps, return)."""
+  if REPOSITORY not in sys.path:  # Run as a script: the package is the repository's.
+    sys.path.insert(0, REPOSITORY)
   # pylint: disable-next=import-outside-toplevel
   from scalable_agent_tf2.runfiles import runlog
   episodes, progress = runlog.read_trained_records(logdir)
