@@ -268,13 +268,26 @@ def test_the_gpu_benchmark_code_path_on_the_cpu_with_tiny_sizes(tmp_path):
   assert all(r["median_s"] > 0 and r["frames_per_s"] > 0 for r in rows)
   text = throughput_gpu.markdown("a machine", "a command", rows, [
       dict(level="atari/pong", torso="shallow", num_actors=2, envs_per_actor=24,
-           batch_size=32, unroll_length=20, frames_per_s=1234.0)])
+           batch_size=32, unroll_length=20, frames_per_s=1234.0),
+      dict(level="atari/breakout", torso="deep", num_actors=2, envs_per_actor=24,
+           batch_size=32, unroll_length=20, frames_per_s=None, error="RuntimeError: boom")])
   assert "| 3 (Atari 84x84x4) | shallow | off |" in text
   assert "| 21 (DMLab 96x72x3, LSTM) | deep | off |" in text
   assert "| atari/pong | shallow | 2 x 24 | 32, 20 | 1,234 |" in text
+  assert "| atari/breakout | deep | 2 x 24 | 32, 20 | failed: RuntimeError: boom |" in text
   assert "| IMPALA (dyn. batch) 48 actors | 48 | 1 | 21K | 24K |" in text
   throughput_gpu.write_results(str(tmp_path), text, dict(updates=rows))
   assert os.path.exists(tmp_path / "gpu_benchmark.json")
+
+
+def test_an_end_to_end_run_that_fails_is_a_row_with_its_error():
+  # pylint: disable=g-import-not-at-top
+  from benchmarks.speed import throughput
+  from benchmarks.speed import throughput_gpu
+  with mock.patch.object(throughput, "run_training", side_effect=RuntimeError("no ROM")):
+    rows = throughput_gpu.end_to_end_rows(["atari/pong"], ["shallow"], 1.0, 0.0,
+                                          log=lambda text: None)
+  assert rows[0]["frames_per_s"] is None and rows[0]["error"] == "RuntimeError: no ROM"
 
 
 @pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")), reason="a GPU is here")

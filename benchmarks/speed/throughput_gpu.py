@@ -121,18 +121,24 @@ def update_rows(device, torsos=("shallow", "deep"), unroll_lengths=UNROLL_LENGTH
 
 
 def end_to_end_rows(levels, torsos, seconds, warmup, log=print):
-  """(2): IMPALA with dynamic batching, the learner on the GPU (experiment.py chooses it)."""
+  """(2): IMPALA with dynamic batching, the learner on the GPU (experiment.py chooses it).
+  A run that fails is a row with its error (the other rows and (1) are kept)."""
   from benchmarks.speed import throughput  # pylint: disable=g-import-not-at-top
   rows = []
   for level in levels:
     for torso in torsos:
       config = throughput.level_config(level, torso, None)
-      rate, _ = throughput.run_training(config, seconds, warmup, True, os.cpu_count())
-      log(f"  end to end {level} {torso}: {rate:,.0f} frames/s")
-      rows.append(dict(level=level, torso=torso, num_actors=config.num_actors,
-                       envs_per_actor=config.envs_per_actor, batch_size=config.batch_size,
-                       unroll_length=config.unroll_length, frames_per_s=rate,
-                       seconds=seconds, warmup=warmup))
+      row = dict(level=level, torso=torso, num_actors=config.num_actors,
+                 envs_per_actor=config.envs_per_actor, batch_size=config.batch_size,
+                 unroll_length=config.unroll_length, seconds=seconds, warmup=warmup)
+      try:
+        row["frames_per_s"], _ = throughput.run_training(config, seconds, warmup, True,
+                                                         os.cpu_count())
+        log(f"  end to end {level} {torso}: {row['frames_per_s']:,.0f} frames/s")
+      except Exception as error:  # pylint: disable=broad-except
+        row.update(frames_per_s=None, error=f"{type(error).__name__}: {error}"[-2000:])
+        log(f"  end to end {level} {torso} FAILED: {row['error']}")
+      rows.append(row)
   return rows
 
 
@@ -156,9 +162,11 @@ def markdown(machine, command, updates, end_to_end):
               "| level | network | actors x environments | B, T | frames/s |",
               "|---|---|---:|---|---:|"]
     for row in end_to_end:
+      rate = (f"{row['frames_per_s']:,.0f}" if row.get("frames_per_s") is not None
+              else f"failed: {row.get('error', '?')[:200]}")
       lines.append(f"| {row['level']} | {row['torso']} | {row['num_actors']} x "
                    f"{row['envs_per_actor']} | {row['batch_size']}, {row['unroll_length']} | "
-                   f"{row['frames_per_s']:,.0f} |")
+                   f"{rate} |")
   lines += ["", "The paper's Table 1 (frames/s, shallow network, B=32, one NVIDIA P100 where "
             "GPUs = 1; task 1 seekavoid_arena_01, task 2 rooms_keys_doors_puzzle):", "",
             "| architecture | CPUs | GPUs | task 1 | task 2 |", "|---|---:|---:|---:|---:|"]
@@ -226,7 +234,7 @@ def main(argv=None):
   if args.output_dir:
     write_results(args.output_dir, text, dict(machine=machine, command=command, gpu=device,
                                               updates=updates, end_to_end=end_to_end))
-  return 0
+  return 1 if any(row.get("error") for row in end_to_end) else 0
 
 
 def gpu_name():
