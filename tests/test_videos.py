@@ -386,3 +386,30 @@ def test_mujoco_opengl_is_chosen_only_in_an_environment_process_without_display(
   assert choose({"DISPLAY": ":0"}) == (None, {"DISPLAY": ":0"})
   assert choose({"MUJOCO_GL": "egl"})[1]["MUJOCO_GL"] == "egl"
   assert choose({}, modules=("mujoco",))[0] is None
+
+
+def test_without_any_encoder_no_videos_and_the_console_says_so(monkeypatch):
+  monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)
+  monkeypatch.setitem(sys.modules, "PIL", None)
+  monkeypatch.setitem(sys.modules, "PIL.Image", None)
+  video_format, note = videos.choose_format()
+  assert video_format is None
+  assert note.startswith("Videos: none will be recorded: imageio-ffmpeg is not usable here")
+  assert "pip install -r requirements-runtime.txt" in note
+  summary = evaluation.videos_summary({}, None, "/d/evaluation/videos")
+  assert evaluation.videos_lines(summary) == [
+      "Videos: none recorded (no encoder; see the note above)."]
+
+
+def test_the_console_names_each_level_or_sums_a_suite_up():
+  files = lambda n: [dict(episode=k, width=160, height=210, fps=15.0) for k in range(1, n + 1)]
+  few = dict(directory="/d", format=videos.MP4, files={"atari/pong": files(2)},
+             not_recorded={})
+  assert evaluation.videos_lines(few) == [
+      "Videos: atari/pong episodes 1, 2 (2 MP4 files of 160x210 at 15 frames/s)",
+      "Videos: 2 files in /d"]
+  many = dict(directory="/d", format=videos.GIF,
+              files={f"atari/game{k}": files(3) for k in range(5)},
+              not_recorded={"atari/game4": "its video could not be written"})
+  assert evaluation.videos_lines(many) == [
+      "Videos: 15 files in /d; not recorded: atari/game4 (see above)"]
