@@ -96,7 +96,7 @@ def test_gym_peer_argv_is_table_g1s_learner_in_sample_factorys_units(tmp_path):
       "1.0", "False", "True")
   assert float(argv["max_grad_norm"]) == pytest.approx(40 / 640)
   assert float(argv["adam_eps"]) == pytest.approx(0.1 / 640)
-  assert (argv["env"], argv["seed"]) == ("CartPole-v1", "3")
+  assert (argv["env"], argv["seed"], argv["value_bootstrap"]) == ("CartPole-v1", "3", "True")
 
 
 def test_gym_peer_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
@@ -175,6 +175,7 @@ def test_sample_factory_takes_the_gym_peers_command_line(tmp_path):
   assert cfg["encoder_mlp_layers"] == [256, 256] and cfg["nonlinearity"] == "tanh"
   assert cfg["lr_schedule"] == "linear_decay" and cfg["with_vtrace"] is True
   assert cfg["decoder_mlp_layers"] == [] and cfg["normalize_input"] is True
+  assert cfg["value_bootstrap"] is True
 
 
 def test_report_run_as_a_script_reads_our_log_and_the_steps_to_the_target(tmp_path):

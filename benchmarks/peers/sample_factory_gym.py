@@ -77,7 +77,9 @@ Sample Factory here:
     decorrelation of the environments at start (decorrelate_envs_on_one_worker, its default).
   environment: the same gymnasium id from each system's own gymnasium (ours: the project's
     gymnasium 1.x; Sample Factory: 0.29.1, the last it accepts); CartPole-v1's 500-step
-    time limit in both.
+    time limit in both; an episode cut by it bootstraps its return from the value in both
+    (ours: gym_env's emit_truncation_step; Sample Factory: value_bootstrap=True, not its
+    default: --value_bootstrap=False gives its default).
 """
 import argparse
 import csv
@@ -121,7 +123,8 @@ def sample_factory_argv(args, train_dir, experiment):
       batched_sampling=False, rollout=UNROLL, recurrence=UNROLL, batch_size=BATCH_STEPS,
       num_batches_per_epoch=1, num_epochs=1, with_vtrace=True, vtrace_rho=1.0, vtrace_c=1.0,
       gamma=DISCOUNT, exploration_loss="entropy", exploration_loss_coeff=ENTROPY,
-      value_loss_coeff=0.25, reward_scale=1.0, reward_clip=1000.0, normalize_returns=False,
+      value_loss_coeff=0.25, value_bootstrap=args.value_bootstrap, reward_scale=1.0,
+      reward_clip=1000.0, normalize_returns=False,
       normalize_input=True, optimizer="adam", learning_rate=LEARNING_RATE,
       adam_beta1=0.0, adam_beta2=0.99, adam_eps=RMSPROP_EPSILON ** 0.5 / BATCH_STEPS,
       max_grad_norm=GRADIENT_CLIP / BATCH_STEPS, nonlinearity="tanh", use_rnn=False,
@@ -471,6 +474,11 @@ def parse_args(argv):
                       help="Stop a run when the mean of its last --window returns reaches "
                            "this (CartPole-v1's maximum, 500).")
   parser.add_argument("--window", type=int, default=100)
+  parser.add_argument("--value_bootstrap", choices=["True", "False"], default="True",
+                      help="Sample Factory's value_bootstrap: True bootstraps the return of "
+                           "an episode cut by its time limit from the value, as ours does "
+                           "(gym_env's emit_truncation_step); False, its default, treats the "
+                           "cut as the episode's end.")
   parser.add_argument("--max_seconds", type=float, default=float("inf"),
                       help="Stop every run after this wall time.")
   parser.add_argument("--seed", type=int, default=1)
