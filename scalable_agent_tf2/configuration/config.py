@@ -471,6 +471,9 @@ def _check_combinations(config):
                      f"levels; {config.level_name} is not one ({config.family.title}). Drop "
                      "--env_kwargs.")
   config.family.check_config(config)
+  if config.record_video_episodes and config.mode != settings.TEST:
+    raise ValueError(f"--record_video_episodes records test episodes: add --mode=test, or "
+                     f"drop it (got --mode={config.mode}).")
   if config.torso == settings.IMPACT_CNN and (config.width, config.height) != (42, 42):
     raise ValueError(f"--torso={settings.IMPACT_CNN} is the IMPACT paper's network for 42x42 "
                      f"frames (section 4.3), got {config.width}x{config.height}: add "
