@@ -413,3 +413,10 @@ def test_the_console_names_each_level_or_sums_a_suite_up():
               not_recorded={"atari/game4": "its video could not be written"})
   assert evaluation.videos_lines(many) == [
       "Videos: 15 files in /d; not recorded: atari/game4 (see above)"]
+
+
+def test_videos_outside_test_mode_are_refused():
+  with pytest.raises(ValueError, match="records test episodes: add --mode=test"):
+    config_lib.config_from_argv(["--level_name=toy/lit_side", "--record_video_episodes=2"])
+  assert config_lib.config_from_argv(["--mode=test", "--level_name=toy/lit_side",
+                                      "--record_video_episodes=2"]).record_video_episodes == 2
