@@ -365,6 +365,22 @@ def crashed(log_path):
   return None
 
 
+def group_cpu_seconds(pgid, seen):
+  """Updates seen ({pid: CPU seconds}) with the user + system time of every live process of
+  the process group (Linux /proc); returns their sum: the group's CPU time so far, up to
+  one poll of a process that has exited since."""
+  tick = os.sysconf("SC_CLK_TCK")
+  for stat in glob.glob("/proc/[0-9]*/stat"):
+    try:
+      with open(stat) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    if int(fields[2]) == pgid:  # Fields after the name: state, ppid, pgrp, ..., utime, stime.
+      seen[stat] = (int(fields[11]) + int(fields[12])) / tick
+  return sum(seen.values())
+
+
 def done(rows, args):
   """Why a run should stop now (the target or the step budget reached), or None."""
   hit = reached(rows, args.target, args.window)
@@ -379,6 +395,7 @@ def run(args, directories):
   """Launches the systems of `directories` ({system: directory}) together, polls their
   episodes, stops each when done; writes episodes.csv and launch.json in each directory."""
   running, launched, why = {}, {}, {}
+  cpu = {system: {} for system in directories}
   for system, directory in directories.items():
     launched[system] = time.time()
     if system == PEER:
@@ -395,6 +412,7 @@ def run(args, directories):
     while running:
       time.sleep(POLL_SECONDS)
       for system in list(running):
+        group_cpu_seconds(running[system].pid, cpu[system])
         rows = episodes_of(system, directories[system], launched[system])
         process = running[system]
         failure = crashed(os.path.join(directories[system], "sample_factory.log")) \
@@ -404,8 +422,8 @@ def run(args, directories):
                   or failure or ("--max_seconds" if time.time() > deadline else None))
         if reason:
           why[system] = reason
-          print(f"{system}: {reason}; {time.time() - launched[system]:.0f} s since launch; "
-                "stopping", flush=True)
+          print(f"{system}: {reason}; {time.time() - launched[system]:.0f} s since launch, "
+                f"{sum(cpu[system].values()):.0f} CPU seconds; stopping", flush=True)
           stop(running.pop(system))
   finally:
     for process in running.values():
@@ -413,6 +431,9 @@ def run(args, directories):
   for system, directory in directories.items():
     rows = episodes_of(system, directory, launched[system])
     write_episodes(os.path.join(directory, EPISODES_FILE), rows)
+    with open(os.path.join(directory, "stopped.json"), "w") as f:
+      json.dump(dict(reason=why.get(system), cpu_seconds_at_stop=sum(cpu[system].values()),
+                     episodes=len(rows)), f, indent=1)
   return why
 
 
