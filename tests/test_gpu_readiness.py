@@ -87,6 +87,37 @@ def test_update_numbers_builds_each_case_once_for_both_tools():
                               strategy=tf.distribute.MirroredStrategy([CPU]))
 
 
+def test_the_update_compiles_once_whatever_the_number_of_new_trajectories():
+  # XLA compiles once per traced signature: the number of new trajectories (replay, IMPACT's
+  # reused batches) is passed as a tensor, so a run's changing counts never recompile.
+  the_learner, batch = update_numbers.build_case("impala_gaussian")
+  for seed, num_new in enumerate((4, 0, 2)):
+    env_outputs, agent_outputs = batch(5, 4, seed)
+    the_learner.update(the_learner.agent.initial_state(4), env_outputs, agent_outputs,
+                       num_new_trajectories=num_new)
+  assert the_learner._compiled_update.experimental_get_tracing_count() == 1  # pylint: disable=protected-access
+
+
+def test_the_learners_batches_have_one_static_shape():
+  # drop_remainder: no last partial batch, every dimension known, so one XLA compilation.
+  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import networks
+  from scalable_agent_tf2.run import assembly
+  from scalable_agent_tf2.run import input_pipeline
+
+  class _NoState:
+    @staticmethod
+    def initial_state():
+      return ()
+  config = networks.atari_config(num_actions=4, frame_shape=(24, 24, 4))
+  signature = assembly.trajectory_signature(config, 5, _NoState())
+  dataset = input_pipeline.make_dataset(lambda: None, signature, 8)
+  for spec in tf.nest.flatten(dataset.element_spec):
+    assert spec.shape.is_fully_defined(), spec
+  policy_versions, _, env_outputs, _ = dataset.element_spec
+  assert policy_versions.shape == [8] and env_outputs.reward.shape == [6, 8]
+
+
 # ---------------------------------------------------------------------------------------
 # Dynamic batching (test_gpu's second test).
 
