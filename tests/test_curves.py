@@ -165,6 +165,32 @@ def test_episodes_are_stamped_with_the_learners_frames_when_they_end(tmp_path):
   assert [e["frames"] for e in episodes] == [80, 160, 240, 320, 400]
 
 
+def test_the_monitor_draws_the_curve_when_asked_at_a_checkpoint_and_at_close(tmp_path):
+  from scalable_agent_tf2.run import monitoring  # pylint: disable=import-outside-toplevel
+  now = [0.0]
+  monitor = monitoring.Monitor(str(tmp_path), ["toy"], total_frames=10_000,
+                               print_fn=print, clock=lambda: now[0])
+  monitor.start(0)
+  path = tmp_path / plot.CURVE_FILE
+  monitor.checkpointed()  # Nothing logged yet: nothing to draw.
+  assert not monitor._curves.poll()  # pylint: disable=protected-access
+  for update in range(1, 11):
+    now[0] = float(update)
+    monitor.record_update({"num_env_frames": 80 * update}, [0])
+    monitor.record_episode("toy", float(update), 10)
+    monitor.write(80 * update, queue_fill=0.0)
+  monitor.checkpointed()
+  deadline = time.monotonic() + 300
+  while monitor._curves.poll() and time.monotonic() < deadline:  # pylint: disable=protected-access
+    time.sleep(0.1)
+  assert png_size(path) == plot.figure_pixels(1)
+  at_checkpoint = path.read_bytes()
+  monitor.record_episode("toy", 50.0, 10)
+  monitor.write(880, queue_fill=0.0)
+  monitor.close()  # The stop: waits for the final drawing.
+  assert png_size(path) == plot.figure_pixels(1) and path.read_bytes() != at_checkpoint
+
+
 @dataclasses.dataclass
 class _Watch:
   """What the test's print function saw of the curve after the run's first checkpoint that

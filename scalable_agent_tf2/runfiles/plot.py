@@ -105,15 +105,18 @@ def running_seconds(attempts, times):
 def training_hours(logdir, frames):
   """Hours of training (running_seconds / 3600) at which the run had trained `frames`,
   interpolated between its progress records."""
-  progress = runlog.read_trained_records(logdir)[1]
-  return _hours_at(progress, runlog.read_log(logdir), frames)
+  records = runlog.read_log(logdir)
+  return _hours_of(runlog.read_trained_records(logdir, records)[1], records)(frames)
 
 
-def _hours_at(progress, records, frames):
+def _hours_of(progress, records):
+  """callable(frames) -> hours of training at those frames (training_hours), for one run's
+  progress records (the log's records give its attempts)."""
   if not progress:
-    return np.zeros(len(frames))
+    return lambda frames: np.zeros(len(frames))
   seconds = running_seconds(attempts_from_log(records), [p["time"] for p in progress])
-  return np.interp(frames, [p["frames"] for p in progress], seconds) / 3600
+  progress_frames = [p["frames"] for p in progress]
+  return lambda frames: np.interp(frames, progress_frames, seconds) / 3600
 
 
 def running_mean(values, window):
@@ -148,7 +151,7 @@ def read_run(logdir, label=None, window=DEFAULT_WINDOW):
     raise NotARun(f"{logdir} has no {runlog.LOG_FILE}: it is not the logdir of a training run "
                   "(or the run has not started yet). Give the --logdir a run was trained with.")
   records = runlog.read_log(logdir)
-  episodes, progress = runlog.read_trained_records(logdir)
+  episodes, progress = runlog.read_trained_records(logdir, records)
   by_level = collections.defaultdict(lambda: ([], []))
   for record in episodes:
     if record.get("episode_return") is None:  # Not a number (runlog writes NaN as null).
@@ -158,18 +161,17 @@ def read_run(logdir, label=None, window=DEFAULT_WINDOW):
     returns.append(record["episode_return"])
   if not by_level:
     raise NoCurve(f"No finished episode in {runlog.log_path(logdir)} yet.")
+  hours = _hours_of(progress, records)
   levels = {}
   for level, (frames, returns) in sorted(by_level.items()):
     frames, returns = np.asarray(frames, np.float64), np.asarray(returns, np.float64)
-    levels[level] = Curve(frames, _hours_at(progress, records, frames),
-                          running_mean(returns, window), dots=returns)
+    levels[level] = Curve(frames, hours(frames), running_mean(returns, window), dots=returns)
   scores = {}
   for key, name in SCORES:
     kept = [p for p in progress if p.get(key) is not None]
     if kept:
       frames = np.array([p["frames"] for p in kept], np.float64)
-      scores[name] = Curve(frames, _hours_at(progress, records, frames),
-                           np.array([p[key] for p in kept], np.float64))
+      scores[name] = Curve(frames, hours(frames), np.array([p[key] for p in kept], np.float64))
   return RunCurves(label if label is not None else _default_label(logdir), levels, scores)
 
 
@@ -313,9 +315,14 @@ def _plot_grid(plt, runs, levels, path, window, title):
     axes.grid(alpha=0.3)
   if len(runs) > 1:
     panels.flat[0].legend(fontsize=6)
+  # Fixed margins (in inches): tight_layout measures every one of 57 panels' labels, seconds.
+  width_in, height_in = width / DPI, height / DPI
   figure.suptitle((title + ": " if title else "")
-                  + f"mean of the last {window} episode returns against frames (millions)")
-  figure.tight_layout()
+                  + f"mean of the last {window} episode returns against frames (millions)",
+                  y=1 - 0.08 / height_in, va="top")
+  figure.subplots_adjust(left=0.35 / width_in, right=1 - 0.1 / width_in,
+                         bottom=0.25 / height_in, top=1 - 0.6 / height_in,
+                         wspace=0.25, hspace=0.55)
   _save(figure, path)
   plt.close(figure)
 

@@ -7,8 +7,9 @@ benchmarks. TensorFlow-free, so a driver or a plotting tool reads it without loa
 Records, by their "kind":
   START     one per (re)start of training: time, frames (the frame count it starts from: a
             resumed run starts at its checkpoint's).
-  EPISODE   one per finished episode: frames (the learner's, when the episode was logged),
-            level, episode_return, episode_length.
+  EPISODE   one per finished episode: frames (the learner's frame count when the episode
+            ended: monitoring.Monitor.record_episode; logs written before issue 33 have the
+            count of the write that logged it), level, episode_return, episode_length.
   PROGRESS  one per monitor write (every --log_secs): time, frames, progress, rates, counts
             and the learner's latest scalars; "not measured yet" is null.
 """
@@ -118,8 +119,11 @@ class LogTail:
     return records
 
 
-def read_trained_records(logdir):
+def read_trained_records(logdir, records=None):
   """The EPISODE and PROGRESS records of a run's log that lead to its parameters.
+
+  `records`: the log's records when the caller has read them already (read_log(logdir));
+  a long run's log is tens of megabytes, read once.
 
   A run resumed from a checkpoint logs frame counts from the checkpoint's on (its START
   record names that count): what the interrupted attempt logged beyond it was played and
@@ -139,7 +143,7 @@ def read_trained_records(logdir):
     for kept in (episodes, progress):
       while kept and kept[-1]["frames"] > frames:
         kept.pop()
-  for record in read_log(logdir):
+  for record in read_log(logdir) if records is None else records:
     kind = record.get("kind")
     if kind == START:
       drop_beyond(record["frames"])
