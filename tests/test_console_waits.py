@@ -37,6 +37,24 @@ def test_waiting_message_says_what_the_run_waits_for():
           == f"no update for {monitoring.STALL_SECS + 5:.0f} s")
 
 
+def test_activity_of_local_actor_threads_and_of_a_clusters_actor_processes():
+  class Thread:  # acting.actor.ActorThread's counts.
+    def __init__(self, ready, trajectories):
+      self.num_envs_ready, self.num_trajectories = ready, trajectories
+
+  class LocalActors:
+    threads = [Thread(24, 3), Thread(0, 0)]
+
+  assert monitoring.activity_of(LocalActors(), group_size=24) == monitoring.Activity(
+      environments=48, environments_ready=24, unrolls=3)
+
+  class RemoteActors:  # run/actor_process.RemoteActors: no threads here.
+    def delivered(self):
+      return dict(produced=7, by_actor_process={0: 7}, duplicates={})
+
+  assert monitoring.activity_of(RemoteActors(), group_size=24) == monitoring.Activity(unrolls=7)
+
+
 def test_console_lines_of_a_starting_run_name_the_wait_with_seconds_elapsed(tmp_path):
   clock, lines = _Clock(), []
   monitor = monitoring.Monitor(str(tmp_path), ["atari/pong"], total_frames=10**6,
