@@ -1,7 +1,7 @@
 """A TensorFlow 2 reproduction of IMPALA (Espeholt et al., 2018), with IMPACT and LASER.
 
 Rooms, each a subpackage whose docstring says what it holds and what it may import (the rules
-are tests/test_import_rules.py's; docs/ARCHITECTURE.md lists them):
+are tests/project/test_import_rules.py's; docs/ARCHITECTURE.md lists them):
   configuration  settings tables, presets, level names; no TensorFlow.
   environments   environment families and how their environments run; no TensorFlow.
   agent          networks built from the environment's spec; action distributions.

@@ -1,7 +1,7 @@
 """An in-process stand-in for the `deepmind_lab` module that enforces its contract exactly.
 
 The contract (read from DeepMind Lab's python/dmlab_module.c and checked against a built
-module; tests/test_dmlab_real.py runs the real one): argument types, the errors the real module
+module; tests/environments/test_dmlab_real.py runs the real one): argument types, the errors the real module
 raises, rewards summed over num_steps frames, fresh observation copies, no stepping or observing
 after the episode ended or after close(), the level_cache protocol. Anything the adapter gets
 wrong here would be wrong against the real module.

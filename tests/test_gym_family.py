@@ -103,7 +103,7 @@ def test_a_wrong_shape_mid_episode_names_the_environment_and_the_field():
 
 
 class _UniformPolicy:
-  """Stands in for BatchedPolicy on discrete actions (tests/test_actor_groups.py's)."""
+  """Stands in for BatchedPolicy on discrete actions (tests/acting/test_actor_groups.py's)."""
 
   def initial_states(self, num_envs):
     return np.zeros((num_envs, 1), np.float32)

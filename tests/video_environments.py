@@ -1,4 +1,4 @@
-"""Toy environments for tests/test_videos.py, in a module without TensorFlow: environment
+"""Toy environments for tests/run/test_videos.py, in a module without TensorFlow: environment
 processes import the module that defines their environment's class (the test module imports
 TensorFlow, which would cost every environment process its import)."""
 import numpy as np

@@ -5,7 +5,7 @@ stack of the last 4 frames, end of episode when a life is lost (training only). 
 each episode starts with a number of no-op actions drawn uniformly from [1, 30]. Appendix G:
 experts use the game's minimal action set, the multi-task agent the full 18 actions. The
 preprocessing is "the same as Mnih et al. (2016)"; like gymnasium's AtariPreprocessing (whose
-frames tests/test_atari.py matches exactly) the no-ops are raw frames and the resize is
+frames tests/environments/test_atari.py matches exactly) the no-ops are raw frames and the resize is
 OpenCV's INTER_AREA.
 
 No sticky actions by default (the paper predates them); `sticky_actions=True` sets ALE's

@@ -4,7 +4,7 @@ No subprocess, no pipe and no Python per environment step: one `step(actions[N])
 the N actions to ale-py's worker threads (which release the GIL), and everything this module
 adds is array operations over the group. The preprocessing and the episode semantics are
 those of `atari.AtariEnvironment` (Appendix G, Table G.1, section 5.3.2), which
-tests/test_atari_vector.py checks frame by frame against it.
+tests/environments/test_atari_vector.py checks frame by frame against it.
 
 Interface for an actor thread that drives a group:
 
@@ -72,7 +72,7 @@ How AtariVectorEnv's options map onto Table G.1, and what this wrapper does on t
     seed): never on Breakout; on Pong only after 2 no-ops (the screen is drawn at frame 2);
     on Space Invaders 2 counts (<= 44 of 33,600 pixels), Ms. Pac-Man 15 (<= 116), Seaquest 7
     (<= 592), Beam Rider 9 (<= 1,216). Only the first observation of a game is affected.
-    tests/test_atari_vector.py checks the group's first frame against ALE's last screen.
+    tests/environments/test_atari_vector.py checks the group's first frame against ALE's last screen.
   * Seeds: environment i gets the ALE seed AtariEnvironment derives from seeds[i]
     (atari._derive_seeds); ale-py seeds its no-op generator with it too, so the no-op counts
     are seeded and reproducible but are not AtariEnvironment's draws.

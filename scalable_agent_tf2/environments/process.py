@@ -4,7 +4,7 @@ py_process.PyProcess idea: one child process per environment, calls proxied to i
 Why a subprocess: an environment step holds the GIL for its whole duration (ALE, DeepMind
 Lab's renderer), so N actor threads in the learner process would run them one at a time.
 
-Guarantees (tests/test_process.py checks each with real processes):
+Guarantees (tests/environments/test_process.py checks each with real processes):
   * An exception in the child is raised in the caller with the same type, and the child's
     formatted traceback attached as its __cause__ (like concurrent.futures). The child stays
     usable.

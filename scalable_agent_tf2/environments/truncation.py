@@ -18,7 +18,7 @@ family's default; MuJoCo keeps a truncation as a termination, environments/mujoc
   * the next step(action) ignores its action and returns the new episode's first observation
     with reward 0 and done True (discount 0 across the boundary, as today).
 What the learner does with `truncated` (a bool field of EnvOutput, [T+1, B] in the batch;
-batch_loss.py, tests/test_truncation.py through the learner's loss terms): the transition
+batch_loss.py, tests/learning/test_truncation.py through the learner's loss terms): the transition
 that LEAVES a truncated observation (t with truncated[t], whose action
 did nothing) must carry no information: its importance weights rho_t = c_t = 0 and its loss
 terms (policy gradient, baseline, entropy) weighted 0. Then V-trace's target at x_last is

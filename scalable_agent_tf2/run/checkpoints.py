@@ -39,7 +39,7 @@ class CheckpointSaveError(CheckpointError):
   permission): nothing of it is left, the newest complete checkpoint stays the newest."""
 
 
-# The test hook (tests/test_checkpoint_safety.py kills saves at each phase): with
+# The test hook (tests/run/test_checkpoint_safety.py kills saves at each phase): with
 # SCALABLE_AGENT_SAVE_PAUSE=<phase>:<seconds> every save prints
 # "checkpoint save paused at <phase>: <path>" and sleeps there. The phases, in order: the new
 # checkpoint written, synced and verified in its temporary directory; its data files moved into

@@ -21,7 +21,7 @@ ATARI = dict(base.PAPER_SHARED, entropy_cost=0.01, learning_rate=0.0006, epsilon
 # Environments of an Atari run: Table 1's 48 actors, one environment each.
 ATARI_ENVIRONMENTS = 48
 # What atari_vector.AtariVectorGroup implements: Table G.1's 84x84 frames and action repeat 4
-# (tests/test_families.py checks these equal environments/atari.py's defaults).
+# (tests/environments/test_families.py checks these equal environments/atari.py's defaults).
 VECTOR_FRAME_SIZE = 84
 VECTOR_NUM_ACTION_REPEATS = 4
 # Machines with at most this many cores run Atari's shallow network with one TensorFlow

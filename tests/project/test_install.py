@@ -1,0 +1,144 @@
+"""The project installs with pip (pyproject.toml) and its commands run from any directory.
+
+Each test builds a virtual environment that sees the system's packages (TensorFlow is not
+downloaded again) and installs the project into it offline (--no-index --no-deps
+--no-build-isolation: the system's setuptools builds it), then runs the commands from a
+directory that holds no checkout, with no PYTHONPATH, so only the installed copy can answer.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMMANDS = ("population", "launch", "replay_service", "experiment_main")
+
+
+def _venv(path):
+  subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(path)],
+                 check=True, timeout=300)
+  return str(path / "bin" / "python")
+
+
+def _pip_install(python, *arguments):
+  run = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-deps",
+                        "--no-build-isolation", "--disable-pip-version-check", *arguments],
+                       capture_output=True, text=True, timeout=600, check=False)
+  assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def _elsewhere(tmp_path):
+  """A working directory without a checkout, and an environment without PYTHONPATH."""
+  directory = tmp_path / "elsewhere"
+  directory.mkdir()
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  return str(directory), env
+
+
+def _run(python, *argv, cwd, env, timeout=300):
+  return subprocess.run([python, *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                        timeout=timeout, check=False)
+
+
+def _module_file(python, module, cwd, env):
+  run = _run(python, "-c", f"import {module}; print({module}.__file__)", cwd=cwd, env=env)
+  assert run.returncode == 0, run.stderr
+  return run.stdout.strip()
+
+
+def _pins(name):
+  with open(os.path.join(REPO, name)) as f:
+    return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+
+def test_requirements_txt_is_the_package_pins_and_the_test_pins():
+  with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+    project = tomllib.load(f)
+  dynamic = project["tool"]["setuptools"]["dynamic"]
+  assert dynamic["dependencies"] == {"file": ["requirements-runtime.txt"]}
+  assert dynamic["optional-dependencies"]["test"] == {"file": ["requirements-test.txt"]}
+  # requirements.txt (CI's and README's install) is both files, nothing else.
+  assert _pins("requirements.txt") == ["-r requirements-runtime.txt",
+                                       "-r requirements-test.txt"]
+  runtime, tests = _pins("requirements-runtime.txt"), _pins("requirements-test.txt")
+  for pin in runtime + tests:  # Plain pins setuptools reads (no -r, no options).
+    assert re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[a-z\-,]+\])?==[0-9][0-9A-Za-z.]*", pin), pin
+  names = {pin.split("==")[0].split("[")[0] for pin in runtime}
+  assert {"tensorflow", "numpy", "absl-py", "gymnasium"} <= names
+  assert not names & {"pytest", "pytest-timeout"}  # Test pins are the `test` extra's.
+  assert {pin.split("==")[0] for pin in tests} == {"pytest", "pytest-timeout"}
+
+
+def test_editable_install_runs_the_commands_from_another_directory(tmp_path):
+  python = _venv(tmp_path / "venv")
+  _pip_install(python, "-e", REPO)
+  cwd, env = _elsewhere(tmp_path)
+  assert _module_file(python, "scalable_agent_tf2", cwd, env) == os.path.join(
+      REPO, "scalable_agent_tf2", "__init__.py")
+  for command in ("population", "launch"):  # TensorFlow-free: fast.
+    run = _run(python, "-m", f"scalable_agent_tf2.{command}", "--help", cwd=cwd, env=env)
+    assert run.returncode == 0, run.stderr
+    assert f"Flags (python -m scalable_agent_tf2.{command} --flag=value):" in run.stdout
+  run = _run(python, "-m", "scalable_agent_tf2.run.experiment_main", "--num_actors=0", cwd=cwd,
+             env=env)
+  assert (run.returncode, run.stderr.splitlines()[-1]) == (
+      2, "error: --num_actors must be a positive integer, got 0.")
+
+
+def _copy_project(destination):
+  """The files `pip install .` reads, so that the in-tree build (build/, *.egg-info) does not
+  write into the checkout."""
+  os.makedirs(destination)
+  for name in ("pyproject.toml", "README.md", "requirements-runtime.txt",
+               "requirements-test.txt"):
+    shutil.copy(os.path.join(REPO, name), destination)
+  for package in ("scalable_agent_tf2", "dynamic_batching"):
+    shutil.copytree(os.path.join(REPO, package), os.path.join(destination, package),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_installed_copy_runs_its_commands_its_op_and_a_cluster(tmp_path):
+  source = str(tmp_path / "source")
+  _copy_project(source)
+  python = _venv(tmp_path / "venv")
+  _pip_install(python, source)
+  cwd, env = _elsewhere(tmp_path)
+  site_packages = os.path.dirname(os.path.dirname(
+      _module_file(python, "scalable_agent_tf2", cwd, env)))
+  assert site_packages.startswith(str(tmp_path / "venv")), site_packages
+  # No experiment.py is installed: the launcher runs the package's experiment_main.
+  assert not os.path.exists(os.path.join(site_packages, "experiment.py"))
+  assert os.path.exists(os.path.join(site_packages, "dynamic_batching", "batcher.cc"))
+  for command in COMMANDS:
+    run = _run(python, "-m", f"scalable_agent_tf2.{command}", "--help", cwd=cwd, env=env)
+    assert run.returncode == 0, (command, run.stderr[-3000:])
+    assert "\nFlags (python " in run.stdout and "\n  --" in run.stdout, command
+
+  # The op builds from the installed source into a fresh cache, and batches a call.
+  probe = ("import numpy as np, dynamic_batching\n"
+           "from dynamic_batching import build\n"
+           "print(build.SOURCE)\n"
+           "f = dynamic_batching.batch_fn(lambda x: x * 2)\n"
+           "print(f(np.ones([1, 3], np.float32)).tolist())\n")
+  run = _run(python, "-c", probe, cwd=cwd, timeout=600,
+             env=dict(env, DYNAMIC_BATCHING_CACHE_DIR=str(tmp_path / "op_cache")))
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert run.stdout.splitlines() == [
+      os.path.join(site_packages, "dynamic_batching", "batcher.cc"), "[[2.0, 2.0, 2.0]]"]
+  assert [name for name in os.listdir(tmp_path / "op_cache") if name.endswith(".so")]
+
+  # A cluster (a learner and an actor process) from the installed launcher, to its budget.
+  logdir = str(tmp_path / "run")
+  run = _run(python, "-m", "scalable_agent_tf2.run.launch", "--num_actor_processes=1", "--",
+             "--level_name=toy/lit_side", "--num_actors=2", "--total_environment_frames=2000",
+             f"--logdir={logdir}", cwd=cwd, env=env, timeout=600)
+  assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+  assert "[actor 0] Actor process 0: first trajectory delivered" in run.stdout
+  assert "[learner] Stopped: frame budget reached." in run.stdout
+  assert os.listdir(os.path.join(logdir, "checkpoints"))
