@@ -126,7 +126,8 @@ def test_a_curve_that_cannot_be_drawn_is_reported_once_and_the_run_goes_on(tmp_p
   from scalable_agent_tf2.run import monitoring  # pylint: disable=import-outside-toplevel
   lines = []
   curves = monitoring.CurveWriter(str(tmp_path), lines.append)
-  curves._command = lambda: [sys.executable, "-c", "import sys; sys.exit('no display: boom')"]
+  curves._command = lambda nice: [sys.executable, "-c",
+                                  "import sys; sys.exit('no display: boom')"]
   for _ in range(3):
     curves.request()
     while curves.poll():
@@ -137,11 +138,22 @@ def test_a_curve_that_cannot_be_drawn_is_reported_once_and_the_run_goes_on(tmp_p
                              "no display: boom. Training goes on")
 
 
+def test_checkpoints_draw_at_low_priority_and_the_stop_at_the_runs(tmp_path):
+  from scalable_agent_tf2.run import monitoring  # pylint: disable=import-outside-toplevel
+  asked = []
+  curves = monitoring.CurveWriter(str(tmp_path), print)
+  curves._command = lambda nice: asked.append(nice) or [sys.executable, "-c", "pass"]
+  curves.request()
+  curves.finish()
+  assert asked == [monitoring.CURVE_NICE, 0] and monitoring.CURVE_NICE > 0
+  assert "--nice=10" in monitoring.CurveWriter(str(tmp_path), print)._command(10)
+
+
 def test_a_curve_that_takes_too_long_at_the_stop_is_stopped(tmp_path):
   from scalable_agent_tf2.run import monitoring  # pylint: disable=import-outside-toplevel
   lines = []
   curves = monitoring.CurveWriter(str(tmp_path), lines.append, timeout_secs=0.5)
-  curves._command = lambda: [sys.executable, "-c", "import time; time.sleep(60)"]
+  curves._command = lambda nice: [sys.executable, "-c", "import time; time.sleep(60)"]
   started = time.monotonic()
   curves.finish()
   assert time.monotonic() - started < 30

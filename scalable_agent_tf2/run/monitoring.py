@@ -189,9 +189,9 @@ class CurveWriter:
     self._errors = None
     self._failed_once = False
 
-  def _command(self):
+  def _command(self, nice):
     return [sys.executable, "-m", "scalable_agent_tf2.runfiles.plot", self._logdir,
-            f"--nice={CURVE_NICE}"]
+            f"--nice={nice}"]
 
   def _environment(self):
     """The child finds this package even where it is not installed (experiment.py run from
@@ -202,14 +202,16 @@ class CurveWriter:
         [root] + ([environment["PYTHONPATH"]] if environment.get("PYTHONPATH") else []))
     return environment
 
-  def request(self):
-    """Starts a drawing now unless one is running."""
+  def request(self, nice=None):
+    """Starts a drawing now unless one is running; nice: its priority below this process's
+    (default CURVE_NICE)."""
     if self.poll():
       return
     try:
       self._errors = tempfile.TemporaryFile()
       # Its own session: a Ctrl-C at the terminal is the run's to handle, not the child's.
-      self._child = subprocess.Popen(self._command(), stdin=subprocess.DEVNULL,
+      self._child = subprocess.Popen(self._command(CURVE_NICE if nice is None else nice),
+                                     stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=self._errors,
                                      env=self._environment(), start_new_session=True)
     except OSError as error:
@@ -249,10 +251,11 @@ class CurveWriter:
     self._child = self._errors = None
 
   def finish(self):
-    """The final drawing (of the whole log), waited for up to timeout_secs."""
+    """The final drawing (of the whole log), waited for up to timeout_secs. At the run's
+    normal priority: the run has stopped, and the stop waits for it."""
     if self.poll():
       self._stop_child()  # Drawing an older log: the final one replaces it.
-    self.request()
+    self.request(nice=0)
     if self._child is None:
       return
     try:
