@@ -69,7 +69,7 @@ class TestProgress:
     self._print = print_fn
     self._every_secs = every_secs
     self._clock = clock
-    self._start = self._last = clock()
+    self._last = clock()
     # (time, episodes done) at the first episode's end: the time to go is measured from there,
     # so the start-up (environments starting, the first inference) is not taken for play.
     self._first = None
