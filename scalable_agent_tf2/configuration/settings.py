@@ -271,7 +271,7 @@ class ExperimentSettings:
       "with --num_actors x --envs_per_actor = --batch_size each batch is one unroll of every "
       "actor), acted only when the learner asks for the round, with the parameters of its "
       "last update, while it waits; each actor runs its own forward pass (no dynamic "
-      "batching); TensorFlow's ops run deterministically. Slower (docs/PERFORMANCE.md). The "
+      "batching); TensorFlow's ops run deterministically. Slower (actors and learner take turns). The "
       "default asynchronous mode cannot repeat: its actors never wait for the learner, so "
       "which unrolls reach the learner's queue first (and form each batch), the parameters "
       "each was acted with, and which actors share a forward pass depend on thread timing. "

@@ -28,7 +28,11 @@ This mode replaces timing with a fixed schedule, in ROUNDS (LockstepQueues):
   - the learner's batches are built on its own thread when it asks for them (lockstep_batches:
     no tf.data threads, nothing prefetched);
   - each actor computes its own forward pass on its group's rows (policies.PerActorPolicy):
-    a pass's rows are always the same, whoever else is acting;
+    a pass's rows are always the same, whoever else is acting. Dynamic batching would not
+    do: a row's logits depend on how many rows share its pass (measured on this project's
+    2-core AMD machine, TensorFlow 2.21: up to 9e-8 apart between passes of 1 and of 24
+    rows, for the toy level's network and Pong's), and lockstep runs with dynamic batching
+    part after a few updates (tests/test_repeatable.py fails with it);
   - where acting changes state the actors share (the observation filter of vector
     observations, action_spaces.ObservationFilter), the actors of a round act one after
     another, in actor order;
@@ -42,8 +46,12 @@ TensorFlow raises on a random op without a seed, so one added later fails loudly
 varying quietly.
 
 What it costs: actors and learner take turns (the learner idles while the actors act, the
-actors idle while it updates) and there is no dynamic batching; docs/PERFORMANCE.md has the
-measured frames/s. What it does not cover: a run resumed from a checkpoint (its environments
+actors idle while it updates) and there is no dynamic batching. Measured back to back on a
+2-core machine loaded by other jobs (load average 20-28): toy/lit_side 423 and 512 frames/s
+asynchronous, 152 and 242 repeatable; Pong with 2 actors x 4 games, batches of 8, unrolls of
+20: 195 asynchronous, 194 and 200 repeatable (the learner's update, on saturated cores,
+bounds both). Op determinism changed nothing measurable on this CPU (the tests pass without
+it); it is there for GPUs (cuDNN's and XLA's algorithms). What it does not cover: a run resumed from a checkpoint (its environments
 start new episodes), an environment that crashed and was restarted, another machine (CPU,
 thread count, TensorFlow build), actor processes (a cluster), several learners, a replay
 shared with other runs: config.py refuses the last three.

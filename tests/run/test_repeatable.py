@@ -23,7 +23,7 @@ from scalable_agent_tf2.run import training
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation, Trajectory
 from scalable_agent_tf2.transport import distributed
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The toy level with 2 actors and batches of 4 (a batch spans two rounds of 2 unrolls):
 # 4 x 5 = 20 frames per update.
 TOY_FLAGS = ["--level_name=toy/lit_side", "--num_actors=2", "--batch_size=4",
