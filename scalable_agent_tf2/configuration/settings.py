@@ -271,12 +271,12 @@ class ExperimentSettings:
       "with --num_actors x --envs_per_actor = --batch_size each batch is one unroll of every "
       "actor), acted only when the learner asks for the round, with the parameters of its "
       "last update, while it waits; each actor runs its own forward pass (no dynamic "
-      "batching); TensorFlow's ops run deterministically. Slower (actors and learner take turns). The "
-      "default asynchronous mode cannot repeat: its actors never wait for the learner, so "
-      "which unrolls reach the learner's queue first (and form each batch), the parameters "
-      "each was acted with, and which actors share a forward pass depend on thread timing. "
-      "Not with actor processes (a cluster), --num_learners > 1 or a shared replay; a "
-      "resumed run or a restarted environment starts new episodes.",
+      "batching); TensorFlow's ops run deterministically. Slower: actors and learner take "
+      "turns. The default asynchronous mode cannot repeat: its actors never wait for the "
+      "learner, so which unrolls reach the learner's queue first (and form each batch), the "
+      "parameters each was acted with, and which actors share a forward pass depend on "
+      "thread timing. Not with actor processes (a cluster), --num_learners > 1 or a shared "
+      "replay; a resumed run or a restarted environment starts new episodes.",
       source="not in the paper (IMPALA's actors never wait): a debugging mode")
   show_settings: bool = setting(
       False, RUN, "Print every setting with its resolved value and its source (flag, the "

@@ -49,12 +49,13 @@ What it costs: actors and learner take turns (the learner idles while the actors
 actors idle while it updates) and there is no dynamic batching. Measured back to back on a
 2-core machine loaded by other jobs (load average 20-28): toy/lit_side 423 and 512 frames/s
 asynchronous, 152 and 242 repeatable; Pong with 2 actors x 4 games, batches of 8, unrolls of
-20: 195 asynchronous, 194 and 200 repeatable (the learner's update, on saturated cores,
-bounds both). Op determinism changed nothing measurable on this CPU (the tests pass without
-it); it is there for GPUs (cuDNN's and XLA's algorithms). What it does not cover: a run resumed from a checkpoint (its environments
-start new episodes), an environment that crashed and was restarted, another machine (CPU,
-thread count, TensorFlow build), actor processes (a cluster), several learners, a replay
-shared with other runs: config.py refuses the last three.
+20: 195 asynchronous, 194 and 200 repeatable (the learner's update, on saturated cores, bounds
+both). Op determinism changed nothing measurable on this CPU (the tests pass without it); it
+is there for GPUs (cuDNN's and XLA's algorithms). What it does not cover: a run resumed from a
+checkpoint (its environments start new episodes), an environment that crashed and was
+restarted, another machine (CPU, thread count, TensorFlow build), actor processes (a cluster),
+several learners, a replay shared with other runs (the last three are refused: config.py's
+checks and check_run).
 """
 import hashlib
 import threading
@@ -114,7 +115,8 @@ class DeterministicOps:
 def _op_determinism_enabled():
   """Whether op determinism is on; None where this TensorFlow cannot say."""
   try:
-    from tensorflow.python.framework import config as tf_config  # pylint: disable=g-import-not-at-top
+    # pylint: disable-next=g-import-not-at-top
+    from tensorflow.python.framework import config as tf_config
     return bool(tf_config.is_op_determinism_enabled())
   except (ImportError, AttributeError):
     return None
@@ -123,7 +125,8 @@ def _op_determinism_enabled():
 def _disable_op_determinism():
   # TensorFlow exports the switch on, not off (tf.config.experimental); its own module has both.
   try:
-    from tensorflow.python.framework import config as tf_config  # pylint: disable=g-import-not-at-top
+    # pylint: disable-next=g-import-not-at-top
+    from tensorflow.python.framework import config as tf_config
     tf_config.disable_op_determinism()
   except (ImportError, AttributeError):
     pass
