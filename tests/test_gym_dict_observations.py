@@ -2,17 +2,13 @@
 (MiniGrid and BabyAI's Dict(image, direction, mission)) trains through the frame torso and
 the paper's instruction encoder (Figure 3, the DeepMind Lab language path), issue 31 point 2.
 
-The environments here are registered by this module (no minigrid needed), named in
-gymnasium's "module:Id" form so that an environment process (build_agent's first
-environment) registers them too by importing it; the last test runs
-a real MiniGrid level and is skipped, with the reason, where the benchmark-only minigrid
-package is not installed."""
-import string
-
-import gymnasium
+The environments are tests/gym_mission_envs.py's (no minigrid needed), named in gymnasium's
+"module:Id" form so that an environment process (build_agent's first environment) registers
+them too by importing that TensorFlow-free module. The last test runs a real MiniGrid level
+and is skipped, with the reason, where the benchmark-only minigrid package is not
+installed."""
 import numpy as np
 import pytest
-from gymnasium import spaces
 
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.acting import policies
@@ -22,73 +18,9 @@ from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import training
+from tests.gym_mission_envs import IMAGE_SHAPE, MISSIONS
 
-# The missions and the action each asks for: only the text tells them apart (the image is the
-# same in both), so a policy that reads the mission can be right every time, one that does
-# not at most half the time.
-MISSIONS = ("go to the red ball", "go to the blue key")
-IMAGE_SHAPE = (7, 7, 3)  # MiniGrid's partial view: 7x7 cells of (object, colour, state).
-
-
-class MissionRoom(gymnasium.Env):
-  """One-step episodes: the mission names an object, the action that reaches it earns 1."""
-
-  def __init__(self, bad_mission_at=0):
-    self.observation_space = spaces.Dict({
-        "image": spaces.Box(0, 255, IMAGE_SHAPE, np.uint8),
-        "direction": spaces.Discrete(4),
-        "mission": spaces.Text(max_length=64, charset=string.ascii_lowercase + " ")})
-    self.action_space = spaces.Discrete(3)
-    self._bad_mission_at, self._steps, self._target = bad_mission_at, 0, 0
-
-  def _observation(self):
-    mission = MISSIONS[self._target]
-    if self._steps and self._steps == self._bad_mission_at:
-      mission = 7  # Not a text: the adapter must name the field.
-    return {"image": np.full(IMAGE_SHAPE, 2, np.uint8), "direction": 0, "mission": mission}
-
-  def reset(self, *, seed=None, options=None):
-    super().reset(seed=seed)
-    self._target = int(self.np_random.integers(len(MISSIONS)))
-    return self._observation(), {}
-
-  def step(self, action):
-    self._steps += 1
-    reward = float(action == self._target)
-    return self._observation(), reward, True, False, {}
-
-
-class TwoImages(MissionRoom):
-  def __init__(self):
-    super().__init__()
-    self.observation_space = spaces.Dict({
-        "left": spaces.Box(0, 255, IMAGE_SHAPE, np.uint8),
-        "right": spaces.Box(0, 255, IMAGE_SHAPE, np.uint8),
-        "mission": spaces.Text(max_length=64)})
-
-
-class NoImage(MissionRoom):
-  def __init__(self):
-    super().__init__()
-    self.observation_space = spaces.Dict({"position": spaces.Box(-1, 1, (2,), np.float32),
-                                          "mission": spaces.Text(max_length=64)})
-
-
-class TwoTexts(MissionRoom):
-  def __init__(self):
-    super().__init__()
-    self.observation_space = spaces.Dict({
-        "image": spaces.Box(0, 255, IMAGE_SHAPE, np.uint8),
-        "mission": spaces.Text(max_length=64), "hint": spaces.Text(max_length=64)})
-
-
-gymnasium.register(id="TestMissionRoom-v0", entry_point=MissionRoom)
-gymnasium.register(id="TestMissionRoomBadMission-v0", entry_point=MissionRoom,
-                   kwargs=dict(bad_mission_at=2))
-gymnasium.register(id="TestTwoImages-v0", entry_point=TwoImages)
-gymnasium.register(id="TestNoImage-v0", entry_point=NoImage)
-gymnasium.register(id="TestTwoTexts-v0", entry_point=TwoTexts)
-HERE = "tests.test_gym_dict_observations:"
+HERE = "tests.gym_mission_envs:"
 LEVEL = f"gym:{HERE}TestMissionRoom-v0"
 
 
@@ -99,14 +31,21 @@ def _config(logdir, *extra):
       "--total_environment_frames=64", *extra])
 
 
-def test_a_dict_of_image_and_mission_builds_the_instruction_network(tmp_path):
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+  """(config, agent) of LEVEL as a run builds them (the first environment in its process)."""
+  config = _config(tmp_path_factory.mktemp("dict_observations"))
+  agent, env = assembly.build_agent(config, assembly.default_environment_constructor(config))
+  env.close()
+  return config, agent
+
+
+def test_a_dict_of_image_and_mission_builds_the_instruction_network(built):
   description = gym_env.describe(HERE + "TestMissionRoom-v0", {})
   assert (description.image_key, description.text_key) == ("image", "mission")
   assert description.ignored_keys == ("direction",)
   assert description.has_instruction and description.observation_shape == IMAGE_SHAPE
-  config = _config(tmp_path)
-  agent, env = assembly.build_agent(config, assembly.default_environment_constructor(config))
-  env.close()
+  config, agent = built
   assert agent.config.use_instruction and agent.config.frame_shape == IMAGE_SHAPE
   assert hasattr(agent, "instruction_encoder")
   # MiniGrid's 7x7 view is smaller than the shallow torso's VALID convolutions take.
@@ -115,10 +54,8 @@ def test_a_dict_of_image_and_mission_builds_the_instruction_network(tmp_path):
   assert config.runs_as == family_base.IN_PROCESS_GROUP
 
 
-def test_the_mission_reaches_the_instruction_tensor(tmp_path):
-  config = _config(tmp_path)
-  agent, env = assembly.build_agent(config, assembly.default_environment_constructor(config))
-  env.close()
+def test_the_mission_reaches_the_instruction_tensor(built):
+  _, agent = built
   group = actor.EnvironmentGroup([gym_env.GymEnvironment(LEVEL, seed=s) for s in range(8)],
                                  LEVEL)
   try:
