@@ -241,6 +241,12 @@ def read_episodes(path):
     return [(float(s), int(n), float(r)) for s, n, r in reader]
 
 
+def mean_at(rows, steps, window):
+  """Mean return of the last `window` episodes ended at or before `steps` (None before any)."""
+  returns = [r[2] for r in rows if r[1] <= steps][-window:]
+  return sum(returns) / len(returns) if returns else None
+
+
 def reached(rows, target, window):
   """dict(seconds, steps, episodes) when the running mean first reached target, or None."""
   index = first_reaching([r[2] for r in rows], target, window)
@@ -472,6 +478,10 @@ def report(args):
              f"({hit['seconds'] / 60:.1f} min) after launch, episode {hit['episodes']:,}"
              if hit else "target not reached")
     print(f"{system} seed {args.seed}: {where}; {tail}")
+    if rows:
+      counts = range(args.every, rows[-1][1] + 1, args.every)
+      print(f"  mean of the last {args.window} at every {args.every:,} steps: " + ", ".join(
+          f"{n // 1000:,}k {mean_at(rows, n, args.window):.0f}" for n in counts))
   if results.get(OURS) and results.get(PEER):
     ours, peer = results[OURS], results[PEER]
     print(f"ratio Sample Factory / ours: steps {peer['steps'] / ours['steps']:.2f}, wall time "
@@ -495,6 +505,8 @@ def parse_args(argv):
                       help="Stop a run when the mean of its last --window returns reaches "
                            "this (CartPole-v1's maximum, 500).")
   parser.add_argument("--window", type=int, default=100)
+  parser.add_argument("--every", type=int, default=100_000,
+                      help="report: the running mean at every this many steps.")
   parser.add_argument("--value_bootstrap", choices=["True", "False"], default="True",
                       help="Sample Factory's value_bootstrap: True bootstraps the return of "
                            "an episode cut by its time limit from the value, as ours does "
@@ -513,8 +525,8 @@ def parse_args(argv):
     parser.error(f"--workers={args.workers}: each worker needs an even share of the "
                  f"{ENVIRONMENTS} environments (worker_num_splits=2): 1, 2, 3, 4, 6, 8, 12 "
                  "or 24")
-  if args.steps <= 0 or args.window <= 0:
-    parser.error("--steps and --window must be positive")
+  if args.steps <= 0 or args.window <= 0 or args.every <= 0:
+    parser.error("--steps, --window and --every must be positive")
   args.output_dir = os.path.abspath(args.output_dir)
   if os.path.commonpath([args.output_dir, REPOSITORY]) == REPOSITORY:
     parser.error(f"--output_dir {args.output_dir} is inside the repository {REPOSITORY}; "
