@@ -35,7 +35,9 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(comparisons.no_gpu_reason() is not None,
                                  reason=comparisons.NO_GPU)]
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The checkout: where the benchmarks package is (this file may move within tests/).
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(comparisons.__file__))))
 GPU, CPU = "/GPU:0", "/CPU:0"
 
 
@@ -77,9 +79,9 @@ def test_dynamic_batching_serves_a_policy_on_the_gpu_each_thread_its_own_rows():
 
 @pytest.mark.timeout(1200)
 def test_the_toy_level_trains_to_its_usual_return_on_the_gpu(tmp_path):
-  # tests/test_training.py's learning test (the lit-side level, reward at the episode's end),
+  # tests/run/test_training.py's learning test (the lit-side level, reward at the episode's end),
   # with the learner and the batched inference on the GPU (training chooses it) and XLA on.
-  from tests import test_training  # pylint: disable=g-import-not-at-top
+  from tests.run import test_training  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.environments import toy  # pylint: disable=g-import-not-at-top
   lines = []
   result = test_training.train_toy(

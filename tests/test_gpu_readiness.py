@@ -19,7 +19,9 @@ from benchmarks.gpu import checkpoint_roundtrip
 from benchmarks.gpu import comparisons
 from benchmarks.tools import update_numbers
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The checkout: where the benchmarks package is (this file may move within tests/).
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(comparisons.__file__))))
 SCRIPT = os.path.join(REPO_DIR, "benchmarks", "gpu", "run_gpu_checks.sh")
 CPU = "/CPU:0"
 
@@ -95,7 +97,8 @@ def test_the_update_compiles_once_whatever_the_number_of_new_trajectories():
     env_outputs, agent_outputs = batch(5, 4, seed)
     the_learner.update(the_learner.agent.initial_state(4), env_outputs, agent_outputs,
                        num_new_trajectories=num_new)
-  assert the_learner._compiled_update.experimental_get_tracing_count() == 1  # pylint: disable=protected-access
+  compiled = the_learner._compiled_update  # pylint: disable=protected-access
+  assert compiled.experimental_get_tracing_count() == 1
 
 
 def test_the_learners_batches_have_one_static_shape():
@@ -185,9 +188,10 @@ def test_a_checkpoint_round_trip_carries_every_variable_and_a_different_one_is_r
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_checkpoint_round_trip_across_processes_with_no_gpu_visible(tmp_path):
-  from tests import test_gpu  # pylint: disable=g-import-not-at-top
-  written = test_gpu._roundtrip("write", tmp_path, CPU, cpu_only=False)  # pylint: disable=protected-access
-  restored = test_gpu._roundtrip("read", tmp_path, CPU, cpu_only=True)  # pylint: disable=protected-access
+  from . import test_gpu  # pylint: disable=g-import-not-at-top
+  roundtrip = test_gpu._roundtrip  # pylint: disable=protected-access
+  written = roundtrip("write", tmp_path, CPU, cpu_only=False)
+  restored = roundtrip("read", tmp_path, CPU, cpu_only=True)
   assert restored["gpus_seen"] == 0
   assert comparisons.digest_mismatch(written, restored) is None
 
@@ -339,7 +343,7 @@ def test_the_gpu_tier_is_registered_and_out_of_the_default_tier():
   parser.read(os.path.join(REPO_DIR, "pytest.ini"))
   assert '-m "not slow and not gpu"' in parser["pytest"]["addopts"]
   assert "gpu:" in parser["pytest"]["markers"]
-  from tests import test_gpu  # pylint: disable=g-import-not-at-top
+  from . import test_gpu  # pylint: disable=g-import-not-at-top
   marks = {mark.name for mark in test_gpu.pytestmark}
   assert marks == {"gpu", "skipif"}
   tests = [name for name in dir(test_gpu) if name.startswith("test_")]

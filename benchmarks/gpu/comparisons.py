@@ -232,9 +232,13 @@ def batched_rows_mismatches(policy, reference, inputs, rounds=5, rtol=1e-3, atol
     for round_index, result in enumerate(results):
       for have, should in zip(tf.nest.flatten(result), tf.nest.flatten(expected)):
         have, should = np.asarray(have), np.asarray(should)
-        if have.shape != should.shape or not np.allclose(have, should, rtol=rtol, atol=atol):
+        if have.shape != should.shape:
+          lines.append(f"thread {index} round {round_index}: rows of shape {have.shape}, its "
+                       f"own are {should.shape}")
+          break
+        if not np.allclose(have, should, rtol=rtol, atol=atol):
           lines.append(f"thread {index} round {round_index}: rows not its own (largest "
-                       f"difference {np.max(np.abs(have - should)) if have.shape == should.shape else 'shape ' + str(have.shape)})")
+                       f"difference {np.max(np.abs(have - should)):.3g})")
           break
   return lines
 
