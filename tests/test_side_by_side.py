@@ -123,7 +123,7 @@ def test_episodes_csv_round_trips_and_gives_steps_and_time_to_the_target(tmp_pat
   assert sf_gym.read_episodes(path) == rows
   assert sf_gym.reached(rows, 500, 4) == dict(seconds=6.0, steps=600, episodes=7)
   assert sf_gym.reached(rows, 501, 4) is None
-  assert sf_gym.mean_at(rows, 450, 4) == pytest.approx((20 + 500 * 3) / 4)  # Steps 100-400.
+  assert sf_gym.mean_at(rows, 450, 4) == pytest.approx((20 * 2 + 500 * 2) / 4)  # Steps 100-400.
   assert sf_gym.mean_at(rows, 50, 4) == 20.0 and sf_gym.mean_at(rows, -1, 4) is None
   (tmp_path / "other.csv").write_text("a,b\n1,2\n")
   with pytest.raises(ValueError, match="header"):
