@@ -8,7 +8,7 @@ MODE saver: restores the newest checkpoint with checkpoints.Checkpointer, checks
   after. A failed restore prints
   "error: ..." and exits 1. The environment variable CHECKPOINTS_PY names another
   checkpoints.py to run instead (the code before issue 30, to show that it fails).
-MODE train: a toy training (tests/test_training.py's) that checkpoints every 0.5 s; the
+MODE train: a toy training (tests/run/test_training.py's) that checkpoints every 0.5 s; the
   console's start banner says where it resumes from, "Checkpoint <path>" each save.
 
 Everything is imported under __main__: the toy's environment processes start by "spawn" and
@@ -65,7 +65,7 @@ def saver(logdir):
 
 
 def train(logdir):
-  from tests.test_training import toy_config, train_toy  # pylint: disable=import-outside-toplevel
+  from tests.run.test_training import toy_config, train_toy  # pylint: disable=import-outside-toplevel
   train_toy(toy_config(logdir, total_frames=100_000_000, num_actors=2, log_secs=1.0,
                        checkpoint_secs=0.5))
 

@@ -60,7 +60,7 @@ class TrajectoryAccounts:
     processes). trained: in this run's updates. untrained: produced - trained - online_fill
     (queued or prefetched at the stop, never counted as frames). online_fill: LASER's
     replayed places filled with online trajectories (laser.EpisodeMixer): trained on
-    (unless prefetched at the stop) but not counted as frames (README, Departures).
+    (unless prefetched at the stop) but not counted as frames (docs/LASER.md, "Departures").
     by_actor_process, duplicates (a cluster's learner only): actor process -> trajectories
     admitted, and -> repeated messages dropped.
   """

@@ -119,5 +119,5 @@ def test_actors_of_any_level_that_do_not_fit_in_memory_are_refused_before_anythi
   result = subprocess.run([sys.executable, "experiment.py", "--level_name=toy/lit_side",
                            "--num_actors=100000", "--logdir=/nonexistent/never/made"],
                           capture_output=True, text=True, timeout=60,
-                          cwd=__import__("tests.test_training").test_training.REPO_DIR)
+                          cwd=__import__("tests.run.test_training", fromlist=["REPO_DIR"]).REPO_DIR)
   assert result.returncode == 2 and result.stderr.startswith("error: --num_actors=100000")

@@ -89,7 +89,7 @@ def test_each_learner_gets_its_own_actors_slice_of_the_batch():
 
 
 TRAIN_SCRIPT = textwrap.dedent("""
-    from tests import test_training as t
+    from tests.run import test_training as t
     config = t.toy_config({logdir!r}, total_frames={frames}, num_actors=4, batch_size=4,
                           num_learners={learners}, checkpoint_secs=600)
     result = t.train_toy(config, lines=[])

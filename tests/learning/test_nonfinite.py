@@ -16,7 +16,7 @@ from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.structures import Trajectory
 from scalable_agent_tf2.learning import impact
-from tests.test_training import REPO_DIR, toy_config, train_toy
+from tests.run.test_training import REPO_DIR, toy_config, train_toy
 
 ATARI = networks.atari_config(num_actions=4, torso=networks.SHALLOW, frame_shape=(24, 24, 4))
 HPARAMS = dict(learning_rate=0.01, total_environment_frames=10_000, max_grad_norm=40.0)

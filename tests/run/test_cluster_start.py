@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from tests.test_training import REPO_DIR
+from tests.run.test_training import REPO_DIR
 
 
 def _learner(tmp_path, address, *flags):

@@ -185,7 +185,7 @@ _STAGES = ("starting ", "waiting for the first unroll", "waiting for the first u
 
 @pytest.mark.timeout(600)
 def test_a_short_runs_first_lines_say_what_it_waits_for(tmp_path):
-  from tests import test_training  # pylint: disable=import-outside-toplevel
+  from tests.run import test_training  # pylint: disable=import-outside-toplevel
   lines = []
   config = test_training.toy_config(tmp_path, total_frames=4_000, log_secs=0.2)
   test_training.train_toy(config, lines=lines)

@@ -14,7 +14,7 @@ import pytest
 from scalable_agent_tf2.runfiles import plot
 from scalable_agent_tf2.runfiles import runlog
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -230,7 +230,7 @@ class _Watch:
 def test_a_training_run_draws_its_curve_at_a_checkpoint_and_at_the_stop(tmp_path,
                                                                        monkeypatch):
   from scalable_agent_tf2.run import monitoring  # pylint: disable=import-outside-toplevel
-  from tests import test_training  # pylint: disable=import-outside-toplevel
+  from tests.run import test_training  # pylint: disable=import-outside-toplevel
   # The test machine is shared with other work: a drawing at low priority could take minutes.
   monkeypatch.setattr(monitoring, "CURVE_NICE", 0)
   config = test_training.toy_config(tmp_path, total_frames=24_000, log_secs=0.5,

@@ -13,7 +13,7 @@ from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import toy as toy_environment
 from tests.transport import test_distributed as td
-from tests.test_training import TOY_NETWORK, toy_config, train_toy
+from tests.run.test_training import TOY_NETWORK, toy_config, train_toy
 
 
 @pytest.mark.timeout(240)

@@ -18,7 +18,7 @@ from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.environments import toy as toy_environment
-from tests.test_training import TOY_NETWORK, toy_config
+from tests.run.test_training import TOY_NETWORK, toy_config
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(TESTS_DIR)

@@ -32,7 +32,7 @@ from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.learning import impact
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOY_NETWORK = networks.NetworkConfig(
     num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
     torso=networks.SHALLOW, use_lstm=False, use_instruction=False)

@@ -22,7 +22,7 @@ from scalable_agent_tf2.transport import replay_client
 from scalable_agent_tf2.transport import replay_service
 from scalable_agent_tf2.transport import wire
 from tests.transport import test_distributed as td
-from tests import test_training
+from tests.run import test_training
 
 SECRET = b"the cluster's own secret"
 ZERO = tf.constant(0, tf.int64)
@@ -356,7 +356,7 @@ class _Forwarder:
 SECURE_LEARNER_SCRIPT = textwrap.dedent("""
     import dataclasses
     from tests.transport import test_cluster_security as s
-    from tests import test_training as t
+    from tests.run import test_training as t
     from scalable_agent_tf2.environments import toy as toy_environment
     from scalable_agent_tf2.run import actor_process
     from scalable_agent_tf2.run import training

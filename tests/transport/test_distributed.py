@@ -17,7 +17,7 @@ from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2 import structures
 from scalable_agent_tf2.transport import wire
-from tests import test_training
+from tests.run import test_training
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(TESTS_DIR)
@@ -210,7 +210,7 @@ def test_no_learner_is_a_clear_error_after_bounded_retries():
 
 
 CLUSTER_SCRIPT = textwrap.dedent("""
-    from tests import test_training as t
+    from tests.run import test_training as t
     from scalable_agent_tf2.environments import toy as toy_environment
     import dataclasses
     from scalable_agent_tf2.run import actor_process
