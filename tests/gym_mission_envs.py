@@ -1,5 +1,5 @@
 """Gymnasium environments whose observation is a Dict of an image and a text mission, for
-tests/test_gym_dict_observations.py; importing this module registers them. TensorFlow-free:
+tests/environments/test_gym_dict_observations.py; importing this module registers them. TensorFlow-free:
 an environment process (build_agent's first environment) imports it through gymnasium's
 "module:Id" form (--level_name=gym:tests.gym_mission_envs:TestMissionRoom-v0)."""
 import string
