@@ -106,6 +106,7 @@ def test_non_finite_fields_names_each_field_and_ignores_integer_frames():
 
 class _Config:
   laser_replay = False
+  repeatable = False
   num_learners = 1
   queue_capacity = 4
   batch_size = 2

@@ -15,7 +15,7 @@ import tomllib
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMMANDS = ("population", "launch", "replay_service", "experiment_main")
+COMMANDS = ("population", "run.launch", "transport.replay_service", "run.experiment_main")
 
 
 def _venv(path):
@@ -79,7 +79,7 @@ def test_editable_install_runs_the_commands_from_another_directory(tmp_path):
   cwd, env = _elsewhere(tmp_path)
   assert _module_file(python, "scalable_agent_tf2", cwd, env) == os.path.join(
       REPO, "scalable_agent_tf2", "__init__.py")
-  for command in ("population", "launch"):  # TensorFlow-free: fast.
+  for command in ("population", "run.launch"):  # TensorFlow-free: fast.
     run = _run(python, "-m", f"scalable_agent_tf2.{command}", "--help", cwd=cwd, env=env)
     assert run.returncode == 0, run.stderr
     assert f"Flags (python -m scalable_agent_tf2.{command} --flag=value):" in run.stdout

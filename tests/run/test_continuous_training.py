@@ -21,7 +21,7 @@ from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.structures import EnvOutput, GaussianAgentOutput, Observation
-from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.learning import impact as impact_lib
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -266,7 +266,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
   on_policy = agent_outputs._replace(policy_mean=shifted(learner_outputs.policy_mean),
                                      policy_log_std=shifted(learner_outputs.policy_log_std))
   target = np.concatenate([learner_outputs.policy_mean, learner_outputs.policy_log_std], -1)
-  terms, diagnostics = impact.impact_loss_terms(
+  terms, diagnostics = impact_lib.impact_loss_terms(
       GAUSSIAN, learner_outputs, target, env_outputs, on_policy, config, impact)
   values = learner_outputs.baseline[:-1]
   discounts = 0.9 * (1.0 - env_outputs.done[1:])
@@ -280,7 +280,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
   # Another target: KL(pi_target || pi) in closed form.
   target_mean = target[..., :A] + 0.5
   target_log_std = target[..., A:] - 0.2
-  terms, _ = impact.impact_loss_terms(
+  terms, _ = impact_lib.impact_loss_terms(
       GAUSSIAN, learner_outputs, np.concatenate([target_mean, target_log_std], -1), env_outputs,
       on_policy, config, impact)
   p_mean, p_log_std = target_mean[:-1], target_log_std[:-1]
