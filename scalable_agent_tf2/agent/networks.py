@@ -58,6 +58,7 @@ CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
 # B=32, T=100 (benchmarks/speed/learner_memory.py): the training process's peak RSS falls from
 # 8.3 GB to 1.8 GB (256 frames: 2.2 GB); the shallow torso's activations (0.4 GB) are left alone.
 DEEP_TORSO_CHUNK_FRAMES = 128
+PIXEL_MAX = 255.0  # uint8 pixels span [0, 255]; the torso takes them divided by it.
 # The smallest frame side the shallow torso takes: Figure 3 (left)'s VALID 8x8/4 then 4x4/2
 # convolutions need (side - 8) // 4 + 1 >= 4, i.e. side >= 20 (MiniGrid's 7x7 views take the
 # deep torso, whose SAME layers take any size).
@@ -92,6 +93,9 @@ class NetworkConfig:
       torsos.INDEX (a Discrete(n) observation: int32 []).
     num_observation_values: n of a Discrete(n) observation (INDEX only): the one-hot's size.
     mlp_hidden_sizes: the MLP torso's layers (VECTOR only; IMPACT section 4.3's 256, 256).
+    frame_max: the largest value of a frame's uint8 entries (FRAME only): frames reach the
+      torso divided by it (to_unit_float), so they span [0, 1]. 255 for pixels; MiniGrid and
+      BabyAI's image is the grid's encoding, indices of at most 10 (gym_env.frame_max).
   """
   num_actions: int
   frame_shape: Tuple[int, ...]
@@ -102,6 +106,7 @@ class NetworkConfig:
   observation_kind: str = torsos.FRAME
   num_observation_values: Optional[int] = None
   mlp_hidden_sizes: Tuple[int, ...] = torsos.MLP_HIDDEN_SIZES
+  frame_max: float = PIXEL_MAX
 
   @property
   def frame_dtype(self):
@@ -368,9 +373,9 @@ class Agent(tf.Module):
     if self.config.observation_kind != torsos.FRAME:
       torso_output = self.torso(frames)  # Vectors (already filtered) or indices: no /255.
     elif chunk_frames and (frames.shape[0] is None or frames.shape[0] > chunk_frames):
-      torso_output = chunked_torso(self.torso, frames, chunk_frames)
+      torso_output = chunked_torso(self.torso, frames, chunk_frames, self.config.frame_max)
     else:
-      torso_output = self.torso(to_unit_float(frames))
+      torso_output = self.torso(to_unit_float(frames, self.config.frame_max))
     # The network's reward input is always clip(r, -1, 1) (released code).
     reward = tf.clip_by_value(tf.cast(flat(env_outputs.reward), tf.float32), -1.0, 1.0)
     parts = [torso_output, reward[:, tf.newaxis],
@@ -393,13 +398,14 @@ class Agent(tf.Module):
     return NetworkOutput(policy_logits=policy_logits, baseline=baseline), core_state
 
 
-def to_unit_float(frames):
-  """uint8 frames -> float32 in [0, 1] (the torso's input)."""
-  return tf.cast(frames, tf.float32) / 255.0
+def to_unit_float(frames, frame_max=PIXEL_MAX):
+  """uint8 frames whose entries are at most frame_max -> float32 in [0, 1] (the torso's
+  input)."""
+  return tf.cast(frames, tf.float32) / frame_max
 
 
-def chunked_torso(torso, frames, chunk_frames):
-  """torso(to_unit_float(frames)), computed chunk by chunk, with a gradient that recomputes.
+def chunked_torso(torso, frames, chunk_frames, frame_max=PIXEL_MAX):
+  """torso(to_unit_float(frames, frame_max)), chunk by chunk, with a gradient that recomputes.
 
   Backprop through the torso over all N frames at once keeps every layer's activations of
   the N frames until the backward pass (the deep torso: 6.3 GB for N = 32 x 101 DMLab
@@ -423,7 +429,7 @@ def chunked_torso(torso, frames, chunk_frames):
   chunk_size = (num_frames + num_chunks - 1) // num_chunks
   padded = tf.pad(frames, [[0, num_chunks * chunk_size - num_frames]] + [[0, 0]] * 3)
   chunks = tf.reshape(padded, tf.concat([[num_chunks, chunk_size], tf.shape(frames)[1:]], 0))
-  apply_torso = lambda chunk: torso(to_unit_float(chunk))
+  apply_torso = lambda chunk: torso(to_unit_float(chunk, frame_max))
 
   @tf.custom_gradient
   def run(chunks):

@@ -68,11 +68,12 @@ class Description:
     image_key, text_key: a Dict observation's entries read as the frame and the instruction
       (text_key None: a Dict without text); both None for a plain space.
     ignored_keys: a Dict's other entries, sorted (not observed; e.g. MiniGrid's direction).
+    frame_max: FRAME only: the largest value of the image's entries (frame_max), None else.
     continuous_actions: Box actions. num_actions (Discrete) or action_size, action_low,
     action_high (Box).
   """
 
-  def __init__(self, env_id, observation_space, action_space):
+  def __init__(self, env_id, observation_space, action_space, unwrapped=None):
     from gymnasium import spaces  # pylint: disable=g-import-not-at-top
     self.env_id = env_id
     self.image_key = self.text_key = None
@@ -86,6 +87,8 @@ class Description:
       self.observation_kind, self.observation_shape = _observation_kind(
           env_id, observation_space, spaces)
     self.has_instruction = self.text_key is not None
+    self.frame_max = (frame_max(unwrapped, self.observation_shape)
+                      if self.observation_kind == FRAME else None)
     if isinstance(action_space, spaces.Discrete):
       self.continuous_actions, self.num_actions = False, int(action_space.n)
       self.action_start = int(action_space.start)
@@ -109,6 +112,29 @@ class Description:
                                     action_high=self.action_high.copy(),
                                     frame_shape=self.observation_shape)
     return base.EnvSpec(num_actions=self.num_actions, frame_shape=self.observation_shape)
+
+
+def frame_max(unwrapped, image_shape):
+  """The largest value an image observation's uint8 entries take: 255 for pixels, and the
+  largest index for MiniGrid and BabyAI's image, which is not pixels but the grid's encoding
+  (object, colour and state indices of the agent's view, minigrid.core.constants: at most
+  10). Divided by 255 as pixels, that image reached the torso about 25 times weaker than a
+  frame does (benchmarks/RESULTS.md, "A dictionary observation"). MiniGrid's own
+  RGBImgPartialObsWrapper renders pixels instead, of another shape: 255 again.
+
+  Args:
+    unwrapped: the environment's env.unwrapped, or None (then pixels).
+    image_shape: (H, W, C) of the image.
+  """
+  import sys  # pylint: disable=g-import-not-at-top
+  minigrid_env = getattr(sys.modules.get("minigrid.minigrid_env"), "MiniGridEnv", None)
+  if minigrid_env is not None and isinstance(unwrapped, minigrid_env):
+    view = unwrapped.agent_view_size
+    if tuple(image_shape) == (view, view, 3):  # Grid encoding, not rendered pixels.
+      from minigrid.core import constants  # pylint: disable=g-import-not-at-top
+      return float(max(*constants.OBJECT_TO_IDX.values(), *constants.COLOR_TO_IDX.values(),
+                       *constants.STATE_TO_IDX.values()))
+  return 255.0
 
 
 def _is_image(space, spaces):
@@ -184,7 +210,7 @@ def _describe(env_id, env_kwargs_json):
   import json  # pylint: disable=g-import-not-at-top
   env = make(env_id, json.loads(env_kwargs_json))
   try:
-    return Description(env_id, env.observation_space, env.action_space)
+    return Description(env_id, env.observation_space, env.action_space, env.unwrapped)
   finally:
     env.close()
 
@@ -216,7 +242,7 @@ class GymEnvironment(base.Environment):
     self._id = gym_family.gym_id(level_name)
     self._env = make(self._id, dict(env_kwargs or {}))
     self._description = Description(self._id, self._env.observation_space,
-                                    self._env.action_space)
+                                    self._env.action_space, self._env.unwrapped)
     self._spec = self._description.spec()
     self._seed, self._seeded = int(seed), False
     self._emit_truncation_step = emit_truncation_step

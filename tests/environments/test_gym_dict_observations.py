@@ -18,6 +18,7 @@ from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import training
+from scalable_agent_tf2 import structures
 from tests.gym_mission_envs import IMAGE_SHAPE, MISSIONS
 
 HERE = "tests.gym_mission_envs:"
@@ -48,6 +49,8 @@ def test_a_dict_of_image_and_mission_builds_the_instruction_network(built):
   config, agent = built
   assert agent.config.use_instruction and agent.config.frame_shape == IMAGE_SHAPE
   assert hasattr(agent, "instruction_encoder")
+  # Its image is pixels (no MiniGrid grid encoding): divided by 255 as every frame.
+  assert description.frame_max == agent.config.frame_max == 255.0
   # MiniGrid's 7x7 view is smaller than the shallow torso's VALID convolutions take.
   assert agent.config.torso == "deep"
   # The grid's encoding is computed, not rendered: the environments run in groups here.
@@ -136,3 +139,58 @@ def test_a_minigrid_level_passes_its_mission_as_the_instruction():
     assert first.observation.frame.dtype == np.uint8
   finally:
     env.close()
+
+
+def test_a_minigrid_image_is_scaled_by_its_largest_index_not_by_255(tmp_path):
+  """MiniGrid's image holds object, colour and state indices (at most 10), not pixels: the
+  network divides it by 10 so that it spans [0, 1] as pixel frames do; MiniGrid's own
+  RGBImgPartialObsWrapper gives pixels again, divided by 255."""
+  pytest.importorskip(
+      "minigrid", reason="minigrid is a benchmark-only package, not in requirements.txt: "
+      "pip install --no-deps -r benchmarks/requirements-minigrid.txt")
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  from minigrid import wrappers  # pylint: disable=g-import-not-at-top
+  level = "gym:MiniGrid-Fetch-5x5-N2-v0"
+  config = config_lib.config_from_argv([f"--level_name={level}", f"--logdir={tmp_path}"])
+  network_config = config.network_config_for_spec(
+      gym_env.describe("MiniGrid-Fetch-5x5-N2-v0", {}).spec())
+  assert network_config.frame_max == 10.0
+  env = gym_env.GymEnvironment(level, seed=1)
+  try:
+    frame = env.initial().observation.frame
+  finally:
+    env.close()
+  assert 0 < frame.max() <= 10
+  scaled = networks.to_unit_float(frame[np.newaxis], network_config.frame_max).numpy()
+  assert scaled.max() <= 1.0 and scaled.max() >= 0.2
+  rendered = wrappers.RGBImgPartialObsWrapper(gymnasium.make("MiniGrid-Fetch-5x5-N2-v0"))
+  try:
+    image_shape = rendered.observation_space["image"].shape
+    assert gym_env.frame_max(rendered.unwrapped, image_shape) == 255.0
+  finally:
+    rendered.close()
+
+
+@pytest.mark.parametrize("chunk_frames", [0, 3])
+def test_the_torso_takes_frames_divided_by_frame_max(chunk_frames):
+  """Agent.unroll's torso input is frame / frame_max, whole or chunked (chunked_torso)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  config = networks.NetworkConfig(num_actions=3, frame_shape=(7, 7, 3), torso="deep",
+                                  use_instruction=False, frame_max=10.0,
+                                  torso_chunk_frames=chunk_frames)
+  agent = networks.Agent(config)
+  frames = np.random.RandomState(0).randint(0, 11, size=(2, 4, 7, 7, 3)).astype(np.uint8)
+  seen = []
+  torso = agent.torso
+  class Recording(tf.Module):  # pylint: disable=missing-class-docstring
+    def __call__(self, x):
+      seen.append(x)
+      return torso(x)
+  agent.torso = Recording()
+  env_outputs = structures.EnvOutput(
+      reward=tf.zeros([2, 4]), done=tf.zeros([2, 4], tf.bool),
+      observation=structures.Observation(frame=tf.constant(frames), instruction=None),
+      episode_return=tf.zeros([2, 4]), episode_step=tf.zeros([2, 4], tf.int32))
+  agent.unroll(tf.zeros([2, 4], tf.int32), env_outputs, agent.initial_state(4))
+  inputs = tf.concat(seen, 0).numpy()[:8]
+  np.testing.assert_allclose(inputs, frames.reshape(8, 7, 7, 3) / 10.0, rtol=1e-6)

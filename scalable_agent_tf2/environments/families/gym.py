@@ -246,7 +246,7 @@ class GymFamily(base.Family):
           frame_shape=frame_shape, action_size=spec.action_size, torso=torso)
     return networks.NetworkConfig(
         num_actions=spec.num_actions, frame_shape=frame_shape, torso=torso, use_lstm=True,
-        use_instruction=description.has_instruction)
+        use_instruction=description.has_instruction, frame_max=description.frame_max)
 
 
 def frame_torso(frame_shape):
