@@ -506,7 +506,8 @@ class _DirectCall:
     arrays = []
     rows = (1,)  # The call's leading dimension; a group's is set by its first input.
     for value, dtype, row_shape in zip(flat_inputs, self._input_dtypes, self._input_row_shapes):
-      array = value if type(value) is np.ndarray else np.asarray(value)  # pylint: disable=unidiomatic-typecheck
+      # pylint: disable-next=unidiomatic-typecheck
+      array = value if type(value) is np.ndarray else np.asarray(value)
       shape = array.shape
       if self._allow_groups and not arrays:
         rows = shape[:1]

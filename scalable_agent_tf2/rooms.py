@@ -1,4 +1,5 @@
-"""The package's rooms and what each may import: the rules tests/project/test_import_rules.py enforces.
+"""The package's rooms and what each may import: the rules tests/project/test_import_rules.py
+enforces.
 
 A room is a subpackage of scalable_agent_tf2 (or structures.py, the records every room
 shares). The arrows point from orchestration down to data and math, so a room may import only

@@ -12,7 +12,8 @@ between the first progress record after --warmup seconds and the last one, over 
 reported.
 
 Usage:
-  python -m benchmarks.speed.distributed [--num_actors 16] [--seconds 150] [--warmup 45] [--rounds 1]
+  python -m benchmarks.speed.distributed [--num_actors 16] [--seconds 150] [--warmup 45]
+      [--rounds 1]
 Prints a Markdown table.
 """
 import argparse
@@ -25,7 +26,8 @@ import tempfile
 import time
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scalable_agent_tf2.runfiles import runlog  # pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable-next=g-import-not-at-top,wrong-import-position
+from scalable_agent_tf2.runfiles import runlog
 
 
 def experiment_flags(num_actors, logdir):

@@ -16,12 +16,12 @@ The arithmetic printed next to it:
   * the torso's activations kept for backprop: N = B x (T+1) frames times the float32 values
     per frame that the gradient needs (`activation_floats_per_frame`: every convolution's and
     fully connected layer's input, every max-pool's input and output, every ReLU's output).
-    With NetworkConfig.torso_chunk_frames > 0 (networks.chunked_torso) only one chunk's activations live
-    at a time, in the backward pass.
+    With NetworkConfig.torso_chunk_frames > 0 (networks.chunked_torso) only one chunk's
+    activations live at a time, in the backward pass.
 
-    python -m benchmarks.speed.learner_memory                          # shallow and deep, B=32, T=100
+    python -m benchmarks.speed.learner_memory                       # shallow and deep, B=32, T=100
     python -m benchmarks.speed.learner_memory --torsos=deep --chunks=0,128 --updates=3
-    python -m benchmarks.speed.learner_memory --malloc_arena_max=2     # glibc arenas' effect
+    python -m benchmarks.speed.learner_memory --malloc_arena_max=2  # glibc arenas' effect
 
 """
 import argparse
@@ -62,8 +62,10 @@ def activation_floats_per_frame(network_config):
   from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
   height, width, channels = network_config.frame_shape
   if network_config.torso == networks.SHALLOW:
-    h1, w1 = torsos._valid_size(height, 8, 4), torsos._valid_size(width, 8, 4)  # pylint: disable=protected-access
-    h2, w2 = torsos._valid_size(h1, 4, 2), torsos._valid_size(w1, 4, 2)  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    h1, w1 = torsos._valid_size(height, 8, 4), torsos._valid_size(width, 8, 4)
+    # pylint: disable-next=protected-access
+    h2, w2 = torsos._valid_size(h1, 4, 2), torsos._valid_size(w1, 4, 2)
     return height * width * channels + h1 * w1 * 16 + h2 * w2 * 32 + torsos.TORSO_OUTPUT_SIZE
   if network_config.torso != networks.DEEP:
     raise ValueError(f"No activation formula for torso {network_config.torso!r}.")
@@ -124,7 +126,8 @@ def child(args):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
+      config as config_lib)
 
   flags = [f"--level_name={args.level_name}", f"--torso={args.torso}",
            f"--batch_size={args.batch_size}", f"--unroll_length={args.unroll_length}",
@@ -167,8 +170,9 @@ def child(args):
 def run_child(torso, chunk, args):
   """Runs one configuration in a fresh process; returns its measurements."""
   command = [sys.executable, "-m", "benchmarks.speed.learner_memory", "--child",
-             f"--torso={torso}", f"--level_name={args.level_name}", f"--batch_size={args.batch_size}",
-             f"--unroll_length={args.unroll_length}", f"--updates={args.updates}"]
+             f"--torso={torso}", f"--level_name={args.level_name}",
+             f"--batch_size={args.batch_size}", f"--unroll_length={args.unroll_length}",
+             f"--updates={args.updates}"]
   if chunk is not None:
     command.append(f"--chunk={chunk}")
   env = dict(os.environ)

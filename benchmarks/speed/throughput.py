@@ -25,10 +25,10 @@ stage (CPU of each group of threads, and of the environment processes; scalable_
 profiling.py).
 
 Usage:
-  python -m benchmarks.speed.throughput                  # the full table (about 40 minutes here)
-  python -m benchmarks.speed.throughput --quick          # about 2 minutes: Pong, shallow, (a)+(b)
-  python -m benchmarks.speed.throughput --gpu            # on a GPU: throughput_gpu.py (learner
-                                                         # update on the GPU, XLA on/off; end to end)
+  python -m benchmarks.speed.throughput                # the full table (about 40 minutes here)
+  python -m benchmarks.speed.throughput --quick        # about 2 minutes: Pong, shallow, (a)+(b)
+  python -m benchmarks.speed.throughput --gpu          # on a GPU: throughput_gpu.py (learner
+                                                       # update on the GPU, XLA on/off; end to end)
   python -m benchmarks.speed.throughput --levels atari/pong --torsos shallow --num_actors 2,4 \
       --envs_per_actor 16 --variants a,b,c,d --seconds 60 --warmup 25 --output /tmp/table1.md
 Prints Markdown (and writes it to --output when given).

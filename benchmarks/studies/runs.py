@@ -19,7 +19,8 @@ from scalable_agent_tf2.runfiles import plot as learning_curves
 from benchmarks.speed.learner_step import machine_description  # pylint: disable=unused-import
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scalable_agent_tf2.runfiles import runlog  # pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable-next=g-import-not-at-top,wrong-import-position
+from scalable_agent_tf2.runfiles import runlog
 
 RUN_FILE = "run.json"
 # "Final return": the mean of the last this many training episodes (monitoring.py's recent

@@ -3,7 +3,8 @@ experience replay, on a few levels, each run with the same frame budget.
 
     python -m benchmarks.studies.table2 --output_dir=/work/runs/table2
     python -m benchmarks.studies.table2 --levels=toy/lit_side_delayed --seeds=1,2,3 --output_dir=...
-    python -m benchmarks.studies.table2 --quick --output_dir=/tmp/table2_quick   # a check of the script
+    # a check of the script
+    python -m benchmarks.studies.table2 --quick --output_dir=/tmp/table2_quick
 
 The paper (section 5.2.2, Table 2) trains the shallow network on 5 DeepMind Lab tasks for 1e9
 frames, 24 hyperparameter samples per cell, and reports the mean final return of the 3 best;

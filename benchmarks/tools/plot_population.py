@@ -2,11 +2,12 @@
 
     python -m benchmarks.tools.plot_population --logdir=/tmp/pbt --output=pbt.png
 
-Every member's curve is rebuilt across its ancestors (scalable_agent_tf2.population.pbt.reconstruct_curve:
-the members whose checkpoints it copied, as in the paper's Figure 5). Top: the mean of the
-last --window episode returns of each member's lineage (the fittest member's line is thick).
-Bottom: the learning rate along each lineage (the schedule PBT found, as in Figure F.1; the
-effective rate is this times the linear decay to 0 over --total_environment_frames).
+Every member's curve is rebuilt across its ancestors
+(scalable_agent_tf2.population.pbt.reconstruct_curve: the members whose checkpoints it copied,
+as in the paper's Figure 5). Top: the mean of the last --window episode returns of each
+member's lineage (the fittest member's line is thick). Bottom: the learning rate along each
+lineage (the schedule PBT found, as in Figure F.1; the effective rate is this times the linear
+decay to 0 over --total_environment_frames).
 """
 import argparse
 
@@ -15,8 +16,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
 
-from scalable_agent_tf2.population import pbt  # pylint: disable=g-import-not-at-top,wrong-import-position
-from scalable_agent_tf2.runfiles import runlog  # pylint: disable=g-import-not-at-top,wrong-import-position
+# pylint: disable-next=g-import-not-at-top,wrong-import-position
+from scalable_agent_tf2.population import pbt
+# pylint: disable-next=g-import-not-at-top,wrong-import-position
+from scalable_agent_tf2.runfiles import runlog
 
 
 def running_mean(values, window):

@@ -38,7 +38,8 @@ import tensorflow as tf
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import torsos
-from scalable_agent_tf2.configuration.settings import DEEP, IMPACT_CNN, SHALLOW, TORSOS  # --torso's choices.
+from scalable_agent_tf2.configuration.settings import (  # --torso's choices.
+    DEEP, IMPACT_CNN, SHALLOW, TORSOS)
 from scalable_agent_tf2.structures import AgentOutput
 
 # Instruction encoder (section 5, Figure 3): words hashed into 1000 buckets, embedding 20,

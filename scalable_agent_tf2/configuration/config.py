@@ -23,7 +23,8 @@ from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
-from scalable_agent_tf2.configuration.settings import IMPACT, IMPALA, TEST, TRAIN  # noqa: F401 (API)
+from scalable_agent_tf2.configuration.settings import (  # noqa: F401 (API)
+    IMPACT, IMPALA, TEST, TRAIN)
 
 
 def num_replayed_per_batch(batch_size, replay_fraction):

@@ -3,7 +3,8 @@ and IMPALA columns; section 4.3), under this project's setting names.
 
     settings = mujoco_presets.presets("mujoco/hopper", "impact")   # dict: setting -> value
 
-Every value cites where it comes from. Table 2's rows and the settings they become (presets.presets routes the MuJoCo levels here):
+Every value cites where it comes from. Table 2's rows and the settings they become
+(presets.presets routes the MuJoCo levels here):
     Learning Rate                -> learning_rate      IMPACT 3e-4, IMPALA 1.5e-5
     Discount (gamma)             -> discounting        0.995 both
     Entropy Coeff                -> entropy_cost       0.0 both

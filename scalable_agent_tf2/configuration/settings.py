@@ -396,10 +396,10 @@ class ExperimentSettings:
       "plain IMPALA).", "LASER section 4.3", check=TRUST_REGION, part_of=FOR_LEARNER)
   shared_replay_address: str = setting(
       "", REPLAY, "LASER's shared replay across processes: host:port of a replay service "
-      "(python -m scalable_agent_tf2.transport.replay_service), whose one episode replay this run feeds "
-      "and samples together with other agents (same level, network and unroll length; other "
-      "hyperparameters). Needs --laser_replay; --replay_capacity is then the service's. "
-      "Empty: a replay of this run's own.", source="LASER section 5.4")
+      "(python -m scalable_agent_tf2.transport.replay_service), whose one episode replay this "
+      "run feeds and samples together with other agents (same level, network and unroll "
+      "length; other hyperparameters). Needs --laser_replay; --replay_capacity is then the "
+      "service's. Empty: a replay of this run's own.", source="LASER section 5.4")
   agent_tag: str = setting("", REPLAY, "This run's tag on its episodes in the shared replay "
                            "(--shared_replay_address); default: the logdir's name.")
   shared_replay_connect_secs: float = setting(

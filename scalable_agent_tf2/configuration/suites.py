@@ -121,10 +121,10 @@ PAPER_DMLAB30_IMPALA_SCORES = {k: v[3] for k, v in _DMLAB30_TABLE_B1.items()}
 # random 0), except boxing's random score, 0.1 as in the one-decimal version of the same
 # table (e.g. deepmind/dqn_zoo, atari_data.py) instead of 0.05. With 0.05 the paper's Table 4
 # means come out 0.07 points low (466.33 / 957.55 / 176.82 against 466.4 / 957.6 / 176.9);
-# with 0.1 all six Table 4 numbers are reproduced to the paper's rounding (tests/configuration/test_suites.py
-# checks both). The whole one-decimal table does not: its other roundings lower the means by
-# 0.3 points; nor does deepmind/dqn_zoo's video_pinball random score (16256.9), which raises
-# them by hundreds of points.
+# with 0.1 all six Table 4 numbers are reproduced to the paper's rounding
+# (tests/configuration/test_suites.py checks both). The whole one-decimal table does not: its
+# other roundings lower the means by 0.3 points; nor does deepmind/dqn_zoo's video_pinball
+# random score (16256.9), which raises them by hundreds of points.
 ATARI57_RANDOM_HUMAN_SCORES = {
     "alien": (227.75, 7127.7),
     "amidar": (5.77, 1719.5),

@@ -72,7 +72,8 @@ How AtariVectorEnv's options map onto Table G.1, and what this wrapper does on t
     seed): never on Breakout; on Pong only after 2 no-ops (the screen is drawn at frame 2);
     on Space Invaders 2 counts (<= 44 of 33,600 pixels), Ms. Pac-Man 15 (<= 116), Seaquest 7
     (<= 592), Beam Rider 9 (<= 1,216). Only the first observation of a game is affected.
-    tests/environments/test_atari_vector.py checks the group's first frame against ALE's last screen.
+    tests/environments/test_atari_vector.py checks the group's first frame against ALE's last
+    screen.
   * Seeds: environment i gets the ALE seed AtariEnvironment derives from seeds[i]
     (atari._derive_seeds); ale-py seeds its no-op generator with it too, so the no-op counts
     are seeded and reproducible but are not AtariEnvironment's draws.

@@ -14,8 +14,9 @@ mission)) -> the image as the frame and the text as the instruction, as DeepMind
 (environments/dmlab.py): the actor hashes it into word ids (policies.encode_group_instructions,
 networks.hash_instructions) and the network encodes it with the paper's instruction encoder
 (Figure 3). A Dict's other entries (MiniGrid's direction) are not observed: Description.
-ignored_keys names them. Actions: Discrete(n) -> base.EnvSpec(n, ...); Box (A,) -> ContinuousEnvSpec,
-the action clipped to the bounds only in the copy sent to gymnasium (action_bounds.py).
+ignored_keys names them. Actions: Discrete(n) -> base.EnvSpec(n, ...); Box (A,) ->
+ContinuousEnvSpec, the action clipped to the bounds only in the copy sent to gymnasium
+(action_bounds.py).
 
 Episode ends. gymnasium tells a termination (the task ended: no value after it) from a
 truncation (a time limit cut it: the return would have gone on). A termination sets `done` on

@@ -24,7 +24,8 @@ did nothing) must carry no information: its importance weights rho_t = c_t = 0 a
 terms (policy gradient, baseline, entropy) weighted 0. Then V-trace's target at x_last is
 V(x_last) itself, and the transition into it bootstraps: v_{t-1} = r + gamma V(x_last) (+ the
 usual correction). A termination keeps discount 0 and bootstraps from nothing.
-`vtrace_targets` below is that rule in numpy (tests/environments/test_gym_family.py checks both cases).
+`vtrace_targets` below is that rule in numpy (tests/environments/test_gym_family.py checks both
+cases).
 
 numpy only.
 """

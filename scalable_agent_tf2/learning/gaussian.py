@@ -2,9 +2,9 @@
 distributions.DiagGaussianFamily); V-trace for any distribution is vtrace.from_distributions,
 the entropy and KL losses are losses.entropy_loss / losses.kl_divergence of distributions.
 
-These thin aliases keep the functions this module offered (docs/CONTINUOUS_CONTROL.md names it) for callers
-outside the project; the project's own code does not use them. Each is one call of the method
-that now holds its arithmetic (the numbers are the same).
+These thin aliases keep the functions this module offered (docs/CONTINUOUS_CONTROL.md names it)
+for callers outside the project; the project's own code does not use them. Each is one call of
+the method that now holds its arithmetic (the numbers are the same).
 
     log_probs_from_params_and_actions(m, s, a) -> DiagGaussian(m, s).log_prob(a)
     entropy(s) / entropy_loss(s, mask)         -> DiagGaussian(m, s).entropy(),

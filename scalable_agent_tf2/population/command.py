@@ -22,12 +22,12 @@ the population from its lineage and the members' checkpoints.
 
 With --shared_replay_capacity=N the members share one LASER episode replay (Schmitt et al.,
 2019, section 5.4: the agents of a sweep or population feed and sample one replay): the driver
-starts a replay service process (python -m scalable_agent_tf2.transport.replay_service, its output in
-<logdir>/replay_service.log) on a free loopback port, gives every member --laser_replay,
---shared_replay_address and --agent_tag=member_NN, restarts the service if it dies (empty; the
-members reconnect within their --shared_replay_connect_secs) and stops it at the end. Members
-restarted by PBT reconnect to the same service and keep feeding it. The flags after "--" must
-include --replay_fraction (e.g. LASER's 0.875).
+starts a replay service process (python -m scalable_agent_tf2.transport.replay_service, its
+output in <logdir>/replay_service.log) on a free loopback port, gives every member
+--laser_replay, --shared_replay_address and --agent_tag=member_NN, restarts the service if it
+dies (empty; the members reconnect within their --shared_replay_connect_secs) and stops it at
+the end. Members restarted by PBT reconnect to the same service and keep feeding it. The flags
+after "--" must include --replay_fraction (e.g. LASER's 0.875).
 
 Members run as subprocesses of this driver, on this machine. On a cluster, give
 --member_prefix a command that runs a process on another host and forwards SIGTERM (e.g.

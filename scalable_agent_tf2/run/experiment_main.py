@@ -29,9 +29,10 @@ settings and their sources, and exits without loading TensorFlow.
 
 --level_name takes a level ("atari/pong", "explore_goal_locations_small") or a suite
 ("atari57", "dmlab30"). Flags left unset take the paper's value for that level or suite
-(scalable_agent_tf2/configuration/presets.py: Table G.1 for Atari, Table D.3 and the released code for
-DeepMind Lab); a flag you set always wins. Every flag, its default, source and check is a
-setting of scalable_agent_tf2/configuration/settings.py; this module only parses them and wires the rooms.
+(scalable_agent_tf2/configuration/presets.py: Table G.1 for Atari, Table D.3 and the released
+code for DeepMind Lab); a flag you set always wins. Every flag, its default, source and check is
+a setting of scalable_agent_tf2/configuration/settings.py; this module only parses them and
+wires the rooms.
 """
 import os
 import sys
@@ -258,7 +259,8 @@ def stopped_before_start(config, interrupt, job_name=""):
     return f"Stopped: interrupted ({name}) before acting started."
   latest = checkpoint_files.latest_checkpoint(config.logdir)
   if latest is None:
-    return f"Stopped: interrupted ({name}) before training started; nothing trained, nothing to save."
+    return (f"Stopped: interrupted ({name}) before training started; nothing trained, "
+            "nothing to save.")
   path = os.path.join(checkpoint_files.checkpoint_dir(config.logdir), latest[0])
   return (f"Stopped: interrupted ({name}) before training started; checkpoint {path} "
           f"unchanged at {latest[1]:,} frames.")

@@ -10,7 +10,8 @@ with the agent that produced it. laser.EpisodeReplay is that replay inside one p
                                 .add(unroll, agent, actor)  an online unroll into the replay
                                 .sample()                   an Episode of any agent
                                 .stats(), len(), episodes_by_agent(), added_by_agent()
-    python -m scalable_agent_tf2.transport.replay_service --address=localhost:8010 --replay_capacity=N
+    python -m scalable_agent_tf2.transport.replay_service --address=localhost:8010 \\
+        --replay_capacity=N
     python experiment.py --laser_replay --replay_fraction=0.875 \\
         --shared_replay_address=localhost:8010 --logdir=/tmp/agent_a ...
 
@@ -405,7 +406,8 @@ def format_stats(stats):
 def _parser():
   """The command line: settings.ReplayServiceSettings' flags (defaults, help and checks)."""
   return settings_lib.CommandParser(
-      settings_lib.ReplayServiceSettings, prog="python -m scalable_agent_tf2.transport.replay_service",
+      settings_lib.ReplayServiceSettings,
+      prog="python -m scalable_agent_tf2.transport.replay_service",
       description="LASER's shared replay (Schmitt et al. 2019, section 5.4) for agents in "
                   "other processes: run experiment.py with --laser_replay "
                   "--shared_replay_address=ADDRESS. The trajectory layout is taken from the "

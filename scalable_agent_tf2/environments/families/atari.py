@@ -15,9 +15,9 @@ PREFIX = suites.ATARI_LEVEL_PREFIX
 # norm clipped at 40, rewards clipped to [-1, 1], unroll 20, batch 32, 84x84, 200M frames;
 # Appendix G: the experts use the shallow network. Actors: not given for Atari; Table 1's 48.
 ATARI = dict(base.PAPER_SHARED, entropy_cost=0.01, learning_rate=0.0006, epsilon=0.01,
-             max_grad_norm=40.0, reward_clipping=settings.ABS_ONE, total_environment_frames=int(200e6),
-             unroll_length=20, batch_size=32, width=84, height=84, torso=settings.SHALLOW,
-             num_actors=48)
+             max_grad_norm=40.0, reward_clipping=settings.ABS_ONE,
+             total_environment_frames=int(200e6), unroll_length=20, batch_size=32, width=84,
+             height=84, torso=settings.SHALLOW, num_actors=48)
 # Environments of an Atari run: Table 1's 48 actors, one environment each.
 ATARI_ENVIRONMENTS = 48
 # What atari_vector.AtariVectorGroup implements: Table G.1's 84x84 frames and action repeat 4

@@ -16,8 +16,9 @@ from scalable_agent_tf2.configuration import settings
 # repeat 4, RMSProp momentum 0 (decay 0.99 and the accumulator starting at 1: released code,
 # TF1's RMSPropOptimizer); V-trace (section 5.2.1) without LASER's trust region.
 PAPER_SHARED = dict(discounting=0.99, baseline_cost=0.5, num_action_repeats=4, decay=0.99,
-                    momentum=0.0, rmsprop_initial_mean_square=1.0, off_policy_correction=settings.VTRACE,
-                    trust_region_threshold=float("inf"), envs_per_actor=1)
+                    momentum=0.0, rmsprop_initial_mean_square=1.0,
+                    off_policy_correction=settings.VTRACE, trust_region_threshold=float("inf"),
+                    envs_per_actor=1)
 
 # How an actor's environments run (Family.runs_as).
 OWN_PROCESS = "one environment process per actor"
@@ -118,7 +119,8 @@ class Family:
 
   def check_can_run(self, config, memory_gb):
     """What can be known before any environment starts (a missing module, memory)."""
-    from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
+        config as config_lib)
     config_lib.check_environment_memory(config, memory_gb)
 
   # --- Environments. --------------------------------------------------------------------

@@ -132,7 +132,8 @@ class DmLabFamily(base.Family):
 
   def check_can_run(self, config, memory_gb):
     """The Brady et al. image set where a level needs it, memory, the module."""
-    from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
+        config as config_lib)
     from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
     needing = [level for level in config.levels
                if level_path(level).split("/")[-1] in suites.DMLAB30_LEVELS_NEEDING_DATASET

@@ -217,7 +217,8 @@ class GymFamily(base.Family):
     """
     from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
     from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
-    from scalable_agent_tf2.environments import base as env_base  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2.environments import (  # pylint: disable=g-import-not-at-top
+        base as env_base)
     env_kwargs = parse_env_kwargs(config.env_kwargs)
     description = self.describe(config.levels[0], env_kwargs)
     kind = description.observation_kind
@@ -241,7 +242,8 @@ class GymFamily(base.Family):
     frame_shape = tuple(spec.frame_shape)
     torso = config.torso or frame_torso(frame_shape)
     if continuous:
-      from scalable_agent_tf2.agent import continuous_networks  # pylint: disable=g-import-not-at-top
+      from scalable_agent_tf2.agent import (  # pylint: disable=g-import-not-at-top
+          continuous_networks)
       return continuous_networks.ContinuousFrameNetworkConfig(
           frame_shape=frame_shape, action_size=spec.action_size, torso=torso)
     return networks.NetworkConfig(
