@@ -190,11 +190,12 @@ def test_the_gym_family_maps_an_image_with_a_mission_to_the_instruction_path(mon
   from scalable_agent_tf2.environments import base
   config = _gym_config(tmp_path, "gym:CartPole-v1")
   description = types.SimpleNamespace(observation_kind="frame", observation_shape=(7, 7, 3),
-                                      has_instruction=True)
+                                      has_instruction=True, frame_max=10.0)
   monkeypatch.setattr(gym_family.GymFamily, "describe", lambda *args, **kwargs: description)
   network = gym_family.FAMILY.network_config(config, base.EnvSpec(7, (7, 7, 3)))
   assert (network.torso, network.use_instruction, network.use_lstm) == (networks.DEEP, True,
                                                                         True)
+  assert network.frame_max == 10.0  # The grid encoding's largest index, not 255.
 
 
 def test_discrete_actions_filter_vector_observations():
