@@ -11,7 +11,7 @@ Every episode's mission is the same text, BLANK_MISSION, whatever object the roo
 mission names; the image, the rewards and the episodes are MiniGrid's. An agent that reads
 the mission can pick the named object; this one can only pick one of the two at random (or
 the one its view favours), so its return is bounded by a mission-ignoring policy's (about
-0.51: benchmarks/RESULTS.md, "A dictionary observation"). Needs the benchmark-only minigrid
+0.52: benchmarks/RESULTS.md, "A dictionary observation"). Needs the benchmark-only minigrid
 package (benchmarks/requirements-minigrid.txt).
 
 Run as a module, it plays a Fetch run's checkpoint with the missions blanked (test mode, the
