@@ -96,12 +96,18 @@ def _run_at(monitor, clock, rate_per_update, seconds, frames, updates, every=5.0
   return frames, updates, records
 
 
-def test_the_time_to_go_follows_the_recent_rate(tmp_path):
+def _started_monitor(tmp_path, level, total):
+  """(a started Monitor of `total` frames on a fake clock, the clock, its printed lines)."""
   clock, lines = _Clock(), []
-  total = 2_000_000
-  monitor = monitoring.Monitor(str(tmp_path), ["atari/pong"], total_frames=total,
+  monitor = monitoring.Monitor(str(tmp_path), [level], total_frames=total,
                                print_fn=lines.append, clock=clock)
   monitor.start(0)
+  return monitor, clock, lines
+
+
+def test_the_time_to_go_follows_the_recent_rate(tmp_path):
+  total = 2_000_000
+  monitor, clock, lines = _started_monitor(tmp_path, "atari/pong", total)
   # 10 minutes at 1,000 frames/s, then 3 minutes at 100 frames/s.
   frames, updates, fast = _run_at(monitor, clock, 5000, 600, 0, 0)
   assert fast[-1]["eta_seconds"] == pytest.approx((total - frames) / 1000, rel=0.02)
@@ -113,11 +119,8 @@ def test_the_time_to_go_follows_the_recent_rate(tmp_path):
 
 
 def test_no_time_to_go_before_the_rate_is_known_and_never_zero_before_the_end(tmp_path):
-  clock, lines = _Clock(), []
   total = 100_000
-  monitor = monitoring.Monitor(str(tmp_path), ["toy/lit_side"], total_frames=total,
-                               print_fn=lines.append, clock=clock)
-  monitor.start(0)
+  monitor, clock, lines = _started_monitor(tmp_path, "toy/lit_side", total)
   clock.now = 30.0  # A slow start (the first update's compilation), then 1,000 frames/s.
   monitor.write(0, queue_fill=0.0)
   frames, updates, records = _run_at(monitor, clock, 1000, 100, 0, 0, every=1.0)

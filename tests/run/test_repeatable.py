@@ -60,14 +60,21 @@ def agent_tensors(tensors):
           if name.startswith("agent/") and "OPTIMIZER_SLOT" not in name}
 
 
-def test_toy_level_repeats_its_losses_and_parameters_and_another_seed_does_not(tmp_path):
-  frames = TOY_UPDATES * 20
-  lines, tensors = train_repeatably(tmp_path / "a", TOY_FLAGS, frames, seed=7)
-  again, tensors_again = train_repeatably(tmp_path / "b", TOY_FLAGS, frames, seed=7)
-  assert len(lines) == TOY_UPDATES, lines
-  # Each update's losses at float32's full precision and the parameters' digest after it.
+def assert_two_runs_repeat(tmp_path, flags, frames, seed, updates):
+  """Trains twice with the same seed; asserts the same `updates` lines (each update's losses
+  at float32's full precision and the parameters' digest after it) and the same checkpointed
+  tensors. Returns the first run's (lines, tensors)."""
+  lines, tensors = train_repeatably(tmp_path / "a", flags, frames, seed=seed)
+  again, tensors_again = train_repeatably(tmp_path / "b", flags, frames, seed=seed)
+  assert len(lines) == updates, lines
   assert again == lines
   assert_same_tensors(tensors, tensors_again)
+  return lines, tensors
+
+
+def test_toy_level_repeats_its_losses_and_parameters_and_another_seed_does_not(tmp_path):
+  frames = TOY_UPDATES * 20
+  lines, tensors = assert_two_runs_repeat(tmp_path, TOY_FLAGS, frames, 7, TOY_UPDATES)
   assert agent_tensors(tensors)  # The network's variables are among those compared.
 
   other, other_tensors = train_repeatably(tmp_path / "c", TOY_FLAGS, frames, seed=8)
@@ -79,11 +86,7 @@ def test_toy_level_repeats_its_losses_and_parameters_and_another_seed_does_not(t
 
 def test_atari_repeats_its_losses_and_parameters(tmp_path):
   frames = ATARI_UPDATES * 40
-  lines, tensors = train_repeatably(tmp_path / "a", ATARI_FLAGS, frames, seed=3)
-  again, tensors_again = train_repeatably(tmp_path / "b", ATARI_FLAGS, frames, seed=3)
-  assert len(lines) == ATARI_UPDATES, lines
-  assert again == lines
-  assert_same_tensors(tensors, tensors_again)
+  lines, _ = assert_two_runs_repeat(tmp_path, ATARI_FLAGS, frames, 3, ATARI_UPDATES)
   assert len({line.split("params=")[1] for line in lines}) == ATARI_UPDATES  # They moved.
 
 
