@@ -34,6 +34,7 @@ reward of the wrong shape or dtype mid-episode is EnvironmentOutputError naming 
 environment and the field (a bug of the environment: not restarted).
 """
 import functools
+import sys
 
 import numpy as np
 
@@ -127,7 +128,6 @@ def frame_max(unwrapped, image_shape):
     unwrapped: the environment's env.unwrapped, or None (then pixels).
     image_shape: (H, W, C) of the image.
   """
-  import sys  # pylint: disable=g-import-not-at-top
   minigrid_env = getattr(sys.modules.get("minigrid.minigrid_env"), "MiniGridEnv", None)
   if minigrid_env is not None and isinstance(unwrapped, minigrid_env):
     view = unwrapped.agent_view_size
