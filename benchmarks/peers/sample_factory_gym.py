@@ -1,6 +1,7 @@
-"""Sample Factory 2.1.1 (APPO with V-trace) on a gymnasium level (CartPole-v1), set as close as
-it allows to this project's gym family setting (Table G.1's single-game learner), and the two
-side by side, at the same time, to a running-mean target.
+"""Sample Factory 2.1.1 (APPO with V-trace) on a gymnasium level with discrete actions
+(CartPole-v1, LunarLander-v3), set as close as it allows to this project's gym family setting
+for them (Table G.1's single-game learner), and the two side by side, at the same time, to a
+running-mean target.
 
     bash benchmarks/peers/setup_sample_factory.sh              # once: venv in /tmp/sf_venv
     # The peer alone: one row per finished episode in <output_dir>/episodes.csv.
@@ -12,6 +13,9 @@ side by side, at the same time, to a running-mean target.
     # Any time: both runs' episodes read the same way, steps and time to the target.
     python benchmarks/peers/sample_factory_gym.py --mode=report --seed=1 \\
         --output_dir=/work/runs/sbs_cartpole
+    # LunarLander (the solved mark 200; Sample Factory's gymnasium calls it LunarLander-v2):
+    python benchmarks/peers/sample_factory_gym.py --mode=side_by_side --seed=1 \\
+        --level=LunarLander-v3 --target=200 --steps=8000000 --output_dir=/work/runs/sbs_lunar
 
 The peer runs Sample Factory's gymnasium example (sf_examples/train_gym_env.py: gym.make of
 the id, registered with register_env, Sample Factory's defaults) with the overrides listed in
@@ -48,13 +52,14 @@ Sample Factory here:
     0.99; entropy cost 0.01; learning rate 0.0006 annealed linearly to 0 at the step budget
     (Sample Factory's linear_decay over train_for_env_steps / batch_size updates: with one
     gymnasium step per agent step, frames and steps are the same count here); rewards neither
-    scaled nor clipped (reward_scale 1; reward_clip 1000 is above CartPole's 1 per step, as
-    ours has none); observations normalised by running mean and variance (ours: the actor's
-    MeanStdFilter; Sample Factory: normalize_input); no return normalisation; 48 environments
-    (2 rollout processes x 24 for this 2-core machine, split in halves stepped alternately:
-    worker_num_splits=2, Sample Factory's double-buffered sampling); feed-forward MLP torso of
-    two tanh layers of 256 shared by policy and value (encoder_mlp_layers 256 256,
-    nonlinearity tanh, no RNN, no decoder layers), linear policy and value heads.
+    scaled nor clipped (reward_scale 1; reward_clip 1000 is above CartPole's 1 and
+    LunarLander's 100 per step, as ours has none); observations normalised by running mean
+    and variance (ours: the actor's MeanStdFilter; Sample Factory: normalize_input); no
+    return normalisation; 48 environments (2 rollout processes x 24 for this 2-core machine,
+    split in halves stepped alternately: worker_num_splits=2, Sample Factory's double-buffered
+    sampling); feed-forward MLP torso of two tanh layers of 256 shared by policy and value
+    (encoder_mlp_layers 256 256, nonlinearity tanh, no RNN, no decoder layers), linear
+    policy and value heads.
   network input: our heads also see the clipped reward and the one-hot previous action
     concatenated to the torso output (Figure 3); Sample Factory's see the torso output only.
     Initialisation: Sample Factory's orthogonal vs ours.
@@ -75,9 +80,10 @@ Sample Factory here:
     (actor threads, dynamic batching); Sample Factory in 2 rollout processes, one inference
     worker, one learner, asynchronous (async_rl=True), all on the CPU, after its own
     decorrelation of the environments at start (decorrelate_envs_on_one_worker, its default).
-  environment: the same gymnasium id from each system's own gymnasium (ours: the project's
-    gymnasium 1.x; Sample Factory: 0.29.1, the last it accepts); CartPole-v1's 500-step
-    time limit in both; an episode cut by it bootstraps its return from the value in both
+  environment: the same task from each system's own gymnasium (ours: the project's
+    gymnasium 1.x; Sample Factory: 0.29.1, the last it accepts; the same id, or PEER_IDS's
+    where 0.29.1 names it differently); the time limit (CartPole-v1's 500 steps,
+    LunarLander's 1000) in both; an episode cut by it bootstraps its return from the value in both
     (ours: gym_env's emit_truncation_step; Sample Factory: value_bootstrap=True, not its
     default: --value_bootstrap=False gives its default).
 """
@@ -111,13 +117,19 @@ RMSPROP_EPSILON, GRADIENT_CLIP, ENVIRONMENTS = 0.01, 40.0, 48
 MLP_LAYERS = (256, 256)  # IMPACT section 4.3's MLP (torsos.MLP_HIDDEN_SIZES), tanh.
 BATCH_STEPS = UNROLL * BATCH  # Sample Factory's batch_size counts samples: 640.
 POLL_SECONDS = 2.0
+# Ids that Sample Factory's gymnasium (0.29.1, the last it accepts) names differently from
+# ours (1.x). LunarLander-v3 (gymnasium 1.0) changed, from v2: the wind's reset (the wind is off
+# unless enable_wind=True), a world not fully destroyed at reset (a determinism fix) and the
+# observation space's declared bounds; dynamics, rewards and the 1000-step limit are v2's, and
+# both systems normalise observations by their running statistics, not by the bounds.
+PEER_IDS = {"LunarLander-v3": "LunarLander-v2"}
 
 
 def sample_factory_argv(args, train_dir, experiment):
   """Sample Factory's command line: its defaults, overridden as the docstring says (with
   CHILD_DEFAULTS, which its command line does not take)."""
   argv = dict(
-      env=args.level, experiment=experiment, train_dir=train_dir, device="cpu", seed=args.seed,
+      env=args.peer_level, experiment=experiment, train_dir=train_dir, device="cpu", seed=args.seed,
       algo="APPO", async_rl=True, serial_mode=False, num_workers=args.workers,
       num_envs_per_worker=ENVIRONMENTS // args.workers, worker_num_splits=2,
       batched_sampling=False, rollout=UNROLL, recurrence=UNROLL, batch_size=BATCH_STEPS,
@@ -493,7 +505,10 @@ def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
   parser.add_argument("--mode", choices=["learning", "side_by_side", "report"],
                       default="side_by_side")
-  parser.add_argument("--level", default="CartPole-v1", help="A gymnasium id.")
+  parser.add_argument("--level", default="CartPole-v1", help="A gymnasium id (ours).")
+  parser.add_argument("--peer_level", default=None,
+                      help="The id in Sample Factory's gymnasium 0.29.1, when it names the "
+                           "task differently (default: PEER_IDS, else --level).")
   parser.add_argument("--workers", type=int, default=2,
                       help="Sample Factory's rollout processes (the machine's 2 cores); the "
                            f"{ENVIRONMENTS} environments are split over them.")
@@ -521,6 +536,8 @@ def parse_args(argv):
                            "<output_dir>/ours_seed_S and sample_factory_seed_S. Outside the "
                            "repository.")
   args = parser.parse_args(argv)
+  if args.peer_level is None:
+    args.peer_level = PEER_IDS.get(args.level, args.level)
   if args.workers < 1 or ENVIRONMENTS % (2 * args.workers):
     parser.error(f"--workers={args.workers}: each worker needs an even share of the "
                  f"{ENVIRONMENTS} environments (worker_num_splits=2): 1, 2, 3, 4, 6, 8, 12 "

@@ -17,6 +17,9 @@
 #   an offline machine cannot do; instead the ROMs that ale-py 0.9.1's wheel ships are
 #   imported into ale-py 0.8.1 with its own `ale-import-roms`.
 # - numpy<2: Sample Factory 2.1.1's own bound.
+# - box2d==2.3.10 and pygame==2.6.1 (the project's own pins): gymnasium 0.29.1's Box2D tasks
+#   (LunarLander-v2) import both; its [box2d] extra pins box2d-py 2.3.5, which has no wheel and
+#   would need swig to build.
 # - the V-trace summaries guard (sample_factory_vtrace_summaries.patch, beside this file).
 set -euo pipefail
 
@@ -33,7 +36,7 @@ quiet_pip() { "${PIP[@]}" "$@" 2> >(grep -v "is ignored: it is neither a file no
 
 quiet_pip install --quiet "torch==2.13.0"
 quiet_pip install --quiet "torch==2.13.0" "sample-factory==2.1.1" \
-  "gymnasium[atari]==0.29.1" "numpy<2"
+  "gymnasium[atari]==0.29.1" "numpy<2" "box2d==2.3.10" "pygame==2.6.1"
 
 # ROMs: take them from ale-py 0.9.1's wheel (it ships them) and import them into ale-py 0.8.1.
 SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -62,7 +65,8 @@ import gymnasium as gym, torch
 env = gym.make("PongNoFrameskip-v4")
 obs, _ = env.reset(seed=0)
 env.step(0)
+lander, _ = gym.make("LunarLander-v2").reset(seed=0)
 print(f"sample-factory {version('sample-factory')}, torch {torch.__version__}, "
-      f"gymnasium {gym.__version__}, Pong obs {obs.shape}")
+      f"gymnasium {gym.__version__}, Pong obs {obs.shape}, LunarLander obs {lander.shape}")
 PYEOF
 echo "setup done in $(( $(date +%s) - start )) s: $VENV"

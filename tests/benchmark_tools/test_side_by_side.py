@@ -99,6 +99,18 @@ def test_gym_peer_argv_is_table_g1s_learner_in_sample_factorys_units(tmp_path):
   assert (argv["env"], argv["seed"], argv["value_bootstrap"]) == ("CartPole-v1", "3", "True")
 
 
+def test_gym_peer_runs_the_task_under_its_own_gymnasiums_id(tmp_path):
+  # Sample Factory's gymnasium 0.29.1 has LunarLander-v2, not v3; ours runs v3.
+  args = _gym_args(tmp_path, "--level=LunarLander-v3", "--steps=8000000")
+  argv = dict(a[2:].split("=", 1) for a in sf_gym.sample_factory_argv(args, "d", "x")[:-3])
+  assert argv["env"] == "LunarLander-v2"
+  assert "--level_name=gym:LunarLander-v3" in sf_gym.ours_command(args, "d")
+  assert argv["train_for_env_steps"] == "8000000"
+  explicit = _gym_args(tmp_path, "--level=MyEnv-v0", "--peer_level=MyEnv-v1")
+  assert explicit.peer_level == "MyEnv-v1"
+  assert _gym_args(tmp_path, "--level=Acrobot-v1").peer_level == "Acrobot-v1"
+
+
 def test_gym_peer_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
   for flags, message in (
       (["--workers=5"], "even share of the 48"),
