@@ -1,7 +1,7 @@
-"""Sample Factory 2.1.1 (APPO with V-trace) on a gymnasium level with discrete actions
-(CartPole-v1, LunarLander-v3), set as close as it allows to this project's gym family setting
-for them (Table G.1's single-game learner), and the two side by side, at the same time, to a
-running-mean target.
+"""Sample Factory 2.1.1 (APPO with V-trace) on a gymnasium level, set as close as it allows to
+this project's gym family setting (discrete actions, e.g. CartPole-v1 and LunarLander-v3:
+Table G.1's single-game learner; continuous actions, e.g. Pendulum-v1: IMPACT's Table 2 with
+--algorithm=impact), and the two side by side, at the same time, to a running-mean target.
 
     bash benchmarks/peers/setup_sample_factory.sh              # once: venv in /tmp/sf_venv
     # The peer alone: one row per finished episode in <output_dir>/episodes.csv.
@@ -16,6 +16,10 @@ running-mean target.
     # LunarLander (the solved mark 200; Sample Factory's gymnasium calls it LunarLander-v2):
     python benchmarks/peers/sample_factory_gym.py --mode=side_by_side --seed=1 \\
         --level=LunarLander-v3 --target=200 --steps=8000000 --output_dir=/work/runs/sbs_lunar
+    # Pendulum with IMPACT (ours: --algorithm=impact --batch_size=4 --unroll_length=256):
+    python benchmarks/peers/sample_factory_gym.py --mode=side_by_side --seed=1 \\
+        --level=Pendulum-v1 --algorithm=impact --discounting=0.9 --target=-200 \\
+        --steps=1000000 --output_dir=/work/runs/sbs_pendulum
 
 The peer runs Sample Factory's gymnasium example (sf_examples/train_gym_env.py: gym.make of
 the id, registered with register_env, Sample Factory's defaults) with the overrides listed in
@@ -27,6 +31,9 @@ Side by side (--mode=side_by_side): this project's command
 
     python experiment.py --mode=train --level_name=gym:CartPole-v1 --seed=S \\
         --logdir=<output_dir>/ours_seed_S --total_environment_frames=<steps>
+
+(with --algorithm=impact, also the setting's flags: --algorithm=impact --batch_size=4
+--unroll_length=256; with --discounting, that flag)
 
 and Sample Factory (<output_dir>/sample_factory_seed_S) start together and run concurrently;
 each is stopped (ours with SIGINT: a checkpoint) as soon as the mean return of its last
@@ -86,9 +93,31 @@ Sample Factory here:
     LunarLander's 1000) in both; an episode cut by it bootstraps its return from the value in both
     (ours: gym_env's emit_truncation_step; Sample Factory: value_bootstrap=True, not its
     default: --value_bootstrap=False gives its default).
+
+Setting under --algorithm=impact, ours (gym family, Box actions: IMPACT Table 2's Hopper column,
+mujoco_presets.py, at batch 4 x 256 with 16 environments) -> Sample Factory here:
+  same as above: V-trace (rho_bar = c_bar = 1), learning rate (3e-4) annealed to 0 at the
+    budget, Adam with beta1 0 and beta2 0.99 as RMSProp (ours with Adam's epsilon, 1e-8),
+    observations normalised, rewards unscaled, the time limit's truncation bootstrapped,
+    2 rollout processes x 8 environments; and: unroll 256, 1024 samples per update; entropy
+    0; gradient-norm clip 0.5 on the mean loss (ours: 0.5 x T x B on the sum, the same clip);
+    value coefficient 1.0 (0.5 on the mean of squares); PPO clip 0.4 (ours clips the ratio to [0.6, 1.4],
+    Sample Factory to [1 / 1.4, 1.4]); separate policy and value
+    MLPs of two tanh layers of 256 (actor_critic_share_weights False), the network seeing the
+    observation only, a Gaussian with state-dependent log standard deviations
+    (adaptive_stddev, its default) whose samples the environment clips (Pendulum clips its
+    torque to [-2, 2] itself).
+  reuse: IMPACT uses each batch K = 20 times from a circular buffer of N = 16 batches,
+    interleaved with newer ones; Sample Factory's nearest is 20 epochs over each batch in a row
+    (num_epochs 20).
+  not in Sample Factory: IMPACT's target network (its surrogate's ratio is against a target
+    policy refreshed every N x K updates, clipped at rho 2; APPO's is against the behaviour
+    policy) and its adaptive KL coefficient (Sample Factory's kl_loss_coeff is fixed: 1.0,
+    IMPACT's starting value).
 """
 import argparse
 import csv
+import dataclasses
 import datetime
 import glob
 import json
@@ -110,12 +139,54 @@ EPISODES_FILE = "episodes.csv"
 EPISODES_HEADER = ["seconds", "steps", "episode_return"]
 LAUNCH_FILE = "launch.json"
 OURS, PEER = "ours", "sample_factory"
-# Table G.1 (the gym family's Discrete preset): unroll 20, batch 32, learning rate 0.0006,
-# entropy 0.01, discount 0.99, RMSProp epsilon 0.01, gradient clip 40; Table 1: 48 actors.
-UNROLL, BATCH, LEARNING_RATE, ENTROPY, DISCOUNT = 20, 32, 0.0006, 0.01, 0.99
-RMSPROP_EPSILON, GRADIENT_CLIP, ENVIRONMENTS = 0.01, 40.0, 48
 MLP_LAYERS = (256, 256)  # IMPACT section 4.3's MLP (torsos.MLP_HIDDEN_SIZES), tanh.
-BATCH_STEPS = UNROLL * BATCH  # Sample Factory's batch_size counts samples: 640.
+IMPALA, IMPACT = "impala", "impact"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """One of ours, in the numbers that Sample Factory's command line needs."""
+  unroll: int
+  batch: int            # Trajectories per update: Sample Factory's batch_size is unroll x this.
+  learning_rate: float
+  entropy: float
+  discount: float       # --discounting overrides it in both systems.
+  rmsprop_epsilon: float  # Ours, inside the root of summed gradients' mean square.
+  gradient_clip: float  # Ours, on the summed loss's gradient.
+  baseline_cost: float  # Ours: baseline_cost x 0.5 x sum of squared errors.
+  environments: int
+  sgd_passes: int       # Updates per batch: IMPACT's K (circular_buffer_max_uses), else 1.
+  ppo_clip: float       # IMPACT's clip; 0.1 (Sample Factory's default) under IMPALA.
+  kl_cost: float        # IMPACT's KL coefficient (its start); 0 under IMPALA.
+  shared_torso: bool    # One torso for policy and value (the discrete networks) or two.
+  ours_flags: tuple     # What ours is given beyond the family's presets.
+
+  @property
+  def batch_steps(self):
+    return self.unroll * self.batch
+
+
+SETTINGS = {
+    # Table G.1 (the gym family's Discrete preset): unroll 20, batch 32, learning rate 0.0006,
+    # entropy 0.01, discount 0.99, RMSProp epsilon 0.01, gradient clip 40, baseline cost 0.5;
+    # Table 1: 48 actors; torso shared by policy and value.
+    IMPALA: Setting(unroll=20, batch=32, learning_rate=0.0006, entropy=0.01, discount=0.99,
+                    rmsprop_epsilon=0.01, gradient_clip=40.0, baseline_cost=0.5,
+                    environments=48, sgd_passes=1, ppo_clip=0.1, kl_cost=0.0,
+                    shared_torso=True, ours_flags=()),
+    # The gym family's Box preset under --algorithm=impact (IMPACT Table 2, Hopper's column:
+    # learning rate 3e-4, entropy 0, discount 0.995, gradient clip 0.5 on the mean loss, value
+    # coefficient 1.0, clip 0.4, K = 20 uses of each batch, KL coefficient 1.0 at its start;
+    # section 4.3's 16 workers and separate policy and critic MLPs; RMSProp with Adam's epsilon
+    # 1e-8, mujoco_presets.py) at this machine's scale: batch 4 x 256 steps, as RESULTS'
+    # Pendulum and MuJoCo studies run it.
+    IMPACT: Setting(unroll=256, batch=4, learning_rate=3e-4, entropy=0.0, discount=0.995,
+                    rmsprop_epsilon=1e-16, gradient_clip=0.5 * 256 * 4, baseline_cost=1.0,
+                    environments=16, sgd_passes=20, ppo_clip=0.4, kl_cost=1.0,
+                    shared_torso=False,
+                    ours_flags=("--algorithm=impact", "--batch_size=4",
+                                "--unroll_length=256")),
+}
 POLL_SECONDS = 2.0
 # Ids that Sample Factory's gymnasium (0.29.1, the last it accepts) names differently from
 # ours (1.x). LunarLander-v3 (gymnasium 1.0) changed, from v2: the wind's reset (the wind is off
@@ -125,23 +196,31 @@ POLL_SECONDS = 2.0
 PEER_IDS = {"LunarLander-v3": "LunarLander-v2"}
 
 
+def discount(args):
+  return args.discounting if args.discounting is not None else SETTINGS[args.algorithm].discount
+
+
 def sample_factory_argv(args, train_dir, experiment):
   """Sample Factory's command line: its defaults, overridden as the docstring says (with
   CHILD_DEFAULTS, which its command line does not take)."""
+  setting = SETTINGS[args.algorithm]
+  steps = setting.batch_steps
   argv = dict(
-      env=args.peer_level, experiment=experiment, train_dir=train_dir, device="cpu", seed=args.seed,
-      algo="APPO", async_rl=True, serial_mode=False, num_workers=args.workers,
-      num_envs_per_worker=ENVIRONMENTS // args.workers, worker_num_splits=2,
-      batched_sampling=False, rollout=UNROLL, recurrence=UNROLL, batch_size=BATCH_STEPS,
-      num_batches_per_epoch=1, num_epochs=1, with_vtrace=True, vtrace_rho=1.0, vtrace_c=1.0,
-      gamma=DISCOUNT, exploration_loss="entropy", exploration_loss_coeff=ENTROPY,
-      value_loss_coeff=0.25, value_bootstrap=args.value_bootstrap, reward_scale=1.0,
+      env=args.peer_level, experiment=experiment, train_dir=train_dir, device="cpu",
+      seed=args.seed, algo="APPO", async_rl=True, serial_mode=False, num_workers=args.workers,
+      num_envs_per_worker=setting.environments // args.workers, worker_num_splits=2,
+      batched_sampling=False, rollout=setting.unroll, recurrence=setting.unroll,
+      batch_size=steps, num_batches_per_epoch=1, num_epochs=setting.sgd_passes,
+      with_vtrace=True, vtrace_rho=1.0, vtrace_c=1.0, gamma=discount(args),
+      exploration_loss="entropy", exploration_loss_coeff=setting.entropy,
+      value_loss_coeff=setting.baseline_cost / 2, ppo_clip_ratio=setting.ppo_clip,
+      kl_loss_coeff=setting.kl_cost, value_bootstrap=args.value_bootstrap, reward_scale=1.0,
       reward_clip=1000.0, normalize_returns=False,
-      normalize_input=True, optimizer="adam", learning_rate=LEARNING_RATE,
-      adam_beta1=0.0, adam_beta2=0.99, adam_eps=RMSPROP_EPSILON ** 0.5 / BATCH_STEPS,
-      max_grad_norm=GRADIENT_CLIP / BATCH_STEPS, nonlinearity="tanh", use_rnn=False,
-      actor_critic_share_weights=True, train_for_env_steps=args.steps, with_wandb=False,
-      log_to_file=True)
+      normalize_input=True, optimizer="adam", learning_rate=setting.learning_rate,
+      adam_beta1=0.0, adam_beta2=0.99, adam_eps=setting.rmsprop_epsilon ** 0.5 / steps,
+      max_grad_norm=setting.gradient_clip / steps, nonlinearity="tanh", use_rnn=False,
+      actor_critic_share_weights=setting.shared_torso, train_for_env_steps=args.steps,
+      with_wandb=False, log_to_file=True)
   # A list option: its values follow the flag as separate words (decoder_mlp_layers keeps
   # its default, [], no decoder layers).
   return [f"--{key}={value}" for key, value in argv.items()] + [
@@ -341,9 +420,12 @@ def launch_peer(args, output_dir, experiment="learning"):
 
 def ours_command(args, logdir):
   """This project's command for the level (the family's presets, the step budget)."""
+  extra = list(SETTINGS[args.algorithm].ours_flags)
+  if args.discounting is not None:
+    extra.append(f"--discounting={args.discounting}")
   return [sys.executable, os.path.join(REPOSITORY, "experiment.py"), "--mode=train",
           f"--level_name=gym:{args.level}", f"--logdir={logdir}", f"--seed={args.seed}",
-          f"--total_environment_frames={args.steps}"]
+          f"--total_environment_frames={args.steps}", *extra]
 
 
 def launch_ours(args, logdir):
@@ -511,7 +593,12 @@ def parse_args(argv):
                            "task differently (default: PEER_IDS, else --level).")
   parser.add_argument("--workers", type=int, default=2,
                       help="Sample Factory's rollout processes (the machine's 2 cores); the "
-                           f"{ENVIRONMENTS} environments are split over them.")
+                           "setting's environments are split over them.")
+  parser.add_argument("--algorithm", choices=sorted(SETTINGS), default=IMPALA,
+                      help="impala: the Discrete preset (Table G.1's learner); impact: the "
+                           "Box preset under --algorithm=impact at batch 4 x 256 (SETTINGS).")
+  parser.add_argument("--discounting", type=float, default=None,
+                      help="Both systems' discount, when not the setting's (Pendulum: 0.9).")
   parser.add_argument("--steps", type=int, default=2_000_000,
                       help="Agent steps budget (ours: --total_environment_frames; Sample "
                            "Factory: train_for_env_steps); the learning rate anneals to 0 "
@@ -538,10 +625,12 @@ def parse_args(argv):
   args = parser.parse_args(argv)
   if args.peer_level is None:
     args.peer_level = PEER_IDS.get(args.level, args.level)
-  if args.workers < 1 or ENVIRONMENTS % (2 * args.workers):
+  environments = SETTINGS[args.algorithm].environments
+  if args.workers < 1 or environments % (2 * args.workers):
+    choices = [n for n in range(1, environments // 2 + 1) if environments % (2 * n) == 0]
     parser.error(f"--workers={args.workers}: each worker needs an even share of the "
-                 f"{ENVIRONMENTS} environments (worker_num_splits=2): 1, 2, 3, 4, 6, 8, 12 "
-                 "or 24")
+                 f"{environments} environments (worker_num_splits=2): "
+                 f"{', '.join(map(str, choices))}")
   if args.steps <= 0 or args.window <= 0 or args.every <= 0:
     parser.error("--steps, --window and --every must be positive")
   args.output_dir = os.path.abspath(args.output_dir)

@@ -111,9 +111,36 @@ def test_gym_peer_runs_the_task_under_its_own_gymnasiums_id(tmp_path):
   assert _gym_args(tmp_path, "--level=Acrobot-v1").peer_level == "Acrobot-v1"
 
 
+def test_gym_peer_under_impact_is_table_2s_setting_at_batch_4_x_256(tmp_path):
+  args = _gym_args(tmp_path, "--level=Pendulum-v1", "--algorithm=impact", "--discounting=0.9",
+                   "--steps=1000000")
+  words = sf_gym.sample_factory_argv(args, "d", "x")
+  argv = dict(a[2:].split("=", 1) for a in words[:-3])
+  assert (argv["rollout"], argv["batch_size"], argv["num_epochs"]) == ("256", "1024", "20")
+  assert (argv["num_workers"], argv["num_envs_per_worker"]) == ("2", "8")  # 16 environments.
+  assert (argv["learning_rate"], argv["gamma"], argv["exploration_loss_coeff"]) == (
+      "0.0003", "0.9", "0.0")
+  assert float(argv["max_grad_norm"]) == pytest.approx(0.5)  # Table 2's clip on the mean.
+  assert float(argv["adam_eps"]) == pytest.approx(1e-8 / 1024)
+  assert (argv["ppo_clip_ratio"], argv["kl_loss_coeff"], argv["value_loss_coeff"]) == (
+      "0.4", "1.0", "0.5")
+  assert argv["actor_critic_share_weights"] == "False"
+  ours = sf_gym.ours_command(args, "d")
+  for flag in ("--algorithm=impact", "--batch_size=4", "--unroll_length=256",
+               "--discounting=0.9", "--level_name=gym:Pendulum-v1",
+               "--total_environment_frames=1000000"):
+    assert flag in ours
+  # Without --discounting each system keeps its setting's own (ours: the preset's).
+  plain = _gym_args(tmp_path)
+  assert not any(w.startswith("--discounting") for w in sf_gym.ours_command(plain, "d"))
+  assert "--gamma=0.99" in sf_gym.sample_factory_argv(plain, "d", "x")
+
+
 def test_gym_peer_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
   for flags, message in (
       (["--workers=5"], "even share of the 48"),
+      (["--workers=3", "--algorithm=impact"], "even share of the 16 environments "
+       "(worker_num_splits=2): 1, 2, 4, 8"),
       ([f"--output_dir={sf_gym.REPOSITORY}/runs"], "inside the repository"),
       (["--mode=side_by_side", f"--venv={tmp_path}/none"], "setup_sample_factory.sh")):
     with pytest.raises(SystemExit):
@@ -175,16 +202,22 @@ def test_both_systems_episodes_are_read_as_seconds_steps_return(tmp_path):
 def test_sample_factory_takes_the_gym_peers_command_line(tmp_path):
   # Sample Factory's own parser reads every override with the value meant (a renamed or
   # retyped option of another release would fail here, not an hour into a run).
-  argv = sf_gym.sample_factory_argv(_gym_args(tmp_path), str(tmp_path), "x")
   script = ("import json, sys\n"
             "from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args\n"
             "parser, _ = parse_sf_args(argv=sys.argv[1:])\n"
             f"parser.set_defaults(**{sf_gym.CHILD_DEFAULTS!r})\n"
             "cfg = parse_full_cfg(parser, sys.argv[1:])\n"
             "print(json.dumps(dict(vars(cfg)), default=str))\n")
-  out = subprocess.run([SF_PYTHON, "-c", script, *argv], capture_output=True, text=True,
-                       timeout=120, check=True).stdout
-  cfg = json.loads(out.strip().splitlines()[-1])
+  def parsed(*flags):
+    argv = sf_gym.sample_factory_argv(_gym_args(tmp_path, *flags), str(tmp_path), "x")
+    out = subprocess.run([SF_PYTHON, "-c", script, *argv], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+  impact = parsed("--algorithm=impact")
+  assert (impact["num_epochs"], impact["ppo_clip_ratio"], impact["kl_loss_coeff"]) == (
+      20, 0.4, 1.0)
+  assert impact["actor_critic_share_weights"] is False
+  cfg = parsed()
   assert (cfg["batch_size"], cfg["rollout"], cfg["num_envs_per_worker"]) == (640, 20, 24)
   assert cfg["encoder_mlp_layers"] == [256, 256] and cfg["nonlinearity"] == "tanh"
   assert cfg["lr_schedule"] == "linear_decay" and cfg["with_vtrace"] is True
