@@ -24,7 +24,11 @@ def _make(config, jit_compile, seed=0, **hparams):
   return learner.Learner(agent, learner.LearnerConfig(**hparams), jit_compile=jit_compile)
 
 
-@pytest.mark.parametrize("config", [DMLAB_SMALL, ATARI_SMALL], ids=["dmlab", "atari"])
+# The Atari network (the deep torso) in the slow tier: the default tier compares the DMLab one
+# (the shallow torso, the LSTM and the instruction encoder).
+@pytest.mark.parametrize("config", [
+    pytest.param(DMLAB_SMALL, id="dmlab"),
+    pytest.param(ATARI_SMALL, id="atari", marks=pytest.mark.slow)])
 def test_compiled_update_equals_uncompiled(config):
   hparams = dict(learning_rate=0.01, total_environment_frames=10_000, max_grad_norm=40.0)
   compiled, plain = _make(config, True, **hparams), _make(config, False, **hparams)

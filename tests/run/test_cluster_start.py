@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.run.test_training import REPO_DIR
 
 
@@ -22,6 +24,10 @@ def test_a_learner_on_a_network_address_without_a_secret_is_refused(tmp_path):
   assert "--insecure_open_cluster" in result.stderr and "Traceback" not in result.stderr
 
 
+# Slow tier (a whole experiment.py start): the default tier keeps the test above for this
+# command's refusal as an error line, and tests/transport/test_cluster_security.py's
+# test_cluster_secret_from_a_file_else_the_environment for the empty file's ClusterError.
+@pytest.mark.slow
 def test_an_empty_secret_file_is_an_error_line(tmp_path):
   secret = tmp_path / "secret"
   secret.write_text("")

@@ -177,7 +177,10 @@ def _start_toy_training(logdir):
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("moment", ["banner", "first_progress", "later"])
+# "later" (after four progress lines) is in the slow tier: the default tier keeps a signal while
+# the run is built ("banner") and one while it trains ("first_progress").
+@pytest.mark.parametrize("moment", ["banner", "first_progress",
+                                    pytest.param("later", marks=pytest.mark.slow)])
 def test_sigint_at_any_moment_stops_with_a_checkpoint(tmp_path, moment):
   """Four actors wait in the batched policy call most of the time; the signal lands wherever
   the main thread is."""
