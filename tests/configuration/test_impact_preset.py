@@ -115,6 +115,10 @@ def test_atari_frames_are_four_stacked_42x42_grey_frames():
     np.testing.assert_array_equal(frame[..., :3], previous[..., 1:])
 
 
+# Slow tier: the default tier trains IMPACT end to end (tests/run/test_training.py's
+# test_impact_uses_each_batch_k_times_and_checkpoints_its_target_network) and checks the
+# preset's values (test_impact_preset_is_table_1s_impact_column).
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_few_impact_updates_on_pong_with_the_preset(tmp_path):
   from scalable_agent_tf2.run import training  # pylint: disable=g-import-not-at-top (TensorFlow)

@@ -44,8 +44,13 @@ def _poisoned(batch, where):
   return env_outputs, agent_outputs._replace(policy_logits=logits)
 
 
-@pytest.mark.parametrize("jit_compile", [False, True], ids=["plain", "xla"])
-@pytest.mark.parametrize("where", ["reward", "behaviour_logits"])
+# [reward-xla] in the slow tier: the default tier keeps a poisoned reward (plain) and poisoned
+# behaviour logits (plain and XLA-compiled).
+@pytest.mark.parametrize("jit_compile, where", [
+    pytest.param(False, "reward", id="reward-plain"),
+    pytest.param(True, "reward", id="reward-xla", marks=pytest.mark.slow),
+    pytest.param(False, "behaviour_logits", id="behaviour_logits-plain"),
+    pytest.param(True, "behaviour_logits", id="behaviour_logits-xla")])
 def test_a_non_finite_update_is_skipped_and_changes_nothing(jit_compile, where):
   the_learner = learner_lib.Learner(networks.Agent(ATARI, seed=1),
                                     learner_lib.LearnerConfig(**HPARAMS),
