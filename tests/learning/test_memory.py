@@ -35,9 +35,12 @@ def loss_and_gradients(config, jit_compile=False):
   return loss.numpy(), [tf.convert_to_tensor(g).numpy() for g in gradients]
 
 
-# Chunks of 4 in the slow tier: chunks of 17 leave a padded last chunk too (one frame).
+# The deep torso's cases in the slow tier: the default tier keeps the shallow one here, and
+# chunks the deep torso by 4 (a padded last chunk) in test_chunked_torso_compiles_with_xla
+# (the same loss and gradients, XLA-compiled) and test_learner_update_is_the_same_with_chunks.
 @pytest.mark.parametrize("torso,chunk_frames", [
-    pytest.param(networks.DEEP, 4, marks=pytest.mark.slow), (networks.DEEP, 17),
+    pytest.param(networks.DEEP, 4, marks=pytest.mark.slow),
+    pytest.param(networks.DEEP, 17, marks=pytest.mark.slow),
     (networks.SHALLOW, 6)])
 def test_chunked_torso_gives_the_same_loss_and_gradients(torso, chunk_frames):
   loss, gradients = loss_and_gradients(small_config(torso))
