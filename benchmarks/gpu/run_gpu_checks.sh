@@ -109,7 +109,7 @@ for gpu in gpus:
 raise SystemExit(0 if gpus else 4)
 ' > >(tee "$OUT/gpus.txt") 2>&1 || { note "error: TensorFlow sees no GPU (gpus.txt): the tier would only skip"; exit 2; }
 
-step gpu_tier "$PY" -m pytest tests -m gpu -v -rs --junitxml="$OUT/gpu_tier.xml" \
+step gpu_tier "$PY" -m pytest tests -m gpu -v -rs --junitxml="$OUT/gpu_tier.xml" -n 0 \
     > >(tee "$OUT/gpu_tier.log") 2>&1
 TIER_STATUS=$?
 step benchmark "$PY" -m benchmarks.speed.throughput --gpu --output_dir="$OUT/benchmark" \

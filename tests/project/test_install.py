@@ -70,7 +70,8 @@ def test_requirements_txt_is_the_package_pins_and_the_test_pins():
   names = {pin.split("==")[0].split("[")[0] for pin in runtime}
   assert {"tensorflow", "numpy", "absl-py", "gymnasium"} <= names
   assert not names & {"pytest", "pytest-timeout"}  # Test pins are the `test` extra's.
-  assert {pin.split("==")[0] for pin in tests} == {"pytest", "pytest-timeout"}
+  assert {pin.split("==")[0] for pin in tests} == {"pytest", "pytest-timeout", "pytest-xdist",
+                                                   "execnet"}
 
 
 def test_editable_install_runs_the_commands_from_another_directory(tmp_path):
