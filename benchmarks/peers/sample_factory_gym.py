@@ -90,8 +90,8 @@ Sample Factory here:
   environment: the same task from each system's own gymnasium (ours: the project's
     gymnasium 1.x; Sample Factory: 0.29.1, the last it accepts; the same id, or PEER_IDS's
     where 0.29.1 names it differently); the time limit (CartPole-v1's 500 steps,
-    LunarLander's 1000) in both; an episode cut by it bootstraps its return from the value in both
-    (ours: gym_env's emit_truncation_step; Sample Factory: value_bootstrap=True, not its
+    LunarLander's 1000) in both; an episode cut by it bootstraps its return from the value in
+    both (ours: gym_env's emit_truncation_step; Sample Factory: value_bootstrap=True, not its
     default: --value_bootstrap=False gives its default).
 
 Setting under --algorithm=impact, ours (gym family, Box actions: IMPACT Table 2's Hopper column,
@@ -101,12 +101,11 @@ mujoco_presets.py, at batch 4 x 256 with 16 environments) -> Sample Factory here
     observations normalised, rewards unscaled, the time limit's truncation bootstrapped,
     2 rollout processes x 8 environments; and: unroll 256, 1024 samples per update; entropy
     0; gradient-norm clip 0.5 on the mean loss (ours: 0.5 x T x B on the sum, the same clip);
-    value coefficient 1.0 (0.5 on the mean of squares); PPO clip 0.4 (ours clips the ratio to [0.6, 1.4],
-    Sample Factory to [1 / 1.4, 1.4]); separate policy and value
-    MLPs of two tanh layers of 256 (actor_critic_share_weights False), the network seeing the
-    observation only, a Gaussian with state-dependent log standard deviations
-    (adaptive_stddev, its default) whose samples the environment clips (Pendulum clips its
-    torque to [-2, 2] itself).
+    value coefficient 1.0 (0.5 on the mean of squares); PPO clip 0.4 (ours clips the ratio to
+    [0.6, 1.4], Sample Factory to [1 / 1.4, 1.4]); separate policy and value MLPs of two tanh
+    layers of 256 (actor_critic_share_weights False), the network seeing the observation only,
+    a Gaussian with state-dependent log standard deviations (adaptive_stddev, its default)
+    whose samples the environment clips (Pendulum clips its torque to [-2, 2] itself).
   reuse: IMPACT uses each batch K = 20 times from a circular buffer of N = 16 batches,
     interleaved with newer ones; Sample Factory's nearest is 20 epochs over each batch in a row
     (num_epochs 20).
@@ -143,16 +142,24 @@ MLP_LAYERS = (256, 256)  # IMPACT section 4.3's MLP (torsos.MLP_HIDDEN_SIZES), t
 IMPALA, IMPACT = "impala", "impact"
 
 
+# Ours at the comparison's scale: the Box preset under IMPACT runs 4 x 256-step batches here,
+# as RESULTS' Pendulum and MuJoCo studies do (Table 2's 32 x 1024 is a 16-CPU machine's).
+IMPACT_UNROLL, IMPACT_BATCH = 256, 4
+IMPACT_FLAGS = ("--algorithm=impact", f"--batch_size={IMPACT_BATCH}",
+                f"--unroll_length={IMPACT_UNROLL}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
-  """One of ours, in the numbers that Sample Factory's command line needs."""
+  """One of ours (the gym family's preset), in the numbers Sample Factory's command line
+  needs."""
   unroll: int
   batch: int            # Trajectories per update: Sample Factory's batch_size is unroll x this.
   learning_rate: float
   entropy: float
   discount: float       # --discounting overrides it in both systems.
   rmsprop_epsilon: float  # Ours, inside the root of summed gradients' mean square.
-  gradient_clip: float  # Ours, on the summed loss's gradient.
+  mean_loss_clip: float  # The gradient-norm clip on the loss averaged over the batch.
   baseline_cost: float  # Ours: baseline_cost x 0.5 x sum of squared errors.
   environments: int
   sgd_passes: int       # Updates per batch: IMPACT's K (circular_buffer_max_uses), else 1.
@@ -166,27 +173,38 @@ class Setting:
     return self.unroll * self.batch
 
 
-SETTINGS = {
-    # Table G.1 (the gym family's Discrete preset): unroll 20, batch 32, learning rate 0.0006,
-    # entropy 0.01, discount 0.99, RMSProp epsilon 0.01, gradient clip 40, baseline cost 0.5;
-    # Table 1: 48 actors; torso shared by policy and value.
-    IMPALA: Setting(unroll=20, batch=32, learning_rate=0.0006, entropy=0.01, discount=0.99,
-                    rmsprop_epsilon=0.01, gradient_clip=40.0, baseline_cost=0.5,
-                    environments=48, sgd_passes=1, ppo_clip=0.1, kl_cost=0.0,
-                    shared_torso=True, ours_flags=()),
-    # The gym family's Box preset under --algorithm=impact (IMPACT Table 2, Hopper's column:
-    # learning rate 3e-4, entropy 0, discount 0.995, gradient clip 0.5 on the mean loss, value
-    # coefficient 1.0, clip 0.4, K = 20 uses of each batch, KL coefficient 1.0 at its start;
-    # section 4.3's 16 workers and separate policy and critic MLPs; RMSProp with Adam's epsilon
-    # 1e-8, mujoco_presets.py) at this machine's scale: batch 4 x 256 steps, as RESULTS'
-    # Pendulum and MuJoCo studies run it.
-    IMPACT: Setting(unroll=256, batch=4, learning_rate=3e-4, entropy=0.0, discount=0.995,
-                    rmsprop_epsilon=1e-16, gradient_clip=0.5 * 256 * 4, baseline_cost=1.0,
-                    environments=16, sgd_passes=20, ppo_clip=0.4, kl_cost=1.0,
-                    shared_torso=False,
-                    ours_flags=("--algorithm=impact", "--batch_size=4",
-                                "--unroll_length=256")),
-}
+def setting(algorithm):
+  """The Setting of `algorithm`, read from the gym family's own presets (a preset's change
+  reaches the comparison): IMPALA, the Discrete preset (Table G.1's learner, Table 1's 48
+  environments, the MLP torso shared by policy and value); IMPACT, the Box preset under
+  --algorithm=impact (IMPACT Table 2's Hopper column, section 4.3's 16 workers and separate
+  policy and critic MLPs, mujoco_presets.py) at IMPACT_UNROLL x IMPACT_BATCH. Imported here,
+  not at the top: Sample Factory's child runs this file in its own venv, without the package."""
+  if REPOSITORY not in sys.path:  # Run as a script: the package is the repository's.
+    sys.path.insert(0, REPOSITORY)
+  # pylint: disable=import-outside-toplevel
+  from scalable_agent_tf2.configuration import mujoco_presets
+  from scalable_agent_tf2.environments.families import gym as gym_family
+  if algorithm == IMPALA:
+    preset = gym_family.DISCRETE_PRESET
+    steps = preset["unroll_length"] * preset["batch_size"]
+    return Setting(
+        unroll=preset["unroll_length"], batch=preset["batch_size"],
+        learning_rate=preset["learning_rate"], entropy=preset["entropy_cost"],
+        discount=preset["discounting"], rmsprop_epsilon=preset["epsilon"],
+        mean_loss_clip=preset["max_grad_norm"] / steps, baseline_cost=preset["baseline_cost"],
+        environments=gym_family.DISCRETE_ENVIRONMENTS, sgd_passes=1, ppo_clip=0.1, kl_cost=0.0,
+        shared_torso=True, ours_flags=())
+  preset = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, mujoco_presets.IMPACT)
+  return Setting(
+      unroll=IMPACT_UNROLL, batch=IMPACT_BATCH, learning_rate=preset["learning_rate"],
+      entropy=preset["entropy_cost"], discount=preset["discounting"],
+      rmsprop_epsilon=preset["epsilon"], mean_loss_clip=preset["mean_loss_max_grad_norm"],
+      baseline_cost=preset["baseline_cost"], environments=preset["num_actors"],
+      sgd_passes=preset["circular_buffer_max_uses"], ppo_clip=preset["ppo_clip"],
+      kl_cost=preset["kl_cost"], shared_torso=False, ours_flags=IMPACT_FLAGS)
+
+
 POLL_SECONDS = 2.0
 # Ids that Sample Factory's gymnasium (0.29.1, the last it accepts) names differently from
 # ours (1.x). LunarLander-v3 (gymnasium 1.0) changed, from v2: the wind's reset (the wind is off
@@ -196,30 +214,27 @@ POLL_SECONDS = 2.0
 PEER_IDS = {"LunarLander-v3": "LunarLander-v2"}
 
 
-def discount(args):
-  return args.discounting if args.discounting is not None else SETTINGS[args.algorithm].discount
-
-
 def sample_factory_argv(args, train_dir, experiment):
   """Sample Factory's command line: its defaults, overridden as the docstring says (with
   CHILD_DEFAULTS, which its command line does not take)."""
-  setting = SETTINGS[args.algorithm]
-  steps = setting.batch_steps
+  ours = setting(args.algorithm)
+  steps = ours.batch_steps
   argv = dict(
       env=args.peer_level, experiment=experiment, train_dir=train_dir, device="cpu",
       seed=args.seed, algo="APPO", async_rl=True, serial_mode=False, num_workers=args.workers,
-      num_envs_per_worker=setting.environments // args.workers, worker_num_splits=2,
-      batched_sampling=False, rollout=setting.unroll, recurrence=setting.unroll,
-      batch_size=steps, num_batches_per_epoch=1, num_epochs=setting.sgd_passes,
-      with_vtrace=True, vtrace_rho=1.0, vtrace_c=1.0, gamma=discount(args),
-      exploration_loss="entropy", exploration_loss_coeff=setting.entropy,
-      value_loss_coeff=setting.baseline_cost / 2, ppo_clip_ratio=setting.ppo_clip,
-      kl_loss_coeff=setting.kl_cost, value_bootstrap=args.value_bootstrap, reward_scale=1.0,
+      num_envs_per_worker=ours.environments // args.workers, worker_num_splits=2,
+      batched_sampling=False, rollout=ours.unroll, recurrence=ours.unroll,
+      batch_size=steps, num_batches_per_epoch=1, num_epochs=ours.sgd_passes,
+      with_vtrace=True, vtrace_rho=1.0, vtrace_c=1.0,
+      gamma=ours.discount if args.discounting is None else args.discounting,
+      exploration_loss="entropy", exploration_loss_coeff=ours.entropy,
+      value_loss_coeff=ours.baseline_cost / 2, ppo_clip_ratio=ours.ppo_clip,
+      kl_loss_coeff=ours.kl_cost, value_bootstrap=args.value_bootstrap, reward_scale=1.0,
       reward_clip=1000.0, normalize_returns=False,
-      normalize_input=True, optimizer="adam", learning_rate=setting.learning_rate,
-      adam_beta1=0.0, adam_beta2=0.99, adam_eps=setting.rmsprop_epsilon ** 0.5 / steps,
-      max_grad_norm=setting.gradient_clip / steps, nonlinearity="tanh", use_rnn=False,
-      actor_critic_share_weights=setting.shared_torso, train_for_env_steps=args.steps,
+      normalize_input=True, optimizer="adam", learning_rate=ours.learning_rate,
+      adam_beta1=0.0, adam_beta2=0.99, adam_eps=ours.rmsprop_epsilon ** 0.5 / steps,
+      max_grad_norm=ours.mean_loss_clip, nonlinearity="tanh", use_rnn=False,
+      actor_critic_share_weights=ours.shared_torso, train_for_env_steps=args.steps,
       with_wandb=False, log_to_file=True)
   # A list option: its values follow the flag as separate words (decoder_mlp_layers keeps
   # its default, [], no decoder layers).
@@ -420,7 +435,7 @@ def launch_peer(args, output_dir, experiment="learning"):
 
 def ours_command(args, logdir):
   """This project's command for the level (the family's presets, the step budget)."""
-  extra = list(SETTINGS[args.algorithm].ours_flags)
+  extra = list(setting(args.algorithm).ours_flags)
   if args.discounting is not None:
     extra.append(f"--discounting={args.discounting}")
   return [sys.executable, os.path.join(REPOSITORY, "experiment.py"), "--mode=train",
@@ -594,9 +609,9 @@ def parse_args(argv):
   parser.add_argument("--workers", type=int, default=2,
                       help="Sample Factory's rollout processes (the machine's 2 cores); the "
                            "setting's environments are split over them.")
-  parser.add_argument("--algorithm", choices=sorted(SETTINGS), default=IMPALA,
+  parser.add_argument("--algorithm", choices=[IMPALA, IMPACT], default=IMPALA,
                       help="impala: the Discrete preset (Table G.1's learner); impact: the "
-                           "Box preset under --algorithm=impact at batch 4 x 256 (SETTINGS).")
+                           "Box preset under --algorithm=impact at batch 4 x 256 (setting()).")
   parser.add_argument("--discounting", type=float, default=None,
                       help="Both systems' discount, when not the setting's (Pendulum: 0.9).")
   parser.add_argument("--steps", type=int, default=2_000_000,
@@ -625,7 +640,7 @@ def parse_args(argv):
   args = parser.parse_args(argv)
   if args.peer_level is None:
     args.peer_level = PEER_IDS.get(args.level, args.level)
-  environments = SETTINGS[args.algorithm].environments
+  environments = setting(args.algorithm).environments
   if args.workers < 1 or environments % (2 * args.workers):
     choices = [n for n in range(1, environments // 2 + 1) if environments % (2 * n) == 0]
     parser.error(f"--workers={args.workers}: each worker needs an even share of the "
