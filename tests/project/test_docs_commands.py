@@ -164,11 +164,13 @@ def _logdir_of(arguments):
 
 def classify(command):
   """(kind, details) of one command; kind is one of "experiment", "module", "pytest", "pip",
-  "script", "external". ValueError for a command this test does not know how to run."""
+  "venv", "shell", "script", "external". ValueError for a command this test does not know how to run."""
   argv = command.argv
   program = _python_program(argv)
   if program is not None:
     target, arguments = program
+    if target == "venv":  # README's `python3 -m venv DIR`: Python's own; not run here.
+      return "venv", arguments
     if target in ("experiment.py", EXPERIMENT_MODULE):
       return "experiment", arguments
     if target == "pytest":
@@ -178,6 +180,8 @@ def classify(command):
     raise ValueError(f"{command.page}: `{command.line}` runs a script this test does not know")
   if argv[0] in ("pip", "pip3"):
     return "pip", argv[1:]
+  if argv[0] in ("source", "."):  # The shell's own: activates the venv of the line before.
+    return "shell", argv[1:]
   if argv[0].endswith(".sh") or argv[0] == "bash":
     return "script", argv[1:] if argv[0] == "bash" else argv
   if argv[0] in EXTERNAL_TOOLS:
@@ -452,8 +456,13 @@ def test_pytest_commands_use_known_markers_and_readme_matches_ci():
         assert word in markers | {"not", "and", "or"}, (
             f"{command.page}: `{command.line}`: pytest knows no marker {word!r} (pytest.ini)")
   with open(os.path.join(ROOT, ".ci", "run")) as f:
-    ci = [line.strip() for line in f if line.strip() and not line.startswith("#")
-          and not line.startswith(("set ", "cd "))]
+    script = f.read()
+  # .ci/run first makes and activates a new venv (as README's line before the command does),
+  # then runs README's command, after this marker, line for line.
+  marker = "# README's test command, exactly:\n"
+  assert marker in script, f".ci/run lost its marker line {marker!r}"
+  ci = [line.strip() for line in script.split(marker, 1)[1].splitlines()
+        if line.strip() and not line.startswith("#")]
   readme = [" ".join(c.argv) for c in page_commands("README.md")
             if c.line.startswith("pip install") and "pytest" in c.line]
   assert readme == ci, f"README's test command {readme} is not .ci/run's {ci}"

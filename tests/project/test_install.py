@@ -1,9 +1,10 @@
 """The project installs with pip (pyproject.toml) and its commands run from any directory.
 
-Each test builds a virtual environment that sees the system's packages (TensorFlow is not
-downloaded again) and installs the project into it offline (--no-index --no-deps
---no-build-isolation: the system's setuptools builds it), then runs the commands from a
-directory that holds no checkout, with no PYTHONPATH, so only the installed copy can answer.
+Each test builds a virtual environment that sees the packages of the environment running the
+tests (TensorFlow is not downloaded again) and installs the project into it offline (--no-index
+--no-deps --no-build-isolation: that environment's pinned setuptools builds it, the build tool
+made explicit by requirements-test.txt), then runs the commands from a directory that holds no
+checkout, with no PYTHONPATH, so only the installed copy can answer.
 """
 import os
 import re
@@ -18,10 +19,29 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 COMMANDS = ("population", "run.launch", "transport.replay_service", "run.experiment_main")
 
 
+def _site_directories():
+  """The site-packages directories of the environment running the tests, in their order."""
+  return [entry for entry in sys.path
+          if os.path.basename(entry) in ("site-packages", "dist-packages")]
+
+
 def _venv(path):
-  subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(path)],
-                 check=True, timeout=300)
-  return str(path / "bin" / "python")
+  """A venv that sees this environment's packages, its pip and setuptools included.
+
+  Not `--system-site-packages`: from inside a venv (README's install) that option shows the
+  base interpreter's packages, not the venv's; and a venv's own bundled pip and setuptools
+  (65.5 on Python 3.11, which cannot build an editable install beside wheel 0.48, issue 40)
+  would shadow the pinned ones. So the new venv gets no pip of its own and a .pth file naming
+  this environment's site directories.
+  """
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True,
+                 timeout=300)
+  python = str(path / "bin" / "python")
+  site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+  with open(os.path.join(site, "outer_environment.pth"), "w") as f:
+    f.write("\n".join(_site_directories()) + "\n")
+  return python
 
 
 def _pip_install(python, *arguments):
@@ -71,7 +91,25 @@ def test_requirements_txt_is_the_package_pins_and_the_test_pins():
   assert {"tensorflow", "numpy", "absl-py", "gymnasium"} <= names
   assert not names & {"pytest", "pytest-timeout"}  # Test pins are the `test` extra's.
   assert {pin.split("==")[0] for pin in tests} == {"pytest", "pytest-timeout", "pytest-xdist",
-                                                   "execnet"}
+                                                   "execnet", "setuptools"}
+
+
+def _version(text):
+  return tuple(int(part) for part in text.split("."))
+
+
+def test_setuptools_pin_builds_the_editable_install_and_keeps_pkg_resources():
+  """The pinned setuptools satisfies pyproject's build requirement (it builds wheels itself)
+  and BUILD.md's `setuptools<81` for DeepMind Lab's module (which imports pkg_resources)."""
+  pin = next(p for p in _pins("requirements-test.txt") if p.startswith("setuptools=="))
+  pinned = _version(pin.split("==")[1])
+  with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+    requires = tomllib.load(f)["build-system"]["requires"]
+  minimum = re.fullmatch(r"setuptools>=([0-9.]+)", requires[0]).group(1)
+  assert pinned >= _version(minimum), (pin, requires)
+  with open(os.path.join(REPO, "BUILD.md")) as f:
+    below = re.findall(r'"setuptools<([0-9.]+)"', f.read())
+  assert below and all(pinned < _version(b) for b in below), (pin, below)
 
 
 def test_editable_install_runs_the_commands_from_another_directory(tmp_path):
