@@ -262,6 +262,20 @@ class ExperimentSettings:
       "which the run stops with an error. Each such update is skipped (parameters and "
       "optimizer state unchanged) and counted; the last checkpoint stays as it was.",
       source="not in the paper: a diverged run, not a noisy batch", check=POSITIVE_INT)
+  max_parameter_norm: float = setting(
+      1e6, RUN, "A learner update that leaves the global norm of the parameters above this "
+      "(or not finite) stops the run with an error: training has diverged. A checkpoint is "
+      "never written of such parameters; the last healthy one stays the newest.",
+      source="not in the paper: the default networks' global norms are 15 to 32 at their "
+      "start (toy, Pong shallow and deep, CartPole, Pendulum); the issue's diverged run "
+      "reached 3.8e10 at its first update",
+      check=POSITIVE)
+  stall_secs: float = setting(
+      300.0, RUN, "Seconds without progress after which the run stops with an error naming "
+      "what was seen: every trajectory dropped as non-finite; a batch of trajectories and no "
+      "learner update; no trajectory while actors are alive (after the first).",
+      source="not in the paper: longer than any first update's compilation or DeepMind Lab "
+      "map compilation seen here", check=POSITIVE)
   repeatable: bool = setting(
       False, RUN, "Debugging: the same --seed and command (on the same machine, in a new "
       "logdir) give the same losses and parameters, update by update; the console prints "

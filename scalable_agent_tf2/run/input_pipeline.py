@@ -288,6 +288,7 @@ class LearnerInput:
     self._config = config
     self._print = print_fn
     self.dropped_trajectories = 0  # Non-finite numbers (put_trajectory).
+    self.dropped_fields = []
     if config.repeatable:
       self.queues = repeatable.LockstepQueues(config.num_actors, environment_group_size(config),
                                               stop_event)
@@ -316,6 +317,7 @@ class LearnerInput:
     bad = non_finite_fields(trajectory)
     if bad:
       self.dropped_trajectories += 1
+      self.dropped_fields = bad  # The newest drop's: what the progress watch names.
       self._print(f"Dropped a trajectory of actor {actor_index} ({trajectory.level_name}): "
                   f"non-finite {', '.join(bad)}; not trained on "
                   f"({self.dropped_trajectories} dropped so far).")

@@ -39,6 +39,7 @@ from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.run import monitoring
+from scalable_agent_tf2.run import progress_watch
 from scalable_agent_tf2.run import repeatable
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.utils import stop_signals
@@ -217,8 +218,22 @@ class RunFailed(RuntimeError):
   message says what happened and which checkpoint holds the run's state."""
 
 
-class NonFiniteUpdates(RunFailed):
+class Diverged(RunFailed):
+  """Training has diverged: the parameters at the stop are not worth a checkpoint (the last
+  healthy one stays the newest)."""
+
+
+class NonFiniteUpdates(Diverged):
   """--max_nonfinite_updates updates in a row had a non-finite loss or gradient norm."""
+
+
+class ParametersDiverged(Diverged):
+  """An update left the parameters' global norm non-finite or above --max_parameter_norm, or
+  every trajectory carries non-finite behaviour outputs."""
+
+
+class Stalled(RunFailed):
+  """No progress for --stall_secs (progress_watch.ProgressWatch)."""
 
 
 class LevelsCannotRun(RuntimeError):
@@ -321,6 +336,7 @@ class _Run:
     self.cannot_run = {}  # Level name -> reason (environments.LevelCannotRun from actors).
     self._cannot_run_since = None
     self.learner_thread = threading.Thread(target=self.learn, name="learner", daemon=True)
+    self.progress_watch = None  # Made at start (its clock starts with the actors).
 
   def build(self, cleanup, environment_constructor, first_env, first_env_owner,
             listen_address, shared_replay, agent_tag, access=_ClusterAccess()):
@@ -401,6 +417,7 @@ class _Run:
         self.progress.num_updates += 1
         self.progress.trained += num_new
         self.progress.skipped_in_a_row = 0
+        self._check_parameters(f"after update {self.progress.num_updates}")
         return stats
       self.progress.skipped_updates += 1
       self.progress.skipped_in_a_row += 1
@@ -415,8 +432,24 @@ class _Run:
           f"(or set --max_grad_norm), then resume from the last checkpoint.")
     return None
 
+  def _parameter_norm(self):
+    return float(tf.linalg.global_norm(self.agent.trainable_variables).numpy())
+
+  def _check_parameters(self, when):
+    """Raises ParametersDiverged when the parameters' global norm is not finite or above
+    --max_parameter_norm (finite but huge parameters make every actor output NaN, so no
+    update would ever be skipped as non-finite again: issue 41)."""
+    norm, limit = self._parameter_norm(), self.config.max_parameter_norm
+    if not progress_watch.parameters_healthy(norm, limit):
+      raise ParametersDiverged(
+          f"The parameters' global norm is {norm:.3g} {when} (--max_parameter_norm="
+          f"{limit:g}): training has diverged. Lower --learning_rate (or set "
+          f"--max_grad_norm), then {self._resume_advice()}.")
+
   def start(self):
     self.monitor.start(self.frames())
+    self.progress_watch = progress_watch.ProgressWatch(
+        self.config.stall_secs, self.config.batch_size, time.monotonic())
     self.actors.publish_version(self.progress.num_updates)
     self.actors.start()
     self.learner_thread.start()
@@ -429,7 +462,8 @@ class _Run:
     next_checkpoint = time.monotonic() + config.checkpoint_secs
     while not self.stop_event.wait(min(0.5, config.log_secs)):
       now = time.monotonic()
-      if self._actors_stop_the_run(now) or self._a_thread_died():
+      if (self._actors_stop_the_run(now) or self._a_thread_died()
+          or self._stalled(now)):
         return
       self.actors.poll()
       if now >= next_log:
@@ -446,11 +480,57 @@ class _Run:
         self.monitor.checkpointed()  # Redraws the learning curve.
         next_checkpoint = now + config.checkpoint_secs
 
+  def _stalled(self, now):
+    """Whether the run has made no progress for --stall_secs (progress_watch): `failure`
+    then says what was seen."""
+    alive = any(t.is_alive() for t in getattr(self.actors, "threads", ())) or not hasattr(
+        self.actors, "threads")
+    counters = progress_watch.Counters(
+        produced=self.actors.delivered()["produced"],
+        dropped=self.input.dropped_trajectories, num_updates=self.progress.num_updates,
+        actors_alive=alive)
+    stall = self.progress_watch.observe(counters, now, self.input.dropped_fields)
+    if stall is None:
+      return False
+    if self.progress_watch.diverged:
+      self.failure = ParametersDiverged(
+          f"{stall}. Lower --learning_rate (or set --max_grad_norm), then "
+          f"{self._resume_advice()}.")
+    else:
+      self.failure = Stalled(f"No progress for --stall_secs={self.config.stall_secs:g}: "
+                             f"{stall}.")
+    return True
+
+  def _resume_advice(self):
+    if self.last_checkpoint is None:
+      return "start again in a new logdir (no checkpoint was written before the divergence)"
+    return (f"resume from the newest checkpoint, {self.last_checkpoint}, written before the "
+            f"divergence")
+
+  def _healthy_to_save(self):
+    """None when the parameters may be checkpointed, else why not (a sentence)."""
+    norm, limit = self._parameter_norm(), self.config.max_parameter_norm
+    if not progress_watch.parameters_healthy(norm, limit):
+      return (f"the parameters' global norm is {norm:.3g} (--max_parameter_norm={limit:g}): "
+              f"training has diverged")
+    if self.progress_watch is not None and self.progress_watch.diverged:
+      return "every trajectory since the last one trained on carried non-finite behaviour " \
+             "outputs: the parameters have diverged"
+    return None
+
   def save(self):
-    """Writes a checkpoint (never half an update); False, with `failure` set, when it could
-    not be written (the previous checkpoint stays the newest: checkpoints.py)."""
+    """Writes a checkpoint (never half an update, never of diverged parameters); False, with
+    `failure` set, when it could not be written (the previous checkpoint stays the newest:
+    checkpoints.py)."""
     try:
       with self.update_lock:
+        unhealthy = self._healthy_to_save()
+        if unhealthy is not None:
+          if self.failure is None:
+            self.failure = ParametersDiverged(
+                f"Not saving a checkpoint: {unhealthy}. Lower --learning_rate (or set "
+                f"--max_grad_norm), then {self._resume_advice()}.")
+          return False
         self.last_checkpoint = self.checkpointer.save(self.frames())
       return True
     except checkpoints.CheckpointError as error:  # Non-finite parameters, a full disk, ...
@@ -504,9 +584,8 @@ class _Run:
     if self.learner_thread.ident is not None:  # Started.
       self.learner_thread.join(actor_process.JOIN_TIMEOUT_SECS)
     self.actors.join(actor_process.JOIN_TIMEOUT_SECS)
-    if isinstance(self.learner_error, NonFiniteUpdates):
-      # The parameters that led to non-finite updates are not worth a checkpoint: the last
-      # one stays the newest.
+    if isinstance(self.learner_error, Diverged) or isinstance(self.failure, Diverged):
+      # Diverged parameters are not worth a checkpoint: the last one stays the newest.
       return
     self.save()
 
@@ -527,8 +606,9 @@ class _Run:
     failure = self.failure or self.learner_error
     if isinstance(failure, RunFailed):
       self.stop_reason = f"{failure}"
-      self.print(f"Stopped: {self.stop_reason} Checkpoint {self.last_checkpoint} kept as "
-                 f"the newest.")
+      kept = (f"Checkpoint {self.last_checkpoint} kept as the newest."
+              if self.last_checkpoint else "No checkpoint was written.")
+      self.print(f"Stopped: {self.stop_reason} {kept}")
     else:
       self.print(f"Stopped: {self.stop_reason}. Checkpoint {self.last_checkpoint} at "
                  f"{self.frames():,} frames.")
@@ -550,7 +630,8 @@ class _Run:
       lost = self.input.lost_replay[0]
       raise type(lost)(f"{lost}{saved}") from lost
     if self.failure is not None:
-      raise RunFailed(f"{self.failure}{self._kept()}") from self.failure
+      kind = type(self.failure) if isinstance(self.failure, RunFailed) else RunFailed
+      raise kind(f"{self.failure}{self._kept()}") from self.failure
     if isinstance(self.learner_error, RunFailed):
       raise type(self.learner_error)(f"{self.learner_error}{self._kept()}") from (
           self.learner_error)

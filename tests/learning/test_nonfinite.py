@@ -144,8 +144,10 @@ def test_a_diverging_run_stops_with_an_error_and_its_last_good_checkpoint(tmp_pa
   train_toy(toy_config(tmp_path, total_frames=800))  # A good checkpoint first.
   good_prefix, good_frames = checkpoint_files.latest_checkpoint(str(tmp_path))
   lines = []
+  # The norm limit lifted: this is the non-finite updates' stop (the norm's is
+  # tests/run/test_progress_watch.py's).
   config = toy_config(tmp_path, total_frames=10_000_000, learning_rate=1e9,
-                      max_nonfinite_updates=3, checkpoint_secs=3600.0)
+                      max_nonfinite_updates=3, checkpoint_secs=3600.0, max_parameter_norm=1e38)
   with pytest.raises(training.RunFailed, match=r"3 learner updates in a row.*non-finite"):
     train_toy(config, lines=lines)
   assert sum("Skipped a learner update" in line for line in lines) == 3
@@ -161,6 +163,7 @@ def test_experiment_reports_a_diverged_run_as_an_error_line_with_exit_code_1(tmp
   result = subprocess.run(
       [sys.executable, "experiment.py", "--level_name=toy/lit_side", f"--logdir={tmp_path}",
        "--learning_rate=1e9", "--max_nonfinite_updates=2", "--num_actors=2",
+       "--max_parameter_norm=1e38",
        "--total_environment_frames=100000000"],
       cwd=REPO_DIR, capture_output=True, text=True, timeout=220)
   assert result.returncode == 1, result.stdout + result.stderr

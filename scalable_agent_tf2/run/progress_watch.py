@@ -1,0 +1,111 @@
+"""Progress is watched, not assumed: what stops a run that has stopped making progress.
+
+A run can go on forever without training: every trajectory dropped as non-finite (diverged
+parameters make the actors' outputs NaN; an environment returns NaN), actors that deliver
+nothing (an environment or the inference stuck), or a learner that gets trajectories and makes
+no update. The supervisor (training._Run.watch) feeds `ProgressWatch.observe` its counters on
+every tick; the first stall that lasts --stall_secs becomes the run's `error:` line.
+
+No TensorFlow here: the rules are plain arithmetic on counters and a clock, tested with a fake
+one (tests/run/test_progress_watch.py).
+"""
+import dataclasses
+import math
+
+# Fields of a trajectory written by the actors' network (behaviour-policy outputs): when these
+# are non-finite the parameters that produced them have diverged, not the environment.
+BEHAVIOUR_PARTS = ("agent_outputs/",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Counters:
+  """What the supervisor reads from the run at one moment."""
+  produced: int        # Trajectories the actors delivered (dropped ones included).
+  dropped: int         # Of them, dropped for non-finite numbers (never trained on).
+  num_updates: int     # Learner updates applied.
+  actors_alive: bool   # Whether any actor (thread or process) is still running.
+
+
+def describe_fields(fields):
+  """What non-finite fields say about their cause, in words."""
+  if any(field.startswith(BEHAVIOUR_PARTS) for field in fields):
+    return ("carried non-finite behaviour outputs (" + ", ".join(fields) + "): the "
+            "parameters have diverged")
+  return ("carried non-finite numbers from the environment (" + ", ".join(fields) + "): an "
+          "environment returns NaN or Inf")
+
+
+def parameters_healthy(global_norm, max_norm):
+  """Whether parameters with this global norm may be trained on and checkpointed: finite
+  and at most --max_parameter_norm."""
+  return math.isfinite(global_norm) and global_norm <= max_norm
+
+
+class ProgressWatch:
+  """Finds a stall: the same condition for `stall_secs` on end.
+
+  Stalls, checked in this order:
+    diverged: trajectories arrive and every one since `stall_secs` ago was dropped;
+    learner: at least a batch of trajectories was accepted since the last update, and no
+      update came for `stall_secs` (the learner is stuck; the queue then fills and the actors
+      block, which is why this is checked before the next);
+    actors: no trajectory arrived for `stall_secs` while actors are alive, once the first
+      one has arrived (before it, environments may still be starting: DeepMind Lab compiles
+      its maps at the first reset; a step that hangs is the environment watchdog's).
+  """
+
+  def __init__(self, stall_secs, batch_size, now):
+    self._stall_secs = stall_secs
+    self._batch_size = batch_size
+    self._last = Counters(produced=0, dropped=0, num_updates=0, actors_alive=True)
+    self._accepted_at = now       # The last trajectory trained on (or the start).
+    self._produced_at = now       # The last trajectory delivered.
+    self._update_at = now         # The last update.
+    self._accepted_since_update = 0
+    self._dropped_since_accepted = 0
+    self._dropped_fields = ()
+
+  def observe(self, counters, now, dropped_fields=()):
+    """Takes the counters at `now` (and the fields of the newest dropped trajectory); returns
+    None, or the stall's description (a sentence)."""
+    last, self._last = self._last, counters
+    dropped = counters.dropped - last.dropped
+    accepted = (counters.produced - last.produced) - dropped
+    if counters.produced > last.produced:
+      self._produced_at = now
+    if accepted > 0:
+      self._accepted_at = now
+      self._dropped_since_accepted = 0
+    self._dropped_since_accepted += dropped
+    if dropped:
+      self._dropped_fields = tuple(dropped_fields)
+    if counters.num_updates > last.num_updates:
+      self._update_at = now
+      self._accepted_since_update = 0
+    self._accepted_since_update += max(accepted, 0)
+    return self._stall(counters, now)
+
+  def _stall(self, counters, now):
+    stalled = self._stall_secs
+    if self._dropped_since_accepted and now - self._accepted_at >= stalled:
+      return (f"every trajectory for {now - self._accepted_at:.0f} s "
+              f"({self._dropped_since_accepted} of them) "
+              f"{describe_fields(self._dropped_fields or ['(fields not recorded)'])}")
+    if (self._accepted_since_update >= self._batch_size
+        and now - self._update_at >= stalled):
+      return (f"no learner update for {now - self._update_at:.0f} s although "
+              f"{self._accepted_since_update} trajectories arrived since the last one (a batch "
+              f"is {self._batch_size}): the learner is stuck")
+    if (counters.produced > 0 and counters.actors_alive
+        and now - self._produced_at >= stalled):
+      return (f"no trajectory from the actors for {now - self._produced_at:.0f} s while they "
+              f"are alive: an environment or the actors' inference is stuck")
+    return None
+
+  @property
+  def diverged(self):
+    """Whether every trajectory since the last accepted one was dropped for non-finite
+    behaviour outputs: the parameters have diverged, and no checkpoint of them may become the
+    newest."""
+    return self._dropped_since_accepted > 0 and any(
+        field.startswith(BEHAVIOUR_PARTS) for field in self._dropped_fields)

@@ -1,0 +1,177 @@
+"""Progress is watched, not assumed (issue 41, item 1): a run that stops making progress stops
+with an error naming what was seen, and diverged parameters are never checkpointed.
+
+The rules (run/progress_watch.py) on a fake clock first, then whole runs: the toy level at a
+learning rate of 1e9, which on 3aedbe9 sat at 80 frames with every trajectory dropped until it
+was killed (the norm check stops it at its first update; with the check lifted, the watch).
+"""
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from scalable_agent_tf2.run import progress_watch
+from scalable_agent_tf2.run import training
+from scalable_agent_tf2.runfiles import checkpoint_files
+from tests.run.test_training import toy_config, train_toy
+
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+Counters = progress_watch.Counters
+
+
+def _watch(stall_secs=60, batch_size=8):
+  return progress_watch.ProgressWatch(stall_secs, batch_size, now=0.0)
+
+
+def test_steady_progress_is_never_a_stall():
+  watch = _watch()
+  for second in range(1, 600):
+    counters = Counters(produced=second * 4, dropped=0, num_updates=second // 2,
+                        actors_alive=True)
+    assert watch.observe(counters, float(second)) is None
+  assert not watch.diverged
+
+
+def test_every_trajectory_dropped_for_the_stall_time_is_divergence():
+  watch = _watch(stall_secs=60)
+  assert watch.observe(Counters(16, 0, 2, True), 10.0) is None  # Trained on until 10 s.
+  fields = ["agent_outputs/policy_logits (30)", "agent_outputs/baseline (10)"]
+  stall = None
+  for second in range(11, 80):  # From 11 s on every trajectory is dropped.
+    produced = 16 + (second - 10) * 4
+    stall = watch.observe(Counters(produced, produced - 16, 2, True), float(second), fields)
+    if stall:
+      break
+  assert second == 70, second  # 60 s after the last trajectory trained on.
+  assert stall.startswith("every trajectory for 60 s (240 of them) carried non-finite "
+                          "behaviour outputs (agent_outputs/policy_logits (30)")
+  assert "the parameters have diverged" in stall
+  assert watch.diverged
+
+
+def test_dropped_environment_numbers_are_named_as_the_environment_s():
+  watch = _watch(stall_secs=5)
+  stall = None
+  for second in range(1, 10):
+    stall = stall or watch.observe(Counters(second, second, 0, True), float(second),
+                                   ["env_outputs/observation/frame (3)"])
+  assert "non-finite numbers from the environment" in stall and "returns NaN" in stall
+  assert not watch.diverged  # The parameters are not to blame: checkpoints go on.
+
+
+def test_an_occasional_dropped_trajectory_is_no_stall():
+  watch = _watch(stall_secs=5)
+  for second in range(1, 100):  # One in ten dropped (a NaN observation on 5% of steps).
+    dropped = second // 10
+    assert watch.observe(Counters(second, dropped, second, True), float(second),
+                         ["env_outputs/observation/frame (1)"]) is None
+
+
+def test_a_learner_that_gets_batches_and_makes_no_update_is_stuck():
+  watch = _watch(stall_secs=30, batch_size=8)
+  assert watch.observe(Counters(8, 0, 1, True), 1.0) is None
+  stall = None
+  for second in range(2, 60):  # Trajectories keep coming, no update after the first.
+    stall = watch.observe(Counters(8 + second, 0, 1, True), float(second))
+    if stall:
+      break
+  assert second == 31, second
+  assert stall.startswith("no learner update for 30 s although 39 trajectories arrived since "
+                          "the last one (a batch is 8): the learner is stuck"), stall
+
+
+def test_fewer_trajectories_than_a_batch_are_no_learner_stall():
+  # A slow environment: a batch takes longer than the stall time to fill; not the learner.
+  watch = _watch(stall_secs=30, batch_size=64)
+  for second in range(1, 200, 20):
+    assert watch.observe(Counters(second // 20 + 1, 0, 0, True), float(second)) is None
+
+
+def test_actors_that_deliver_nothing_while_alive_are_stuck_after_their_first_trajectory():
+  watch = _watch(stall_secs=30)
+  # Before the first trajectory: environments may still be starting (DMLab's map compiler).
+  assert watch.observe(Counters(0, 0, 0, True), 500.0) is None
+  watch = _watch(stall_secs=30)
+  assert watch.observe(Counters(3, 0, 0, True), 1.0) is None
+  assert watch.observe(Counters(3, 0, 0, True), 30.0) is None
+  stall = watch.observe(Counters(3, 0, 0, True), 31.0)
+  assert stall.startswith("no trajectory from the actors for 30 s while they are alive")
+  # Actors that all ended are the actors' failure to report, not a stall.
+  watch = _watch(stall_secs=30)
+  watch.observe(Counters(3, 0, 0, True), 1.0)
+  assert watch.observe(Counters(3, 0, 0, False), 100.0) is None
+
+
+def test_parameters_are_healthy_only_finite_and_within_the_limit():
+  assert progress_watch.parameters_healthy(31.6, 1e6)
+  assert not progress_watch.parameters_healthy(3.78e10, 1e6)
+  assert not progress_watch.parameters_healthy(float("nan"), 1e6)
+  assert not progress_watch.parameters_healthy(float("inf"), 1e6)
+
+
+def _newest_checkpoint_is_healthy(logdir, limit=1e6):
+  prefix, frames = checkpoint_files.latest_checkpoint(str(logdir))
+  reader = tf.train.load_checkpoint(os.path.join(checkpoint_files.checkpoint_dir(str(logdir)),
+                                                 prefix))
+  squares = 0.0
+  for name in reader.get_variable_to_shape_map():
+    value = np.asarray(reader.get_tensor(name))
+    if value.dtype.kind == "f":
+      assert np.isfinite(value).all(), name
+      if "agent" in name and "optimizer" not in name.lower():
+        squares += float(np.sum(np.square(value.astype(np.float64))))
+  assert squares ** 0.5 <= limit
+  return frames
+
+
+@pytest.mark.timeout(240)
+def test_exploding_parameters_stop_the_run_and_the_last_healthy_checkpoint_stays_newest(
+    tmp_path):
+  train_toy(toy_config(tmp_path, total_frames=800))  # A healthy checkpoint first.
+  _, healthy_frames = checkpoint_files.latest_checkpoint(str(tmp_path))
+  lines = []
+  config = toy_config(tmp_path, total_frames=10_000_000, learning_rate=1e9,
+                      checkpoint_secs=1.0)
+  with pytest.raises(training.ParametersDiverged,
+                     match=r"global norm is .* \(--max_parameter_norm=1e\+06\): training has "
+                           r"diverged.*resume from the newest checkpoint, .*ckpt-"):
+    train_toy(config, lines=lines)
+  assert _newest_checkpoint_is_healthy(tmp_path) == healthy_frames
+
+
+@pytest.mark.timeout(240)
+def test_diverged_outputs_below_the_norm_limit_are_caught_by_the_watch(tmp_path):
+  """With the norm check lifted, parameters that are finite but make every actor output NaN
+  (the issue's run: 28,298 of 28,356 trajectories dropped) stop the run by the watch, and no
+  checkpoint of them becomes the newest."""
+  train_toy(toy_config(tmp_path, total_frames=800))
+  _, healthy_frames = checkpoint_files.latest_checkpoint(str(tmp_path))
+  lines = []
+  config = toy_config(tmp_path, total_frames=10_000_000, learning_rate=1e9,
+                      max_parameter_norm=1e38, max_nonfinite_updates=10_000, stall_secs=5.0,
+                      checkpoint_secs=3600.0)
+  start = time.monotonic()
+  with pytest.raises(training.RunFailed, match="diverged") as raised:
+    train_toy(config, lines=lines)
+  assert time.monotonic() - start < 120
+  assert isinstance(raised.value, training.ParametersDiverged), raised.value
+  assert _newest_checkpoint_is_healthy(tmp_path, limit=1e38) == healthy_frames
+
+
+@pytest.mark.timeout(240)
+def test_the_issue_s_diverged_command_exits_1_by_itself_within_3_minutes(tmp_path):
+  start = time.monotonic()
+  result = subprocess.run(
+      [sys.executable, "experiment.py", "--mode=train", "--level_name=toy/lit_side",
+       "--learning_rate=1e9", "--total_environment_frames=3000000", f"--logdir={tmp_path}"],
+      cwd=REPO_DIR, capture_output=True, text=True, timeout=200)
+  assert time.monotonic() - start < 180
+  assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+  assert "error: The parameters' global norm is" in result.stderr
+  assert "Traceback" not in result.stdout + result.stderr
+  if checkpoint_files.latest_checkpoint(str(tmp_path)) is not None:
+    _newest_checkpoint_is_healthy(tmp_path)
