@@ -14,6 +14,8 @@ Guarantees (tests/environments/test_process.py checks each with real processes):
     EnvironmentProcessTimeout.
   * The child leads a process group of its own; when it is closed or found dead, the whole
     group gets SIGKILL, so no process it started (DeepMind Lab's map compilers) survives it.
+    When the parent is SIGKILLed and nobody is left to do that, a reaper in the group does
+    (process_child._start_group_reaper).
   * close() asks the child to close its environment, then terminates and joins it. A
     weakref finalizer does the same when the proxy is garbage-collected or the interpreter
     exits (also after KeyboardInterrupt). If the parent dies without cleaning up (SIGKILL),

@@ -15,6 +15,7 @@ import multiprocessing.reduction
 import multiprocessing.shared_memory
 import os
 import signal
+import subprocess
 import sys
 import traceback
 
@@ -84,10 +85,32 @@ def _own_process_group():
     pass
 
 
+def _start_group_reaper():
+  """In the child: a shell in the child's process group that SIGKILLs the whole group once
+  the child is gone, however it went.
+
+  PR_SET_PDEATHSIG kills the child when the run is SIGKILLed, but the child's own children
+  (DeepMind Lab's map compilers) are then reparented to init and run on for minutes (issue 41:
+  14 survivors of one dmlab30 run). The shell blocks on a pipe whose only writer is this
+  process (os.pipe's ends are not inherited by what the child starts), so it costs nothing
+  until the child dies, when it reads end-of-file and kills the group, itself included.
+  """
+  read_end, write_end = os.pipe()
+  try:
+    subprocess.Popen(["/bin/sh", "-c", f"read _; kill -9 -{os.getpgrp()}"],
+                     stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     close_fds=True)
+  except OSError:  # No /bin/sh: the parent's _shut_down still ends the group at a clean stop.
+    os.close(write_end)
+  os.close(read_end)
+  # write_end stays open, unused, for the child's lifetime: the kernel closes it at its death.
+
+
 def child_main(conn, constructor, args, kwargs, parent_pid, output_path=None):
   """The child's loop: build the environment, then serve (command, payload) requests."""
   _own_process_group()
   _die_with_parent(parent_pid)
+  _start_group_reaper()
   if output_path:
     _send_output_to(output_path)
   # The parent decides when its children stop (the child's own process group keeps a

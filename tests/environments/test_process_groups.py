@@ -3,6 +3,7 @@ compilers: compile_map.sh, q3map2, bspc) ends with it, whether it is closed or d
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -48,3 +49,35 @@ def test_a_dead_environment_leaves_no_orphan(tmp_path):
   with pytest.raises(process.EnvironmentProcessDied):
     env.step(0)
   assert wait_until_gone(compiler_pid)
+
+
+_RUN_WITH_A_COMPILER = """
+import sys, time
+from scalable_agent_tf2.environments import process
+from tests.environments.test_process_groups import EnvironmentWithACompiler
+env = process.EnvironmentProcess(EnvironmentWithACompiler, kwargs=dict(pid_path=sys.argv[1]))
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_sigkilled_run_leaves_no_process_its_environments_started(tmp_path):
+  """Issue 41, item 6: SIGKILL to the run (`timeout`'s second signal) kills its environment
+  processes (PR_SET_PDEATHSIG), and their group reaper then kills what they started (a
+  stand-in for DeepMind Lab's map compiler); on 3aedbe9 the compiler ran on, reparented."""
+  pid_path = tmp_path / "compiler.pid"
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  run = subprocess.Popen([sys.executable, "-c", _RUN_WITH_A_COMPILER, str(pid_path)], cwd=repo,
+                         stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=repo))
+  try:
+    assert run.stdout.readline().strip() == "ready"
+    compiler_pid = int(pid_path.read_text())
+    assert not is_gone(compiler_pid)
+    run.kill()
+    run.wait(30)
+    assert wait_until_gone(compiler_pid), "the compiler outlived its SIGKILLed run"
+  finally:
+    if run.poll() is None:
+      run.kill()
