@@ -58,8 +58,10 @@ class TrajectoryAccounts:
   """Where a run's trajectories went.
 
   produced: delivered to the learner's queues (by local actors, or admitted from actor
-    processes). trained: in this run's updates. untrained: produced - trained - online_fill
-    (queued or prefetched at the stop, never counted as frames). online_fill: LASER's
+    processes). trained: in this run's updates. dropped: of the produced, refused for
+    non-finite numbers (input_pipeline.non_finite_fields; never trained on). untrained:
+    produced - trained - dropped - online_fill (queued or prefetched at the stop, never
+    counted as frames). online_fill: LASER's
     replayed places filled with online trajectories (laser.EpisodeMixer): trained on
     (unless prefetched at the stop) but not counted as frames (docs/LASER.md, "Departures").
     by_actor_process, duplicates (a cluster's learner only): actor process -> trajectories
@@ -68,18 +70,21 @@ class TrajectoryAccounts:
   produced: int
   trained: int
   untrained: int
+  dropped: int = 0
   online_fill: int = 0
   by_actor_process: Optional[dict] = None
   duplicates: Optional[dict] = None
 
   @classmethod
-  def count(cls, produced, trained, online_fill=0, **by_process):
-    return cls(produced=produced, trained=trained, untrained=produced - trained - online_fill,
+  def count(cls, produced, trained, online_fill=0, dropped=0, **by_process):
+    return cls(produced=produced, trained=trained,
+               untrained=produced - trained - dropped - online_fill, dropped=dropped,
                online_fill=online_fill, **by_process)
 
   def lines(self):
     """The console's account."""
-    lines = [f"Trajectories: {self.produced} delivered, {self.trained} trained on, "
+    dropped = (f"{self.dropped} dropped (non-finite numbers), " if self.dropped else "")
+    lines = [f"Trajectories: {self.produced} delivered, {self.trained} trained on, {dropped}"
              f"{self.untrained} not trained on (queued or prefetched at the stop; not "
              f"counted as frames)."]
     if self.online_fill:
@@ -594,6 +599,7 @@ class _Run:
     self.monitor.write(self.frames(), self.input.queues.fill())
     self.accounts = TrajectoryAccounts.count(trained=self.progress.trained,
                                              online_fill=self.input.online_fill,
+                                             dropped=self.input.dropped_trajectories,
                                              **self.actors.delivered())
     for line in self.accounts.lines():
       self.print(line)
@@ -607,7 +613,7 @@ class _Run:
     if isinstance(failure, RunFailed):
       self.stop_reason = f"{failure}"
       kept = (f"Checkpoint {self.last_checkpoint} kept as the newest."
-              if self.last_checkpoint else "No checkpoint was written.")
+              if self._last_checkpoint_exists() else self._kept().strip())
       self.print(f"Stopped: {self.stop_reason} {kept}")
     else:
       self.print(f"Stopped: {self.stop_reason}. Checkpoint {self.last_checkpoint} at "
@@ -641,9 +647,16 @@ class _Run:
       raise RunFailed(f"The learner thread failed: {type(error).__name__}: {error}"
                       f"{self._kept()}") from error
 
+  def _last_checkpoint_exists(self):
+    return self.last_checkpoint is not None and os.path.exists(self.last_checkpoint + ".index")
+
   def _kept(self):
     if self.last_checkpoint is None:
       return " No checkpoint was written."
+    if not self._last_checkpoint_exists():  # The logdir was deleted or moved during the run.
+      return (f" Training stopped; its last checkpoint, {self.last_checkpoint}, no longer "
+              f"exists (was the logdir deleted or moved?): nothing of this run is left to "
+              f"resume from.")
     return f" Training stopped; the checkpoint {self.last_checkpoint} holds its last good state."
 
   def result(self):

@@ -80,3 +80,27 @@ def test_a_dead_pump_stops_a_cluster_learner_with_an_error_after_its_checkpoint(
                    network_config=TOY_NETWORK, print_fn=lines.append,
                    listen_address=f"localhost:{td.free_port()}")
   assert checkpoint_files.latest_checkpoint(str(tmp_path)) is not None  # Written at the stop.
+
+
+@pytest.mark.timeout(240)
+def test_a_logdir_deleted_mid_run_is_not_named_as_holding_a_checkpoint(tmp_path, monkeypatch):
+  """Issue 41, item 7: the message named a checkpoint that no longer existed."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  real_save = checkpoints.Checkpointer.save
+  saves = []
+
+  def delete_the_logdir_after_the_first(self, step):
+    saves.append(step)
+    if len(saves) == 2:
+      shutil.rmtree(tmp_path)
+    return real_save(self, step)
+  monkeypatch.setattr(checkpoints.Checkpointer, "save", delete_the_logdir_after_the_first)
+  lines = []
+  with pytest.raises(training.RunFailed) as raised:
+    train_toy(toy_config(tmp_path, total_frames=10_000_000, checkpoint_secs=2.0), lines=lines)
+  message = str(raised.value)
+  first = os.path.join(checkpoint_files.checkpoint_dir(str(tmp_path)), f"ckpt-{saves[0]}")
+  assert "holds its last good state" not in message and "still " + first not in message
+  assert f"its last checkpoint, {first}, no longer exists" in message, message
+  stopped = [line for line in lines if line.startswith("Stopped:")]
+  assert stopped and "kept as the newest" not in stopped[0], stopped

@@ -455,3 +455,13 @@ def test_trajectory_accounts_tell_laser_online_fills_from_untrained():
                       "(not counted as frames).")
   assert training.TrajectoryAccounts.count(produced=100, trained=100) == (
       training.TrajectoryAccounts(produced=100, trained=100, untrained=0))
+
+
+def test_trajectory_accounts_count_dropped_trajectories_apart_from_queued_ones():
+  # Issue 41: the stop summary counted trajectories dropped for non-finite numbers as "queued
+  # or prefetched at the stop".
+  accounts = training.TrajectoryAccounts.count(produced=28_356, trained=8, dropped=28_298)
+  assert accounts.untrained == 50 and accounts.dropped == 28_298
+  assert accounts.lines()[0] == (
+      "Trajectories: 28356 delivered, 8 trained on, 28298 dropped (non-finite numbers), 50 "
+      "not trained on (queued or prefetched at the stop; not counted as frames).")
