@@ -265,3 +265,14 @@ def test_train_then_test_on_the_toy_level_stopped_by_sigterm_warn_of_no_leak(tmp
   assert "Stopped: interrupted (SIGTERM) while testing; no results written." in out, out
   assert "resource_tracker" not in err and "Traceback" not in err, err
   assert not (tmp_path / "evaluation").exists()
+
+
+@pytest.mark.parametrize("signal_at", ["numpy", "absl"])
+def test_sigterm_while_the_command_loads_prints_a_line_not_a_traceback(tmp_path, signal_at):
+  """Issue 41, item 7: SIGTERM 0.5 s after the start (the command's own modules still
+  loading) ended the process by the default action: rc -15, no `Stopped:` line."""
+  result = run_experiment("--mode=train", TOY, f"--logdir={tmp_path}/run",
+                          stop_signal="SIGTERM", signal_at=signal_at)
+  _assert_stopped_while_importing(
+      result, "Stopped: interrupted (SIGTERM) while starting; nothing was started.", 0)
+  assert not (tmp_path / "run").exists()
