@@ -338,6 +338,8 @@ def resolve(config):
   if "intra_op_threads" not in given:  # By the machine's cores and the run's network.
     values["intra_op_threads"] = presets.intra_op_threads(
         config.level_name, values.get("torso"), os.cpu_count() or 1)
+  if "batch_size" not in given:
+    values["batch_size"] = short_run_batch_size(values)
   config = ExperimentConfig(**{name: values.get(name) for name in fields})
   settings.check_values(config)
   _check_combinations(config)
@@ -352,6 +354,29 @@ def resolve(config):
   if config.algorithm == IMPACT:
     config.impact_config()
   return config
+
+
+def frames_per_batch(batch_size, unroll_length, num_action_repeats):
+  """Environment frames one batch of new trajectories counts (learner.py's frame counter)."""
+  return batch_size * unroll_length * num_action_repeats
+
+
+def short_run_batch_size(values):
+  """The preset batch size, or fewer unrolls when the whole frame budget is smaller than one
+  batch: the learner counts frames a batch at a time and stops at the first update that
+  reaches --total_environment_frames, so a budget of 2,000 frames at a batch of 32 unrolls of
+  1,024 steps (IMPACT's Box setting) ran to 32,768 frames (issue 41). Such a run is a smoke
+  test, not the paper's setting; the batch becomes the fewest unrolls that reach the budget.
+  Not with LASER's replay or --repeatable, whose rounds and replayed places are sized by it."""
+  batch_size = values.get("batch_size")
+  if batch_size is None or values.get("laser_replay") or values.get("repeatable"):
+    return batch_size
+  unroll = values.get("unroll_length") or 1
+  repeats = values.get("num_action_repeats") or 1
+  budget = values.get("total_environment_frames") or 0
+  if budget <= 0 or frames_per_batch(batch_size, unroll, repeats) <= budget:
+    return batch_size
+  return max(1, -(-budget // (unroll * repeats)))
 
 
 def preset_values(config, given):

@@ -29,6 +29,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import presets
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.configuration import suites
@@ -320,9 +321,13 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
   lines.append(f"  network: {network.torso} torso, {core}, {actions}, "
                f"observations {'x'.join(str(n) for n in network.frame_shape)}")
   if mode == "train":
+    batch_frames = config_lib.frames_per_batch(config.batch_size, config.unroll_length,
+                                               config.num_action_repeats)
     lines.append(f"  {config.algorithm}: {config.num_actors} actors, batch {config.batch_size}, "
                  f"unroll {config.unroll_length}, frame budget "
-                 f"{config.total_environment_frames:,}")
+                 f"{config.total_environment_frames:,} (frames are counted a batch of "
+                 f"{batch_frames:,} at a time: the run stops at the first update that reaches "
+                 f"the budget, less than one batch past it)")
     lines.append(f"  learning rate {config.learning_rate:g}, decaying linearly to 0 at "
                  f"{config.total_environment_frames:,} frames")
   else:
