@@ -98,14 +98,17 @@ def test_only_callers_with_the_secret_read_parameters_or_send_anything():
   before = [v.numpy().copy() for v in agent.trainable_variables]
   message = wire.flatten_message(td.layout(), wire.MessageHeader(0, 0, 1, 0), td.toy_trajectory())
 
-  # A stranger with only the public code: no hello, a made-up or zero credential.
+  # A stranger with only the public code: no hello, a made-up or zero credential, on a
+  # challenge of its own or none.
   stranger = tf.distribute.experimental.rpc.Client.create("grpc", address)
-  for nonce, tag in ((ZERO, ZERO), (tf.constant(12345, tf.int64), tf.constant(678, tf.int64))):
-    result = stranger.parameters(nonce, tag)
+  challenge = stranger.challenge().get_value()
+  for credential in ((ZERO, ZERO, ZERO), (challenge, tf.constant(1, tf.int64),
+                                          tf.constant(678, tf.int64))):
+    result = stranger.parameters(*credential)
     assert not result.is_ok()
     assert b"not authenticated" in result.get_error()[1].numpy()
-    assert not stranger.enqueue(nonce, tag, *message).is_ok()
-    assert not stranger.side_effect(nonce, tag).is_ok()
+    assert not stranger.enqueue(*credential, *message).is_ok()
+    assert not stranger.side_effect(*credential).is_ok()
   assert server.refused_calls == 6
   # A client with another secret, or none, is refused at hello with what to do.
   for secret, has in ((b"another secret", "holds another secret"), (None, "has no secret")):
@@ -128,7 +131,7 @@ def test_only_callers_with_the_secret_read_parameters_or_send_anything():
   assert server.size() == 1 and client.ping(5.0)
   assert server.refused_calls == 8
   # The stranger still gets nothing, however it reuses what it saw of the protocol.
-  assert not stranger.parameters(ZERO, ZERO).is_ok() and server.size() == 1
+  assert not stranger.parameters(ZERO, ZERO, ZERO).is_ok() and server.size() == 1
 
 
 def _remote_actors(tmp_path, secret, lines, delivered):
@@ -287,8 +290,8 @@ def test_the_replay_service_refuses_callers_without_the_secret(tmp_path):
   lines = []
   service = replay_service.ReplayService(address, 10, print_fn=lines.append, secret=SECRET)
   stranger = tf.distribute.experimental.rpc.Client.create("grpc", address)
-  assert not stranger.stats(ZERO, ZERO).is_ok()
-  assert not stranger.add(ZERO, ZERO, tf.constant("stranger"), tf.constant(["x"])).is_ok()
+  assert not stranger.stats(ZERO, ZERO, ZERO).is_ok()
+  assert not stranger.add(ZERO, ZERO, ZERO, tf.constant("stranger"), tf.constant(["x"])).is_ok()
   for secret in (None, b"another secret"):
     with pytest.raises(distributed.PeerRejected, match="not authenticated"):
       replay_client.ReplayClient(address, "stranger", connect_timeout_secs=30, secret=secret)
@@ -297,9 +300,9 @@ def test_the_replay_service_refuses_callers_without_the_secret(tmp_path):
                                         secret=SECRET)
   assert observer.stats()["unrolls"] == 0 and observer.ping(5.0)
   # Its credentials are for the replay service only: the learner's domain differs.
-  assert not distributed.credential_tag(distributed.cluster_key(SECRET), "impala learner",
-                                        ZERO).numpy() == distributed.credential_tag(
-      distributed.cluster_key(SECRET), replay_service.REPLAY_DOMAIN, ZERO).numpy()
+  tag = lambda domain: distributed.call_tag(distributed.cluster_key(SECRET), domain, "stats",
+                                            ZERO, ZERO, []).numpy()
+  assert tag(distributed.LEARNER_DOMAIN) != tag(replay_service.REPLAY_DOMAIN)
   with pytest.raises(distributed.ClusterError, match="the replay service at 0.0.0.0:"):
     replay_service.ReplayService(f"0.0.0.0:{td.free_port()}", 10, print_fn=lines.append)
 
@@ -411,10 +414,10 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
       time.sleep(0.2)
     # A stranger on the learner's own port: no parameters, nothing trained on.
     stranger = tf.distribute.experimental.rpc.Client.create("grpc", address)
-    assert not stranger.parameters(ZERO, ZERO).is_ok()
+    assert not stranger.parameters(ZERO, ZERO, ZERO).is_ok()
     message = wire.flatten_message(td.layout(), wire.MessageHeader(0, 1000, 1, 0),
                                    td.toy_trajectory())
-    assert not stranger.enqueue(ZERO, ZERO, *message).is_ok()
+    assert not stranger.enqueue(ZERO, ZERO, ZERO, *message).is_ok()
     with pytest.raises(distributed.PeerRejected, match="not authenticated"):
       distributed.LearnerClient(address, [], "", name="stranger", connect_timeout_secs=30,
                                 secret=b"a guess")
