@@ -433,6 +433,9 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
     assert "Learner: refused a call to parameters: not authenticated" in output
     assert "Learner: refused a call to enqueue: not authenticated" in output
     assert "Learner: refused a call to hello: not authenticated" in output
+    # The actor process's own calls (many threads on one connection) were never refused.
+    assert distributed.REPLAYED_CREDENTIAL not in output, output[-3000:]
+    assert distributed.UNKNOWN_CHALLENGE not in output, output[-3000:]
     assert forwarder.connections >= 1
   finally:
     forwarder.close()
