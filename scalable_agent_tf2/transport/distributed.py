@@ -24,13 +24,13 @@ Only the learner listens (on its own address from the spec); actors only connect
 Only the cluster's own processes may call (issues 30 and 41). Anyone who reaches an open
 learner's port could read the whole model (`parameters`) and train it on whatever they send
 (`enqueue`), so every call to a service (the learner's TrajectoryServer, LASER's replay
-service: every registered method, hello included, except `challenge`) proves that its caller
-holds the cluster's shared secret (--cluster_secret_file, or IMPALA_CLUSTER_SECRET;
-cluster_secret), and proves it for that one call:
+service: every registered method, hello included) proves that its caller holds the cluster's
+shared secret (--cluster_secret_file, or IMPALA_CLUSTER_SECRET; cluster_secret), and proves
+it for that one call:
 
     key        = SHA-256(secret)[:16] as two 64-bit words                 (cluster_key)
-    challenge  = a random 64-bit id the service issues on request (`challenge`, the one
-                 method anyone may call) and remembers (ChallengeTable)
+    challenge  = a random 64-bit id the service issues on request (`challenge`, whose own
+                 credential is (0, 1, tag): challenge_request) and remembers (ChallengeTable)
     credential = (challenge, counter, tag): counter = 1, 2, 3, ... on that challenge,
                  tag = SipHash-2-4_key(domain:method:challenge:counter:arguments)  (call_tag)
 
@@ -44,7 +44,12 @@ challenge per connection and per thread (CallSigner), so the calls on a challeng
 sequential: threads sharing a gRPC channel overtake each other, and "greater than the last"
 would refuse their legitimate calls. The service remembers CHALLENGE_SLOTS challenges,
 forgetting the least recently used first; a client whose challenge was forgotten (or whose
-service restarted) is refused with UNKNOWN_CHALLENGE, fetches a new one and calls again.
+service restarted) is refused with UNKNOWN_CHALLENGE, fetches a new one and calls again. Only
+callers with the secret get challenges, so a stranger cannot make the service forget its
+clients' by asking for new ones. An eavesdropper can, by sending a captured challenge request
+again (it yields challenges he holds no tag for): a flood of them costs every client a round
+trip per forgotten challenge, and a call refused _CHALLENGE_ATTEMPTS times fails (as any
+flood of a service's port would slow it).
 
 "arguments" are the call's small arguments, each as a length-prefixed serialised TensorProto:
 every numeric tensor of at most BOUND_ELEMENTS elements and every scalar string (hello's
@@ -116,7 +121,7 @@ LEARNER_DOMAIN = "impala learner"
 # The most buckets tf.strings.to_hash_bucket_strong takes (an int64 attribute): a tag is the
 # SipHash output modulo 2**63 - 1.
 _TAG_BUCKETS = 2**63 - 1
-# The unauthenticated method that issues challenges (every service registers it).
+# The method that issues challenges (every service registers it; challenge_request).
 CHALLENGE_METHOD = "challenge"
 # Challenges a service remembers at once, a power of two (a challenge's low bits are its
 # slot). One per connection and client thread: an actor process holds one per actor thread,
@@ -365,6 +370,12 @@ class CallSigner:
     return self.challenge, tf.constant(self._counter, tf.int64), tag
 
 
+def challenge_request(key, domain):
+  """The credential of a CHALLENGE_METHOD call: (0, 1, tag); zeros without a key. The same for
+  every request: one sent again only yields a challenge its sender holds no tag for."""
+  return CallSigner(key, domain, tf.constant(0, tf.int64)).credential(CHALLENGE_METHOD, [])
+
+
 def _code(reason):
   return REFUSAL_REASONS.index(reason)
 
@@ -501,10 +512,11 @@ class RefusalLog:
 class Gatekeeper:
   """A service's check of every call's credential, inside its registered tf.functions.
 
-  `register(server, methods)` serves CHALLENGE_METHOD (unauthenticated: it issues a
-  challenge) and every method behind the check: the served method takes (challenge,
-  counter, tag, *the method's arguments). Without a secret nothing is checked (loopback, or
-  --insecure_open_cluster).
+  `register(server, methods)` serves CHALLENGE_METHOD and every method behind the check: the
+  served method takes (challenge, counter, tag, *the method's arguments). A challenge
+  request's credential is challenge_request's (no challenge to spend yet): a stranger cannot
+  have the service forget its clients' challenges by asking for new ones. Without a secret
+  nothing is checked (loopback, or --insecure_open_cluster).
   """
 
   def __init__(self, secret, domain, service, print_fn=_print_to_stderr,
@@ -527,9 +539,8 @@ class Gatekeeper:
   def register(self, server, methods):
     """Registers CHALLENGE_METHOD and every (name, tf.function) of `methods`, guarded, on
     `server` (not started yet)."""
-    issue = tf.function(self._challenges.issue, input_signature=[])
-    served = [(CHALLENGE_METHOD, issue)] + [(name, self.guard(name, function))
-                                            for name, function in methods]
+    served = [(CHALLENGE_METHOD, self._challenge_method())] + [
+        (name, self.guard(name, function)) for name, function in methods]
     for name, function in served:
       server.register(name, function)
     self._served.extend(served + list(methods))
@@ -547,14 +558,30 @@ class Gatekeeper:
         return body(*[tf.identity(arg) for arg in args])
     return guarded
 
-  def _check(self, name, challenge, counter, tag, args):
+  def _challenge_method(self):
+    """CHALLENGE_METHOD: a new challenge for a caller that proves the secret. Such a request
+    may be sent again (it spends no challenge): its sender gets a challenge it holds no tag
+    for, and the least recently used client fetches a new one."""
+
+    @tf.function(input_signature=[_CREDENTIAL_SPEC] * 3)
+    def challenge(no_challenge, nonce, tag):
+      with tf.control_dependencies([self._check(CHALLENGE_METHOD, no_challenge, nonce, tag, [],
+                                                spends_challenge=False)]):
+        return self._challenges.issue()
+    return challenge
+
+  def _check(self, name, challenge, counter, tag, args, spends_challenge=True):
     if self._key is None:
       return tf.no_op()
     # The tag first: a caller without the secret must not spend or touch a challenge.
     authentic = tf.equal(call_tag(self._key, self._domain, name, challenge, counter,
                                   _covered(name, args)), tag)
-    code = tf.cond(authentic, lambda: self._challenges.admit(challenge, counter),
-                   lambda: tf.constant(_code(NOT_AUTHENTICATED), tf.int32))
+    refused = tf.constant(_code(NOT_AUTHENTICATED), tf.int32)
+    if spends_challenge:
+      code = tf.cond(authentic, lambda: self._challenges.admit(challenge, counter),
+                     lambda: refused)
+    else:
+      code = tf.where(authentic, tf.constant(ACCEPTED, tf.int32), refused)
     accepted = tf.equal(code, ACCEPTED)
     # Python (counting, logging) only for a refused call.
     code = tf.cond(accepted, lambda: code, lambda: self._record_refusal(name, code))
@@ -914,7 +941,8 @@ class ServiceClient:
           f"The {self._service} at {self.address} issues no challenges: it runs an older "
           f"version of this code (wire protocol before {PROTOCOL_VERSION}); run the same "
           f"version on every process of the cluster.")
-    result = getattr(client, CHALLENGE_METHOD)(timeout_in_ms=timeout_ms)
+    result = getattr(client, CHALLENGE_METHOD)(*challenge_request(self._key, self._domain),
+                                               timeout_in_ms=timeout_ms)
     if result.is_ok():
       return result.get_value()
     code, message = result.get_error()
@@ -1140,5 +1168,5 @@ class ParameterSync:
 __all__ = ["CallSigner", "ChallengeTable", "ClusterError", "DeliveryLedger", "Gatekeeper",
            "LearnerClient", "LearnerUnavailable", "ParameterSync", "PeerRejected",
            "RefusalLog", "ServiceClient", "ServiceUnavailable", "TrajectoryServer",
-           "call_tag", "check_listen_address", "cluster_key", "cluster_secret", "is_bound",
+           "call_tag", "challenge_request", "check_listen_address", "cluster_key", "cluster_secret", "is_bound",
            "is_loopback", "learner_strategy", "parse_cluster", "task_from_environment"]

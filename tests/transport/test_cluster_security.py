@@ -98,26 +98,27 @@ def test_only_callers_with_the_secret_read_parameters_or_send_anything():
   before = [v.numpy().copy() for v in agent.trainable_variables]
   message = wire.flatten_message(td.layout(), wire.MessageHeader(0, 0, 1, 0), td.toy_trajectory())
 
-  # A stranger with only the public code: no hello, a made-up or zero credential, on a
-  # challenge of its own or none.
+  # A stranger with only the public code: no challenge, no hello, a made-up or zero
+  # credential.
   stranger = tf.distribute.experimental.rpc.Client.create("grpc", address)
-  challenge = stranger.challenge().get_value()
-  for credential in ((ZERO, ZERO, ZERO), (challenge, tf.constant(1, tf.int64),
-                                          tf.constant(678, tf.int64))):
+  assert b"not authenticated" in stranger.challenge(ZERO, ZERO, ZERO).get_error()[1].numpy()
+  for credential in ((ZERO, ZERO, ZERO), (tf.constant(12345, tf.int64),
+                                          tf.constant(1, tf.int64), tf.constant(678, tf.int64))):
     result = stranger.parameters(*credential)
     assert not result.is_ok()
     assert b"not authenticated" in result.get_error()[1].numpy()
     assert not stranger.enqueue(*credential, *message).is_ok()
     assert not stranger.side_effect(*credential).is_ok()
-  assert server.refused_calls == 6
-  # A client with another secret, or none, is refused at hello with what to do.
+  assert server.refused_calls == 7
+  # A client with another secret, or none, is refused at its first call (challenge; hello
+  # without a secret) with what to do.
   for secret, has in ((b"another secret", "holds another secret"), (None, "has no secret")):
     with pytest.raises(distributed.PeerRejected,
                        match=f"not authenticated: the cluster's secrets differ \\(this process "
                              f"{has}\\); pass the same --cluster_secret_file"):
       distributed.LearnerClient(address, td.layout(), td.FINGERPRINT, name="stranger",
                                 connect_timeout_secs=30, secret=secret)
-  assert server.refused_calls == 8
+  assert server.refused_calls == 9
   assert server.size() == 0 and side_effects.numpy() == 0
   for old, variable in zip(before, agent.trainable_variables):
     assert old.tobytes() == variable.numpy().tobytes()
@@ -129,7 +130,7 @@ def test_only_callers_with_the_secret_read_parameters_or_send_anything():
   assert version == 0 and values[0].tobytes() == before[0].tobytes()
   client.send_trajectory(wire.MessageHeader(0, 0, 1, 0), td.toy_trajectory())
   assert server.size() == 1 and client.ping(5.0)
-  assert server.refused_calls == 8
+  assert server.refused_calls == 9
   # The stranger still gets nothing, however it reuses what it saw of the protocol.
   assert not stranger.parameters(ZERO, ZERO, ZERO).is_ok() and server.size() == 1
 
@@ -432,7 +433,7 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
     assert int(output.split("learner done")[1].split()[0]) >= 20_000
     assert "Learner: refused a call to parameters: not authenticated" in output
     assert "Learner: refused a call to enqueue: not authenticated" in output
-    assert "Learner: refused a call to hello: not authenticated" in output
+    assert "Learner: refused a call to challenge: not authenticated" in output
     # The actor process's own calls (many threads on one connection) were never refused.
     assert distributed.REPLAYED_CREDENTIAL not in output, output[-3000:]
     assert distributed.UNKNOWN_CHALLENGE not in output, output[-3000:]

@@ -196,8 +196,9 @@ def test_a_captured_credential_sent_again_reads_nothing_and_enqueues_nothing():
     assert not own_connection.enqueue(*captured["enqueue"]).is_ok()
     assert len(proxy.sent) == 1  # No new connection was made for it.
 
-    # A captured tag on a fresh challenge of the eavesdropper's: not his tag.
-    challenge = replayer.challenge().get_value()
+    # The captured challenge request sent again gets a fresh challenge (it spends none), but
+    # the captured tag is not a tag for it.
+    challenge = replayer.challenge(*captured[distributed.CHALLENGE_METHOD]).get_value()
     _, counter, tag, *arguments = captured["parameters"]
     forged = replayer.parameters(challenge, counter, tag, *arguments)
     assert b"not authenticated" in forged.get_error()[1].numpy()
@@ -339,8 +340,9 @@ def test_a_call_with_other_arguments_than_its_tag_covers_is_refused():
                                         agent.trainable_variables, capacity=4, secret=SECRET,
                                         refusal_print_fn=lambda line: None)
   client = tf.distribute.experimental.rpc.Client.create("grpc", address, name="signer")
-  signer = distributed.CallSigner(distributed.cluster_key(SECRET), distributed.LEARNER_DOMAIN,
-                                  client.challenge().get_value())
+  key = distributed.cluster_key(SECRET)
+  signer = distributed.CallSigner(key, distributed.LEARNER_DOMAIN, client.challenge(
+      *distributed.challenge_request(key, distributed.LEARNER_DOMAIN)).get_value())
   report = [tf.constant(0, tf.int32), tf.constant(21.0, tf.float32), tf.constant(100, tf.int32)]
   altered = [report[0], tf.constant(1e9, tf.float32), report[2]]
   credential = signer.credential("episode", report)
@@ -363,12 +365,21 @@ def test_a_client_whose_challenge_was_forgotten_fetches_another(monkeypatch):
                                         refusal_print_fn=lines.append)
   actor = distributed.LearnerClient(address, td.layout(), td.FINGERPRINT, name="actor-0",
                                     connect_timeout_secs=30, secret=SECRET)
-  stranger = tf.distribute.experimental.rpc.Client.create("grpc", address, name="flood")
-  for _ in range(4):  # Anyone may ask for challenges: the actor's is forgotten.
-    stranger.challenge().get_value()
+  flood = tf.distribute.experimental.rpc.Client.create("grpc", address, name="flood")
+  for _ in range(4):  # A stranger cannot have challenges issued.
+    assert not flood.challenge(*([tf.constant(0, tf.int64)] * 3)).is_ok()
   assert actor.parameters()[0] == 0
-  assert server.refusals()["by_reason"] == {distributed.UNKNOWN_CHALLENGE: 1}
-  assert len(lines) == 1 and "refused a call to parameters: unknown challenge" in lines[0]
+  assert server.refusals()["by_reason"] == {distributed.NOT_AUTHENTICATED: 4}
+  # An eavesdropper's captured challenge request, sent again and again: the actor's
+  # challenge is forgotten, and it fetches another.
+  request = distributed.challenge_request(distributed.cluster_key(SECRET),
+                                          distributed.LEARNER_DOMAIN)
+  for _ in range(4):
+    flood.challenge(*request).get_value()
+  assert actor.parameters()[0] == 0
+  assert server.refusals()["by_reason"] == {distributed.NOT_AUTHENTICATED: 4,
+                                            distributed.UNKNOWN_CHALLENGE: 1}
+  assert "refused a call to parameters: unknown challenge" in lines[-1]
 
 
 @pytest.mark.timeout(120)
@@ -393,22 +404,26 @@ def test_the_replay_service_refuses_a_replayed_credential_too():
   lines = []
   service = replay_service.ReplayService(address, 10, print_fn=lines.append, secret=SECRET)
   client = tf.distribute.experimental.rpc.Client.create("grpc", address, name="observer")
-  signer = distributed.CallSigner(distributed.cluster_key(SECRET), replay_service.REPLAY_DOMAIN,
-                                  client.challenge().get_value())
+  key = distributed.cluster_key(SECRET)
+  challenge = lambda domain: client.challenge(
+      *distributed.challenge_request(key, domain)).get_value()
+  signer = distributed.CallSigner(key, replay_service.REPLAY_DOMAIN,
+                                  challenge(replay_service.REPLAY_DOMAIN))
   credential = signer.credential("stats", [])
   assert client.stats(*credential).is_ok()
   replayed = client.stats(*credential)
   assert b"replayed credential" in replayed.get_error()[1].numpy()
-  # A learner's credential does not open the replay service (another domain).
-  learner_signer = distributed.CallSigner(distributed.cluster_key(SECRET),
-                                          distributed.LEARNER_DOMAIN,
-                                          client.challenge().get_value())
+  # A learner's credentials do not open the replay service (another domain).
+  learner_signer = distributed.CallSigner(key, distributed.LEARNER_DOMAIN,
+                                          challenge(replay_service.REPLAY_DOMAIN))
   assert b"not authenticated" in client.stats(
       *learner_signer.credential("stats", [])).get_error()[1].numpy()
+  assert not client.challenge(*distributed.challenge_request(
+      key, distributed.LEARNER_DOMAIN)).is_ok()
   assert service.refusals()["by_reason"] == {distributed.REPLAYED_CREDENTIAL: 1,
-                                             distributed.NOT_AUTHENTICATED: 1}
+                                             distributed.NOT_AUTHENTICATED: 2}
   assert [line.split(":")[1] for line in lines if line.startswith("Replay service: refused")] == [
-      " refused a call to stats"]
+      " refused a call to stats", " refused a call to challenge"]
   assert service.refusal_summary_lines() == [
-      "Replay service: 2 calls refused (not authenticated 1, replayed credential 1; by method: "
-      "stats 2)."]
+      "Replay service: 3 calls refused (not authenticated 2, replayed credential 1; by method: "
+      "challenge 1, stats 2)."]
