@@ -571,6 +571,10 @@ class Gatekeeper:
     return challenge
 
   def _check(self, name, challenge, counter, tag, args, spends_challenge=True):
+    """The op a call of `name` waits on: it fails (tf.debugging.Assert, naming the reason)
+    unless the credential verifies, after counting and logging the refusal. With
+    spends_challenge, the call's challenge and counter must also be admitted (ChallengeTable);
+    without it (a challenge request) the tag alone decides."""
     if self._key is None:
       return tf.no_op()
     # The tag first: a caller without the secret must not spend or touch a challenge.
