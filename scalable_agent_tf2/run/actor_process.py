@@ -403,8 +403,9 @@ class RemoteActors:
                 duplicates=dict(self.ledger.duplicates))
 
   def refused_messages(self):
-    """Malformed messages refused, by actor process, and calls refused for a wrong or missing
-    secret (distributed.Gatekeeper)."""
+    """Malformed messages refused, by actor process, and calls refused for their credential:
+    a wrong or missing secret, a replayed credential, an unknown challenge (distributed.
+    Gatekeeper; self.server.refusals() by reason and method, refusal_summary_lines() worded)."""
     return dict(by_actor_process=dict(self.refused),
                 unauthenticated_calls=self.server.refused_calls)
 

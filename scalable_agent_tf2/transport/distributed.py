@@ -21,38 +21,72 @@ Cluster layout (the standard TF_CONFIG format, or --cluster with the same "clust
      "task": {"type": "actor", "index": 0}}
 Only the learner listens (on its own address from the spec); actors only connect.
 
-Only the cluster's own processes may call (issue 30). Anyone who reaches an open learner's
-port could read the whole model (`parameters`) and train it on whatever they send
+Only the cluster's own processes may call (issues 30 and 41). Anyone who reaches an open
+learner's port could read the whole model (`parameters`) and train it on whatever they send
 (`enqueue`), so every call to a service (the learner's TrajectoryServer, LASER's replay
 service: every registered method, hello included) proves that its caller holds the cluster's
-shared secret (--cluster_secret_file, or IMPALA_CLUSTER_SECRET; cluster_secret):
+shared secret (--cluster_secret_file, or IMPALA_CLUSTER_SECRET; cluster_secret), and proves
+it for that one call:
 
-    key        = SHA-256(secret)[:16] as two 64-bit words           (cluster_key)
-    credential = (nonce, tag): nonce a random 64-bit number drawn per connection,
-                 tag = SipHash-2-4_key(domain + ":" + nonce)        (credential_tag)
+    key        = SHA-256(secret)[:16] as two 64-bit words                 (cluster_key)
+    challenge  = a random 64-bit id the service issues on request (`challenge`, whose own
+                 credential is (0, 1, tag): challenge_request) and remembers (ChallengeTable)
+    credential = (challenge, counter, tag): counter = 1, 2, 3, ... on that challenge,
+                 tag = SipHash-2-4_key(domain:method:challenge:counter:arguments)  (call_tag)
+
+The service accepts a call only when the tag verifies, it issued the challenge and still
+remembers it, and the counter is greater than the last it accepted on that challenge; only
+then does it remember the new counter. A credential is therefore good for one call of one
+method with the same small arguments: a stranger has none; a credential captured on the wire
+and sent again is refused, on a new connection as on the old one (a challenge is not tied to
+a TCP connection: its counter is spent); an old counter is refused. A client holds one
+challenge per connection and per thread (CallSigner), so the calls on a challenge are
+sequential: threads sharing a gRPC channel overtake each other, and "greater than the last"
+would refuse their legitimate calls. The service remembers CHALLENGE_SLOTS challenges,
+forgetting the least recently used first; a client whose challenge was forgotten (or whose
+service restarted) is refused with UNKNOWN_CHALLENGE, fetches a new one and calls again. Only
+callers with the secret get challenges, so a stranger cannot make the service forget its
+clients' by asking for new ones. An eavesdropper can, by sending a captured challenge request
+again (it yields challenges he holds no tag for): a flood of them costs every client a round
+trip per forgotten challenge, and a call refused _CHALLENGE_ATTEMPTS times fails (as any
+flood of a service's port would slow it).
+
+"arguments" are the call's small arguments, each as a length-prefixed serialised TensorProto:
+every numeric tensor of at most BOUND_ELEMENTS elements and every scalar string (hello's
+protocol, fingerprint and name; an episode report; a filter delta; a replay sample's
+requester and token). Large ones (a replay payload) are not covered, nor is any argument of
+a trajectory sent to the learner (`enqueue`, UNCOVERED_METHODS): hashing ~0.6 MB per Atari
+trajectory on both sides, thousands of times a second, would take the learner CPU it needs
+for its input, and even sorting a trajectory's small tensors from its large ones costs it
+~0.1 ms a message.
 
 SipHash-2-4 is a keyed pseudo-random function; TensorFlow has it as
 tf.strings.to_hash_bucket_strong (with the most buckets it takes, 2**63 - 1, so a tag is 63
-bits). The client computes its tag once per connection, eagerly; the server recomputes it
-inside every registered tf.function (Gatekeeper), so a call costs one hash of ~30 bytes and
-never enters Python. A call whose tag does not verify fails a tf.debugging.Assert that every
-op of the method waits on (control dependencies): it reads and writes nothing, the caller
-gets an error naming the mismatch (PeerRejected: "not authenticated: the cluster's secrets
-differ ..."), and the service counts it and logs it with the method's name. The secret
-itself never crosses the wire; the domain ("impala learner", "laser replay service") keeps a
-credential for one service from opening another.
+bits). The client computes each call's tag in Python (CallSigner; one TensorFlow op, the
+hash); the server recomputes it with TensorFlow ops inside every registered tf.function
+(Gatekeeper) and checks the challenge and counter in a tf.CriticalSection, so an accepted
+call never enters Python. A refused call fails a
+tf.debugging.Assert that every op of the method waits on (control dependencies): it reads and
+writes nothing, the caller gets an error naming the reason (NOT_AUTHENTICATED,
+UNKNOWN_CHALLENGE, REPLAYED_CREDENTIAL; PeerRejected: "not authenticated: the cluster's secrets
+differ ..." when it is the secret), and the service counts it by reason and method and logs
+it, at most one line per method per minute with the number not logged (RefusalLog; the
+totals: TrajectoryServer.refusals(), ReplayService.refusals()). TensorFlow's RPC does not tell
+a service who called, so the log names the method, not the peer. The secret itself never
+crosses the wire; the domain ("impala learner", "laser replay service") keeps a credential
+for one service from opening another.
 
-Why a credential per connection rather than a MAC of every message's content: a trajectory
-is ~0.6 MB on Atari and thousands of frames arrive per second; hashing every message on both
-sides would cost the learner CPU it needs for input. The threat named is anyone who can reach
-the port, and a credential stops them. Whoever can read the traffic can read the parameters
-(and replay a credential) anyway: confidentiality and integrity on a network you do not
-trust need an encrypted tunnel, which TensorFlow's RPC cannot provide itself (its
+What this does not protect against: the calls are not encrypted. Whoever can read the
+traffic (a passive observer on the wire) reads the parameters and the trajectories. An active
+man-in-the-middle can alter what no tag covers: a trajectory on its way to the learner, the
+large arguments, and every answer (answers carry no tag: the parameters an actor receives, a
+replayed episode); he can also hold back a call and spend its credential himself on a call
+of the same method with other uncovered arguments. Confidentiality and integrity on a network
+you do not trust need an encrypted tunnel, which TensorFlow's RPC cannot provide itself (its
 Server.create takes a protocol and an address, no credentials): listen on localhost and
 forward with `ssh -N -L 8001:localhost:8001 user@learner-host` on every actor host (or put
 the hosts on WireGuard). Without a secret, clients send a zero credential and services check
-nothing: allowed on loopback, or anywhere with --insecure_open_cluster
-(check_listen_address).
+nothing: allowed on loopback, or anywhere with --insecure_open_cluster (check_listen_address).
 """
 import collections
 import hashlib
@@ -62,17 +96,21 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework import tensor_pb2
 from tensorflow.python.framework import errors as tf_errors  # Error code -> class.
 
 from scalable_agent_tf2.transport import wire
 
 # 2: messages start with a wire.MessageHeader; 3: the filter sync (filter_sync.py); 4: every
 # call carries a credential (nonce, tag) first, and "ping"; 5: env_outputs gain `truncated`
-# (structures.EnvOutput: one more bool [T+1] tensor in every trajectory message).
-PROTOCOL_VERSION = 5
+# (structures.EnvOutput: one more bool [T+1] tensor in every trajectory message); 6: a
+# credential is (challenge, counter, tag) for one call, the challenge issued by the service's
+# "challenge" (issue 41: a captured credential can no longer be sent again).
+PROTOCOL_VERSION = 6
 LEARNER_JOB, ACTOR_JOB = "learner", "actor"
 # Loopback: with no cluster given, nothing listens beyond this machine.
 DEFAULT_LEARNER_ADDRESS = "localhost:8001"
@@ -83,8 +121,44 @@ LEARNER_DOMAIN = "impala learner"
 # The most buckets tf.strings.to_hash_bucket_strong takes (an int64 attribute): a tag is the
 # SipHash output modulo 2**63 - 1.
 _TAG_BUCKETS = 2**63 - 1
-# Starts the error of a call whose credential did not verify (what clients recognise).
+# The method that issues challenges (every service registers it; challenge_request).
+CHALLENGE_METHOD = "challenge"
+# Challenges a service remembers at once, a power of two (a challenge's low bits are its
+# slot). One per connection and client thread: an actor process holds one per actor thread,
+# so this is ample for hundreds of actor processes; past it the least recently used is
+# forgotten and its client fetches another.
+CHALLENGE_SLOTS = 2**14
+# A numeric argument of at most this many elements is covered by its call's tag (a string
+# argument when it is a scalar); larger ones would cost the learner CPU to hash.
+BOUND_ELEMENTS = 64
+# Methods whose arguments no tag covers: the learner's hot path, a trajectory. Its loose
+# signature (any shapes, refused with a logged reason) would leave the service to decide per
+# argument at run time which are small, ~0.05-0.1 ms of the learner's CPU per message.
+UNCOVERED_METHODS = frozenset({"enqueue"})
+# Why a service refuses a call, by refusal code (0: accepted). Each text starts the error the
+# caller receives; clients recognise them.
+ACCEPTED = 0
 NOT_AUTHENTICATED = "not authenticated"
+UNKNOWN_CHALLENGE = "unknown challenge"
+REPLAYED_CREDENTIAL = "replayed credential"
+REFUSAL_REASONS = ("", NOT_AUTHENTICATED, UNKNOWN_CHALLENGE, REPLAYED_CREDENTIAL)
+_REFUSAL_EXPLANATIONS = {
+    NOT_AUTHENTICATED: "its tag does not verify: a caller without the cluster's secret, or "
+                       "arguments altered on the way",
+    UNKNOWN_CHALLENGE: "a challenge this service did not issue or no longer remembers: a "
+                       "credential captured from an earlier run of the service, or a "
+                       "client's challenge forgotten in a restart or among more than "
+                       f"{CHALLENGE_SLOTS} client connections and threads (a client of the "
+                       "cluster then fetches a new one and calls again)",
+    REPLAYED_CREDENTIAL: "its counter is not above the last one accepted on its challenge: a "
+                         "captured call sent again",
+}
+# A service logs at most one refused call per method in this many seconds (an attacker's
+# flood must not flood the log); the next line says how many were not logged.
+REFUSAL_LOG_PERIOD_SECS = 60.0
+# How many challenges a client fetches for one call before giving up (one is forgotten when
+# more clients than CHALLENGE_SLOTS call, or the service restarted).
+_CHALLENGE_ATTEMPTS = 3
 _CREDENTIAL_SPEC = tf.TensorSpec([], tf.int64)
 
 
@@ -186,40 +260,290 @@ def cluster_key(secret):
   return [int.from_bytes(digest[i:i + 8], "little", signed=True) for i in (0, 8)]
 
 
-def credential_tag(key, domain, nonce):
-  """SipHash-2-4 of "domain:nonce" under `key` (int64 tensor): the same ops on both sides."""
-  text = tf.strings.join([domain, tf.strings.as_string(nonce)], separator=":")
-  return tf.strings.to_hash_bucket_strong(text, _TAG_BUCKETS, key=key)
+def is_bound(dtype, shape):
+  """Whether a call's tag covers an argument of `dtype` and `shape` (tf.TensorShape): a
+  numeric tensor of at most BOUND_ELEMENTS elements, a scalar string. None when the shape
+  leaves it open (a service's loose signature: then the value decides, as on the client)."""
+  if dtype == tf.string:
+    return None if shape.rank is None else shape.rank == 0
+  if not shape.is_fully_defined():
+    return None
+  return shape.num_elements() <= BOUND_ELEMENTS
 
 
-def new_credential(secret, domain):
-  """(nonce, tag) int64 tensors for a new connection; (0, 0) without a secret."""
-  key = cluster_key(secret)
-  if key is None:
-    return tf.constant(0, tf.int64), tf.constant(0, tf.int64)
-  nonce = tf.constant(int.from_bytes(os.urandom(8), "little", signed=True), tf.int64)
-  return nonce, credential_tag(key, domain, nonce)
+def _serialised(argument):
+  """An argument as its tag covers it: the serialised TensorProto (dtype, shape, values),
+  prefixed by its length so that no two argument lists give the same text."""
+  data = tf.io.serialize_tensor(argument)
+  return tf.strings.join([tf.strings.as_string(tf.strings.length(data)), data], separator="#")
+
+
+def _argument_text(argument):
+  """What a call's tag covers of one argument in a service's graph: _serialised if it is
+  bound (is_bound), else "_" (its place only)."""
+  bound = is_bound(argument.dtype, argument.shape)
+  if bound is None:  # A loose signature: the value decides, as on the client.
+    small = (tf.equal(tf.rank(argument), 0) if argument.dtype == tf.string else
+             tf.size(argument) <= BOUND_ELEMENTS)
+    return tf.cond(small, lambda: _serialised(argument), lambda: tf.constant("_"))
+  return _serialised(argument) if bound else tf.constant("_")
+
+
+def _tag(key, domain, method, challenge, counter, argument_texts):
+  parts = [tf.constant(domain), tf.constant(method), tf.strings.as_string(challenge),
+           tf.strings.as_string(counter)]
+  text = tf.strings.join(parts + list(argument_texts), separator=":")
+  return tf.strings.to_hash_bucket_strong(text, _TAG_BUCKETS, key=list(key))
+
+
+def call_tag(key, domain, method, challenge, counter, arguments):
+  """SipHash-2-4 under `key` of "domain:method:challenge:counter:" and the call's arguments
+  (_argument_text of each; int64 tensor), as the service computes it in its graph.
+  CallSigner computes the same on the client, in Python."""
+  return _tag(key, domain, method, challenge, counter,
+              [_argument_text(tf.convert_to_tensor(a)) for a in arguments])
+
+
+def _serialised_on_client(argument):
+  """_serialised's bytes of a numpy array or an eager tensor, built in Python: a client
+  signs every call, and a dozen small TF ops per argument would cost it milliseconds.
+  tf.io.serialize_tensor's encoding (TensorProto: dtype, shape, then the values as
+  tensor_content, a string as string_val), which test_replay_protection compares."""
+  if isinstance(argument, tf.Tensor):
+    dtype, array = argument.dtype, argument.numpy()
+  else:
+    array = np.asarray(argument)
+    dtype = tf.as_dtype(array.dtype)
+  proto = tensor_pb2.TensorProto(dtype=dtype.as_datatype_enum)
+  proto.tensor_shape.SetInParent()  # Present even for a scalar, as TensorFlow writes it.
+  for size in np.shape(array):
+    proto.tensor_shape.dim.add(size=size)
+  if dtype == tf.string:  # Only scalar strings are bound.
+    proto.string_val.append(array)
+  else:
+    proto.tensor_content = np.ascontiguousarray(array).tobytes()
+  data = proto.SerializeToString()
+  return b"%d#" % len(data) + data
+
+
+def _covered(method, arguments):
+  """The arguments a call's tag covers (is_bound says how much of each)."""
+  return () if method in UNCOVERED_METHODS else arguments
+
+
+def _bound_on_client(argument):
+  """is_bound of an argument the client holds (its shape is known)."""
+  if isinstance(argument, tf.Tensor):
+    return is_bound(argument.dtype, argument.shape)
+  array = np.asarray(argument)
+  return is_bound(tf.as_dtype(array.dtype), tf.TensorShape(array.shape))
+
+
+class CallSigner:
+  """One client thread's credentials on one connection: the challenge the service issued it
+  and the counter of its calls.
+
+  Not shared between threads: the service accepts a counter only above the last one it
+  accepted on the challenge, and concurrent calls on one gRPC channel arrive in any order.
+  """
+
+  def __init__(self, key, domain, challenge):
+    """key: cluster_key(secret), or None (then every credential is zero and nothing is
+    counted); challenge: an int64 scalar the service issued (CHALLENGE_METHOD)."""
+    self._key = key
+    self._domain = domain
+    self.challenge = challenge
+    self._challenge_value = None if challenge is None else int(challenge)
+    self._counter = 0
+
+  def credential(self, method, arguments):
+    """(challenge, counter, tag) int64 tensors for this thread's next call of `method`."""
+    if self._key is None:
+      return (tf.constant(0, tf.int64),) * 3
+    self._counter += 1
+    # call_tag's text, in Python (as_string writes an int64 as %d does).
+    parts = [self._domain.encode(), method.encode(), b"%d" % self._challenge_value,
+             b"%d" % self._counter]
+    parts += [_serialised_on_client(a) if _bound_on_client(a) else b"_"
+              for a in _covered(method, arguments)]
+    tag = tf.strings.to_hash_bucket_strong(b":".join(parts), _TAG_BUCKETS, key=self._key)
+    return self.challenge, tf.constant(self._counter, tf.int64), tag
+
+
+def challenge_request(key, domain):
+  """The credential of a CHALLENGE_METHOD call: (0, 1, tag); zeros without a key. The same for
+  every request: one sent again only yields a challenge its sender holds no tag for."""
+  return CallSigner(key, domain, tf.constant(0, tf.int64)).credential(CHALLENGE_METHOD, [])
+
+
+def _code(reason):
+  return REFUSAL_REASONS.index(reason)
+
+
+class ChallengeTable:
+  """The challenges a service issued and the last counter it accepted on each, in TF ops.
+
+  `slots` slots; a challenge's low bits name its slot and the rest are random, so a
+  challenge that another run of the service issued, or that this one forgot, is unknown
+  (but for odds of 2**-50). Issuing and admitting run in one tf.CriticalSection: two calls
+  with one counter cannot both pass the check.
+  """
+
+  def __init__(self, slots=None):
+    """slots: how many challenges are remembered, a power of two (CHALLENGE_SLOTS)."""
+    slots = CHALLENGE_SLOTS if slots is None else slots
+    if slots < 1 or slots & (slots - 1):
+      raise ValueError(f"A challenge table's slots must be a power of two, got {slots}.")
+    self._slots = slots
+    zeros = lambda: tf.Variable(tf.zeros([slots], tf.int64), trainable=False)
+    self._challenges = zeros()     # 0: a free slot (no challenge is 0).
+    self._last_counters = zeros()  # The last counter accepted (0 before the first call).
+    self._last_used = zeros()      # _clock at the last issue or accepted call (0: never).
+    self._clock = tf.Variable(0, dtype=tf.int64, trainable=False)
+    # Seeded by the operating system: a restarted service must not issue its
+    # predecessor's challenges again (their credentials may have been captured).
+    self._random = tf.random.Generator.from_seed(
+        int.from_bytes(os.urandom(8), "little", signed=True))
+    self._critical = tf.CriticalSection(name="challenges")
+
+  def issue(self):
+    """A new challenge (int64 scalar), in the least recently used slot."""
+    return self._critical.execute(self._issue)
+
+  def admit(self, challenge, counter):
+    """The refusal code (int32) of a call on `challenge` with `counter` whose tag verified:
+    ACCEPTED (and the counter is remembered), UNKNOWN_CHALLENGE or REPLAYED_CREDENTIAL."""
+    return self._critical.execute(lambda: self._admit(challenge, counter))
+
+  def _issue(self):
+    slot = tf.argmin(self._last_used, output_type=tf.int64)
+    random_bits = tf.bitwise.bitwise_and(self._random.uniform_full_int([], tf.int64),
+                                         tf.constant(-self._slots, tf.int64))
+    challenge = tf.bitwise.bitwise_or(random_bits, slot)
+    with tf.control_dependencies([self._store(slot, challenge, tf.constant(0, tf.int64))]):
+      return tf.identity(challenge)
+
+  def _admit(self, challenge, counter):
+    slot = tf.math.floormod(challenge, self._slots)
+    issued = tf.logical_and(tf.not_equal(challenge, 0),
+                            tf.equal(tf.gather(self._challenges, slot), challenge))
+    fresh = counter > tf.gather(self._last_counters, slot)
+
+    def accept():
+      with tf.control_dependencies([self._store(slot, challenge, counter)]):
+        return tf.constant(ACCEPTED, tf.int32)
+
+    def refuse():
+      return tf.where(issued, _code(REPLAYED_CREDENTIAL), _code(UNKNOWN_CHALLENGE))
+    return tf.cond(tf.logical_and(issued, fresh), accept, refuse)
+
+  def _store(self, slot, challenge, counter):
+    now = self._clock.assign_add(1)
+    return tf.group(self._challenges.scatter_nd_update([[slot]], [challenge]),
+                    self._last_counters.scatter_nd_update([[slot]], [counter]),
+                    self._last_used.scatter_nd_update([[slot]], [now]))
+
+
+def _print_to_stderr(line):
+  print(line, file=sys.stderr, flush=True)
+
+
+class RefusalLog:
+  """A service's refused calls: counted by reason and method, and logged, at most one line
+  per method per `period_secs` (a flood of refusals must not flood the log), that line
+  saying how many went unlogged since the previous one. TensorFlow's RPC does not tell a
+  service who called, so refusals are told apart by method, not by peer. Thread-safe."""
+
+  def __init__(self, service, print_fn=_print_to_stderr, period_secs=REFUSAL_LOG_PERIOD_SECS,
+               clock=time.monotonic):
+    """service: how the lines name the service ("Learner", "Replay service")."""
+    self._service = service
+    self._print = print_fn
+    self._period_secs = period_secs
+    self._clock = clock
+    self._lock = threading.Lock()
+    self._total = 0
+    self._by_reason = collections.Counter()
+    self._by_method = collections.Counter()
+    self._logged_at = {}                    # Method -> when its last line was printed.
+    self._unlogged = collections.Counter()  # Method -> refusals since that line.
+
+  def record(self, method, reason):
+    """Counts a refused call of `method` (`reason`: one of REFUSAL_REASONS) and logs it unless
+    a line for `method` was printed less than period_secs ago."""
+    with self._lock:
+      self._total += 1
+      self._by_reason[reason] += 1
+      self._by_method[method] += 1
+      now = self._clock()
+      last = self._logged_at.get(method)
+      if last is not None and now - last < self._period_secs:
+        self._unlogged[method] += 1
+        return
+      self._logged_at[method] = now
+      unlogged = self._unlogged.pop(method, 0)
+      total = self._total
+    line = (f"{self._service}: refused a call to {method}: {reason} "
+            f"({_REFUSAL_EXPLANATIONS[reason]}); {total} refused so far")
+    if unlogged:
+      line += f"; {unlogged} more refused calls to {method} since its last line, not logged"
+    self._print(line + ".")
+
+  @property
+  def total(self):
+    return self._total
+
+  def totals(self):
+    """{"total": n, "by_reason": {reason: n}, "by_method": {method: n}} so far."""
+    with self._lock:
+      return dict(total=self._total, by_reason=dict(self._by_reason),
+                  by_method=dict(self._by_method))
+
+  def summary_lines(self):
+    """A stop summary's lines: nothing when no call was refused."""
+    totals = self.totals()
+    if not totals["total"]:
+      return []
+    by = lambda counts: ", ".join(f"{name} {count}" for name, count in sorted(counts.items()))
+    return [f"{self._service}: {totals['total']} calls refused ({by(totals['by_reason'])}; "
+            f"by method: {by(totals['by_method'])})."]
 
 
 class Gatekeeper:
   """A service's check of every call's credential, inside its registered tf.functions.
 
-  `guard(name, function)` is what the service registers: (nonce, tag, *function's arguments).
-  Without a secret nothing is checked (loopback, or --insecure_open_cluster).
+  `register(server, methods)` serves CHALLENGE_METHOD and every method behind the check: the
+  served method takes (challenge, counter, tag, *the method's arguments). A challenge
+  request's credential is challenge_request's (no challenge to spend yet): a stranger cannot
+  have the service forget its clients' challenges by asking for new ones. Without a secret
+  nothing is checked (loopback, or --insecure_open_cluster).
   """
 
-  def __init__(self, secret, domain, service, log_stream=sys.stderr):
+  def __init__(self, secret, domain, service, print_fn=_print_to_stderr,
+               challenge_slots=None, log_period_secs=REFUSAL_LOG_PERIOD_SECS):
     """Args:
       secret: the cluster's secret (bytes) or None.
       domain: what the credentials are computed for (LEARNER_DOMAIN, ...).
       service: how the log names this service ("Learner", "Replay service").
-      log_stream: where refused calls are logged (tf.print's output_stream).
+      print_fn: where refused calls are logged (RefusalLog).
+      challenge_slots: how many challenges are remembered at once (ChallengeTable;
+        CHALLENGE_SLOTS by default).
+      log_period_secs: a method's refusals are logged at most once in this many seconds.
     """
     self._key = cluster_key(secret)
     self._domain = domain
-    self._service = service
-    self._stream = log_stream
-    self.refused = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self._challenges = ChallengeTable(challenge_slots)
+    self.refusals = RefusalLog(service, print_fn, log_period_secs)
+    self._served = []  # Alive as long as the server serves them (tf.py_function inside).
+
+  def register(self, server, methods):
+    """Registers CHALLENGE_METHOD and every (name, tf.function) of `methods`, guarded, on
+    `server` (not started yet)."""
+    served = [(CHALLENGE_METHOD, self._challenge_method())] + [
+        (name, self.guard(name, function)) for name, function in methods]
+    for name, function in served:
+      server.register(name, function)
+    self._served.extend(served + list(methods))
 
   def guard(self, name, function):
     """`function` (a tf.function with an input signature) behind the credential check."""
@@ -227,28 +551,55 @@ class Gatekeeper:
 
     body = function.python_function  # Traced into this graph: one function, no nesting.
 
-    @tf.function(input_signature=[_CREDENTIAL_SPEC, _CREDENTIAL_SPEC] + specs)
-    def guarded(nonce, tag, *args):
+    @tf.function(input_signature=[_CREDENTIAL_SPEC] * 3 + specs)
+    def guarded(challenge, counter, tag, *args):
       # Every op of the method waits for the check: its arguments and everything it runs.
-      with tf.control_dependencies([self._check(name, nonce, tag)]):
+      with tf.control_dependencies([self._check(name, challenge, counter, tag, args)]):
         return body(*[tf.identity(arg) for arg in args])
     return guarded
 
-  def _check(self, name, nonce, tag):
+  def _challenge_method(self):
+    """CHALLENGE_METHOD: a new challenge for a caller that proves the secret. Such a request
+    may be sent again (it spends no challenge): its sender gets a challenge it holds no tag
+    for, and the least recently used client fetches a new one."""
+
+    @tf.function(input_signature=[_CREDENTIAL_SPEC] * 3)
+    def challenge(no_challenge, nonce, tag):
+      with tf.control_dependencies([self._check(CHALLENGE_METHOD, no_challenge, nonce, tag, [],
+                                                spends_challenge=False)]):
+        return self._challenges.issue()
+    return challenge
+
+  def _check(self, name, challenge, counter, tag, args, spends_challenge=True):
+    """The op a call of `name` waits on: it fails (tf.debugging.Assert, naming the reason)
+    unless the credential verifies, after counting and logging the refusal. With
+    spends_challenge, the call's challenge and counter must also be admitted (ChallengeTable);
+    without it (a challenge request) the tag alone decides."""
     if self._key is None:
       return tf.no_op()
-    valid = tf.equal(credential_tag(self._key, self._domain, nonce), tag)
+    # The tag first: a caller without the secret must not spend or touch a challenge.
+    authentic = tf.equal(call_tag(self._key, self._domain, name, challenge, counter,
+                                  _covered(name, args)), tag)
+    refused = tf.constant(_code(NOT_AUTHENTICATED), tf.int32)
+    if spends_challenge:
+      code = tf.cond(authentic, lambda: self._challenges.admit(challenge, counter),
+                     lambda: refused)
+    else:
+      code = tf.where(authentic, tf.constant(ACCEPTED, tf.int32), refused)
+    accepted = tf.equal(code, ACCEPTED)
+    # Python (counting, logging) only for a refused call.
+    code = tf.cond(accepted, lambda: code, lambda: self._record_refusal(name, code))
+    messages = tf.constant([""] + [f"{reason}: {_REFUSAL_EXPLANATIONS[reason]}"
+                                   for reason in REFUSAL_REASONS[1:]])
+    return tf.debugging.Assert(accepted, [tf.gather(messages, code)])
 
-    def refuse():
-      count = self.refused.assign_add(1)
-      printed = tf.print(f"{self._service}: refused a call to {name}: {NOT_AUTHENTICATED} "
-                         f"(a caller without the cluster's secret);", count,
-                         "refused so far.", output_stream=self._stream)
-      with tf.control_dependencies([printed]):
-        return tf.constant(False)
-    accepted = tf.cond(valid, lambda: tf.constant(True), refuse)
-    return tf.debugging.Assert(accepted, [
-        f"{NOT_AUTHENTICATED}: the caller does not hold this cluster secret"])
+  def _record_refusal(self, name, code):
+    def record(code):
+      self.refusals.record(name, REFUSAL_REASONS[int(code)])
+      return code
+    recorded = tf.py_function(record, [code], tf.int32)
+    recorded.set_shape([])
+    return recorded
 
 
 def parse_cluster(cluster_json="", environ=None):
@@ -356,16 +707,19 @@ class TrajectoryServer:
   """
 
   def __init__(self, address, layout, expected_fingerprint, variables, capacity,
-               log_stream=sys.stderr, methods=(), secret=None):
+               log_stream=sys.stderr, methods=(), secret=None, refusal_print_fn=None):
     """Args:
       address: "host:port" to listen on (the learner's address in the cluster spec).
       layout: wire.message_layout(...).
       expected_fingerprint: what peers must present (wire.fingerprint(...)).
       variables: the agent's variables, served by `parameters` in this order.
       capacity: queued trajectories at most.
-      log_stream: where refusals are logged (tf.print's output_stream).
+      log_stream: where refusals are logged: sys.stderr or sys.stdout (tf.print's
+        output_stream).
       methods: more (name, tf.function) to serve (filter_sync.learner_methods).
       secret: the cluster's secret (bytes; cluster_secret), or None: nothing is checked.
+      refusal_print_fn: where calls refused for their credential are logged (a function of
+        a line; Gatekeeper, RefusalLog), by default log_stream.
     """
     self.address = address
     self._layout = layout
@@ -392,22 +746,29 @@ class TrajectoryServer:
     def ping():  # The actor processes' heartbeat: the cheapest authenticated answer.
       return version.read_value()
 
-    self._gatekeeper = Gatekeeper(secret, LEARNER_DOMAIN, "Learner", log_stream)
+    self._gatekeeper = Gatekeeper(
+        secret, LEARNER_DOMAIN, "Learner",
+        refusal_print_fn or (lambda line: print(line, file=log_stream, flush=True)))
     methods = [("hello", _hello_method(expected_fingerprint, log_stream)),
                ("enqueue", _enqueue_method(self._queue, layout, log_stream)),
                ("parameters", parameters), ("episode", episode), ("ping", ping)] + list(methods)
-    # Kept alive as long as the server serves them (the guarded ones call the originals).
-    self._methods = [(name, self._gatekeeper.guard(name, function), function)
-                     for name, function in methods]
     self._server = tf.distribute.experimental.rpc.Server.create("grpc", address)
-    for name, guarded, _ in self._methods:
-      self._server.register(name, guarded)
+    self._gatekeeper.register(self._server, methods)
     self._server.start()
 
   @property
   def refused_calls(self):
-    """Calls refused so far because their credential did not verify."""
-    return int(self._gatekeeper.refused.numpy())
+    """Calls refused so far for their credential (every reason: refusals())."""
+    return self._gatekeeper.refusals.total
+
+  def refusals(self):
+    """Calls refused for their credential so far: {"total", "by_reason", "by_method"}
+    (RefusalLog.totals; summary_lines() words them for a stop summary)."""
+    return self._gatekeeper.refusals.totals()
+
+  def refusal_summary_lines(self):
+    """The refused calls as a stop summary's lines (none when nothing was refused)."""
+    return self._gatekeeper.refusals.summary_lines()
 
   def dequeue(self):
     """The next trajectory message (list of numpy arrays), or None once closed and empty."""
@@ -447,8 +808,8 @@ class ServiceClient:
   say hello again and retry until `connect_timeout_secs` pass, then raise `unavailable_error`.
   TensorFlow's gRPC client does not fail a call made after its server died; the call waits
   for its deadline (`call_timeout_secs`), so a lost service is noticed only then (`ping`
-  notices sooner). Every call carries this connection's credential (new_credential).
-  Subclasses add the service's methods on top of `_call`.
+  notices sooner). Every call carries a credential for that call (CallSigner: one challenge
+  per connection and thread). Subclasses add the service's methods on top of `_call`.
   """
 
   def __init__(self, address, name, hello_args, service, start_hint, refusal_hint,
@@ -486,7 +847,9 @@ class ServiceClient:
     self._call_timeout_ms = int(call_timeout_secs * 1000)
     self._print = print_fn
     self._secret = secret
+    self._key = cluster_key(secret)
     self._domain = domain
+    self._signers = threading.local()  # .by_client: RPC client -> this thread's CallSigner.
     self._lock = threading.Lock()
     self._generation = 0
     self._attempts = 0
@@ -520,7 +883,6 @@ class ServiceClient:
           self._print(waiting_message)
           announced = True
         time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
-    self._credential = new_credential(self._secret, self._domain)  # For this connection.
     accepted, message = self._checked_call(client, "hello", self._hello_args)
     if not accepted.numpy():
       raise PeerRejected(f"The {self._service} at {self.address} refused {self._name}: "
@@ -540,25 +902,78 @@ class ServiceClient:
 
   def _checked_call(self, client, method, args, timeout_ms=None):
     """One call; raises the service's error as a tf.errors exception with a readable text,
-    or PeerRejected when the service did not accept this process's credential."""
-    # The generated method knows the method's output signature.
-    result = getattr(client, method)(*self._credential, *args,
-                                     timeout_in_ms=timeout_ms or self._call_timeout_ms)
+    or PeerRejected when the service did not accept this process's credential.
+
+    A challenge the service forgot (it restarted, or served more clients than it remembers
+    challenges for) or refused as spent is replaced by a new one and the call made again:
+    a refused call did nothing.
+    """
+    timeout_ms = timeout_ms or self._call_timeout_ms
+    for attempt in range(1, _CHALLENGE_ATTEMPTS + 1):
+      signer = self._signer(client, timeout_ms)
+      # The generated method knows the method's output signature.
+      result = getattr(client, method)(*signer.credential(method, args), *args,
+                                       timeout_in_ms=timeout_ms)
+      if result.is_ok():
+        return result.get_value()
+      code, message = result.get_error()
+      message = message.numpy().decode(errors="replace")
+      if UNKNOWN_CHALLENGE in message or REPLAYED_CREDENTIAL in message:
+        getattr(self._signers, "by_client", {}).pop(client, None)
+        if attempt < _CHALLENGE_ATTEMPTS:
+          continue
+      raise self._call_error(method, int(code.numpy()), message)
+
+  def _signer(self, client, timeout_ms):
+    """This thread's CallSigner on `client` (an RPC client), with a new challenge from the
+    service the first time; one without a challenge when this process has no secret."""
+    if self._key is None:
+      return CallSigner(None, self._domain, None)
+    if not hasattr(self._signers, "by_client"):
+      # Weak: a connection replaced after a lost service goes with its signers.
+      self._signers.by_client = weakref.WeakKeyDictionary()
+    signer = self._signers.by_client.get(client)
+    if signer is None:
+      signer = CallSigner(self._key, self._domain, self._challenge(client, timeout_ms))
+      self._signers.by_client[client] = signer
+    return signer
+
+  def _challenge(self, client, timeout_ms):
+    """A new challenge from the service (int64 scalar tensor)."""
+    if not hasattr(client, CHALLENGE_METHOD):  # The generated methods are the service's.
+      raise PeerRejected(
+          f"The {self._service} at {self.address} issues no challenges: it runs an older "
+          f"version of this code (wire protocol before {PROTOCOL_VERSION}); run the same "
+          f"version on every process of the cluster.")
+    result = getattr(client, CHALLENGE_METHOD)(*challenge_request(self._key, self._domain),
+                                               timeout_in_ms=timeout_ms)
     if result.is_ok():
       return result.get_value()
     code, message = result.get_error()
-    message = message.numpy().decode(errors="replace")
+    raise self._call_error(CHALLENGE_METHOD, int(code.numpy()),
+                           message.numpy().decode(errors="replace"))
+
+  def _call_error(self, method, code, message):
+    """The exception for a failed call of `method` (TensorFlow's error code and message)."""
     if NOT_AUTHENTICATED in message:
       has = ("holds another secret" if self._secret is not None else
              "has no secret")
-      raise PeerRejected(
+      return PeerRejected(
           f"The {self._service} at {self.address} refused {self._name}'s call to {method}: "
           f"{NOT_AUTHENTICATED}: the cluster's secrets differ (this process {has}); pass "
           f"the same --cluster_secret_file (or {SECRET_ENVIRONMENT_VARIABLE}) as the "
           f"{self._service}.")
-    error_class = tf_errors.exception_type_from_error_code(int(code.numpy()))
-    raise error_class(None, None, f"{method} on the {self._service} at {self.address} "
-                      f"failed: {message}")
+    if UNKNOWN_CHALLENGE in message or REPLAYED_CREDENTIAL in message:
+      reason = UNKNOWN_CHALLENGE if UNKNOWN_CHALLENGE in message else REPLAYED_CREDENTIAL
+      return PeerRejected(
+          f"The {self._service} at {self.address} refused {self._name}'s call to {method} "
+          f"{_CHALLENGE_ATTEMPTS} times, with a new challenge each time (last: {reason}): "
+          f"more clients call it than it remembers challenges for ({CHALLENGE_SLOTS}), or "
+          f"someone spends this process's credentials before it (a man-in-the-middle); see "
+          f"the {self._service}'s log.")
+    error_class = tf_errors.exception_type_from_error_code(code)
+    return error_class(None, None, f"{method} on the {self._service} at {self.address} "
+                       f"failed: {message}")
 
   def ping(self, timeout_secs):
     """Whether the service answers its "ping" within `timeout_secs` (no retry).
@@ -754,8 +1169,8 @@ class ParameterSync:
       return self.version
 
 
-__all__ = ["ClusterError", "DeliveryLedger", "Gatekeeper", "LearnerClient",
-           "LearnerUnavailable", "ParameterSync", "PeerRejected", "ServiceClient",
-           "ServiceUnavailable", "TrajectoryServer", "check_listen_address", "cluster_key",
-           "cluster_secret", "credential_tag", "is_loopback", "learner_strategy",
-           "new_credential", "parse_cluster", "task_from_environment"]
+__all__ = ["CallSigner", "ChallengeTable", "ClusterError", "DeliveryLedger", "Gatekeeper",
+           "LearnerClient", "LearnerUnavailable", "ParameterSync", "PeerRejected",
+           "RefusalLog", "ServiceClient", "ServiceUnavailable", "TrajectoryServer",
+           "call_tag", "challenge_request", "check_listen_address", "cluster_key", "cluster_secret", "is_bound",
+           "is_loopback", "learner_strategy", "parse_cluster", "task_from_environment"]

@@ -30,7 +30,9 @@ share one replay therefore run the same level, network and unroll length; their
 hyperparameters (learning rate, entropy cost, ...) may differ. A hello without a layout is an
 observer's (stats only: tests, monitoring).
 
-Wire methods (all tensors; the service runs its Python through tf.py_function):
+Wire methods (all tensors; the service runs its Python through tf.py_function); each but
+challenge takes the credential (challenge, counter, tag: distributed.Gatekeeper) first:
+    challenge()                                            -> challenge int64
     hello(protocol int32, layout JSON string, peer string) -> (accepted bool, message string)
     add(agent string, payload string [K])                  -> (accepted bool, message string)
     sample(requester string) -> (found bool, token int64, owner string, num_unrolls int32)
@@ -57,9 +59,10 @@ error and write their final checkpoint; a restarted service starts empty and tak
 from the first agent that reconnects. A service refuses to start on an address something listens
 on already (gRPC shares ports silently; two services would split the replay).
 
-Like the learner, the service answers only callers that prove the cluster's secret
-(--cluster_secret_file or IMPALA_CLUSTER_SECRET; distributed.Gatekeeper, every method
-including hello) and, without a secret, listens on loopback only unless
+Like the learner, the service answers only callers that prove the cluster's secret, for each
+call anew (--cluster_secret_file or IMPALA_CLUSTER_SECRET; distributed.Gatekeeper, every
+method including hello, on a challenge the service issued: a captured credential cannot be
+sent again) and, without a secret, listens on loopback only unless
 --insecure_open_cluster. An unroll is checked beyond its shapes before it is stored
 (wire.message_problem: header fields, level index, actions), so that no sampler receives one
 it cannot read.
@@ -83,9 +86,11 @@ from scalable_agent_tf2.learning import laser
 
 # 1: the first version (hello with a JSON layout; serialized payloads; episodes by token);
 # 2: every call carries a credential first (distributed.Gatekeeper), and "ping"; 3: env_outputs
-# gain `truncated` (one more bool [T+1] tensor in every unroll).
-REPLAY_PROTOCOL_VERSION = 3
-# What the replay service's credentials are computed for (distributed.credential_tag).
+# gain `truncated` (one more bool [T+1] tensor in every unroll); 4: a credential is
+# (challenge, counter, tag) for one call, the challenge issued by "challenge" (issue 41: a
+# captured credential can no longer be sent again).
+REPLAY_PROTOCOL_VERSION = 4
+# What the replay service's credentials are computed for (distributed.call_tag).
 REPLAY_DOMAIN = "laser replay service"
 # Loopback: the service listens on this machine only unless told otherwise.
 DEFAULT_REPLAY_ADDRESS = "localhost:8010"
@@ -183,19 +188,24 @@ class ReplayService:
     # Random start: a token of this service's predecessor (a fetch in flight across a
     # restart) names no episode here.
     self._next_token = wire.new_incarnation()
-    self._gatekeeper = distributed.Gatekeeper(secret, REPLAY_DOMAIN, "Replay service")
-    # Kept alive as long as the server serves them (the guarded ones call the originals).
-    self._functions = [(name, self._gatekeeper.guard(name, function), function)
-                       for name, function in self._methods().items()]
+    self._gatekeeper = distributed.Gatekeeper(secret, REPLAY_DOMAIN, "Replay service",
+                                              print_fn=print_fn)
     self._server = tf.distribute.experimental.rpc.Server.create("grpc", address)
-    for name, guarded, _ in self._functions:
-      self._server.register(name, guarded)
+    self._gatekeeper.register(self._server, self._methods().items())
     self._server.start()
 
   @property
   def refused_calls(self):
-    """Calls refused so far because their credential did not verify."""
-    return int(self._gatekeeper.refused.numpy())
+    """Calls refused so far for their credential (every reason: refusals())."""
+    return self._gatekeeper.refusals.total
+
+  def refusals(self):
+    """Calls refused for their credential so far: {"total", "by_reason", "by_method"}."""
+    return self._gatekeeper.refusals.totals()
+
+  def refusal_summary_lines(self):
+    """The refused calls as the stop summary's lines (none when nothing was refused)."""
+    return self._gatekeeper.refusals.summary_lines()
 
   def _methods(self):
     """The registered tf.functions; each runs one of this object's methods in Python."""
@@ -444,6 +454,8 @@ def main(argv=None):
     sigterm.restore()
   stats = service.stats()
   say(format_stats(stats))
+  for line in service.refusal_summary_lines():
+    say(line)
   say(f"{FINAL_STATS_PREFIX}{json.dumps(stats, sort_keys=True)}")
   say("Replay service stopped; its contents are gone.")
   return 0

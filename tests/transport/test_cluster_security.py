@@ -98,23 +98,27 @@ def test_only_callers_with_the_secret_read_parameters_or_send_anything():
   before = [v.numpy().copy() for v in agent.trainable_variables]
   message = wire.flatten_message(td.layout(), wire.MessageHeader(0, 0, 1, 0), td.toy_trajectory())
 
-  # A stranger with only the public code: no hello, a made-up or zero credential.
+  # A stranger with only the public code: no challenge, no hello, a made-up or zero
+  # credential.
   stranger = tf.distribute.experimental.rpc.Client.create("grpc", address)
-  for nonce, tag in ((ZERO, ZERO), (tf.constant(12345, tf.int64), tf.constant(678, tf.int64))):
-    result = stranger.parameters(nonce, tag)
+  assert b"not authenticated" in stranger.challenge(ZERO, ZERO, ZERO).get_error()[1].numpy()
+  for credential in ((ZERO, ZERO, ZERO), (tf.constant(12345, tf.int64),
+                                          tf.constant(1, tf.int64), tf.constant(678, tf.int64))):
+    result = stranger.parameters(*credential)
     assert not result.is_ok()
     assert b"not authenticated" in result.get_error()[1].numpy()
-    assert not stranger.enqueue(nonce, tag, *message).is_ok()
-    assert not stranger.side_effect(nonce, tag).is_ok()
-  assert server.refused_calls == 6
-  # A client with another secret, or none, is refused at hello with what to do.
+    assert not stranger.enqueue(*credential, *message).is_ok()
+    assert not stranger.side_effect(*credential).is_ok()
+  assert server.refused_calls == 7
+  # A client with another secret, or none, is refused at its first call (challenge; hello
+  # without a secret) with what to do.
   for secret, has in ((b"another secret", "holds another secret"), (None, "has no secret")):
     with pytest.raises(distributed.PeerRejected,
                        match=f"not authenticated: the cluster's secrets differ \\(this process "
                              f"{has}\\); pass the same --cluster_secret_file"):
       distributed.LearnerClient(address, td.layout(), td.FINGERPRINT, name="stranger",
                                 connect_timeout_secs=30, secret=secret)
-  assert server.refused_calls == 8
+  assert server.refused_calls == 9
   assert server.size() == 0 and side_effects.numpy() == 0
   for old, variable in zip(before, agent.trainable_variables):
     assert old.tobytes() == variable.numpy().tobytes()
@@ -126,9 +130,9 @@ def test_only_callers_with_the_secret_read_parameters_or_send_anything():
   assert version == 0 and values[0].tobytes() == before[0].tobytes()
   client.send_trajectory(wire.MessageHeader(0, 0, 1, 0), td.toy_trajectory())
   assert server.size() == 1 and client.ping(5.0)
-  assert server.refused_calls == 8
+  assert server.refused_calls == 9
   # The stranger still gets nothing, however it reuses what it saw of the protocol.
-  assert not stranger.parameters(ZERO, ZERO).is_ok() and server.size() == 1
+  assert not stranger.parameters(ZERO, ZERO, ZERO).is_ok() and server.size() == 1
 
 
 def _remote_actors(tmp_path, secret, lines, delivered):
@@ -287,8 +291,8 @@ def test_the_replay_service_refuses_callers_without_the_secret(tmp_path):
   lines = []
   service = replay_service.ReplayService(address, 10, print_fn=lines.append, secret=SECRET)
   stranger = tf.distribute.experimental.rpc.Client.create("grpc", address)
-  assert not stranger.stats(ZERO, ZERO).is_ok()
-  assert not stranger.add(ZERO, ZERO, tf.constant("stranger"), tf.constant(["x"])).is_ok()
+  assert not stranger.stats(ZERO, ZERO, ZERO).is_ok()
+  assert not stranger.add(ZERO, ZERO, ZERO, tf.constant("stranger"), tf.constant(["x"])).is_ok()
   for secret in (None, b"another secret"):
     with pytest.raises(distributed.PeerRejected, match="not authenticated"):
       replay_client.ReplayClient(address, "stranger", connect_timeout_secs=30, secret=secret)
@@ -297,9 +301,9 @@ def test_the_replay_service_refuses_callers_without_the_secret(tmp_path):
                                         secret=SECRET)
   assert observer.stats()["unrolls"] == 0 and observer.ping(5.0)
   # Its credentials are for the replay service only: the learner's domain differs.
-  assert not distributed.credential_tag(distributed.cluster_key(SECRET), "impala learner",
-                                        ZERO).numpy() == distributed.credential_tag(
-      distributed.cluster_key(SECRET), replay_service.REPLAY_DOMAIN, ZERO).numpy()
+  tag = lambda domain: distributed.call_tag(distributed.cluster_key(SECRET), domain, "stats",
+                                            ZERO, ZERO, []).numpy()
+  assert tag(distributed.LEARNER_DOMAIN) != tag(replay_service.REPLAY_DOMAIN)
   with pytest.raises(distributed.ClusterError, match="the replay service at 0.0.0.0:"):
     replay_service.ReplayService(f"0.0.0.0:{td.free_port()}", 10, print_fn=lines.append)
 
@@ -411,10 +415,10 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
       time.sleep(0.2)
     # A stranger on the learner's own port: no parameters, nothing trained on.
     stranger = tf.distribute.experimental.rpc.Client.create("grpc", address)
-    assert not stranger.parameters(ZERO, ZERO).is_ok()
+    assert not stranger.parameters(ZERO, ZERO, ZERO).is_ok()
     message = wire.flatten_message(td.layout(), wire.MessageHeader(0, 1000, 1, 0),
                                    td.toy_trajectory())
-    assert not stranger.enqueue(ZERO, ZERO, *message).is_ok()
+    assert not stranger.enqueue(ZERO, ZERO, ZERO, *message).is_ok()
     with pytest.raises(distributed.PeerRejected, match="not authenticated"):
       distributed.LearnerClient(address, [], "", name="stranger", connect_timeout_secs=30,
                                 secret=b"a guess")
@@ -429,7 +433,10 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
     assert int(output.split("learner done")[1].split()[0]) >= 20_000
     assert "Learner: refused a call to parameters: not authenticated" in output
     assert "Learner: refused a call to enqueue: not authenticated" in output
-    assert "Learner: refused a call to hello: not authenticated" in output
+    assert "Learner: refused a call to challenge: not authenticated" in output
+    # The actor process's own calls (many threads on one connection) were never refused.
+    assert distributed.REPLAYED_CREDENTIAL not in output, output[-3000:]
+    assert distributed.UNKNOWN_CHALLENGE not in output, output[-3000:]
     assert forwarder.connections >= 1
   finally:
     forwarder.close()
