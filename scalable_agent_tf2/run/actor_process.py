@@ -402,6 +402,11 @@ class RemoteActors:
                 by_actor_process=dict(self.ledger.received),
                 duplicates=dict(self.ledger.duplicates))
 
+  def refusal_lines(self):
+    """Calls refused for their credential (a stranger, a replayed or stale credential), as
+    the stop summary's lines; none when nothing was refused."""
+    return self.server.refusal_summary_lines()
+
   def refused_messages(self):
     """Malformed messages refused, by actor process, and calls refused for their credential:
     a wrong or missing secret, a replayed credential, an unknown challenge (distributed.

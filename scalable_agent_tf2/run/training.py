@@ -314,6 +314,9 @@ class _LocalActors:
   def delivered(self):
     return dict(produced=sum(a.num_trajectories for a in self.threads))
 
+  def refusal_lines(self):
+    return []  # No service: nothing to refuse.
+
   def farewell(self):
     pass
 
@@ -609,6 +612,8 @@ class _Run:
     if self.input.dropped_trajectories:
       self.print(f"Trajectories dropped (non-finite numbers): "
                  f"{self.input.dropped_trajectories}.")
+    for line in self.actors.refusal_lines():  # A cluster's learner: refused credentials.
+      self.print(line)
     failure = self.failure or self.learner_error
     if isinstance(failure, RunFailed):
       self.stop_reason = f"{failure}"

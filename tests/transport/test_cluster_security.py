@@ -2,6 +2,7 @@
 listening address refused without a secret, malformed messages refused, a dead learner
 reported, and the cluster through a tunnel."""
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -183,6 +184,7 @@ def test_the_pump_refuses_malformed_messages_with_their_sender_and_goes_on(tmp_p
     assert "from actor 2 (actor process 1" in line and reason in line, line
   assert actors.refused_messages() == dict(by_actor_process={1: 5}, unauthenticated_calls=0)
   assert actors.delivered()["by_actor_process"] == {1: 1}
+  assert actors.refusal_lines() == []  # The stop summary's: no credential was refused.
 
   # An error of the learner's input is caught per message too; the pump lives on.
   def broken(trajectory, actor_index):
@@ -434,6 +436,8 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
     assert "Learner: refused a call to parameters: not authenticated" in output
     assert "Learner: refused a call to enqueue: not authenticated" in output
     assert "Learner: refused a call to challenge: not authenticated" in output
+    # The stop summary counts them (training._Run.report).
+    assert re.search(r"Learner: \d+ calls refused \(", output), output[-3000:]
     # The actor process's own calls (many threads on one connection) were never refused.
     assert distributed.REPLAYED_CREDENTIAL not in output, output[-3000:]
     assert distributed.UNKNOWN_CHALLENGE not in output, output[-3000:]
