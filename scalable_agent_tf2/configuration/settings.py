@@ -270,6 +270,18 @@ class ExperimentSettings:
       "start (toy, Pong shallow and deep, CartPole, Pendulum); the issue's diverged run "
       "reached 3.8e10 at its first update",
       check=POSITIVE)
+  env_step_timeout_secs: float = setting(
+      60.0, RUN, "Seconds an environment's step may take. One that takes longer is reported "
+      "with its level and replaced as a dead one is (a process is killed; an in-process "
+      "environment's actor thread, which cannot be interrupted, is left behind and a new one "
+      "started); the run goes on. A level whose environments keep hanging stops the run.",
+      source="not in the paper: far above any step seen here (Atari, MuJoCo, gymnasium: "
+      "milliseconds)", check=POSITIVE)
+  env_reset_timeout_secs: float = setting(
+      600.0, RUN, "Seconds an environment's reset may take (also a DeepMind Lab step, which "
+      "resets at an episode's end and may compile a new map then).",
+      source="not in the paper: a DMLab-30 reset without a level cache compiles a map, about "
+      "30 s on a small machine", check=POSITIVE)
   stall_secs: float = setting(
       300.0, RUN, "Seconds without progress after which the run stops with an error naming "
       "what was seen: every trajectory dropped as non-finite; a batch of trajectories and no "

@@ -157,7 +157,7 @@ class EnvironmentProcess(base.Environment):
 
   def __init__(self, constructor, args=(), kwargs=None, shared_memory=True,
                timeout=DEFAULT_TIMEOUT_SECONDS, startup_timeout=DEFAULT_TIMEOUT_SECONDS,
-               description=None):
+               description=None, reset_timeout=None):
     """Starts the child and builds the environment there.
 
     Args:
@@ -166,6 +166,8 @@ class EnvironmentProcess(base.Environment):
       args, kwargs: its picklable arguments.
       shared_memory: pass frames through shared memory (True) or pickle them (False).
       timeout: seconds any single call may take; None waits as long as the child lives.
+      reset_timeout: seconds initial() (a reset) may take; None: `timeout`. DeepMind Lab
+        compiles a map at a reset, which takes far longer than a step.
       startup_timeout: seconds the child may take to start and build the environment (a
         fresh interpreter importing numpy and the emulator takes seconds on a busy machine);
         None waits as long as the child lives.
@@ -176,6 +178,7 @@ class EnvironmentProcess(base.Environment):
       Whatever the constructor raised in the child (child traceback as __cause__).
     """
     self._timeout = timeout
+    self._reset_timeout = timeout if reset_timeout is None else reset_timeout
     self._name = getattr(constructor, "__name__", repr(constructor))
     kwargs = dict(kwargs or {})
     self.description = str(description or kwargs.get("level_name") or kwargs.get("game")
@@ -244,10 +247,11 @@ class EnvironmentProcess(base.Environment):
     return process_output.describe_death(self.description, self._name, self._process.pid,
                           self._process.exitcode, list(self._output.last_lines))
 
-  def _receive(self, timeout=_CALL_TIMEOUT):
+  def _receive(self, timeout=_CALL_TIMEOUT, command="start"):
     """The child's next reply; raises its exception, or reports its death or silence.
 
     timeout: seconds, None for no limit, or _CALL_TIMEOUT for the per-call timeout.
+    command: what the child was asked, for the message if it does not answer.
     """
     if timeout is _CALL_TIMEOUT:
       timeout = self._timeout
@@ -256,8 +260,9 @@ class EnvironmentProcess(base.Environment):
     if not ready:
       self._release(graceful=False)
       raise EnvironmentProcessTimeout(
-          "Environment process %r (pid %d) did not answer within %s s; it was killed."
-          % (self._name, self._process.pid, timeout))
+          "%s: environment process %r (pid %d) did not answer within %s s (its %s hung); "
+          "it was killed." % (self.description, self._name, self._process.pid, timeout,
+                              command if command == "start" else command + "()"))
     try:
       # A reply sent just before exiting is still delivered; EOF means none is coming.
       reply = self._conn.recv() if self._conn in ready or self._conn.poll() else None
@@ -272,7 +277,7 @@ class EnvironmentProcess(base.Environment):
       raise exception from RemoteTraceback(traceback_text)
     return reply[1]
 
-  def _call(self, command, payload=None):
+  def _call(self, command, payload=None, timeout=_CALL_TIMEOUT):
     if not self._finalizer.alive:
       raise RuntimeError("Environment process %r is closed." % self._name)
     try:
@@ -282,7 +287,7 @@ class EnvironmentProcess(base.Environment):
       self._release()
       raise EnvironmentProcessDied(message) from None
     try:
-      return self._receive()
+      return self._receive(timeout, command)
     except KeyboardInterrupt:
       # The reply to this call may still arrive and would answer the next call: stop now.
       self._release(graceful=False)
@@ -301,7 +306,7 @@ class EnvironmentProcess(base.Environment):
                      truncated=truncated)
 
   def initial(self):
-    return self._unpack(self._call("initial"))
+    return self._unpack(self._call("initial", timeout=self._reset_timeout))
 
   def step(self, action):
     # Checked here too, so that a bad action costs no round trip and shows the caller's stack.

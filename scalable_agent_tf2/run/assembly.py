@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor as actor_lib
+from scalable_agent_tf2.acting import watchdog
 from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2 import environments
 from scalable_agent_tf2.learning import learner as learner_lib
@@ -21,6 +22,7 @@ from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.transport import wire
 from scalable_agent_tf2.configuration.settings import TRAIN
 from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
 from scalable_agent_tf2.structures import Observation
@@ -117,10 +119,26 @@ def checked_environment_constructor(config, environment_constructor=None, test_m
   return environment_constructor
 
 
-def start_environment(environment_constructor, level_name, seed, test_mode=False):
-  """An environment in a subprocess."""
+def environment_timeouts(config, level_name):
+  """(step, reset) seconds an environment of `level_name` may take (--env_step_timeout_secs,
+  --env_reset_timeout_secs; a family whose steps may reset slowly gets the reset's for both)."""
+  family = families.find_family(level_name)
+  step, reset = config.env_step_timeout_secs, config.env_reset_timeout_secs
+  if family is not None and family.steps_may_reset_slowly:
+    step = max(step, reset)
+  return step, reset
+
+
+def start_environment(environment_constructor, level_name, seed, test_mode=False,
+                      timeouts=None):
+  """An environment in a subprocess; timeouts: (step, reset) seconds (None: the process's
+  generous default for both)."""
   constructor, kwargs = environment_constructor(level_name, seed, test_mode)
-  return environments.EnvironmentProcess(constructor, kwargs=kwargs)
+  if timeouts is None:
+    return environments.EnvironmentProcess(constructor, kwargs=kwargs)
+  step, reset = timeouts
+  return environments.EnvironmentProcess(constructor, kwargs=kwargs, timeout=step,
+                                         reset_timeout=reset)
 
 
 def environment_group_size(config):
@@ -157,7 +175,8 @@ def group_factory(config, environment_constructor, level_name, seeds, test_mode=
 
   def start(attempt):
     (seed,) = seeds(attempt)
-    return start_environment(environment_constructor, level_name, seed, test_mode)
+    return start_environment(environment_constructor, level_name, seed, test_mode,
+                             environment_timeouts(config, level_name))
   return start
 
 
@@ -186,7 +205,8 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
   updated in training, frozen in test mode; filter_sync.py syncs it with actor processes).
   """
   env = start_environment(environment_constructor, config.levels[0],
-                          derive_seed(config.seed, 0, 0))
+                          derive_seed(config.seed, 0, 0),
+                          timeouts=environment_timeouts(config, config.levels[0]))
   try:
     spec = env.spec
     continuous = isinstance(spec, base.ContinuousEnvSpec)
@@ -248,7 +268,8 @@ def make_checkpointer(config, agent, learner):
 
 
 def actor_loop_factory(config, index, policy, environment_constructor, first_env,
-                       first_env_index, on_episode, on_restart, restart_policy=None):
+                       first_env_index, on_episode, on_restart, restart_policy=None,
+                       call_clock=None, attempt_offset=0):
   """callable() -> the EnvironmentLoop of actor `index`, to be called on the actor's thread.
 
   Actor `index` plays level index % len(levels) (section 5.3: levels assigned round-robin) in
@@ -257,6 +278,10 @@ def actor_loop_factory(config, index, policy, environment_constructor, first_env
   derived from (seed, stream), so with G = 1 stream and actor number coincide. Actor
   `first_env_index` starts with `first_env` (already running, from build_agent), or closes it
   when its environments run in a group in this process.
+
+  call_clock: a watchdog.CallClock that times the calls of environments run in this process
+  (groups, vectors; those in processes have their own timeouts); attempt_offset: added to the
+  attempt that seeds the environments (a replacement actor's differ from the one replaced).
   """
   levels = config.levels
   level = levels[index % len(levels)]
@@ -270,7 +295,10 @@ def actor_loop_factory(config, index, policy, environment_constructor, first_env
       if not config.uses_environment_groups:
         return first_env
       first_env.close()
-    return start(attempt)
+    envs = start(attempt + attempt_offset)
+    if call_clock is not None and config.uses_environment_groups:
+      envs = watchdog.timed(envs, call_clock)
+    return envs
   rngs = [np.random.default_rng([config.seed, s, 1]) for s in streams]
   return lambda: actor_lib.EnvironmentLoop(factory, policy, rngs, level, on_episode=on_episode,
                                            on_restart=on_restart, restart_policy=restart_policy)

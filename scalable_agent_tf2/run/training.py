@@ -31,6 +31,7 @@ from typing import Optional
 import tensorflow as tf
 
 from scalable_agent_tf2.acting import actor as actor_lib
+from scalable_agent_tf2.acting import watchdog
 from scalable_agent_tf2.run import actor_process
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.runfiles import checkpoint_files
@@ -51,6 +52,16 @@ from scalable_agent_tf2.learning import laser
 # other actors have not yet delivered a first trajectory nor failed (their environments may
 # still be starting: DMLab-30 compiles maps for about a minute on a small machine).
 LEVEL_CHECK_SECS = 300.0
+# Seconds a stop waits, in all, for the learner's and the actors' threads to end before the
+# final checkpoint: a thread stuck in an environment call (watchdog.py) never ends, and SIGTERM
+# must stop a run within 10 s whatever an environment is doing (issue 41).
+STOP_JOIN_SECS = 3.0
+# Environment calls that hang before a level is given up (the run stops with an error): a
+# level whose every environment hangs would otherwise leave a stuck thread per replacement.
+MAX_HANGS_PER_LEVEL = 3
+# Attempts (restarts) an actor's environments may make before their seeds would repeat a
+# replacement actor's (assembly.actor_loop_factory's attempt_offset).
+REPLACEMENT_ATTEMPTS = 1_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,9 +293,15 @@ class _LocalActors:
   (assembly.actor_loop_factory); actor 0 takes over build_agent's environment (and closes it
   when its games run in a vector group). The same interface as actor_process.RemoteActors."""
 
-  def __init__(self, threads, first_env_owner):
+  def __init__(self, threads, first_env_owner, clocks=None, replace=None):
+    """threads: the actor threads; clocks: their watchdog.CallClocks (None: not watched);
+    replace: callable(index, replacement number) -> a new, unstarted actor thread."""
     self.threads = threads
     self._first_env_owner = first_env_owner
+    self._clocks = clocks
+    self._replace = replace
+    self.abandoned = []  # Threads given up as hung (watchdog.py): they never end, or end late.
+    self.hangs = {}  # Level name -> environment calls that hung.
 
   def start(self):
     for thread in self.threads:
@@ -307,12 +324,37 @@ class _LocalActors:
     pass  # Stopped by the stop event and the policy's closing.
 
   def join(self, timeout):
+    deadline = time.monotonic() + timeout
     for thread in self.threads:
       if thread.ident is not None:  # Started.
-        thread.join(timeout)
+        thread.join(max(0.0, deadline - time.monotonic()))
 
   def delivered(self):
-    return dict(produced=sum(a.num_trajectories for a in self.threads))
+    return dict(produced=sum(a.num_trajectories for a in self.threads + self.abandoned))
+
+  def hung(self, now, limits_of):
+    """Replaces each actor whose environment call has run past its limit; returns what was
+    seen: (level name, the call, a sentence) per actor. limits_of: callable(level name) -> {watchdog.STEP: s, RESET: s}."""
+    if self._clocks is None:
+      return []
+    seen = []
+    for index, (thread, clock) in enumerate(zip(self.threads, self._clocks)):
+      level = thread.level_name
+      overdue = clock.overdue(now, limits_of(level))
+      if overdue is None:
+        continue
+      call, seconds = overdue
+      clock.abandon()
+      self.abandoned.append(thread)
+      self.hangs[level] = self.hangs.get(level, 0) + 1
+      self.threads[index], self._clocks[index] = self._replace(index, len(self.abandoned))
+      self.threads[index].start()
+      seen.append((level, call, f"{thread.name}'s environment has not returned from "
+                                f"{call}() for {seconds:.0f} s (--env_{call}_timeout_secs="
+                                f"{limits_of(level)[call]:g}); new environments replace it. Its "
+                                f"thread is left behind: an environment stepped in this process "
+                                f"cannot be interrupted."))
+    return seen
 
   def refusal_lines(self):
     return []  # No service: nothing to refuse.
@@ -362,8 +404,12 @@ class _Run:
     signature = assembly.trajectory_signature(self.agent.config, config.unroll_length,
                                               self.policy)
     if listen_address is None:
-      self.actors = _LocalActors(self._actor_threads(environment_constructor, first_env),
-                                 first_env_owner)
+      threads, clocks = zip(*[self._actor_thread(i, environment_constructor, first_env)
+                              for i in range(config.num_actors)])
+      self.actors = _LocalActors(
+          list(threads), first_env_owner, list(clocks),
+          replace=lambda index, replacement: self._actor_thread(
+              index, environment_constructor, None, replacement))
     else:
       self.actors = actor_process.RemoteActors(
           config, self.agent, signature, listen_address, self.input.put_trajectory,
@@ -374,19 +420,43 @@ class _Run:
                                       self.device, self.print, secret=access.secret)
     self.update_options = laser.update_options(config)  # LASER's entropy mask, if any.
 
-  def _actor_threads(self, environment_constructor, first_env):
+  def _actor_thread(self, index, environment_constructor, first_env, replacement=0):
+    """(actor thread `index`, its watchdog.CallClock); replacement n > 0: the n-th actor that
+    replaces a hung one (new environments, seeded apart from the ones replaced)."""
     config = self.config
-
-    def make_loop(index):
-      return assembly.actor_loop_factory(config, index, self.policy, environment_constructor,
-                                         first_env, 0, self.monitor.record_episode,
-                                         self.monitor.record_restart)
+    clock = watchdog.CallClock()
+    make_loop = assembly.actor_loop_factory(
+        config, index, self.policy, environment_constructor, first_env,
+        0 if replacement == 0 else -1, self.monitor.record_episode,
+        self.monitor.record_restart, call_clock=clock,
+        attempt_offset=replacement * REPLACEMENT_ATTEMPTS)
     size = assembly.environment_group_size(config)
-    return [actor_lib.ActorThread(i, make_loop(i), config.unroll_length,
-                                  self.input.put_trajectory,
-                                  lambda: self.progress.num_updates, self.stop_event,
-                                  first_stream=i * size, actor_turn=self.input.actor_turn(i))
-            for i in range(config.num_actors)]
+    thread = actor_lib.ActorThread(index, make_loop, config.unroll_length,
+                                   self.input.put_trajectory,
+                                   lambda: self.progress.num_updates, self.stop_event,
+                                   first_stream=index * size,
+                                   actor_turn=self.input.actor_turn(index))
+    thread.level_name = config.levels[index % len(config.levels)]
+    return thread, clock
+
+  def _hung_environments(self, now):
+    """Whether hung environment calls stop the run (a level that keeps hanging); hung ones
+    are reported and their actors replaced (_LocalActors.hung)."""
+    if not hasattr(self.actors, "hung"):
+      return False  # Actor processes: their environments have their own timeouts.
+
+    def limits_of(level):
+      step, reset = assembly.environment_timeouts(self.config, level)
+      return {watchdog.STEP: step, watchdog.RESET: reset}
+    for level, call, line in self.actors.hung(now, limits_of):
+      self.monitor.record_restart(level, watchdog.Abandoned(line))  # Counted and printed.
+      if self.actors.hangs[level] >= MAX_HANGS_PER_LEVEL:
+        self.failure = RunFailed(
+            f"{level}: its environments hung {self.actors.hangs[level]} times; the last "
+            f"{call}() ran past --env_{call}_timeout_secs={limits_of(level)[call]:g}. Fix the "
+            f"environment's {call}(), or raise that limit if it is only slow.")
+        return True
+    return False
 
   def frames(self):
     return int(self.learner.num_env_frames.numpy())
@@ -398,6 +468,8 @@ class _Run:
       with tf.device(self.device):
         for policy_versions, batch, num_new in input_pipeline.learner_steps(
             self.dataset, self.learner, self.config):
+          if self.stop_event.is_set():
+            break  # A batch that came after the stop: the final checkpoint may be written.
           stats = self._update(batch, num_new)
           if stats is None:
             continue  # Skipped: non-finite (see _update).
@@ -471,7 +543,7 @@ class _Run:
     while not self.stop_event.wait(min(0.5, config.log_secs)):
       now = time.monotonic()
       if (self._actors_stop_the_run(now) or self._a_thread_died()
-          or self._stalled(now)):
+          or self._hung_environments(now) or self._stalled(now)):
         return
       self.actors.poll()
       if now >= next_log:
@@ -589,9 +661,12 @@ class _Run:
     self.stop_event.set()
     self.policy.close()  # Wakes actors waiting for an action.
     self.actors.close()
+    # The learner may wait for a batch that never comes; an update in progress holds the
+    # update lock, which the save below waits for, and no update starts after the stop.
+    deadline = time.monotonic() + STOP_JOIN_SECS
     if self.learner_thread.ident is not None:  # Started.
-      self.learner_thread.join(actor_process.JOIN_TIMEOUT_SECS)
-    self.actors.join(actor_process.JOIN_TIMEOUT_SECS)
+      self.learner_thread.join(STOP_JOIN_SECS)
+    self.actors.join(max(0.0, deadline - time.monotonic()))
     if isinstance(self.learner_error, Diverged) or isinstance(self.failure, Diverged):
       # Diverged parameters are not worth a checkpoint: the last one stays the newest.
       return

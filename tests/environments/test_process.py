@@ -171,7 +171,8 @@ def test_child_killed_during_a_call_is_reported_at_once(scripted):
 def test_unresponsive_child_times_out_and_is_killed():
   env = process.EnvironmentProcess(ScriptedEnvironment, timeout=1.0)
   pid = env.pid
-  with pytest.raises(process.EnvironmentProcessTimeout, match="did not answer within 1.0 s"):
+  with pytest.raises(process.EnvironmentProcessTimeout,
+                     match=r"did not answer within 1.0 s \(its step\(\) hung\)"):
     env.step(SLEEP)
   assert wait_until_gone(pid)
   env.close()

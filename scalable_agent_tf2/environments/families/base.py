@@ -61,6 +61,10 @@ class Family:
   takes_env_kwargs = False
   has_test_levels = False
   pbt_adapts_max_grad_norm = False
+  # Whether a step may take as long as a reset: the environment resets inside its step at an
+  # episode's end, and a reset can be slow (DeepMind Lab compiles a new map). Such a step gets
+  # --env_reset_timeout_secs instead of --env_step_timeout_secs.
+  steps_may_reset_slowly = False
 
   # --- Names. ---------------------------------------------------------------------------
 
