@@ -6,17 +6,17 @@ environments/families/gym.py).
     env.initial()      # EnvOutput: reward 0, done True, observation.frame float32 [3] (raw)
     env.step(action)   # auto-resets after an episode ends (base.py's convention)
 
-Observations: Box (O,) -> float32 [O] (raw; the actor's MeanStdFilter normalises them for Box
-actions, as the MuJoCo path does); Box (H, W, C) uint8 -> the frame as it is; Discrete(n) ->
-int32 [] index; a Dict of an image (Box (H, W, C) uint8) and a text (gymnasium's Text, or any
-space of str such as MiniGrid's MissionSpace: MiniGrid and BabyAI's Dict(image, direction,
-mission)) -> the image as the frame and the text as the instruction, as DeepMind Lab's INSTR
-(environments/dmlab.py): the actor hashes it into word ids (policies.encode_group_instructions,
-networks.hash_instructions) and the network encodes it with the paper's instruction encoder
-(Figure 3). A Dict's other entries (MiniGrid's direction) are not observed: Description.
-ignored_keys names them. Actions: Discrete(n) -> base.EnvSpec(n, ...); Box (A,) ->
-ContinuousEnvSpec, the action clipped to the bounds only in the copy sent to gymnasium
-(action_bounds.py).
+Observations: Box (O,) -> float32 [O] (raw; the actor's normalization.MeanStdFilter
+normalises them, as the MuJoCo path does); Box (H, W, C) uint8 -> the frame as it is;
+Discrete(n) -> int32 [] index; a Dict of an image (Box (H, W, C) uint8) and a text
+(gymnasium's Text, or any space of str such as MiniGrid's MissionSpace: MiniGrid and BabyAI's
+Dict(image, direction, mission)) -> the image as the frame and the text as the instruction, as
+DeepMind Lab's INSTR (environments/dmlab.py): the actor hashes it into word ids
+(policies.encode_group_instructions, networks.hash_instructions) and the network encodes it
+with the paper's instruction encoder (Figure 3). A Dict's other entries (MiniGrid's direction)
+are not observed: Description.ignored_keys names them. Actions: Discrete(n) ->
+base.EnvSpec(n, ...); Box (A,) -> ContinuousEnvSpec, the action clipped to the bounds only in
+the copy sent to gymnasium (action_bounds.py).
 
 Episode ends. gymnasium tells a termination (the task ended: no value after it) from a
 truncation (a time limit cut it: the return would have gone on). A termination sets `done` on
@@ -40,8 +40,8 @@ import numpy as np
 
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
-from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.environments import process
+from scalable_agent_tf2.environments import rendering
 from scalable_agent_tf2.environments.families import gym as gym_family
 
 VECTOR, FRAME, INDEX = "vector", "frame", "index"
@@ -196,7 +196,7 @@ def make(env_id, env_kwargs):
   """gymnasium.make(env_id, **env_kwargs), the id checked first (nearest ids named)."""
   import gymnasium  # pylint: disable=g-import-not-at-top
   gym_family.check_registered(env_id)
-  mujoco.prepare_headless_rendering()  # Before a MuJoCo task imports mujoco (its render()).
+  rendering.prepare_headless_rendering()  # Before a MuJoCo task imports mujoco (its render()).
   try:
     return gymnasium.make(env_id, **env_kwargs)
   except TypeError as error:
@@ -368,13 +368,13 @@ class GymEnvironment(base.Environment):
                                 episode_step)
 
   def render(self):
-    """gymnasium's rgb_array picture, uint8 [H, W, 3] (mujoco.render_rgb; base.CannotRender
+    """gymnasium's rgb_array picture, uint8 [H, W, 3] (rendering.render_rgb; base.CannotRender
     if it has none)."""
     self._check_open()
-    return mujoco.render_rgb(self._env, self.level_name)
+    return rendering.render_rgb(self._env, self.level_name)
 
   def render_fps(self):
-    return mujoco.render_fps_of(self._env)
+    return rendering.render_fps_of(self._env)
 
   def close(self):
     if not self._closed:

@@ -18,7 +18,7 @@ same over the learner's RPC service (distributed.py), one actor process at a tim
                     distributed.TrajectoryServer
 
 Only three arrays cross the wire, each way: count int64 [], mean float64 [O], m2 float64 [O]
-(mujoco.RunningStatistics). Agents without a filter (frames, indices) get no method and make
+(normalization.RunningStatistics). Agents without a filter (frames, indices) get no method and make
 no call: nothing changes for them. The learner's filter is the restored one when it resumed
 from a checkpoint, so an actor process's first sync (before its actors start) hands it over.
 
@@ -43,13 +43,13 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.environments import mujoco
+from scalable_agent_tf2.environments import normalization
 
 METHOD_NAME = "filter_sync"  # What distributed.LearnerClient.sync_filter calls.
 
 
 def statistics_arrays(statistics):
-  """(count int64 [], mean float64 [O], m2 float64 [O]) of a mujoco.RunningStatistics or a
+  """(count int64 [], mean float64 [O], m2 float64 [O]) of a normalization.RunningStatistics or a
   MeanStdFilter.state() dict: what crosses the wire."""
   if isinstance(statistics, dict):
     count, mean, m2 = statistics["count"], statistics["mean"], statistics["m2"]
@@ -59,7 +59,7 @@ def statistics_arrays(statistics):
 
 
 def statistics_from_arrays(count, mean, m2):
-  """The mujoco.RunningStatistics of statistics_arrays' output.
+  """The normalization.RunningStatistics of statistics_arrays' output.
 
   Raises:
     ValueError: a negative count, or mean and m2 of different shapes (not a filter's delta).
@@ -68,14 +68,14 @@ def statistics_from_arrays(count, mean, m2):
   if int(count) < 0 or mean.shape != m2.shape:
     raise ValueError(f"Not a filter's statistics: count {int(count)}, mean of shape "
                      f"{mean.shape}, m2 of shape {m2.shape}.")
-  statistics = mujoco.RunningStatistics(mean.shape)
+  statistics = normalization.RunningStatistics(mean.shape)
   statistics.count, statistics.mean, statistics.m2 = int(count), mean.copy(), m2.copy()
   return statistics
 
 
 def merge_and_report(obs_filter, count, mean, m2):
   """The learner's half of a sync: merges an actor process's delta into `obs_filter` (a
-  mujoco.MeanStdFilter) and returns its merged statistics as statistics_arrays."""
+  normalization.MeanStdFilter) and returns its merged statistics as statistics_arrays."""
   obs_filter.apply_delta(statistics_from_arrays(count, mean, m2))
   return statistics_arrays(obs_filter.state())
 
@@ -117,7 +117,7 @@ class FilterSync:
     """Args:
       client: has sync_filter(count, mean, m2) -> (count, mean, m2), the learner's merged
         statistics (distributed.LearnerClient).
-      obs_filter: this process's mujoco.MeanStdFilter, shared by its actor threads.
+      obs_filter: this process's normalization.MeanStdFilter, shared by its actor threads.
     """
     self._client = client
     self._filter = obs_filter

@@ -17,7 +17,7 @@ from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import filter_sync
-from scalable_agent_tf2.environments.mujoco import MeanStdFilter
+from scalable_agent_tf2.environments.normalization import MeanStdFilter
 from tests.transport import test_distributed
 
 SIZE = 3  # Observation size O of these tests.
