@@ -30,6 +30,16 @@ since the last sync), `apply_delta()` on the learner's filter (the checkpointed 
 with checkpoints, and evaluation uses the restored filter with update=False (RLlib's
 compute_action does the same).
 
+Non-finite numbers. One NaN pushed into the statistics makes the mean NaN for good, and with
+it every observation normalised afterwards: all trajectories would then be dropped as
+non-finite and nothing trained. So the statistics take only finite numbers: an observation
+with NaN or an infinity is refused (NonFiniteObservation) and so are statistics merged or
+loaded from elsewhere (NonFiniteStatistics: an actor process's delta, a checkpoint's state),
+and so is an update that would overflow them; each leaves the statistics as they were. The
+actors check every environment output before it gets here (base.check_env_output), so a
+non-finite observation is an environment fault there: named, counted and the environment
+replaced (acting/actor.py).
+
 No TensorFlow here: environment processes and actor processes import it.
 """
 import threading
@@ -38,13 +48,82 @@ import numpy as np
 
 # RLlib's MeanStdFilter: x / (std + SMALL_NUMBER).
 FILTER_EPSILON = 1e-8
+# How many non-finite entries a message lists.
+_ENTRIES_NAMED = 3
+
+
+class NonFiniteObservation(ValueError):
+  """An observation holding NaN or an infinity, refused: the statistics are unchanged. One such
+  observation would make the mean NaN for good, and every observation normalised after it."""
+
+
+class NonFiniteStatistics(ValueError):
+  """Statistics holding NaN or an infinity (another filter's delta, a saved or merged state), or
+  an update that would make them so (observations so large that their squares overflow):
+  refused, the statistics unchanged."""
+
+
+def non_finite_entries(x):
+  """Where array x is not finite, in words ("nan at (0,), inf at (3,)"); "" when it is."""
+  finite = np.isfinite(x)
+  if finite.all():
+    return ""
+  bad = np.argwhere(~finite)
+  named = [f"{x[tuple(index)]} at {tuple(int(i) for i in index)}"
+           for index in bad[:_ENTRIES_NAMED]]
+  more = f" and {len(bad) - _ENTRIES_NAMED} more" if len(bad) > _ENTRIES_NAMED else ""
+  return ", ".join(named) + more
+
+
+def check_finite_observation(x, what="observation"):
+  """x itself; NonFiniteObservation naming the entries that are NaN or infinite."""
+  entries = non_finite_entries(x)
+  if entries:
+    raise NonFiniteObservation(f"The {what} holds {entries}: the observation filter takes only "
+                               "finite numbers (its statistics are unchanged).")
+  return x
+
+
+def _all_finite(*arrays):
+  return all(np.isfinite(a).all() for a in arrays)
+
+
+def _check_finite_statistics(moments, what):
+  """NonFiniteStatistics naming what is wrong unless moments (count, mean, m2) has a count >= 0
+  and finite mean and m2."""
+  count, mean, m2 = moments
+  if int(count) >= 0 and _all_finite(mean, m2):
+    return
+  problems = [f"{name} holds {entries}" for name, entries in (
+      ("mean", non_finite_entries(mean)), ("m2", non_finite_entries(m2))) if entries]
+  raise NonFiniteStatistics(f"{what}: count {int(count)}, "
+                            f"{'; '.join(problems) or 'a negative count'}: refused (statistics "
+                            "take a count >= 0 and finite numbers only); the statistics are "
+                            "kept as they were.")
+
+
+def _chan_merge(a, b):
+  """(count, mean, m2) of two sets, each a (count, mean, m2): Chan et al.'s parallel formula."""
+  (count_a, mean_a, m2_a), (count_b, mean_b, m2_b) = a, b
+  if count_b == 0:
+    return a
+  total = count_a + count_b
+  delta = mean_b - mean_a
+  return (total, mean_a + delta * (count_b / total),
+          m2_a + m2_b + delta * delta * (count_a * count_b / total))
+
+
+_OVERFLOW = "Adding these observations would overflow the statistics"
 
 
 class RunningStatistics:
   """Count n, mean [O] and sum of squared deviations m2 [O] of observations, in float64.
 
   RLlib's RunningStat (rllib/utils/filter.py): Welford's update for one observation, Chan et
-  al.'s parallel formula to merge two sets (what `push_batch` and syncing use).
+  al.'s parallel formula to merge two sets (what `push_batch` and syncing use). They stay
+  finite: a non-finite observation (NonFiniteObservation) or merged set (NonFiniteStatistics),
+  or an update that would overflow (NonFiniteStatistics), is refused and leaves them as they
+  were.
   """
 
   def __init__(self, shape):
@@ -53,39 +132,61 @@ class RunningStatistics:
     self.mean = np.zeros(self.shape, np.float64)
     self.m2 = np.zeros(self.shape, np.float64)
 
+  @property
+  def moments(self):
+    """(count, mean, m2). Set them only once checked (assign checks them)."""
+    return self.count, self.mean, self.m2
+
+  @moments.setter
+  def moments(self, moments):
+    self.count, self.mean, self.m2 = moments
+
+  def assign(self, moments, what=_OVERFLOW):
+    """Takes moments (count, mean, m2) if they are finite; else NonFiniteStatistics starting
+    with `what`, and self unchanged."""
+    _check_finite_statistics(moments, what)
+    self.moments = moments
+
+  def moments_with(self, x):
+    """(count, mean, m2) with x added (one observation [O], or a batch [N, O], float64, checked
+    finite by the caller); self unchanged. A finite x may still overflow them (assign refuses
+    them then: numpy's own overflow warning would only repeat it)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+      if x.shape == self.shape:  # Welford's update.
+        count = self.count + 1
+        delta = x - self.mean
+        mean = self.mean + delta / count
+        return count, mean, self.m2 + delta * (x - mean)
+      if x.shape[1:] != self.shape:
+        raise ValueError(f"Observations of shape {x.shape}; this filter is for {self.shape} "
+                         f"(or a batch [N, {self.shape}]).")
+      if not x.shape[0]:
+        return self.moments
+      batch_mean = x.mean(axis=0)
+      return _chan_merge(self.moments,
+                         (x.shape[0], batch_mean, ((x - batch_mean) ** 2).sum(axis=0)))
+
   def push(self, x):
     """Adds one observation x [O]."""
     x = np.asarray(x, np.float64)
     if x.shape != self.shape:
       raise ValueError(f"Observation of shape {x.shape}; this filter is for {self.shape}.")
-    self.count += 1
-    delta = x - self.mean
-    self.mean = self.mean + delta / self.count
-    self.m2 = self.m2 + delta * (x - self.mean)
+    self.assign(self.moments_with(check_finite_observation(x)))
+
+  def push_batch(self, xs):
+    """Adds observations xs [N, O]; the same statistics as N pushes, up to rounding."""
+    xs = np.asarray(xs, np.float64)
+    if xs.shape[1:] != self.shape or xs.ndim != len(self.shape) + 1:
+      raise ValueError(f"Observations of shape {xs.shape}; expected [N, {self.shape}].")
+    self.assign(self.moments_with(check_finite_observation(xs, "batch of observations")))
 
   def merge(self, other):
     """Adds the observations another RunningStatistics has seen (RLlib's update)."""
     if other.shape != self.shape:
       raise ValueError(f"Cannot merge statistics of shape {other.shape} into {self.shape}.")
-    total = self.count + other.count
-    if other.count == 0:
-      return
-    delta = other.mean - self.mean
-    self.mean = self.mean + delta * (other.count / total)
-    self.m2 = self.m2 + other.m2 + delta * delta * (self.count * other.count / total)
-    self.count = total
-
-  def push_batch(self, xs):
-    """Adds observations xs [N, O]; the same statistics as N pushes, up to rounding."""
-    xs = np.asarray(xs, np.float64)
-    if xs.shape[1:] != self.shape:
-      raise ValueError(f"Observations of shape {xs.shape}; expected [N, {self.shape}].")
-    batch = RunningStatistics(self.shape)
-    batch.count = xs.shape[0]
-    if batch.count:
-      batch.mean = xs.mean(axis=0)
-      batch.m2 = ((xs - batch.mean) ** 2).sum(axis=0)
-    self.merge(batch)
+    _check_finite_statistics(other.moments, "Statistics to merge")
+    self.assign(_chan_merge(self.moments, other.moments),
+                "Merging these statistics would overflow")
 
   @property
   def std(self):
@@ -106,6 +207,11 @@ class MeanStdFilter:
   __call__(x, update=True) adds x [O] (or a batch [N, O]) to the statistics, then returns
   float32 (x - mean) / (std + 1e-8). With no observation seen yet it returns x unchanged
   (RLlib would divide by 1e-8). See the module docstring for where one lives and how it syncs.
+
+  Only finite numbers get in: an observation with NaN or an infinity raises
+  NonFiniteObservation, and statistics from elsewhere (apply_delta, load_state) that are not
+  finite raise NonFiniteStatistics; either way the statistics stay as they were, so one bad
+  number cannot turn every later observation into NaN.
   """
 
   def __init__(self, shape):
@@ -115,15 +221,17 @@ class MeanStdFilter:
     self._delta = RunningStatistics(self.shape)  # Seen since the last take_delta.
 
   def __call__(self, x, update=True):
-    x = np.asarray(x, np.float64)
-    batched = x.ndim == len(self.shape) + 1
+    x = check_finite_observation(np.asarray(x, np.float64))
     with self._lock:
       if update:
-        for statistics in (self._statistics, self._delta):
-          if batched:
-            statistics.push_batch(x)
-          else:
-            statistics.push(x)
+        # Both computed and checked before either is assigned: a refused update changes
+        # neither.
+        updated = [(statistics, statistics.moments_with(x))
+                   for statistics in (self._statistics, self._delta)]
+        for _, moments in updated:
+          _check_finite_statistics(moments, _OVERFLOW)
+        for statistics, moments in updated:
+          statistics.moments = moments
       if self._statistics.count == 0:
         return x.astype(np.float32)
       mean, std = self._statistics.mean, self._statistics.std
@@ -160,6 +268,7 @@ class MeanStdFilter:
       raise ValueError(f"Filter state with mean {mean.shape}, m2 {m2.shape} and count "
                        f"{state['count']} does not fit a filter of shape {self.shape}: it was "
                        f"saved for another level.")
+    _check_finite_statistics((state["count"], mean, m2), "Observation filter state to load")
     with self._lock:
       self._statistics.count = int(state["count"])
       self._statistics.mean, self._statistics.m2 = mean.copy(), m2.copy()

@@ -5,7 +5,9 @@ import threading
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.environments.normalization import MeanStdFilter, RunningStatistics
+from scalable_agent_tf2.environments.normalization import (MeanStdFilter, NonFiniteObservation,
+                                                           NonFiniteStatistics,
+                                                           RunningStatistics)
 
 
 def test_running_statistics_match_numpy():
@@ -86,3 +88,64 @@ def test_filter_is_shared_safely_by_threads():
   assert state["count"] == 400
   np.testing.assert_allclose(state["mean"], rows.mean(axis=0))
   np.testing.assert_allclose(state["m2"], ((rows - rows.mean(axis=0)) ** 2).sum(axis=0))
+
+
+def _state(statistics):
+  return statistics.count, statistics.mean.copy(), statistics.m2.copy()
+
+
+def _assert_same_state(a, b):
+  assert a[0] == b[0]
+  np.testing.assert_array_equal(a[1], b[1])
+  np.testing.assert_array_equal(a[2], b[2])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_running_statistics_refuse_non_finite_observations_and_stay_as_they_were(bad):
+  statistics = RunningStatistics((3,))
+  statistics.push_batch(np.random.default_rng(4).normal(size=(5, 3)))
+  before = _state(statistics)
+  with pytest.raises(NonFiniteObservation, match=r"at \(1,\)"):
+    statistics.push(np.array([0.0, bad, 0.0]))
+  with pytest.raises(NonFiniteObservation, match=r"at \(2, 0\)"):
+    statistics.push_batch(np.array([[0.0] * 3, [1.0] * 3, [bad, 0.0, 0.0]]))
+  poisoned = RunningStatistics((3,))
+  poisoned.count, poisoned.mean, poisoned.m2 = 2, np.array([bad, 0.0, 0.0]), np.zeros(3)
+  with pytest.raises(NonFiniteStatistics, match="mean holds"):
+    statistics.merge(poisoned)
+  _assert_same_state(_state(statistics), before)
+
+
+def test_an_update_that_would_overflow_is_refused():
+  statistics = RunningStatistics((1,))
+  statistics.push(np.array([-1e300]))
+  before = _state(statistics)
+  with pytest.raises(NonFiniteStatistics, match="overflow"):
+    statistics.push(np.array([1e300]))  # (x - mean)^2 overflows to inf.
+  _assert_same_state(_state(statistics), before)
+
+
+def test_the_filter_refuses_non_finite_numbers_and_normalises_on_unchanged():
+  rng = np.random.default_rng(5)
+  obs_filter = MeanStdFilter((3,))
+  obs_filter(rng.normal(size=(10, 3)))
+  probe = rng.normal(size=3)
+  expected = obs_filter(probe, update=False)
+  state = obs_filter.state()
+  for bad in ([np.nan, 0.0, 0.0], [[1.0, 2.0, 3.0], [0.0, np.inf, 0.0]]):
+    for update in (True, False):  # A non-finite observation is never normalised either.
+      with pytest.raises(NonFiniteObservation, match="finite numbers"):
+        obs_filter(np.array(bad), update=update)
+  # Nor is the delta an actor process sends at its next sync touched.
+  assert obs_filter.take_delta().count == 10
+  poisoned = {"count": np.int64(11), "mean": np.array([np.nan, 0.0, 0.0]), "m2": np.zeros(3)}
+  with pytest.raises(NonFiniteStatistics, match="state to load"):
+    obs_filter.load_state(poisoned)
+  delta = RunningStatistics((3,))
+  delta.count, delta.mean, delta.m2 = 1, np.zeros(3), np.array([0.0, -np.inf, 0.0])
+  with pytest.raises(NonFiniteStatistics, match="m2 holds -inf"):
+    obs_filter.apply_delta(delta)
+  assert obs_filter.count == 10
+  np.testing.assert_array_equal(obs_filter(probe, update=False), expected)
+  for key in ("mean", "m2"):
+    np.testing.assert_array_equal(obs_filter.state()[key], state[key])
