@@ -34,11 +34,15 @@ from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.environments import (EnvironmentProcessDied, EnvironmentProcessTimeout,
                                              LevelCannotRun)
+from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments.base import CannotRender
 from scalable_agent_tf2.structures import EnvOutput, Observation, Trajectory
 
-# Environment failures an actor recovers from by starting a new environment process.
-ENVIRONMENT_FAILURES = (EnvironmentProcessDied, EnvironmentProcessTimeout)
+# Environment failures an actor recovers from by replacing the environment (a new process, or a
+# new environment in this one): a dead or silent environment process, an environment whose
+# step() or reset() raised or whose output broke its spec (base.EnvironmentFault).
+ENVIRONMENT_FAILURES = (EnvironmentProcessDied, EnvironmentProcessTimeout,
+                        base.EnvironmentFault)
 
 
 class EpisodeTracker:
@@ -81,6 +85,7 @@ class EnvironmentGroup:
     self.num_envs = len(self._envs)
     self.level_names = [level_name] * self.num_envs
     self._trackers = [EpisodeTracker() for _ in self._envs]
+    self._episodes = [1] * self.num_envs  # Each environment's episode in progress, from 1.
     self._finished = []
 
   @property
@@ -103,12 +108,29 @@ class EnvironmentGroup:
         episode_step=np.array([o.episode_step for o in env_outputs], np.int32),
         truncated=np.array([o.truncated for o in env_outputs], bool)))
 
+  def _checked(self, slot, env_output):
+    """env_output, checked against the spec before anything uses it: a wrong shape or dtype,
+    NaN or an infinity (base.output_problem) raise EnvironmentOutputError, an environment
+    fault, naming the level, the step and the episode. One NaN must never reach the
+    observation filter's statistics (normalization.py)."""
+    ended = bool(env_output.done) and env_output.episode_step > 0
+    problem = base.output_problem(env_output, self.spec)
+    if problem is not None:
+      where = base.position(self._episodes[slot], int(env_output.episode_step), ended)
+      raise base.EnvironmentOutputError(f"{self.level_names[slot]}: {where}: the environment "
+                                        f"returned {problem}.")
+    self._episodes[slot] += ended
+    return env_output
+
   def initial(self):
     self._trackers = [EpisodeTracker() for _ in self._envs]
-    return self._as_group([env.initial() for env in self._envs])
+    self._episodes = [1] * self.num_envs
+    return self._as_group([self._checked(slot, env.initial())
+                           for slot, env in enumerate(self._envs)])
 
   def step(self, actions):
-    return self._as_group([env.step(action) for env, action in zip(self._envs, actions)])
+    return self._as_group([self._checked(slot, env.step(action))
+                           for slot, (env, action) in enumerate(zip(self._envs, actions))])
 
   def finished_games(self):
     return list(self._finished)
@@ -152,9 +174,11 @@ class RestartPolicy:
   Starting (construction or the first reset, initial()): retried after backoff_secs[0],
   backoff_secs[1], ... (exponential: 1, 2, 4 s); when all len(backoff_secs) restarts failed
   too, the level cannot run here (environments.LevelCannotRun, the supervisor's business).
-  Stepping: a crashed environment is replaced and the episode in progress dropped, as long as
-  fewer than max_crashes crashes happened within the last crash_window_secs; a level that
-  keeps dying is reported (LevelCannotRun) instead of restarted forever.
+  Stepping: an environment that failed (its process died or went silent, its step() or
+  reset() raised, its output broke its spec) is replaced and the episode in progress dropped,
+  as long as fewer than max_crashes failures happened within the last crash_window_secs; a
+  level that keeps failing is reported (base.LevelKeepsFailing, ending with the last failure)
+  instead of replaced forever.
   """
 
   def __init__(self, backoff_secs=(1.0, 2.0, 4.0), max_crashes=5, crash_window_secs=60.0,
@@ -237,9 +261,12 @@ class EnvironmentLoop:
     self._group.close()
     self._group = None
     if len(self._crash_times) >= self._restarts.max_crashes:
-      raise LevelCannotRun(self.level_name, f"its environment crashed {len(self._crash_times)} "
-                           f"times within {self._restarts.crash_window_secs:g} s; the last "
-                           f"time: {error}") from error
+      last = str(error)
+      last = last[len(self.level_name) + 2:] if last.startswith(f"{self.level_name}: ") else last
+      raise base.LevelKeepsFailing(
+          self.level_name, f"its environment failed {len(self._crash_times)} times within "
+          f"{self._restarts.crash_window_secs:g} s (replaced each time); the last failure: "
+          f"{last}") from error
     self._attempt += 1
     if self._on_restart is not None:
       self._on_restart(self.level_name, error)
@@ -332,7 +359,8 @@ class ActorFailed(RuntimeError):
   def of(cls, actor, consequence=""):
     """The error for ActorThread `actor`; consequence ends the message (what happened next).
     Raise it `from actor.error`."""
-    return cls(f"{actor.name} stopped with {type(actor.error).__name__}: {actor.error}."
+    error = str(actor.error).rstrip(".")  # The sentence gets one full stop, not two.
+    return cls(f"{actor.name} stopped with {type(actor.error).__name__}: {error}."
                f"{consequence}")
 
 

@@ -36,7 +36,7 @@ non-finite and nothing trained. So the statistics take only finite numbers: an o
 with NaN or an infinity is refused (NonFiniteObservation) and so are statistics merged or
 loaded from elsewhere (NonFiniteStatistics: an actor process's delta, a checkpoint's state),
 and so is an update that would overflow them; each leaves the statistics as they were. The
-actors check every environment output before it gets here (base.check_env_output), so a
+actors check every environment output before it gets here (base.output_problem), so a
 non-finite observation is an environment fault there: named, counted and the environment
 replaced (acting/actor.py).
 

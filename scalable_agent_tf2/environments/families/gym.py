@@ -136,6 +136,9 @@ class GymFamily(base.Family):
                 "gym:Pendulum-v1; --env_kwargs for gymnasium.make)",
                 "gym:<module>:<id> (a user's package that registers <id> when imported)")
   owns_algorithm_presets = True
+  # A gymnasium environment is the user's (or gymnasium's) code, not this project's build.
+  how_to_fix = ("Fix the environment's own code (the last failure above says what went wrong, "
+                "and where)")
   takes_env_kwargs = True
 
   def check_level(self, level_name):
