@@ -93,44 +93,56 @@ class EnvironmentGroup:
     return self._envs[0].spec
 
   def _as_group(self, env_outputs):
+    """The environments' outputs as one EnvOutput [G, ...], checked against the spec (see
+    _checked_frames) and passed through `observe` (the observation filter)."""
+    frames = self._checked_frames(env_outputs)
     self._finished = []
     for slot, (tracker, env_output) in enumerate(zip(self._trackers, env_outputs)):
       finished = tracker.observe(env_output)
       if finished is not None:
         self._finished.append((slot,) + tuple(finished))
+      self._episodes[slot] += _ended_an_episode(env_output)
     return self._observe(EnvOutput(
         reward=np.array([o.reward for o in env_outputs], np.float32),
         done=np.array([o.done for o in env_outputs], bool),
         observation=Observation(
-            frame=np.stack([np.asarray(o.observation.frame) for o in env_outputs]),
-            instruction=tuple(o.observation.instruction for o in env_outputs)),
+            frame=frames, instruction=tuple(o.observation.instruction for o in env_outputs)),
         episode_return=np.array([o.episode_return for o in env_outputs], np.float32),
         episode_step=np.array([o.episode_step for o in env_outputs], np.int32),
         truncated=np.array([o.truncated for o in env_outputs], bool)))
 
-  def _checked(self, slot, env_output):
-    """env_output, checked against the spec before anything uses it: a wrong shape or dtype,
-    NaN or an infinity (base.output_problem) raise EnvironmentOutputError, an environment
-    fault, naming the level, the step and the episode. One NaN must never reach the
-    observation filter's statistics (normalization.py)."""
-    ended = bool(env_output.done) and env_output.episode_step > 0
-    problem = base.output_problem(env_output, self.spec)
+  def _checked_frames(self, env_outputs):
+    """The outputs' frames stacked [G, ...], once every output was checked against the spec
+    before anything uses it: a wrong shape or dtype, NaN or an infinity (base.output_problem)
+    raise EnvironmentOutputError, an environment fault, naming the level, the step and the
+    episode. One NaN must never reach the observation filter's statistics (normalization.py).
+    Finiteness is checked once for the group's stacked numbers; only a group that fails it is
+    searched for the culprit."""
+    spec = self.spec
+    for slot, env_output in enumerate(env_outputs):
+      self._raise_if(slot, env_output, base.layout_problem(env_output.observation.frame, spec))
+    frames = np.stack([np.asarray(o.observation.frame) for o in env_outputs])
+    rewards = np.array([o.reward for o in env_outputs], np.float64)
+    if not (np.isfinite(rewards).all()
+            and (frames.dtype.kind != "f" or np.isfinite(frames).all())):
+      for slot, env_output in enumerate(env_outputs):
+        self._raise_if(slot, env_output, base.output_problem(env_output, spec))
+    return frames
+
+  def _raise_if(self, slot, env_output, problem):
     if problem is not None:
-      where = base.position(self._episodes[slot], int(env_output.episode_step), ended)
+      where = base.position(self._episodes[slot], int(env_output.episode_step),
+                            _ended_an_episode(env_output))
       raise base.EnvironmentOutputError(f"{self.level_names[slot]}: {where}: the environment "
                                         f"returned {problem}.")
-    self._episodes[slot] += ended
-    return env_output
 
   def initial(self):
     self._trackers = [EpisodeTracker() for _ in self._envs]
     self._episodes = [1] * self.num_envs
-    return self._as_group([self._checked(slot, env.initial())
-                           for slot, env in enumerate(self._envs)])
+    return self._as_group([env.initial() for env in self._envs])
 
   def step(self, actions):
-    return self._as_group([self._checked(slot, env.step(action))
-                           for slot, (env, action) in enumerate(zip(self._envs, actions))])
+    return self._as_group([env.step(action) for env, action in zip(self._envs, actions)])
 
   def finished_games(self):
     return list(self._finished)
@@ -144,6 +156,11 @@ class EnvironmentGroup:
 
   def close(self):
     close_all(self._envs)
+
+
+def _ended_an_episode(env_output):
+  """An output of step() that ended its episode (initial()'s is done with episode_step 0)."""
+  return bool(env_output.done) and env_output.episode_step > 0
 
 
 def close_all(envs):

@@ -130,22 +130,34 @@ def position(episode, step, ended=False):
 
 def output_problem(env_output, spec):
   """What is wrong with env_output's observation or reward against spec, in words, or None:
-  a frame must be of spec.frame_shape and frame_dtype(spec) (a vector's real numbers of any
-  dtype: the observation filter turns them into float32) and hold finite numbers, a reward
-  must be one finite number. Cheap when nothing is wrong: every output of every step passes
-  here (actor.EnvironmentGroup)."""
-  frame, promised_dtype = np.asarray(env_output.observation.frame), frame_dtype(spec)
-  shape = tuple(spec.frame_shape)
-  promise = lambda: f"{np.dtype(promised_dtype).name} {list(shape)}"
-  if frame.shape != shape or not _dtype_fits(frame.dtype, promised_dtype):
-    return (f"an observation of dtype {frame.dtype} and shape {list(frame.shape)}; its spec "
-            f"promises {promise()}")
+  layout_problem's, then NaN or an infinity in the frame or the reward."""
+  problem = layout_problem(env_output.observation.frame, spec)
+  if problem is not None:
+    return problem
+  frame = np.asarray(env_output.observation.frame)
   if frame.dtype.kind == "f" and not np.isfinite(frame).all():
     return (f"an observation holding {normalization.non_finite_entries(frame)}; its spec "
-            f"promises finite numbers ({promise()})")
+            f"promises finite numbers ({_promise(spec)})")
   if not _is_finite_number(env_output.reward):
     return f"a reward of {env_output.reward!r}; a reward is one finite number"
   return None
+
+
+def layout_problem(frame, spec):
+  """What is wrong with an observation's frame against spec, in words, or None: it must be of
+  spec.frame_shape and frame_dtype(spec) (a vector's real numbers of any dtype: the
+  observation filter turns them into float32). Cheap when nothing is wrong: every output of
+  every step passes here (actor.EnvironmentGroup)."""
+  frame = np.asarray(frame)
+  if frame.shape != tuple(spec.frame_shape) or not _dtype_fits(frame.dtype, frame_dtype(spec)):
+    return (f"an observation of dtype {frame.dtype} and shape {list(frame.shape)}; its spec "
+            f"promises {_promise(spec)}")
+  return None
+
+
+def _promise(spec):
+  """"float32 [11]": what spec promises an observation's frame is."""
+  return f"{np.dtype(frame_dtype(spec)).name} {list(spec.frame_shape)}"
 
 
 def _is_finite_number(value):
