@@ -376,9 +376,8 @@ class ActorFailed(RuntimeError):
   def of(cls, actor, consequence=""):
     """The error for ActorThread `actor`; consequence ends the message (what happened next).
     Raise it `from actor.error`."""
-    error = str(actor.error).rstrip(".")  # The sentence gets one full stop, not two.
-    return cls(f"{actor.name} stopped with {type(actor.error).__name__}: {error}."
-               f"{consequence}")
+    return cls(base.sentence(f"{actor.name} stopped with {type(actor.error).__name__}: "
+                             f"{actor.error}") + consequence)
 
 
 def first_failed(actors):

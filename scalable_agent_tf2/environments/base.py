@@ -117,6 +117,11 @@ def _source_root(module_name):
   return os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
 
 
+def sentence(text):
+  """text ending with exactly one full stop (an error's own message may end with one)."""
+  return text.rstrip().rstrip(".") + "."
+
+
 def position(episode, step, ended=False):
   """Where an output came in an environment's life, in words: "step 7 of episode 2" (episodes
   counted from 1, steps within one from 1; step 0 is initial()'s first observation). An

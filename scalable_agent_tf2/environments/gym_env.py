@@ -60,6 +60,13 @@ class EnvironmentStepFailed(base.EnvironmentFault):
 EnvironmentOutputError = base.EnvironmentOutputError
 
 
+class EnvironmentCannotBeMade(base.EnvironmentFault, ValueError):
+  """gymnasium.make raised: the environment's own constructor failed. A ValueError, so that the
+  command line answers it with an `error:` line when the settings are resolved (the family
+  reads the spaces then), and an environment fault, so that an actor that meets it retries
+  and then reports the level (actor.RestartPolicy)."""
+
+
 class UnsupportedSpace(ValueError):
   """An observation or action space the project cannot act on."""
 
@@ -197,7 +204,12 @@ def _observation_kind(env_id, space, spaces):
 
 
 def make(env_id, env_kwargs):
-  """gymnasium.make(env_id, **env_kwargs), the id checked first (nearest ids named)."""
+  """gymnasium.make(env_id, **env_kwargs), the id checked first (nearest ids named).
+
+  Raises:
+    ValueError: env_kwargs the environment does not take.
+    EnvironmentCannotBeMade: the environment's own constructor raised.
+  """
   import gymnasium  # pylint: disable=g-import-not-at-top
   gym_family.check_registered(env_id)
   rendering.prepare_headless_rendering()  # Before a MuJoCo task imports mujoco (its render()).
@@ -207,7 +219,22 @@ def make(env_id, env_kwargs):
     if env_kwargs:
       raise ValueError(f"gym:{env_id} does not take --env_kwargs={env_kwargs}: {error}") \
           from error
-    raise
+    raise _cannot_be_made(env_id, error) from error
+  except Exception as error:  # pylint: disable=broad-except
+    raise _cannot_be_made(env_id, error) from error
+
+
+def _cannot_be_made(env_id, error):
+  """EnvironmentCannotBeMade naming the error and the line of the environment's code (the
+  module of its registered entry point) that raised it."""
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  entry_point = gymnasium.spec(gym_family.split_id(env_id)[1]).entry_point
+  module = (entry_point.split(":")[0] if isinstance(entry_point, str)
+            else getattr(entry_point, "__module__", None))
+  user_frame = base.innermost_frame_in(error, module) if module else None
+  return EnvironmentCannotBeMade(base.sentence(
+      f"gym:{env_id}: making the environment raised {type(error).__name__}: {error}"
+      + (f" (at {user_frame})" if user_frame else "")), user_frame)
 
 
 @functools.lru_cache(maxsize=64)
@@ -274,9 +301,9 @@ class GymEnvironment(base.Environment):
       return getattr(self._env, method)(*args, **kwargs)
     except Exception as error:  # pylint: disable=broad-except
       user_frame = base.innermost_frame_in(error, type(self._env.unwrapped).__module__)
-      raise EnvironmentStepFailed(
+      raise EnvironmentStepFailed(base.sentence(
           f"{self.level_name}: {self._where}: the environment's {method}() raised "
-          f"{type(error).__name__}: {error}" + (f" (at {user_frame})" if user_frame else ""),
+          f"{type(error).__name__}: {error}" + (f" (at {user_frame})" if user_frame else "")),
           user_frame) from error
 
   def _observation(self, observation):

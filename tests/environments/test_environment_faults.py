@@ -19,12 +19,13 @@ from tests.gym_user_package import envs as user_envs
 TARGET = USER + "UserTarget-v0"
 
 
-def user_raise_line():
-  """"<path of tests/gym_user_package/envs.py>:<line> in step": where UserTarget raises."""
+def user_raise_line(message_start="the user's simulator lost", function="step"):
+  """"<path of tests/gym_user_package/envs.py>:<line> in step": where UserTarget raises the
+  error whose message starts with message_start."""
   with open(user_envs.__file__, encoding="utf-8") as f:
     line = next(number for number, text in enumerate(f, 1)
-                if 'raise RuntimeError("the user' in text)
-  return f"{user_envs.__file__}:{line} in step"
+                if f'raise RuntimeError("{message_start}' in text)
+  return f"{user_envs.__file__}:{line} in {function}"
 
 
 class _FilteringPolicy(_UniformPolicy):
@@ -91,10 +92,22 @@ def test_the_users_exception_names_their_file_and_line_also_from_an_environment_
       assert raised.value.user_frame == user_raise_line()
       assert str(raised.value) == (
           f"{TARGET}: step 2 of episode 1: the environment's step() raised RuntimeError: the "
-          f"user's simulator lost its connection (at {user_raise_line()})")
+          f"user's simulator lost its connection (at {user_raise_line()}).")
   finally:
     local.close()
     remote.close()
+
+
+def test_a_constructor_that_raises_names_the_users_line_in_an_error_not_a_traceback():
+  with pytest.raises(gym_env.EnvironmentCannotBeMade) as raised:
+    gym_env.GymEnvironment(TARGET, env_kwargs={"refuse_to_start": True})
+  where = user_raise_line("the user's simulator licence", "__init__")
+  assert str(raised.value) == (f"{TARGET}: making the environment raised RuntimeError: the "
+                               f"user's simulator licence has expired (at {where}).")
+  # When the settings are resolved (the family reads the spaces), a ValueError: the command
+  # line's `error:` line, before anything starts; in an actor, an environment fault (retried).
+  assert isinstance(raised.value, ValueError)
+  assert isinstance(raised.value, actor.ENVIRONMENT_FAILURES)
 
 
 def _output(frame, reward=0.0):
