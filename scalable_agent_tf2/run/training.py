@@ -536,7 +536,17 @@ class _Run:
       # The parameters that led to non-finite updates are not worth a checkpoint: the last
       # one stays the newest.
       return
+    if self._kept_failing_before_any_update():
+      # A checkpoint would hold only what the run started from (fresh parameters, or the
+      # checkpoint it resumed): none is written, so that the same command, once the
+      # environment is fixed, starts as it would have (even with another observation shape).
+      return
     self.save()
+
+  def _kept_failing_before_any_update(self):
+    """An environment crash loop (LevelKeepsFailing) stopped the run before its first update."""
+    return self.progress.num_updates == 0 and any(
+        isinstance(t.error, LevelKeepsFailing) for t in getattr(self.actors, "threads", ()))
 
   def report(self):
     """The final log record and console lines: trajectory accounts, why the run stopped."""
@@ -562,14 +572,16 @@ class _Run:
       self.print(f"Stopped: {self.stop_reason} Checkpoint {self.last_checkpoint} kept as "
                  f"the newest.")
     else:
-      self.print(f"Stopped: {self.stop_reason}. Checkpoint {self.last_checkpoint} at "
-                 f"{self.frames():,} frames.")
+      checkpoint = (f"Checkpoint {self.last_checkpoint} at {self.frames():,} frames."
+                    if self.last_checkpoint else "Nothing trained, no checkpoint written.")
+      self.print(f"Stopped: {self.stop_reason}. {checkpoint}")
     self.actors.farewell()
 
   def raise_failure(self):
     """Raises what stopped the run early: a failed actor, a lost replay service, the
     learner's error (all after the final checkpoint)."""
-    saved = f" Training stopped; the checkpoint {self.last_checkpoint} holds its state."
+    saved = (f" Training stopped; the checkpoint {self.last_checkpoint} holds its state."
+             if self.last_checkpoint else " Nothing was trained; no checkpoint was written.")
     failed = self.actors.failed()
     if failed is not None and isinstance(failed.error, LevelCannotRun):
       threads = getattr(self.actors, "threads", ())

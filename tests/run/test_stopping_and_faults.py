@@ -13,6 +13,7 @@ import pytest
 
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import monitoring
+from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.utils import stop_signals
@@ -320,6 +321,9 @@ def test_a_wrong_observation_shape_stops_with_a_named_error_line_not_a_traceback
   _assert_stopped_with_an_error_line(
       run, "the last failure: step 3 of episode 1: the environment returned an observation of "
       "shape (3,); its observation space promises (2,).")
+  # Nothing was trained: no checkpoint at 0 frames stands in the way of the fixed environment.
+  assert run.stderr.rstrip().endswith("Nothing was trained; no checkpoint was written.")
+  assert checkpoint_files.latest_checkpoint(str(tmp_path)) is None
 
 
 @pytest.mark.timeout(180)
