@@ -24,8 +24,9 @@ clipped to the spec's bounds (action_bounds.clip_to_bounds, RLlib's `clip_action
 
 Observation vectors (MuJoCo's, gymnasium's Box (O,), with either kind of actions:
 takes_observation_filter) pass through the run's ObservationFilter (RLlib's MeanStdFilter,
-environments/mujoco.py) before the policy sees them and before they are stored; its statistics
-grow in training only and are frozen in test mode. Frames and indices are not filtered.
+environments/normalization.py) before the policy sees them and before they are stored; its
+statistics grow in training only and are frozen in test mode. Frames and indices are not
+filtered.
 
 The acting side runs one step at a time in numpy (policies.py), one generator per actor.
 """
@@ -37,7 +38,7 @@ import tensorflow as tf
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.environments import base
-from scalable_agent_tf2.environments import mujoco
+from scalable_agent_tf2.environments import normalization
 from scalable_agent_tf2.structures import AgentOutput, GaussianAgentOutput
 
 
@@ -97,7 +98,7 @@ class Discrete:
 
 
 class ObservationFilter(tf.train.experimental.PythonState):
-  """A run's mujoco.MeanStdFilter, shared by its actor threads, saved with checkpoints.
+  """A run's normalization.MeanStdFilter, shared by its actor threads, saved with checkpoints.
 
   A tf.train.experimental.PythonState: a tf.train.Checkpoint that tracks it (through the agent,
   build_agent attaches it) writes its statistics at every save and reads them back at restore,
@@ -110,7 +111,7 @@ class ObservationFilter(tf.train.experimental.PythonState):
       update: True in training (every observation updates the statistics before it is
         filtered, RLlib's order); False in test mode (frozen, RLlib's compute_action).
     """
-    self.filter = mujoco.MeanStdFilter((observation_size,))
+    self.filter = normalization.MeanStdFilter((observation_size,))
     self.update = update
 
   def __call__(self, frame):
@@ -196,7 +197,7 @@ def _filtered(env_output, observation_filter):
 def takes_observation_filter(network_config):
   """True for a network that reads float vectors [O] (MuJoCo's, gymnasium's Box (O,)): their
   observations pass through the run's ObservationFilter whatever the actions (RLlib's
-  MeanStdFilter, environments/mujoco.py). Frames ([0, 255] pixels, scaled by the network) and
+  MeanStdFilter, environments/normalization.py). Frames ([0, 255] pixels, scaled by the network) and
   indices (one-hot) are never filtered."""
   return getattr(network_config, "observation_kind", "frame") == "vector"
 

@@ -34,11 +34,15 @@ from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.environments import (EnvironmentProcessDied, EnvironmentProcessTimeout,
                                              LevelCannotRun)
+from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments.base import CannotRender
 from scalable_agent_tf2.structures import EnvOutput, Observation, Trajectory
 
-# Environment failures an actor recovers from by starting a new environment process.
-ENVIRONMENT_FAILURES = (EnvironmentProcessDied, EnvironmentProcessTimeout)
+# Environment failures an actor recovers from by replacing the environment (a new process, or a
+# new environment in this one): a dead or silent environment process, an environment whose
+# step() or reset() raised or whose output broke its spec (base.EnvironmentFault).
+ENVIRONMENT_FAILURES = (EnvironmentProcessDied, EnvironmentProcessTimeout,
+                        base.EnvironmentFault)
 
 
 class EpisodeTracker:
@@ -81,6 +85,7 @@ class EnvironmentGroup:
     self.num_envs = len(self._envs)
     self.level_names = [level_name] * self.num_envs
     self._trackers = [EpisodeTracker() for _ in self._envs]
+    self._episodes = [1] * self.num_envs  # Each environment's episode in progress, from 1.
     self._finished = []
 
   @property
@@ -88,23 +93,52 @@ class EnvironmentGroup:
     return self._envs[0].spec
 
   def _as_group(self, env_outputs):
+    """The environments' outputs as one EnvOutput [G, ...], checked against the spec (see
+    _checked_frames) and passed through `observe` (the observation filter)."""
+    frames = self._checked_frames(env_outputs)
     self._finished = []
     for slot, (tracker, env_output) in enumerate(zip(self._trackers, env_outputs)):
       finished = tracker.observe(env_output)
       if finished is not None:
         self._finished.append((slot,) + tuple(finished))
+      self._episodes[slot] += _ended_an_episode(env_output)
     return self._observe(EnvOutput(
         reward=np.array([o.reward for o in env_outputs], np.float32),
         done=np.array([o.done for o in env_outputs], bool),
         observation=Observation(
-            frame=np.stack([np.asarray(o.observation.frame) for o in env_outputs]),
-            instruction=tuple(o.observation.instruction for o in env_outputs)),
+            frame=frames, instruction=tuple(o.observation.instruction for o in env_outputs)),
         episode_return=np.array([o.episode_return for o in env_outputs], np.float32),
         episode_step=np.array([o.episode_step for o in env_outputs], np.int32),
         truncated=np.array([o.truncated for o in env_outputs], bool)))
 
+  def _checked_frames(self, env_outputs):
+    """The outputs' frames stacked [G, ...], once every output was checked against the spec
+    before anything uses it: a wrong shape or dtype, NaN or an infinity (base.output_problem)
+    raise EnvironmentOutputError, an environment fault, naming the level, the step and the
+    episode. One NaN must never reach the observation filter's statistics (normalization.py).
+    Finiteness is checked once for the group's stacked numbers; only a group that fails it is
+    searched for the culprit."""
+    spec = self.spec
+    for slot, env_output in enumerate(env_outputs):
+      self._raise_if(slot, env_output, base.layout_problem(env_output.observation.frame, spec))
+    frames = np.stack([np.asarray(o.observation.frame) for o in env_outputs])
+    rewards = np.array([o.reward for o in env_outputs], np.float64)
+    if not (np.isfinite(rewards).all()
+            and (frames.dtype.kind != "f" or np.isfinite(frames).all())):
+      for slot, env_output in enumerate(env_outputs):
+        self._raise_if(slot, env_output, base.output_problem(env_output, spec))
+    return frames
+
+  def _raise_if(self, slot, env_output, problem):
+    if problem is not None:
+      where = base.position(self._episodes[slot], int(env_output.episode_step),
+                            _ended_an_episode(env_output))
+      raise base.EnvironmentOutputError(f"{self.level_names[slot]}: {where}: the environment "
+                                        f"returned {problem}.")
+
   def initial(self):
     self._trackers = [EpisodeTracker() for _ in self._envs]
+    self._episodes = [1] * self.num_envs
     return self._as_group([env.initial() for env in self._envs])
 
   def step(self, actions):
@@ -122,6 +156,11 @@ class EnvironmentGroup:
 
   def close(self):
     close_all(self._envs)
+
+
+def _ended_an_episode(env_output):
+  """An output of step() that ended its episode (initial()'s is done with episode_step 0)."""
+  return bool(env_output.done) and env_output.episode_step > 0
 
 
 def close_all(envs):
@@ -152,9 +191,11 @@ class RestartPolicy:
   Starting (construction or the first reset, initial()): retried after backoff_secs[0],
   backoff_secs[1], ... (exponential: 1, 2, 4 s); when all len(backoff_secs) restarts failed
   too, the level cannot run here (environments.LevelCannotRun, the supervisor's business).
-  Stepping: a crashed environment is replaced and the episode in progress dropped, as long as
-  fewer than max_crashes crashes happened within the last crash_window_secs; a level that
-  keeps dying is reported (LevelCannotRun) instead of restarted forever.
+  Stepping: an environment that failed (its process died or went silent, its step() or
+  reset() raised, its output broke its spec) is replaced and the episode in progress dropped,
+  as long as fewer than max_crashes failures happened within the last crash_window_secs; a
+  level that keeps failing is reported (base.LevelKeepsFailing, ending with the last failure)
+  instead of replaced forever.
   """
 
   def __init__(self, backoff_secs=(1.0, 2.0, 4.0), max_crashes=5, crash_window_secs=60.0,
@@ -237,9 +278,12 @@ class EnvironmentLoop:
     self._group.close()
     self._group = None
     if len(self._crash_times) >= self._restarts.max_crashes:
-      raise LevelCannotRun(self.level_name, f"its environment crashed {len(self._crash_times)} "
-                           f"times within {self._restarts.crash_window_secs:g} s; the last "
-                           f"time: {error}") from error
+      last = str(error)
+      last = last[len(self.level_name) + 2:] if last.startswith(f"{self.level_name}: ") else last
+      raise base.LevelKeepsFailing(
+          self.level_name, f"its environment failed {len(self._crash_times)} times within "
+          f"{self._restarts.crash_window_secs:g} s (replaced each time); the last failure: "
+          f"{last}") from error
     self._attempt += 1
     if self._on_restart is not None:
       self._on_restart(self.level_name, error)
@@ -332,8 +376,8 @@ class ActorFailed(RuntimeError):
   def of(cls, actor, consequence=""):
     """The error for ActorThread `actor`; consequence ends the message (what happened next).
     Raise it `from actor.error`."""
-    return cls(f"{actor.name} stopped with {type(actor.error).__name__}: {actor.error}."
-               f"{consequence}")
+    return cls(base.sentence(f"{actor.name} stopped with {type(actor.error).__name__}: "
+                             f"{actor.error}") + consequence)
 
 
 def first_failed(actors):

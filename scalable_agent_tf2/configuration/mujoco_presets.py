@@ -66,7 +66,7 @@ Not in the paper, from its code base (RLlib, 2019) or from how gymnasium counts:
   * Off-policy correction V-trace, no trust region (IMPALA's and IMPACT's own settings).
   * total_environment_frames: the paper fixes wall-clock time (three hours per run, section
     4.3), not steps; TOTAL_ENVIRONMENT_FRAMES is a budget of this project's choosing.
-  * observation filter: RLlib's MeanStdFilter (environments/mujoco.py).
+  * observation filter: RLlib's MeanStdFilter (environments/normalization.py).
 No TensorFlow here.
 """
 from scalable_agent_tf2.configuration import suites

@@ -17,14 +17,15 @@ May import: structures, utils, configuration (settings, level names, presets); l
 """
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
-from scalable_agent_tf2.environments.base import EnvSpec, Environment, LevelCannotRun
+from scalable_agent_tf2.environments.base import (EnvSpec, Environment, EnvironmentFault,
+                                                   LevelCannotRun, LevelKeepsFailing)
 from scalable_agent_tf2.environments.process import (EnvironmentProcess,
                                                       EnvironmentProcessDied,
                                                       EnvironmentProcessTimeout)
 
-__all__ = ["EnvSpec", "Environment", "EnvironmentProcess", "EnvironmentProcessDied",
-           "EnvironmentProcessTimeout", "LevelCannotRun", "create_environment",
-           "environment_constructor"]
+__all__ = ["EnvSpec", "Environment", "EnvironmentFault", "EnvironmentProcess",
+           "EnvironmentProcessDied", "EnvironmentProcessTimeout", "LevelCannotRun",
+           "LevelKeepsFailing", "create_environment", "environment_constructor"]
 
 
 def environment_constructor(level_name, seed=0, test_mode=False, **options):

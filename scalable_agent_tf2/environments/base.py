@@ -14,10 +14,15 @@ No TensorFlow here (docs/ARCHITECTURE.md "Rooms"): environments run in cheap sub
 """
 import abc
 import collections
+import math
 import numbers
+import os
+import sys
+import traceback
 
 import numpy as np
 
+from scalable_agent_tf2.environments import normalization
 from scalable_agent_tf2.structures import EnvOutput, Observation
 
 # What the actor needs before it builds the network. num_actions: int, size of the discrete
@@ -49,6 +54,130 @@ class LevelCannotRun(RuntimeError):
     super().__init__(f"{level_name}: {reason}")
     self.level_name = level_name
     self.reason = reason
+
+
+class LevelKeepsFailing(LevelCannotRun):
+  """A level's environments started, then failed again and again while they ran (a crash loop:
+  actor.RestartPolicy's max_crashes within crash_window_secs): a fault of the environment
+  itself, not of this machine's set-up. The reason ends with the last failure."""
+
+
+class EnvironmentFault(RuntimeError):
+  """An environment misbehaved while it ran: its step() or reset() raised, or an output broke
+  its spec (EnvironmentOutputError). Actors replace it as they replace a dead environment
+  process (actor.ENVIRONMENT_FAILURES), dropping the episodes in progress; a level whose
+  environments keep failing stops the run (LevelKeepsFailing).
+
+  Attributes:
+    user_frame: where the environment's own code raised, "path:line in function"
+      (innermost_frame_in), or None.
+  """
+
+  def __init__(self, message, user_frame=None):
+    super().__init__(message)
+    self.user_frame = user_frame
+
+  def __reduce__(self):  # Crosses an environment process's pipe with its user_frame.
+    return type(self), (str(self), self.user_frame)
+
+
+class EnvironmentOutputError(EnvironmentFault, ValueError):
+  """An environment returned an observation or reward of the wrong shape or dtype, or one
+  holding NaN or an infinity. The message names the level, the field, the step and episode,
+  what came and what the spec promised."""
+
+
+def innermost_frame_in(error, module_name):
+  """"path:line in function" of the innermost frame of error's traceback that lies in the
+  top-level package (or the script) module_name belongs to, or None.
+
+  The rule that finds a user's own line: an environment class defined in my_package.envs
+  points to the deepest frame in my_package's files, past gymnasium's wrappers and this
+  project's calls above it and past the libraries (numpy, ...) it called below it. A
+  gymnasium environment of gymnasium's own (gym:CartPole-v1) points into gymnasium.
+  """
+  root = _source_root(module_name)
+  if root is None:
+    return None
+  for frame in reversed(traceback.extract_tb(error.__traceback__)):
+    path = os.path.abspath(frame.filename)
+    if path == root or path.startswith(root + os.sep):
+      return f"{frame.filename}:{frame.lineno} in {frame.name}"
+  return None
+
+
+def _source_root(module_name):
+  """The directory of module_name's top-level package, or the file of a top-level module
+  (a script's __main__); None when it has no file."""
+  top = sys.modules.get(module_name.split(".")[0])
+  path = getattr(top, "__file__", None)
+  if path is None:
+    return None
+  path = os.path.abspath(path)
+  return os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
+
+
+def sentence(text):
+  """text ending with exactly one full stop (an error's own message may end with one)."""
+  return text.rstrip().rstrip(".") + "."
+
+
+def position(episode, step, ended=False):
+  """Where an output came in an environment's life, in words: "step 7 of episode 2" (episodes
+  counted from 1, steps within one from 1; step 0 is initial()'s first observation). An
+  output that `ended` the episode carries its last reward and the next episode's first
+  observation (the auto-reset, module docstring)."""
+  if ended:
+    return (f"step {step} of episode {episode}, its last (the observation is episode "
+            f"{episode + 1}'s first)")
+  return f"step {step} of episode {episode}"
+
+
+def output_problem(env_output, spec):
+  """What is wrong with env_output's observation or reward against spec, in words, or None:
+  layout_problem's, then NaN or an infinity in the frame or the reward."""
+  problem = layout_problem(env_output.observation.frame, spec)
+  if problem is not None:
+    return problem
+  frame = np.asarray(env_output.observation.frame)
+  if frame.dtype.kind == "f" and not np.isfinite(frame).all():
+    return (f"an observation holding {normalization.non_finite_entries(frame)}; its spec "
+            f"promises finite numbers ({_promise(spec)})")
+  if not _is_finite_number(env_output.reward):
+    return f"a reward of {env_output.reward!r}; a reward is one finite number"
+  return None
+
+
+def layout_problem(frame, spec):
+  """What is wrong with an observation's frame against spec, in words, or None: it must be of
+  spec.frame_shape and frame_dtype(spec) (a vector's real numbers of any dtype: the
+  observation filter turns them into float32). Cheap when nothing is wrong: every output of
+  every step passes here (actor.EnvironmentGroup)."""
+  frame = np.asarray(frame)
+  if frame.shape != tuple(spec.frame_shape) or not _dtype_fits(frame.dtype, frame_dtype(spec)):
+    return (f"an observation of dtype {frame.dtype} and shape {list(frame.shape)}; its spec "
+            f"promises {_promise(spec)}")
+  return None
+
+
+def _promise(spec):
+  """"float32 [11]": what spec promises an observation's frame is."""
+  return f"{np.dtype(frame_dtype(spec)).name} {list(spec.frame_shape)}"
+
+
+def _is_finite_number(value):
+  try:
+    return math.isfinite(float(value))
+  except (TypeError, ValueError):
+    return False
+
+
+def _dtype_fits(dtype, promised):
+  """uint8 frames and int32 indices exactly (the trajectory's tensors are of these dtypes);
+  vectors any real numbers (the observation filter turns them into float32)."""
+  if promised == OBSERVATION_DTYPE:
+    return dtype.kind in "iuf"
+  return dtype == promised
 
 
 class CannotRender(RuntimeError):

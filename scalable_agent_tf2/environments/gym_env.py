@@ -6,17 +6,17 @@ environments/families/gym.py).
     env.initial()      # EnvOutput: reward 0, done True, observation.frame float32 [3] (raw)
     env.step(action)   # auto-resets after an episode ends (base.py's convention)
 
-Observations: Box (O,) -> float32 [O] (raw; the actor's MeanStdFilter normalises them for Box
-actions, as the MuJoCo path does); Box (H, W, C) uint8 -> the frame as it is; Discrete(n) ->
-int32 [] index; a Dict of an image (Box (H, W, C) uint8) and a text (gymnasium's Text, or any
-space of str such as MiniGrid's MissionSpace: MiniGrid and BabyAI's Dict(image, direction,
-mission)) -> the image as the frame and the text as the instruction, as DeepMind Lab's INSTR
-(environments/dmlab.py): the actor hashes it into word ids (policies.encode_group_instructions,
-networks.hash_instructions) and the network encodes it with the paper's instruction encoder
-(Figure 3). A Dict's other entries (MiniGrid's direction) are not observed: Description.
-ignored_keys names them. Actions: Discrete(n) -> base.EnvSpec(n, ...); Box (A,) ->
-ContinuousEnvSpec, the action clipped to the bounds only in the copy sent to gymnasium
-(action_bounds.py).
+Observations: Box (O,) -> float32 [O] (raw; the actor's normalization.MeanStdFilter
+normalises them, as the MuJoCo path does); Box (H, W, C) uint8 -> the frame as it is;
+Discrete(n) -> int32 [] index; a Dict of an image (Box (H, W, C) uint8) and a text
+(gymnasium's Text, or any space of str such as MiniGrid's MissionSpace: MiniGrid and BabyAI's
+Dict(image, direction, mission)) -> the image as the frame and the text as the instruction, as
+DeepMind Lab's INSTR (environments/dmlab.py): the actor hashes it into word ids
+(policies.encode_group_instructions, networks.hash_instructions) and the network encodes it
+with the paper's instruction encoder (Figure 3). A Dict's other entries (MiniGrid's direction)
+are not observed: Description.ignored_keys names them. Actions: Discrete(n) ->
+base.EnvSpec(n, ...); Box (A,) -> ContinuousEnvSpec, the action clipped to the bounds only in
+the copy sent to gymnasium (action_bounds.py).
 
 Episode ends. gymnasium tells a termination (the task ended: no value after it) from a
 truncation (a time limit cut it: the return would have gone on). A termination sets `done` on
@@ -28,10 +28,14 @@ learner cuts the transition leaving the truncated observation, so the return int
 bootstraps from its value (truncation.py, batch_loss.py). emit_truncation_step=False ends a
 truncated episode like a terminated one, as the MuJoCo tasks do (environments/mujoco.py).
 
-Faults. A step that raises is reported as EnvironmentStepFailed, which actors treat as a dead
-environment process: replaced, the episode dropped, the restart logged. An observation or
-reward of the wrong shape or dtype mid-episode is EnvironmentOutputError naming the
-environment and the field (a bug of the environment: not restarted).
+Faults. A step() or reset() that raises is reported as EnvironmentStepFailed, naming the
+user's error and the line of their code that raised it (base.innermost_frame_in); an
+observation or reward of the wrong shape or dtype as EnvironmentOutputError, naming the level,
+the field, the step and episode, what came and what the space promised (NaN and infinities
+are the actor's check, base.output_problem, for every family). Both are base.EnvironmentFault:
+actors replace the environment as they replace a dead environment process, drop the episode
+in progress and log the failure; a level whose environments keep failing stops the run with
+one message (actor.RestartPolicy).
 """
 import functools
 import sys
@@ -40,20 +44,27 @@ import numpy as np
 
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
-from scalable_agent_tf2.environments import mujoco
-from scalable_agent_tf2.environments import process
+from scalable_agent_tf2.environments import rendering
 from scalable_agent_tf2.environments.families import gym as gym_family
 
 VECTOR, FRAME, INDEX = "vector", "frame", "index"
 
 
-class EnvironmentStepFailed(process.EnvironmentProcessDied):
-  """The environment raised in step(): actors replace it as they replace a dead environment
-  process (actor.ENVIRONMENT_FAILURES catches EnvironmentProcessDied)."""
+class EnvironmentStepFailed(base.EnvironmentFault):
+  """The environment's own step() or reset() raised: actors replace it as they replace a dead
+  environment process (actor.ENVIRONMENT_FAILURES). The message names the level, the step and
+  episode and the error, and where in the environment's code it was raised (user_frame)."""
 
 
-class EnvironmentOutputError(ValueError):
-  """An environment returned a field of the wrong shape or dtype."""
+# An observation or reward that breaks the environment's spaces (base.EnvironmentFault too).
+EnvironmentOutputError = base.EnvironmentOutputError
+
+
+class EnvironmentCannotBeMade(base.EnvironmentFault, ValueError):
+  """gymnasium.make raised: the environment's own constructor failed. A ValueError, so that the
+  command line answers it with an `error:` line when the settings are resolved (the family
+  reads the spaces then), and an environment fault, so that an actor that meets it retries
+  and then reports the level (actor.RestartPolicy)."""
 
 
 class UnsupportedSpace(ValueError):
@@ -193,17 +204,37 @@ def _observation_kind(env_id, space, spaces):
 
 
 def make(env_id, env_kwargs):
-  """gymnasium.make(env_id, **env_kwargs), the id checked first (nearest ids named)."""
+  """gymnasium.make(env_id, **env_kwargs), the id checked first (nearest ids named).
+
+  Raises:
+    ValueError: env_kwargs the environment does not take.
+    EnvironmentCannotBeMade: the environment's own constructor raised.
+  """
   import gymnasium  # pylint: disable=g-import-not-at-top
   gym_family.check_registered(env_id)
-  mujoco.prepare_headless_rendering()  # Before a MuJoCo task imports mujoco (its render()).
+  rendering.prepare_headless_rendering()  # Before a MuJoCo task imports mujoco (its render()).
   try:
     return gymnasium.make(env_id, **env_kwargs)
   except TypeError as error:
     if env_kwargs:
       raise ValueError(f"gym:{env_id} does not take --env_kwargs={env_kwargs}: {error}") \
           from error
-    raise
+    raise _cannot_be_made(env_id, error) from error
+  except Exception as error:  # pylint: disable=broad-except
+    raise _cannot_be_made(env_id, error) from error
+
+
+def _cannot_be_made(env_id, error):
+  """EnvironmentCannotBeMade naming the error and the line of the environment's code (the
+  module of its registered entry point) that raised it."""
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  entry_point = gymnasium.spec(gym_family.split_id(env_id)[1]).entry_point
+  module = (entry_point.split(":")[0] if isinstance(entry_point, str)
+            else getattr(entry_point, "__module__", None))
+  user_frame = base.innermost_frame_in(error, module) if module else None
+  return EnvironmentCannotBeMade(base.sentence(
+      f"gym:{env_id}: making the environment raised {type(error).__name__}: {error}"
+      + (f" (at {user_frame})" if user_frame else "")), user_frame)
 
 
 @functools.lru_cache(maxsize=64)
@@ -249,11 +280,31 @@ class GymEnvironment(base.Environment):
     self._emit_truncation_step = emit_truncation_step
     self._pending_reset = False
     self._statistics = base.EpisodeStatistics()
+    self._episode = 0  # The episode in progress, counted from 1 (its messages name it).
+    self._where = base.position(1, 0)  # The output being made, for messages.
     self._closed = False
 
   @property
   def spec(self):
     return self._spec
+
+  def _output_error(self, what):
+    """EnvironmentOutputError: "<level>: step 3 of episode 1: the environment returned
+    <what>."."""
+    return EnvironmentOutputError(f"{self.level_name}: {self._where}: the environment "
+                                  f"returned {what}.")
+
+  def _call_environment(self, method, *args, **kwargs):
+    """The gymnasium environment's `method` (step or reset); EnvironmentStepFailed naming
+    the user's error and the line of their code that raised it when it raises."""
+    try:
+      return getattr(self._env, method)(*args, **kwargs)
+    except Exception as error:  # pylint: disable=broad-except
+      user_frame = base.innermost_frame_in(error, type(self._env.unwrapped).__module__)
+      raise EnvironmentStepFailed(base.sentence(
+          f"{self.level_name}: {self._where}: the environment's {method}() raised "
+          f"{type(error).__name__}: {error}" + (f" (at {user_frame})" if user_frame else "")),
+          user_frame) from error
 
   def _observation(self, observation):
     """(frame, instruction str) as the project stores them: a Dict's image and text (''
@@ -263,11 +314,10 @@ class GymEnvironment(base.Environment):
     if description.image_key is None:
       return self._frame(observation), ""
     if not isinstance(observation, dict) or description.image_key not in observation:
-      raise EnvironmentOutputError(
-          f"{self.level_name}: the environment returned an observation of type "
-          f"{type(observation).__name__}"
+      raise self._output_error(
+          f"an observation of type {type(observation).__name__}"
           + (f" with keys {sorted(observation)}" if isinstance(observation, dict) else "")
-          + f"; its Dict space promises the key {description.image_key!r}.")
+          + f"; its Dict space promises the key {description.image_key!r}")
     frame = self._frame(observation[description.image_key])
     if description.text_key is None:
       return frame, ""
@@ -275,9 +325,9 @@ class GymEnvironment(base.Environment):
     if isinstance(text, bytes):
       text = text.decode("utf-8")
     if not isinstance(text, str):
-      raise EnvironmentOutputError(
-          f"{self.level_name}: the environment returned {type(text).__name__} for the "
-          f"observation's {description.text_key!r}; its Dict space promises a text (str).")
+      raise self._output_error(
+          f"{type(text).__name__} for the observation's {description.text_key!r}; its Dict "
+          "space promises a text (str)")
     return frame, text
 
   def _frame(self, observation):
@@ -286,39 +336,38 @@ class GymEnvironment(base.Environment):
     array = np.asarray(observation)
     if kind == INDEX:
       if array.shape != () or not np.issubdtype(array.dtype, np.integer):
-        raise EnvironmentOutputError(
-            f"{self.level_name}: the environment returned an observation of shape "
-            f"{array.shape} and dtype {array.dtype}; its Discrete space promises an integer.")
+        raise self._output_error(
+            f"an observation of shape {array.shape} and dtype {array.dtype}; its Discrete "
+            "space promises an integer")
       return np.int32(array)
     if array.shape != shape:
-      raise EnvironmentOutputError(
-          f"{self.level_name}: the environment returned an observation of shape "
-          f"{array.shape}; its observation space promises {shape}.")
+      raise self._output_error(
+          f"an observation of shape {array.shape}; its observation space promises {shape}")
     if kind == FRAME:
       if array.dtype != np.uint8:
-        raise EnvironmentOutputError(
-            f"{self.level_name}: the environment returned an observation of dtype "
-            f"{array.dtype}; its observation space promises uint8 frames.")
+        raise self._output_error(
+            f"an observation of dtype {array.dtype}; its observation space promises uint8 "
+            "frames")
       return array
     if not np.issubdtype(array.dtype, np.number):
-      raise EnvironmentOutputError(
-          f"{self.level_name}: the environment returned an observation of dtype "
-          f"{array.dtype}; its observation space promises numbers.")
+      raise self._output_error(
+          f"an observation of dtype {array.dtype}; its observation space promises numbers")
     return array.astype(base.OBSERVATION_DTYPE)
 
   def _reward(self, reward):
     array = np.asarray(reward)
     if array.shape != () or not np.issubdtype(array.dtype, np.number):
-      raise EnvironmentOutputError(
-          f"{self.level_name}: the environment returned a reward of shape {array.shape} and "
-          f"dtype {array.dtype}; a reward is one number.")
+      raise self._output_error(
+          f"a reward of shape {array.shape} and dtype {array.dtype}; a reward is one number")
     return float(array)
 
   def _reset(self):
+    self._episode += 1
+    self._where = base.position(self._episode, 0)
     if self._seeded:
-      observation, _ = self._env.reset()
+      observation, _ = self._call_environment("reset")
     else:
-      observation, _ = self._env.reset(seed=self._seed)
+      observation, _ = self._call_environment("reset", seed=self._seed)
       self._seeded = True
     return self._observation(observation)  # (frame, instruction)
 
@@ -330,6 +379,7 @@ class GymEnvironment(base.Environment):
     self._check_open()
     self._statistics.restart()
     self._pending_reset = False
+    self._episode = 0
     return base.make_env_output(0.0, True, *self._reset(), 0.0, 0)
 
   def _sent_action(self, action):
@@ -348,11 +398,8 @@ class GymEnvironment(base.Environment):
     if self._pending_reset:
       self._pending_reset = False
       return base.make_env_output(0.0, True, *self._reset(), *self._last_statistics)
-    try:
-      observation, reward, terminated, truncated, _ = self._env.step(sent)
-    except Exception as error:  # pylint: disable=broad-except
-      raise EnvironmentStepFailed(f"{self.level_name}: the environment raised in step: "
-                                  f"{type(error).__name__}: {error}") from error
+    self._where = base.position(self._episode, self._statistics.episode_step + 1)
+    observation, reward, terminated, truncated, _ = self._call_environment("step", sent)
     reward = self._reward(reward)
     frame, instruction = self._observation(observation)
     if truncated and not terminated and self._emit_truncation_step:
@@ -368,13 +415,13 @@ class GymEnvironment(base.Environment):
                                 episode_step)
 
   def render(self):
-    """gymnasium's rgb_array picture, uint8 [H, W, 3] (mujoco.render_rgb; base.CannotRender
+    """gymnasium's rgb_array picture, uint8 [H, W, 3] (rendering.render_rgb; base.CannotRender
     if it has none)."""
     self._check_open()
-    return mujoco.render_rgb(self._env, self.level_name)
+    return rendering.render_rgb(self._env, self.level_name)
 
   def render_fps(self):
-    return mujoco.render_fps_of(self._env)
+    return rendering.render_fps_of(self._env)
 
   def close(self):
     if not self._closed:

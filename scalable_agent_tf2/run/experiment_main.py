@@ -316,10 +316,15 @@ def main(argv):
       training.train(config, listen_address=learner_address, cluster_secret=secret,
                      insecure_open_cluster=FLAGS.insecure_open_cluster)
   except (ModuleNotFoundError, checkpoints.CheckpointError, distributed.LearnerUnavailable,
-          distributed.PeerRejected, distributed.ClusterError, run_directory.RunDirectoryError,
-          training.LevelsCannotRun) as error:
+          distributed.PeerRejected, distributed.ClusterError,
+          run_directory.RunDirectoryError) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
+  except training.LevelsCannotRun as error:
+    # 2 for levels that cannot start here (the set-up); 1 for environments that started, then
+    # kept failing (a crash loop: a failure of the run, as RunFailed's).
+    print(f"error: {error}", file=sys.stderr)
+    return error.exit_code
   except training.RunFailed as error:
     # A failure of the run itself (non-finite updates, a dead thread of the learner, a
     # checkpoint or log that could not be written); the message names the checkpoint kept.

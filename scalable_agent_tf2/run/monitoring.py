@@ -354,6 +354,7 @@ class Monitor:
     self._lock = threading.Lock()
     self._recent = {level: collections.deque(maxlen=RECENT_EPISODES) for level in levels}
     self._new_episodes = []
+    self._new_failures = []  # record_restart's, until the next write logs them.
     self._num_episodes = 0
     self._num_restarts = 0
     self._last_update = {}
@@ -421,9 +422,21 @@ class Monitor:
       self._num_episodes += 1
 
   def record_restart(self, level, error):
+    """An environment of `level` failed (error) and was replaced: a console line now, a
+    runlog ENVIRONMENT_FAILURE record at the next write. The error's message names the step,
+    the episode and, for an environment's own exception, the file and line it raised at
+    (environments.EnvironmentFault.user_frame, kept in the record's "where")."""
     with self._lock:
       self._num_restarts += 1
-    self._print(f"Environment process for {level} failed and was restarted: {error}")
+      self._new_failures.append((level, str(error), type(error).__name__,
+                                 getattr(error, "user_frame", None), self._learner_frames))
+    self._print(f"Environment for {level} failed and was restarted: {error}")
+
+  @property
+  def num_restarts(self):
+    """Environments replaced after a failure so far."""
+    with self._lock:
+      return self._num_restarts
 
   def record_update(self, stats, policy_lags):
     """stats: dict of the learner's scalars (numpy); policy_lags: ints, one per trajectory."""
@@ -447,6 +460,7 @@ class Monitor:
     now = self._clock()
     with self._lock:
       episodes, self._new_episodes = self._new_episodes, []
+      failures, self._new_failures = self._new_failures, []
       lags, self._policy_lags = self._policy_lags, []
       update = dict(self._last_update)
       num_updates, num_episodes, num_restarts = (self._num_updates, self._num_episodes,
@@ -476,6 +490,9 @@ class Monitor:
       # can read the learner's count before its latest update reached record_update).
       frames = min(max(frames, self._logged_frames), int(num_frames))
       self._log.episode(frames, level, episode_return, episode_step)
+    for level, error, error_type, where, frames in failures:
+      frames = min(max(frames, self._logged_frames), int(num_frames))
+      self._log.environment_failure(frames, level, error, error_type, where)
     self._logged_frames = int(num_frames)
     self._log.write(record)
     self._log.flush()

@@ -35,6 +35,7 @@ from scalable_agent_tf2.acting import watchdog
 from scalable_agent_tf2.run import actor_process
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.run import input_pipeline
@@ -45,7 +46,9 @@ from scalable_agent_tf2.run import repeatable
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.utils import stop_signals
 from scalable_agent_tf2.configuration import suites
-from scalable_agent_tf2.environments import LevelCannotRun
+from scalable_agent_tf2.environments import LevelCannotRun, LevelKeepsFailing
+from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments.families import base as families_base
 from scalable_agent_tf2.learning import laser
 
 # How long the supervisor keeps collecting levels that cannot run once one is reported, while
@@ -180,8 +183,7 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
                        checkpoint=checkpoint,
                        trajectories=TrajectoryAccounts.count(produced=0, trained=0))
   except LevelCannotRun as error:  # The first environment (build_agent's) cannot start.
-    raise LevelsCannotRun({error.level_name: error.reason}, config,
-                          " Nothing was trained.") from error
+    raise LevelsCannotRun.of([error], config, " Nothing was trained.") from error
   finally:
     stop_request.restore()
     deterministic_ops.restore()
@@ -253,30 +255,56 @@ class Stalled(RunFailed):
 
 
 class LevelsCannotRun(RuntimeError):
-  """Levels whose environments cannot start or reset here (environments.LevelCannotRun from
-  one or more actors), named together with what to do.
+  """Levels whose environments cannot start or reset here, or keep failing while they run
+  (environments.LevelCannotRun, LevelKeepsFailing, from one or more actors), named together
+  with what to do (their families' how_to_fix).
 
   Attributes:
     reasons: dict level name -> reason.
+    keep_failing: the levels whose environments started, then kept failing (a crash loop).
+    exit_code: 1 when some level kept failing while it ran (a failure of the run, as
+      RunFailed's), 2 when levels only could not start (this machine's set-up, as bad flags).
   """
 
-  def __init__(self, reasons, config, consequence=""):
+  def __init__(self, reasons, config, consequence="", keep_failing=()):
     self.reasons = dict(reasons)
+    self.keep_failing = frozenset(keep_failing)
+    self.exit_code = 1 if self.keep_failing else 2
     names = sorted(self.reasons)
     lines = [f"{len(names)} level(s) cannot run here:"]
     # A reason from an environment's death already starts with its level's name.
     lines += [f"  {reason}" if reason.startswith(f"{name}: ") else f"  {name}: {reason}"
               for name, reason in ((name, self.reasons[name]) for name in names)]
+    fix = _how_to_fix(names)
     if suites.is_suite(config.level_name):
       excluded = sorted(set(config.excluded_level_names) | set(names))
       remaining = len(config.levels) - len(set(names) & set(config.levels))
-      lines.append(f"Fix them (see BUILD.md), or run without them with "
+      lines.append(f"{fix}, or run without them with "
                    f"--excluded_levels={','.join(excluded)} ({config.level_name}'s score then "
                    f"covers {remaining} of {len(suites.level_names(config.level_name))} "
                    f"levels).")
     else:
-      lines.append("Fix the level's environment (see BUILD.md) or choose another level.")
+      lines.append(f"{fix} or choose another level.")
     super().__init__("\n".join(lines) + consequence)
+
+  @classmethod
+  def of(cls, errors, config, consequence=""):
+    """From the LevelCannotRun errors of actors (or evaluation workers)."""
+    return cls({e.level_name: e.reason for e in errors}, config, consequence,
+               keep_failing={e.level_name for e in errors
+                             if isinstance(e, LevelKeepsFailing)})
+
+
+def _how_to_fix(level_names):
+  """The advice of the levels' families (Family.how_to_fix), each once; DeepMind Lab's points
+  to BUILD.md, a gymnasium environment's to its own code."""
+  advice = []
+  for name in level_names:
+    family = families.find_family(name)
+    fix = family.how_to_fix if family is not None else families_base.Family.how_to_fix
+    if fix not in advice:
+      advice.append(fix)
+  return "; ".join(advice)
 
 
 @dataclasses.dataclass
@@ -383,7 +411,7 @@ class _Run:
     self.stop_reason = "frame budget reached"
     self.last_checkpoint = checkpointer.latest
     self.accounts = None
-    self.cannot_run = {}  # Level name -> reason (environments.LevelCannotRun from actors).
+    self.cannot_run = {}  # Level name -> environments.LevelCannotRun from actors.
     self._cannot_run_since = None
     self.learner_thread = threading.Thread(target=self.learn, name="learner", daemon=True)
     self.progress_watch = None  # Made at start (its clock starts with the actors).
@@ -642,7 +670,7 @@ class _Run:
     if other is not None:
       self.stop_reason = f"{other.name} failed"
       return True
-    self.cannot_run = {t.error.level_name: t.error.reason for t in threads}
+    self.cannot_run = {t.error.level_name: t.error for t in threads}
     if self._cannot_run_since is None:
       self._cannot_run_since = now
       self.print(f"Level(s) cannot run: {', '.join(sorted(self.cannot_run))}; waiting for "
@@ -670,7 +698,17 @@ class _Run:
     if isinstance(self.learner_error, Diverged) or isinstance(self.failure, Diverged):
       # Diverged parameters are not worth a checkpoint: the last one stays the newest.
       return
+    if self._kept_failing_before_any_update():
+      # A checkpoint would hold only what the run started from (fresh parameters, or the
+      # checkpoint it resumed): none is written, so that the same command, once the
+      # environment is fixed, starts as it would have (even with another observation shape).
+      return
     self.save()
+
+  def _kept_failing_before_any_update(self):
+    """An environment crash loop (LevelKeepsFailing) stopped the run before its first update."""
+    return self.progress.num_updates == 0 and any(
+        isinstance(t.error, LevelKeepsFailing) for t in getattr(self.actors, "threads", ()))
 
   def report(self):
     """The final log record and console lines: trajectory accounts, why the run stopped."""
@@ -689,6 +727,10 @@ class _Run:
                  f"{self.input.dropped_trajectories}.")
     for line in self.actors.refusal_lines():  # A cluster's learner: refused credentials.
       self.print(line)
+    if self.monitor.num_restarts:
+      self.print(f"Environments restarted after a failure: {self.monitor.num_restarts} (the "
+                 f"episodes they were playing dropped; {runlog.LOG_FILE}'s "
+                 f"{runlog.ENVIRONMENT_FAILURE} records say why).")
     failure = self.failure or self.learner_error
     if isinstance(failure, RunFailed):
       self.stop_reason = f"{failure}"
@@ -696,20 +738,22 @@ class _Run:
               if self._last_checkpoint_exists() else self._kept().strip())
       self.print(f"Stopped: {self.stop_reason} {kept}")
     else:
-      self.print(f"Stopped: {self.stop_reason}. Checkpoint {self.last_checkpoint} at "
-                 f"{self.frames():,} frames.")
+      checkpoint = (f"Checkpoint {self.last_checkpoint} at {self.frames():,} frames."
+                    if self.last_checkpoint else "Nothing trained, no checkpoint written.")
+      self.print(f"Stopped: {self.stop_reason}. {checkpoint}")
     self.actors.farewell()
 
   def raise_failure(self):
     """Raises what stopped the run early: a failed actor, a lost replay service, the
     learner's error (all after the final checkpoint)."""
-    saved = f" Training stopped; the checkpoint {self.last_checkpoint} holds its state."
+    saved = (f" Training stopped; the checkpoint {self.last_checkpoint} holds its state."
+             if self.last_checkpoint else " Nothing was trained; no checkpoint was written.")
     failed = self.actors.failed()
     if failed is not None and isinstance(failed.error, LevelCannotRun):
       threads = getattr(self.actors, "threads", ())
-      self.cannot_run.update({t.error.level_name: t.error.reason for t in threads
+      self.cannot_run.update({t.error.level_name: t.error for t in threads
                               if isinstance(t.error, LevelCannotRun)})
-      raise LevelsCannotRun(self.cannot_run, self.config, saved) from failed.error
+      raise LevelsCannotRun.of(self.cannot_run.values(), self.config, saved) from failed.error
     if failed is not None:
       raise actor_lib.ActorFailed.of(failed, saved) from failed.error
     if self.input.lost_replay:

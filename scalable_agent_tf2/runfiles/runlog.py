@@ -12,6 +12,10 @@ Records, by their "kind":
             count of the write that logged it), level, episode_return, episode_length.
   PROGRESS  one per monitor write (every --log_secs): time, frames, progress, rates, counts
             and the learner's latest scalars; "not measured yet" is null.
+  ENVIRONMENT_FAILURE  one per environment replaced after it failed (its process died, its
+            step() or reset() raised, its output broke its spec): time, frames, level,
+            error (the message, naming the step and episode), error_type, and where (the
+            file, line and function of the environment's own code that raised, or null).
 """
 import json
 import math
@@ -22,6 +26,7 @@ LOG_FILE = "log.jsonl"
 START = "start"
 EPISODE = "episode"
 PROGRESS = "progress"
+ENVIRONMENT_FAILURE = "environment_failure"
 
 
 def log_path(logdir):
@@ -60,6 +65,10 @@ class Writer:
   def episode(self, frames, level, episode_return, episode_length):
     self.write(dict(kind=EPISODE, frames=int(frames), level=level,
                     episode_return=episode_return, episode_length=episode_length))
+
+  def environment_failure(self, frames, level, error, error_type, where):
+    self.write(dict(kind=ENVIRONMENT_FAILURE, time=time.time(), frames=int(frames),
+                    level=level, error=error, error_type=error_type, where=where))
 
   def flush(self):
     self._file.flush()
@@ -102,7 +111,7 @@ def read_log(logdir):
 
 
 def of_kind(records, kind):
-  """The records of one kind (START, EPISODE or PROGRESS), in order."""
+  """The records of one kind (START, EPISODE, PROGRESS, ENVIRONMENT_FAILURE), in order."""
   return [r for r in records if r.get("kind") == kind]
 
 

@@ -18,7 +18,7 @@ same over the learner's RPC service (distributed.py), one actor process at a tim
                     distributed.TrajectoryServer
 
 Only three arrays cross the wire, each way: count int64 [], mean float64 [O], m2 float64 [O]
-(mujoco.RunningStatistics). Agents without a filter (frames, indices) get no method and make
+(normalization.RunningStatistics). Agents without a filter (frames, indices) get no method and make
 no call: nothing changes for them. The learner's filter is the restored one when it resumed
 from a checkpoint, so an actor process's first sync (before its actors start) hands it over.
 
@@ -31,25 +31,29 @@ is more often than RLlib's once per training iteration (about every 10 s), for t
 O numbers per unroll (O = 11 to 348). As in RLlib, the observations an actor process filters
 while its sync is on the way are in its next delta, not in the merged state it loads.
 
+Only finite statistics are merged (normalization.py says why): the learner refuses a delta
+with NaN or an infinity, logs it and keeps its statistics (DeltaMerger).
+
 A call that fails because the learner restarted is sent again to the restarted learner, so that
 delta is kept (what the learner merged after its last checkpoint is gone, like its updates
 since then: the actor processes load the restored statistics). A delta whose reply alone was
 lost (the learner still up) would be merged twice on the retry; unlike trajectories, deltas
 carry no sequence number: a few observations counted twice shift the statistics negligibly.
 """
+import sys
 import threading
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.environments import mujoco
+from scalable_agent_tf2.environments import normalization
 
 METHOD_NAME = "filter_sync"  # What distributed.LearnerClient.sync_filter calls.
 
 
 def statistics_arrays(statistics):
-  """(count int64 [], mean float64 [O], m2 float64 [O]) of a mujoco.RunningStatistics or a
+  """(count int64 [], mean float64 [O], m2 float64 [O]) of a normalization.RunningStatistics or a
   MeanStdFilter.state() dict: what crosses the wire."""
   if isinstance(statistics, dict):
     count, mean, m2 = statistics["count"], statistics["mean"], statistics["m2"]
@@ -59,32 +63,53 @@ def statistics_arrays(statistics):
 
 
 def statistics_from_arrays(count, mean, m2):
-  """The mujoco.RunningStatistics of statistics_arrays' output.
+  """The normalization.RunningStatistics of statistics_arrays' output.
 
   Raises:
-    ValueError: a negative count, or mean and m2 of different shapes (not a filter's delta).
+    ValueError: a negative count, or mean and m2 of different shapes (not a filter's delta);
+      normalization.NonFiniteStatistics (a ValueError): NaN or an infinity in mean or m2.
   """
   mean, m2 = np.asarray(mean, np.float64), np.asarray(m2, np.float64)
   if int(count) < 0 or mean.shape != m2.shape:
     raise ValueError(f"Not a filter's statistics: count {int(count)}, mean of shape "
                      f"{mean.shape}, m2 of shape {m2.shape}.")
-  statistics = mujoco.RunningStatistics(mean.shape)
-  statistics.count, statistics.mean, statistics.m2 = int(count), mean.copy(), m2.copy()
+  statistics = normalization.RunningStatistics(mean.shape)
+  statistics.assign((int(count), mean.copy(), m2.copy()), "Not a filter's statistics")
   return statistics
 
 
-def merge_and_report(obs_filter, count, mean, m2):
-  """The learner's half of a sync: merges an actor process's delta into `obs_filter` (a
-  mujoco.MeanStdFilter) and returns its merged statistics as statistics_arrays."""
-  obs_filter.apply_delta(statistics_from_arrays(count, mean, m2))
-  return statistics_arrays(obs_filter.state())
+class DeltaMerger:
+  """The learner's half of a sync: merges an actor process's delta into the learner's filter (a
+  normalization.MeanStdFilter) and returns its merged statistics as statistics_arrays.
+
+  A delta that is not a filter's statistics (NaN or an infinity, a negative count, another
+  shape) is refused, counted and logged, and the learner's statistics stay as they were: one
+  actor process must not poison the filter every actor normalises with. The actor process
+  gets the unchanged merged statistics back and plays on (its own filter refuses non-finite
+  observations, so such a delta means a bug or a corrupted message, not a bad environment).
+  """
+
+  def __init__(self, obs_filter, log=None):
+    """log: callable(line) for a refused delta; None: sys.stderr."""
+    self._filter = obs_filter
+    self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    self.refused = 0
+
+  def __call__(self, count, mean, m2):
+    try:
+      self._filter.apply_delta(statistics_from_arrays(count, mean, m2))
+    except ValueError as error:
+      self.refused += 1
+      self._log(f"Learner: refused an actor process's observation statistics: {error} "
+                f"({self.refused} refused so far).")
+    return statistics_arrays(self._filter.state())
 
 
 def learner_methods(agent):
   """[(METHOD_NAME, tf.function)] for the learner's RPC server, or [] for an agent without an
   observation filter.
 
-  The tf.function runs merge_and_report in the learner process (tf.numpy_function). Keep the
+  The tf.function runs a DeltaMerger in the learner process (tf.numpy_function). Keep the
   returned functions referenced as long as the server serves them: the Python function lives
   only as long as the tf.function's graph.
   """
@@ -93,12 +118,12 @@ def learner_methods(agent):
     return []
   obs_filter = observation_filter.filter
   shape = list(obs_filter.shape)
+  merge = DeltaMerger(obs_filter)
 
   @tf.function(input_signature=[tf.TensorSpec([], tf.int64), tf.TensorSpec(shape, tf.float64),
                                 tf.TensorSpec(shape, tf.float64)])
   def filter_sync(count, mean, m2):
-    merged = tf.numpy_function(lambda *delta: merge_and_report(obs_filter, *delta),
-                               [count, mean, m2], [tf.int64, tf.float64, tf.float64],
+    merged = tf.numpy_function(merge, [count, mean, m2], [tf.int64, tf.float64, tf.float64],
                                stateful=True)
     return [tf.ensure_shape(merged[0], []), tf.ensure_shape(merged[1], shape),
             tf.ensure_shape(merged[2], shape)]
@@ -117,7 +142,7 @@ class FilterSync:
     """Args:
       client: has sync_filter(count, mean, m2) -> (count, mean, m2), the learner's merged
         statistics (distributed.LearnerClient).
-      obs_filter: this process's mujoco.MeanStdFilter, shared by its actor threads.
+      obs_filter: this process's normalization.MeanStdFilter, shared by its actor threads.
     """
     self._client = client
     self._filter = obs_filter
@@ -148,5 +173,5 @@ def for_actor_process(client, agent):
   return FilterSync(client, observation_filter.filter)
 
 
-__all__ = ["FilterSync", "METHOD_NAME", "for_actor_process", "learner_methods",
-           "merge_and_report", "statistics_arrays", "statistics_from_arrays"]
+__all__ = ["DeltaMerger", "FilterSync", "METHOD_NAME", "for_actor_process", "learner_methods",
+           "statistics_arrays", "statistics_from_arrays"]

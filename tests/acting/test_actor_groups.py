@@ -2,6 +2,7 @@
 environment gives, groups in the batched policy, restarts with backoff, seeded evaluation."""
 import os
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.configuration import presets
-from scalable_agent_tf2.environments import EnvironmentProcessDied, LevelCannotRun
+from scalable_agent_tf2.environments import (EnvironmentProcessDied, LevelCannotRun,
+                                             LevelKeepsFailing)
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 from scalable_agent_tf2.environments.atari_vector import AtariVectorGroup
 
@@ -196,9 +198,16 @@ def test_crashes_while_stepping_restart_until_the_level_keeps_dying():
     loop.unroll(5)
   with pytest.raises(actor.EnvironmentRestarted):
     loop.unroll(5)
-  with pytest.raises(LevelCannotRun, match="crashed 3 times within 60 s"):
+  with pytest.raises(LevelKeepsFailing, match="failed 3 times within 60 s .*the last failure: "
+                                               "atari/pong died while stepping"):
     loop.unroll(5)  # ...but the third within a minute reports the level.
   loop.close()
+
+
+def test_an_actors_error_that_ends_with_a_full_stop_gets_one_not_two():
+  thread = types.SimpleNamespace(name="actor-0", error=ValueError("Bad action."))
+  assert str(actor.ActorFailed.of(thread, " Training stopped.")) == (
+      "actor-0 stopped with ValueError: Bad action. Training stopped.")
 
 
 def test_seeded_evaluation_on_atari_groups_repeats():

@@ -4,6 +4,7 @@ text mission also the instruction encoder); discrete actions the categorical hea
 actions the diagonal Gaussian (on vectors: the IMPACT paper's MLPs; on frames:
 ContinuousFrameAgent). Vector observations pass through the run's observation filter whatever
 the actions."""
+import re
 import types
 
 import numpy as np
@@ -215,7 +216,7 @@ def test_minigrid_ids_import_their_package_or_say_how_to_get_it():
   try:
     import minigrid  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError:
-    with pytest.raises(ValueError, match="pip install minigrid"):
+    with pytest.raises(ValueError, match=re.escape(gym_family.MINIGRID_INSTALL)):
       gym_family.check_registered("MiniGrid-Empty-5x5-v0")
   else:  # Installed: the plain id is registered by importing the package.
     gym_family.check_registered("BabyAI-GoToRedBall-v0")

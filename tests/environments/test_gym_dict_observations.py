@@ -117,8 +117,8 @@ def test_a_mission_that_is_not_a_text_mid_episode_names_the_field():
     env.initial()
     env.step(0)
     with pytest.raises(gym_env.EnvironmentOutputError,
-                       match="TestMissionRoomBadMission-v0: the environment returned int "
-                             "for the observation's 'mission'"):
+                       match="TestMissionRoomBadMission-v0: step 1 of episode 2: the "
+                             "environment returned int for the observation's 'mission'"):
       env.step(0)
   finally:
     env.close()

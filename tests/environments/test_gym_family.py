@@ -1,5 +1,8 @@
 """The gymnasium family: "gym:<id>" levels, their documented presets, --env_kwargs, a user's
 package through gymnasium's "module:Id" form, truncation, and every kind of bad input."""
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -14,8 +17,10 @@ from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.environments.families import gym as gym_family
 
 USER = "gym:tests.gym_user_package.envs:"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _resolve(level_name, **kwargs):
@@ -80,8 +85,41 @@ def test_an_unknown_id_names_the_nearest_registered_ones():
 def test_a_module_that_fails_to_import_raises_its_own_error():
   with pytest.raises(RuntimeError, match="missing simulator licence file"):
     _resolve("gym:tests.gym_user_package.broken:Anything-v0")
-  with pytest.raises(ModuleNotFoundError, match="no_such_package"):
-    _resolve("gym:no_such_package.envs:Anything-v0")
+  with pytest.raises(ModuleNotFoundError, match="No module named 'a_dependency_that_is_not_"):
+    _resolve("gym:tests.gym_user_package.needs_missing_dependency:Anything-v0")
+
+
+@pytest.mark.parametrize("level_name, missing", [
+    ("gym:nosuchmodule:Foo-v0", "nosuchmodule"),
+    ("gym:no_such_package.envs:Anything-v0", "no_such_package"),
+    ("gym:tests.gym_user_package.no_such_module:Anything-v0",
+     "tests.gym_user_package.no_such_module")])
+def test_a_module_not_found_names_the_level_and_how_to_make_it_importable(level_name, missing):
+  module = level_name[len("gym:"):].rpartition(":")[0]
+  with pytest.raises(ModuleNotFoundError) as raised:
+    _resolve(level_name)
+  message = str(raised.value)
+  assert message.startswith(f"{level_name}: cannot import {module!r}, the module that should "
+                            f"register "), message
+  assert f"No module named '{missing}'" in message
+  assert "must be importable" in message and "PYTHONPATH" in message
+  assert "installed package" in message
+  with open(os.path.join(REPO, "docs", "ENVIRONMENTS.md"), encoding="utf-8") as f:
+    documented = " ".join(f.read().split())
+  assert "must be importable" in documented and "PYTHONPATH" in documented
+
+
+def test_a_missing_minigrid_is_answered_with_the_documented_install(monkeypatch):
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  if "MiniGrid-Empty-5x5-v0" in gymnasium.registry:
+    pytest.skip("minigrid was imported by this process: its ids are registered")
+  monkeypatch.setitem(sys.modules, "minigrid", None)  # `import minigrid` raises ImportError.
+  with pytest.raises(ValueError) as raised:
+    gym_family.check_registered("MiniGrid-Empty-5x5-v0")
+  assert f"`{gym_family.MINIGRID_INSTALL}`" in str(raised.value)
+  assert "`pip install minigrid`" not in str(raised.value)
+  with open(os.path.join(REPO, "docs", "ENVIRONMENTS.md"), encoding="utf-8") as f:
+    assert gym_family.MINIGRID_INSTALL in " ".join(f.read().split())
 
 
 @pytest.mark.parametrize("env_id, field, space", [

@@ -1,6 +1,5 @@
-"""MuJoCo tasks through gymnasium (environments/mujoco.py) and RLlib's MeanStdFilter."""
-import threading
-
+"""MuJoCo tasks through gymnasium (environments/mujoco.py); their observation filter is
+test_normalization.py's."""
 import gymnasium
 import numpy as np
 import pytest
@@ -10,7 +9,6 @@ from scalable_agent_tf2 import environments
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import mujoco
-from scalable_agent_tf2.environments.mujoco import MeanStdFilter, RunningStatistics
 
 # Level -> (observation size, action size, action bound) of gymnasium's -v5 tasks.
 EXPECTED = {
@@ -194,86 +192,6 @@ def test_bad_level_seed_and_action_errors():
   env.close()
   with pytest.raises(RuntimeError, match="closed"):
     env.step(np.zeros(3))
-
-
-def test_running_statistics_match_numpy():
-  xs = np.random.default_rng(0).normal(3.0, 2.0, size=(50, 4))
-  one_by_one, batched, merged, second = (RunningStatistics((4,)) for _ in range(4))
-  for x in xs:
-    one_by_one.push(x)
-  batched.push_batch(xs)
-  merged.push_batch(xs[:17])
-  second.push_batch(xs[17:])
-  merged.merge(second)
-  for statistics in (one_by_one, batched, merged):
-    assert statistics.count == 50
-    np.testing.assert_allclose(statistics.mean, xs.mean(axis=0))
-    np.testing.assert_allclose(statistics.std, xs.std(axis=0, ddof=1))
-  single = RunningStatistics((2,))
-  single.push(np.array([-3.0, 4.0]))
-  np.testing.assert_array_equal(single.std, [3.0, 4.0])  # RLlib's |mean| while n < 2.
-
-
-def test_mean_std_filter_updates_then_normalises():
-  xs = np.random.default_rng(1).normal(-1.0, 5.0, size=(20, 3))
-  obs_filter = MeanStdFilter((3,))
-  np.testing.assert_array_equal(obs_filter(xs[0], update=False), xs[0].astype(np.float32))
-  np.testing.assert_array_equal(obs_filter(xs[0]), np.zeros(3, np.float32))  # (x - x) / ...
-  for t in range(1, 20):
-    got = obs_filter(xs[t])
-    seen = xs[:t + 1]
-    expected = (xs[t] - seen.mean(axis=0)) / (seen.std(axis=0, ddof=1) + 1e-8)
-    assert got.dtype == np.float32
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
-  frozen = obs_filter(xs[3], update=False)
-  assert obs_filter.count == 20
-  np.testing.assert_array_equal(obs_filter(xs[3], update=False), frozen)
-  batch = obs_filter(xs[:5])  # A batch [N, O] is pushed, then filtered.
-  assert batch.shape == (5, 3) and obs_filter.count == 25
-
-
-def test_filters_sync_like_rllib_and_checkpoint_their_state():
-  rng = np.random.default_rng(2)
-  learner, actors, everything = MeanStdFilter((3,)), [MeanStdFilter((3,)) for _ in range(2)], []
-  for _ in range(3):  # Three sync rounds: actors filter, the learner merges their deltas.
-    for actor in actors:
-      xs = rng.normal(2.0, 3.0, size=(7, 3))
-      everything.append(xs)
-      actor(xs)
-    for actor in actors:
-      learner.apply_delta(actor.take_delta())
-    for actor in actors:
-      actor.load_state(learner.state())
-  reference = MeanStdFilter((3,))
-  reference(np.concatenate(everything))
-  probe = rng.normal(size=3)
-  for synced in [learner] + actors:
-    assert synced.count == 42
-    np.testing.assert_allclose(synced(probe, update=False), reference(probe, update=False),
-                               rtol=1e-6)
-  restored = MeanStdFilter((3,))
-  restored.load_state(learner.state())
-  np.testing.assert_array_equal(restored(probe, update=False), learner(probe, update=False))
-  with pytest.raises(ValueError, match="another level"):
-    MeanStdFilter((4,)).load_state(learner.state())
-
-
-def test_filter_is_shared_safely_by_threads():
-  obs_filter = MeanStdFilter((2,))
-  rows = np.random.default_rng(3).normal(size=(400, 2))
-
-  def act(part):
-    for x in part:
-      obs_filter(x)
-  threads = [threading.Thread(target=act, args=(rows[i::4],)) for i in range(4)]
-  for thread in threads:
-    thread.start()
-  for thread in threads:
-    thread.join()
-  state = obs_filter.state()
-  assert state["count"] == 400
-  np.testing.assert_allclose(state["mean"], rows.mean(axis=0))
-  np.testing.assert_allclose(state["m2"], ((rows - rows.mean(axis=0)) ** 2).sum(axis=0))
 
 
 def test_presets_are_table_2():

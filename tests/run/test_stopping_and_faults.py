@@ -1,6 +1,7 @@
 """Faults and stops that must lose nothing: signals at any moment, levels that cannot run,
 test results that cannot be written, corrupt checkpoints; and the lines a run starts with."""
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -12,12 +13,15 @@ import pytest
 
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import monitoring
+from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
+from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.utils import stop_signals
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.environments import LevelCannotRun
+from scalable_agent_tf2.environments import LevelCannotRun, LevelKeepsFailing
 from scalable_agent_tf2.environments import toy as toy_environment
+from tests.environments import test_environment_faults
 from tests.run.test_training import TOY_NETWORK, toy_config
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +82,25 @@ def test_levels_that_cannot_run_are_named_with_the_flag_that_leaves_them_out(tmp
   assert "covers 28 of 30 levels" in text and text.endswith(" Saved.")
   single = training.LevelsCannotRun({"toy": "broken"}, toy_config(tmp_path, 5_000))
   assert "--excluded_levels" not in str(single)
+
+
+def test_a_level_that_keeps_failing_points_to_its_environment_and_exits_1(tmp_path):
+  # A gymnasium environment is the user's code: its crash loop is a failure of the run (exit
+  # 1) and the advice is about that code, not BUILD.md (DeepMind Lab's build).
+  config = dataclasses.replace(toy_config(tmp_path, total_frames=5_000),
+                               level_name="gym:tests.gym_user_package.envs:UserTarget-v0")
+  looping = training.LevelsCannotRun.of([LevelKeepsFailing(
+      config.level_name, "its environment failed 5 times within 60 s (replaced each time); "
+      "the last failure: step 3 of episode 1: the environment's step() raised ...")], config)
+  assert looping.exit_code == 1 and "BUILD.md" not in str(looping)
+  assert str(looping).endswith("Fix the environment's own code (the last failure above says "
+                               "what went wrong, and where) or choose another level.")
+  # A DeepMind Lab level that cannot start: this machine's set-up (exit 2), BUILD.md's business.
+  dmlab = dataclasses.replace(config, level_name="dmlab30")
+  missing = training.LevelsCannotRun.of([LevelCannotRun("natlab_fixed_large_map",
+                                                         "map missing")], dmlab)
+  assert missing.exit_code == 2 and "Fix the level's environment (see BUILD.md), or run" in (
+      str(missing))
 
 
 def test_test_table_shows_a_dash_where_there_is_no_number():
@@ -250,3 +273,68 @@ else:
   assert "corrupt" in restored.stderr
   for noise in ("unrestored values", "could not be found", "Exception ignored", "WARNING"):
     assert noise not in restored.stderr, restored.stderr
+
+
+# A gymnasium environment of the user's own, misbehaving (issue 41): trained for a few hundred
+# frames in a process of its own, as a user runs it.
+USER_TARGET = "gym:tests.gym_user_package.envs:UserTarget-v0"
+
+
+def _train_user_target(logdir, env_kwargs):
+  """`python experiment.py --mode=train` on UserTarget made with env_kwargs (a dict): the
+  finished process (stdout, stderr)."""
+  return subprocess.run(
+      [sys.executable, "experiment.py", "--mode=train", f"--level_name={USER_TARGET}",
+       f"--logdir={logdir}", f"--env_kwargs={json.dumps(env_kwargs)}", "--num_actors=2",
+       "--envs_per_actor=2", "--batch_size=2", "--unroll_length=8", "--log_secs=5",
+       "--total_environment_frames=4000"],
+      capture_output=True, text=True, timeout=150, cwd=REPO_DIR)
+
+
+def _assert_stopped_with_an_error_line(run, *expected):
+  """Exit 1 with one `error:` line of the level's crash loop, pointing to the environment's
+  code, and no traceback."""
+  output = run.stdout + run.stderr
+  assert run.returncode == 1, output[-3000:]
+  assert "Traceback" not in output and ".." not in run.stderr, output[-3000:]
+  # (gymnasium's own warnings may come first.)
+  assert (f"\nerror: 1 level(s) cannot run here:\n  {USER_TARGET}: its environment failed 5 "
+          "times within 60 s") in "\n" + run.stderr, run.stderr
+  assert "Fix the environment's own code" in run.stderr and "BUILD.md" not in run.stderr
+  for text in expected:
+    assert text in run.stderr, run.stderr
+
+
+@pytest.mark.timeout(180)
+def test_nan_in_five_percent_of_observations_stops_with_an_error_line_not_a_stall(tmp_path):
+  run = _train_user_target(tmp_path, {"nan_fraction": 0.05})
+  _assert_stopped_with_an_error_line(
+      run, "the environment returned an observation holding nan at (0,); its spec promises "
+      "finite numbers (float32 [2])")
+  failures = runlog.of_kind(runlog.read_log(tmp_path), runlog.ENVIRONMENT_FAILURE)
+  assert len(failures) >= 5 and all("nan at (0,)" in f["error"] for f in failures)
+
+
+@pytest.mark.timeout(180)
+def test_a_wrong_observation_shape_stops_with_a_named_error_line_not_a_traceback(tmp_path):
+  run = _train_user_target(tmp_path, {"bad_shape_at": 3})
+  _assert_stopped_with_an_error_line(
+      run, "the last failure: step 3 of episode 1: the environment returned an observation of "
+      "shape (3,); its observation space promises (2,).")
+  # Nothing was trained: no checkpoint at 0 frames stands in the way of the fixed environment.
+  assert run.stderr.rstrip().endswith("Nothing was trained; no checkpoint was written.")
+  assert checkpoint_files.latest_checkpoint(str(tmp_path)) is None
+
+
+@pytest.mark.timeout(180)
+def test_the_users_exception_and_their_line_reach_the_console_and_the_run_log(tmp_path):
+  run = _train_user_target(tmp_path, {"raise_at": 3})
+  where = test_environment_faults.user_raise_line()
+  raised = ("step 3 of episode 1: the environment's step() raised RuntimeError: the user's "
+            f"simulator lost its connection (at {where})")
+  _assert_stopped_with_an_error_line(run, raised)
+  assert f"Environment for {USER_TARGET} failed and was restarted: {USER_TARGET}: {raised}" in (
+      run.stdout)
+  failures = runlog.of_kind(runlog.read_log(tmp_path), runlog.ENVIRONMENT_FAILURE)
+  assert failures and failures[0]["level"] == USER_TARGET and failures[0]["where"] == where
+  assert raised in failures[0]["error"]

@@ -373,9 +373,9 @@ def test_mujoco_renders_its_rgb_array_picture():
 
 
 def test_mujoco_opengl_is_chosen_only_in_an_environment_process_without_display():
-  from scalable_agent_tf2.environments import mujoco  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.environments import rendering  # pylint: disable=g-import-not-at-top
   choose = lambda environ, modules=(), child=True, osmesa=True: (
-      mujoco.prepare_headless_rendering(environ, lambda name: osmesa or None, modules, child),
+      rendering.prepare_headless_rendering(environ, lambda name: osmesa or None, modules, child),
       environ)
   assert choose({}) == ("osmesa", {"MUJOCO_GL": "osmesa", "SDL_VIDEODRIVER": "dummy"})
   assert choose({}, osmesa=False)[0] == "egl"

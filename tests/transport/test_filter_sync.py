@@ -17,7 +17,7 @@ from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import filter_sync
-from scalable_agent_tf2.environments.mujoco import MeanStdFilter
+from scalable_agent_tf2.environments.normalization import MeanStdFilter
 from tests.transport import test_distributed
 
 SIZE = 3  # Observation size O of these tests.
@@ -259,3 +259,24 @@ def test_a_hopper_cluster_checkpoints_the_actor_processes_statistics(tmp_path):
   state = agent.observation_filter.filter.state()
   assert state["count"] >= config.unroll_length + 1, state
   assert np.all(np.isfinite(state["mean"])) and np.any(state["m2"] > 0)
+
+
+def test_the_learner_refuses_a_non_finite_delta_and_keeps_its_statistics(capsys):
+  rng = np.random.default_rng(4)
+  learner = _agent_with_filter()
+  seen = rng.normal(size=(6, SIZE))
+  learner.observation_filter.filter(seen)
+  client = _LoopbackClient(learner)
+  count, mean, m2 = 3, np.array([0.0, np.nan, 0.0]), np.ones(SIZE)
+  merged = client.sync_filter(count, mean, m2)
+  # The actor process gets the learner's statistics back, as they were, and can play on.
+  _assert_holds(dict(zip(("count", "mean", "m2"), merged)), seen)
+  _assert_holds(learner.observation_filter.filter.state(), seen)
+  assert "refused an actor process's observation statistics" in capsys.readouterr().err
+  with pytest.raises(ValueError, match="mean holds nan at"):
+    filter_sync.statistics_from_arrays(count, mean, m2)
+  lines = []
+  merger = filter_sync.DeltaMerger(learner.observation_filter.filter, log=lines.append)
+  merger(np.int64(2), np.zeros(SIZE), np.array([np.inf, 0.0, 0.0]))
+  assert merger.refused == 1 and "m2 holds inf at (0,)" in lines[0], lines
+  _assert_holds(learner.observation_filter.filter.state(), seen)

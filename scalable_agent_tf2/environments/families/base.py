@@ -52,6 +52,9 @@ class Family:
     takes_env_kwargs: its environments take --env_kwargs (gymnasium.make's).
     has_test_levels: test scores are measured on `test_level(level)` (DMLab-30), which the
       result tables show.
+    how_to_fix: what a user does about one of its levels that cannot run (its environments
+      do not start, or keep failing), completed by "or choose another level" or by the
+      --excluded_levels that leaves it out (training.LevelsCannotRun).
   """
   name = ""
   title = ""
@@ -65,6 +68,7 @@ class Family:
   # episode's end, and a reset can be slow (DeepMind Lab compiles a new map). Such a step gets
   # --env_reset_timeout_secs instead of --env_step_timeout_secs.
   steps_may_reset_slowly = False
+  how_to_fix = "Fix the level's environment"
 
   # --- Names. ---------------------------------------------------------------------------
 

@@ -75,6 +75,7 @@ class DmLabFamily(base.Family):
   prefixes = (PREFIX,)
   has_test_levels = True
   steps_may_reset_slowly = True  # Procedural levels compile a new map at every episode.
+  how_to_fix = "Fix the level's environment (see BUILD.md)"
   name_forms = ("dmlab:<level> (any DeepMind Lab level by its path under game_scripts/levels, "
                 "e.g. dmlab:nav_maze_random_goal_01; DMLab-30's presets)",)
 

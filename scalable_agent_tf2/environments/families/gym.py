@@ -95,9 +95,13 @@ def parse_env_kwargs(text):
 
 
 # Ids whose package registers them when imported, imported for a plain "gym:<id>" so that
-# "gym:MiniGrid-Empty-5x5-v0" works as "gym:minigrid:MiniGrid-Empty-5x5-v0" does (MiniGrid and
-# BabyAI: pip install minigrid; not in requirements.txt, a benchmark-only package).
-REGISTERING_PACKAGES = (("MiniGrid-", "minigrid"), ("BabyAI-", "minigrid"))
+# "gym:MiniGrid-Empty-5x5-v0" works as "gym:minigrid:MiniGrid-Empty-5x5-v0" does: (id prefix,
+# package, how to install it). MiniGrid and BabyAI: not in requirements.txt, a benchmark-only
+# package, installed without its dependencies (benchmarks/requirements-minigrid.txt says why;
+# docs/ENVIRONMENTS.md).
+MINIGRID_INSTALL = "pip install --no-deps -r benchmarks/requirements-minigrid.txt"
+REGISTERING_PACKAGES = (("MiniGrid-", "minigrid", MINIGRID_INSTALL),
+                        ("BabyAI-", "minigrid", MINIGRID_INSTALL))
 
 
 def check_registered(env_id):
@@ -106,16 +110,16 @@ def check_registered(env_id):
   import gymnasium  # pylint: disable=g-import-not-at-top
   module, name = split_id(env_id)
   if module is None and name not in gymnasium.registry:
-    for prefix, package in REGISTERING_PACKAGES:
+    for prefix, package, install in REGISTERING_PACKAGES:
       if name.startswith(prefix):
         try:
           importlib.import_module(package)
         except ImportError as error:
           raise ValueError(f"{PREFIX}{env_id} is registered by the {package!r} package, which "
-                           f"does not import here ({error}); `pip install {package}`.") \
-              from error
+                           f"does not import here ({error}); install it with `{install}` "
+                           "(docs/ENVIRONMENTS.md).") from error
   if module is not None:
-    importlib.import_module(module)  # Registers the user's environments; its own error.
+    import_registering_module(env_id, module)
   if name in gymnasium.registry:
     return
   close = difflib.get_close_matches(name, list(gymnasium.registry), n=3, cutoff=0.5)
@@ -127,6 +131,29 @@ def check_registered(env_id):
                    "`python -c \"import gymnasium; gymnasium.pprint_registry()\"` lists them.")
 
 
+def import_registering_module(env_id, module):
+  """Imports the module of a "module:Id" level, which registers the id (gymnasium's own form).
+
+  Raises:
+    ModuleNotFoundError: the module itself is not found: the message names the level and how to
+      make the module importable.
+    Whatever the module raised while it ran (a module it imports that is missing included):
+      the user's own error, unchanged.
+  """
+  try:
+    importlib.import_module(module)
+  except ModuleNotFoundError as error:
+    if not error.name or not (module == error.name or module.startswith(error.name + ".")):
+      raise  # Raised inside the user's module: its own message says what is missing.
+    top = module.split(".")[0]
+    raise ModuleNotFoundError(
+        f"{PREFIX}{env_id}: cannot import {module!r}, the module that should register "
+        f"{split_id(env_id)[1]!r} ({error}). The module must be importable where the run "
+        f"starts: on PYTHONPATH (run from the directory that holds {top}/ or {top}.py, or set "
+        f"PYTHONPATH to it) or an installed package (e.g. `pip install -e` of your project).",
+        name=error.name) from None
+
+
 class GymFamily(base.Family):
   """See the module docstring."""
   name = "gym"
@@ -136,6 +163,9 @@ class GymFamily(base.Family):
                 "gym:Pendulum-v1; --env_kwargs for gymnasium.make)",
                 "gym:<module>:<id> (a user's package that registers <id> when imported)")
   owns_algorithm_presets = True
+  # A gymnasium environment is the user's (or gymnasium's) code, not this project's build.
+  how_to_fix = ("Fix the environment's own code (the last failure above says what went wrong, "
+                "and where)")
   takes_env_kwargs = True
 
   def check_level(self, level_name):
