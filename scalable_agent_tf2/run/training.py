@@ -600,7 +600,11 @@ class _Run:
     stall = self.progress_watch.observe(counters, now, self.input.dropped_fields)
     if stall is None:
       return False
-    if self.progress_watch.diverged:
+    skipped = self.progress.skipped_in_a_row
+    if skipped:  # Not stuck: every batch since the last update gave a non-finite loss.
+      stall = (f"{stall.split(':')[0]}: the last {skipped} updates were skipped for a "
+               f"non-finite loss or gradient norm, training has diverged")
+    if self.progress_watch.diverged or skipped:
       self.failure = ParametersDiverged(
           f"{stall}. Lower --learning_rate (or set --max_grad_norm), then "
           f"{self._resume_advice()}.")
