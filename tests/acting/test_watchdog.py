@@ -147,12 +147,21 @@ def test_sigterm_stops_a_run_with_a_hung_environment_within_10_s_with_its_checkp
     time.sleep(3)
     start = time.monotonic()
     process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=60)
-    elapsed = time.monotonic() - start
+    stopped = None  # Seconds until the `Stopped:` line: the final checkpoint is written.
+    lines = []
+    for line in process.stdout:
+      lines.append(line)
+      if line.startswith("Stopped:"):
+        stopped = time.monotonic() - start
+    err = process.stderr.read()
+    process.wait(60)
   finally:
     if process.poll() is None:
       process.kill()
+  out = "".join(lines)
   assert process.returncode == 0, out[-2000:] + err[-2000:]
   assert "Stopped: interrupted (SIGTERM). Checkpoint " in out, out[-2000:]
   assert os.path.exists(tmp_path / "checkpoints")
-  assert elapsed < 10, elapsed
+  # The stop waits 3 s at most for threads (training.STOP_JOIN_SECS); about 3 s on an idle
+  # 2-core machine, and then the final curve is drawn (about 3 s more before the exit).
+  assert stopped is not None and stopped < 10, stopped

@@ -22,6 +22,7 @@ from scalable_agent_tf2.population import command as command_lib
 from scalable_agent_tf2.population import driver as driver_lib
 from scalable_agent_tf2.population import processes
 from scalable_agent_tf2.runfiles import runlog
+from scalable_agent_tf2.environments import dmlab as dmlab_environment
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE_MEMBER = os.path.join(TESTS_DIR, "pbt_fake_member.py")
@@ -275,7 +276,14 @@ def test_command_line_checks_its_flags_before_starting(tmp_path, capsys):
   assert not os.path.exists(pbt.member_dir(str(tmp_path), 0))
 
 
-def test_settings_follow_the_paper(tmp_path):
+def _as_if_deepmind_lab_were_installed(monkeypatch):
+  """The settings of DMLab levels are checked as on a machine with DeepMind Lab (the module
+  is not on PyPI: a fresh venv, CI's, has none; BUILD.md)."""
+  monkeypatch.setattr(dmlab_environment, "check_deepmind_lab_available", lambda *args: None)
+
+
+def test_settings_follow_the_paper(tmp_path, monkeypatch):
+  _as_if_deepmind_lab_were_installed(monkeypatch)
   args = command_lib._parser().parse_args([f"--logdir={tmp_path}"])
   atari, member = command_lib.settings_from_arguments(args, ["--level_name=atari57"])
   assert member["is_atari"] and atari.multi_task and atari.population_size == 24
@@ -305,6 +313,7 @@ def test_documented_population_commands_are_valid(monkeypatch):
   # docs/POPULATION.md's DMLab-30 population is the paper's (150 actors a member): valid flags,
   # checked as on a machine with the memory for them (config.check_dmlab_memory).
   monkeypatch.setattr(command_lib.config_lib, "machine_memory_gb", lambda: 1000.0)
+  _as_if_deepmind_lab_were_installed(monkeypatch)
   commands = [c.argv[3:] for c in docs.all_commands()
               if c.argv[:3] == ["python", "-m", "scalable_agent_tf2.population"]]
   assert len(commands) >= 3
