@@ -158,6 +158,10 @@ def test_a_diverging_run_stops_with_an_error_and_its_last_good_checkpoint(tmp_pa
   assert frames >= good_frames
 
 
+# Slow tier (a whole experiment.py run): the default tier keeps
+# test_a_diverging_run_stops_with_an_error_and_its_last_good_checkpoint for the stop itself, and
+# test_stopping_and_faults.py's end-to-end runs for a RunFailed's `error:` line and exit 1.
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_experiment_reports_a_diverged_run_as_an_error_line_with_exit_code_1(tmp_path):
   result = subprocess.run(

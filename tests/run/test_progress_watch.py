@@ -162,6 +162,10 @@ def test_diverged_outputs_below_the_norm_limit_are_caught_by_the_watch(tmp_path)
   assert _newest_checkpoint_is_healthy(tmp_path, limit=1e38) == healthy_frames
 
 
+# Slow tier (a whole experiment.py run): the default tier keeps
+# test_exploding_parameters_stop_the_run_and_the_last_healthy_checkpoint_stays_newest for the
+# same stop in this process, and test_stopping_and_faults.py's end-to-end error lines.
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_the_issue_s_diverged_command_exits_1_by_itself_within_3_minutes(tmp_path):
   start = time.monotonic()
