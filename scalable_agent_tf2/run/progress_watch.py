@@ -46,9 +46,11 @@ class ProgressWatch:
 
   Stalls, checked in this order:
     diverged: trajectories arrive and every one since `stall_secs` ago was dropped;
-    learner: at least a batch of trajectories was accepted since the last update, and no
-      update came for `stall_secs` (the learner is stuck; the queue then fills and the actors
-      block, which is why this is checked before the next);
+    learner: after the run's first update, at least a batch of trajectories was accepted
+      since the last update, and no update came for `stall_secs` (the learner is stuck; the
+      queue then fills and the actors block, which is why this is checked before the next).
+      Not before the first update: it traces (and with XLA compiles) the update, which takes
+      from seconds to minutes by network and machine;
     actors: no trajectory arrived for `stall_secs` while actors are alive, once the first
       one has arrived (before it, environments may still be starting: DeepMind Lab compiles
       its maps at the first reset; a step that hangs is the environment watchdog's).
@@ -91,7 +93,7 @@ class ProgressWatch:
       return (f"every trajectory for {now - self._accepted_at:.0f} s "
               f"({self._dropped_since_accepted} of them) "
               f"{describe_fields(self._dropped_fields or ['(fields not recorded)'])}")
-    if (self._accepted_since_update >= self._batch_size
+    if (counters.num_updates > 0 and self._accepted_since_update >= self._batch_size
         and now - self._update_at >= stalled):
       return (f"no learner update for {now - self._update_at:.0f} s although "
               f"{self._accepted_since_update} trajectories arrived since the last one (a batch "

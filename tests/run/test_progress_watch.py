@@ -84,6 +84,12 @@ def test_a_learner_that_gets_batches_and_makes_no_update_is_stuck():
                           "the last one (a batch is 8): the learner is stuck"), stall
 
 
+def test_the_first_update_may_take_long_it_compiles():
+  watch = _watch(stall_secs=30, batch_size=8)
+  for second in range(1, 300):  # Batches arrive while the first update is traced/compiled.
+    assert watch.observe(Counters(second, 0, 0, True), float(second)) is None
+
+
 def test_fewer_trajectories_than_a_batch_are_no_learner_stall():
   # A slow environment: a batch takes longer than the stall time to fill; not the learner.
   watch = _watch(stall_secs=30, batch_size=64)
