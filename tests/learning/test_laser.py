@@ -397,6 +397,10 @@ def test_recomputed_state_with_the_actors_parameters_is_the_actors_state():
                           tuple(state), tuple(unroll.agent_state))
 
 
+# Slow tier (two agents trained in one process, 24 s): the default tier keeps
+# test_two_agents_share_one_replay_tagged_and_sample_each_others_episodes (above) and
+# tests/transport/test_shared_replay.py's two agents adding and sampling through one service.
+@pytest.mark.slow
 def test_two_agents_with_different_hyperparameters_share_one_replay(tmp_path):
   configs = {"agent_a": _laser_config(tmp_path / "a", learning_rate=0.0006),
              "agent_b": _laser_config(tmp_path / "b", learning_rate=0.0002,

@@ -44,6 +44,11 @@ def _read_until(process, marker, lines):
   raise AssertionError("launcher ended before %r:\n%s" % (marker, "".join(lines[-50:])))
 
 
+# Slow tier (a whole cluster to start, 25 s): the default tier keeps
+# test_sigint_is_answered_at_once_and_the_cluster_stops_with_a_checkpoint for the launcher's
+# supervision of its processes, and tests/transport/test_cluster_security.py's
+# test_a_killed_learner_is_reported_within_seconds for a learner killed under its actors.
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_killed_learner_is_reported_at_once_and_the_actors_stop(tmp_path):
   with _training_cluster(tmp_path) as (launcher, logdir, lines):

@@ -330,6 +330,11 @@ def _child_pids(pid):
   return sorted(set(children))
 
 
+# Slow tier (two whole experiment.py runs): the default tier keeps
+# tests/acting/test_watchdog.py's SIGTERM stop with its checkpoint (a hung environment, which is
+# harder), test_stopping_and_faults.py's signals at any moment, and
+# test_rerun_resumes_at_the_same_frames_optimizer_state_and_learning_rate for the resume.
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path):
   flags = ["--mode=train", "--level_name=atari/pong", f"--logdir={tmp_path}",
            "--num_actors=2", "--envs_per_actor=1", "--batch_size=2", "--unroll_length=5",

@@ -88,6 +88,9 @@ def test_the_lock_is_held_within_one_process_too(tmp_path):
       run_directory.hold(logdir, "training")
 
 
+# Slow tier (two whole experiment.py starts): the default tier keeps the lock's refusal of a
+# second holder, naming the process that holds it (the test above).
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_second_training_on_a_logdir_in_use_is_refused(tmp_path):
   logdir = str(tmp_path / "run")
