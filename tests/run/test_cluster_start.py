@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from dynamic_batching import build
+
 from tests.run.test_training import REPO_DIR
 
 
@@ -14,7 +16,10 @@ def _learner(tmp_path, address, *flags):
       [sys.executable, "experiment.py", "--level_name=toy/lit_side", f"--logdir={tmp_path}",
        "--job_name=learner", f"--cluster={json.dumps({'learner': [address]})}", *flags],
       cwd=REPO_DIR, capture_output=True, text=True, timeout=240,
-      env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+      # No secret from this environment; the op's cache kept (a fresh HOME would compile the
+      # dynamic_batching op again: 30 s of g++ per test).
+      env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           build.CACHE_DIR_ENV: build.default_cache_dir()})
 
 
 def test_a_learner_on_a_network_address_without_a_secret_is_refused(tmp_path):
