@@ -310,15 +310,19 @@ def test_the_replay_service_refuses_callers_without_the_secret(tmp_path):
     replay_service.ReplayService(f"0.0.0.0:{td.free_port()}", 10, print_fn=lines.append)
 
 
-class _Forwarder:
+class Forwarder:
   """A TCP port forwarder on loopback: the local end of `ssh -N -L PORT:localhost:LEARNER`
-  (what an actor host connects to), standing in for the tunnel where no sshd runs."""
+  (what an actor host connects to), standing in for the tunnel where no sshd runs. With
+  `record`, it keeps every byte each connection's client sent (`sent`, a bytearray per
+  connection): what an observer of the wire captures (test_replay_protection.py)."""
 
-  def __init__(self, target_port):
+  def __init__(self, target_port, record=False):
     self._target = ("localhost", target_port)
     self._listener = socket.create_server(("localhost", 0))
     self.port = self._listener.getsockname()[1]
     self.connections = 0
+    self._record = record
+    self.sent = []
     threading.Thread(target=self._accept, daemon=True).start()
 
   def _accept(self):
@@ -333,16 +337,22 @@ class _Forwarder:
         near.close()
         continue
       self.connections += 1
-      for source, sink in ((near, far), (far, near)):
-        threading.Thread(target=self._copy, args=(source, sink), daemon=True).start()
+      sent = None
+      if self._record:
+        sent = bytearray()
+        self.sent.append(sent)
+      for source, sink, record in ((near, far, sent), (far, near, None)):
+        threading.Thread(target=self._copy, args=(source, sink, record), daemon=True).start()
 
   @staticmethod
-  def _copy(source, sink):
+  def _copy(source, sink, record):
     try:
       while True:
         data = source.recv(65536)
         if not data:
           break
+        if record is not None:
+          record += data
         sink.sendall(data)
     except OSError:
       pass
@@ -391,7 +401,7 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
       [sys.executable, "-c", SECURE_LEARNER_SCRIPT.format(logdir=str(tmp_path / "learner"),
                                                           frames=20_000, address=address)],
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=td.REPO_DIR)
-  forwarder = _Forwarder(learner_port)
+  forwarder = Forwarder(learner_port)
   lines = []
   result = []
   config = test_training.toy_config(tmp_path / "actor", total_frames=1, num_actors=2)

@@ -8,7 +8,6 @@ every refusal is counted and logged (throttled). Then the parts: the challenge t
 refusal log, what a tag covers, a client whose challenge was forgotten."""
 import collections
 import socket
-import threading
 import time
 
 import numpy as np
@@ -20,52 +19,12 @@ from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import replay_service
 from scalable_agent_tf2.transport import wire
+from tests.transport import test_cluster_security
 from tests.transport import test_distributed as td
 
 SECRET = b"the cluster's own secret"
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA_FRAME, _PADDED = 0, 0x8
-
-
-class _RecordingProxy:
-  """A loopback TCP proxy in front of a service that keeps, per connection, every byte the
-  client sent and every byte the service answered."""
-
-  def __init__(self, target_port):
-    self._target = ("localhost", target_port)
-    self._listener = socket.create_server(("localhost", 0))
-    self.port = self._listener.getsockname()[1]
-    self.sent = []      # Per connection: the client's bytes (bytearray).
-    self.answered = []  # Per connection: the service's bytes.
-    threading.Thread(target=self._accept, daemon=True).start()
-
-  def _accept(self):
-    while True:
-      try:
-        near, _ = self._listener.accept()
-      except OSError:
-        return
-      far = socket.create_connection(self._target)
-      sent, answered = bytearray(), bytearray()
-      self.sent.append(sent)
-      self.answered.append(answered)
-      for source, sink, record in ((near, far, sent), (far, near, answered)):
-        threading.Thread(target=_copy, args=(source, sink, record), daemon=True).start()
-
-  def close(self):
-    self._listener.close()
-
-
-def _copy(source, sink, record):
-  try:
-    while True:
-      data = source.recv(65536)
-      if not data:
-        return
-      record += data
-      sink.sendall(data)
-  except OSError:
-    pass
 
 
 def _varint(data, position):
@@ -137,6 +96,14 @@ def _recorded_calls(stream):
   return calls
 
 
+def _secured_server(address, capacity, print_fn):
+  """(agent, the learner's TrajectoryServer holding its parameters, behind SECRET)."""
+  agent = networks.Agent(td.TOY_NETWORK, seed=3)
+  return agent, distributed.TrajectoryServer(address, td.layout(), td.FINGERPRINT,
+                                             agent.trainable_variables, capacity=capacity,
+                                             secret=SECRET, refusal_print_fn=print_fn)
+
+
 def _snapshot(agent):
   return [v.numpy().tobytes() for v in agent.trainable_variables]
 
@@ -152,13 +119,10 @@ def _wait_for(condition, timeout_secs=30.0):
 def test_a_captured_credential_sent_again_reads_nothing_and_enqueues_nothing():
   learner_port = td.free_port()
   address = f"localhost:{learner_port}"
-  agent = networks.Agent(td.TOY_NETWORK, seed=3)
   lines = []
-  server = distributed.TrajectoryServer(address, td.layout(), td.FINGERPRINT,
-                                        agent.trainable_variables, capacity=8, secret=SECRET,
-                                        refusal_print_fn=lines.append)
+  agent, server = _secured_server(address, 8, lines.append)
   server.parameter_version.assign(7)
-  proxy = _RecordingProxy(learner_port)
+  proxy = test_cluster_security.Forwarder(learner_port, record=True)
   try:
     # The legitimate actor process, through the proxy: hello, parameters, one trajectory.
     actor = distributed.LearnerClient(f"localhost:{proxy.port}", td.layout(), td.FINGERPRINT,
@@ -335,10 +299,7 @@ def test_the_client_signs_what_the_service_checks():
 @pytest.mark.timeout(120)
 def test_a_call_with_other_arguments_than_its_tag_covers_is_refused():
   address = f"localhost:{td.free_port()}"
-  agent = networks.Agent(td.TOY_NETWORK, seed=3)
-  server = distributed.TrajectoryServer(address, td.layout(), td.FINGERPRINT,
-                                        agent.trainable_variables, capacity=4, secret=SECRET,
-                                        refusal_print_fn=lambda line: None)
+  _, server = _secured_server(address, 4, lambda line: None)
   client = tf.distribute.experimental.rpc.Client.create("grpc", address, name="signer")
   key = distributed.cluster_key(SECRET)
   signer = distributed.CallSigner(key, distributed.LEARNER_DOMAIN, client.challenge(
@@ -358,11 +319,8 @@ def test_a_call_with_other_arguments_than_its_tag_covers_is_refused():
 def test_a_client_whose_challenge_was_forgotten_fetches_another(monkeypatch):
   monkeypatch.setattr(distributed, "CHALLENGE_SLOTS", 4)
   address = f"localhost:{td.free_port()}"
-  agent = networks.Agent(td.TOY_NETWORK, seed=3)
   lines = []
-  server = distributed.TrajectoryServer(address, td.layout(), td.FINGERPRINT,
-                                        agent.trainable_variables, capacity=4, secret=SECRET,
-                                        refusal_print_fn=lines.append)
+  _, server = _secured_server(address, 4, lines.append)
   actor = distributed.LearnerClient(address, td.layout(), td.FINGERPRINT, name="actor-0",
                                     connect_timeout_secs=30, secret=SECRET)
   flood = tf.distribute.experimental.rpc.Client.create("grpc", address, name="flood")
