@@ -134,11 +134,8 @@ def start_environment(environment_constructor, level_name, seed, test_mode=False
   """An environment in a subprocess; timeouts: (step, reset) seconds (None: the process's
   generous default for both)."""
   constructor, kwargs = environment_constructor(level_name, seed, test_mode)
-  if timeouts is None:
-    return environments.EnvironmentProcess(constructor, kwargs=kwargs)
-  step, reset = timeouts
-  return environments.EnvironmentProcess(constructor, kwargs=kwargs, timeout=step,
-                                         reset_timeout=reset)
+  limits = {} if timeouts is None else dict(zip(("timeout", "reset_timeout"), timeouts))
+  return environments.EnvironmentProcess(constructor, kwargs=kwargs, **limits)
 
 
 def environment_group_size(config):

@@ -24,15 +24,20 @@ class Counters:
   dropped: int         # Of them, dropped for non-finite numbers (never trained on).
   num_updates: int     # Learner updates applied.
   actors_alive: bool   # Whether any actor (thread or process) is still running.
+  skipped_in_a_row: int = 0  # Learner updates skipped as non-finite since the last applied.
+
+
+def _are_behaviour_outputs(fields):
+  return any(field.startswith(BEHAVIOUR_PARTS) for field in fields)
 
 
 def describe_fields(fields):
-  """What non-finite fields say about their cause, in words."""
-  if any(field.startswith(BEHAVIOUR_PARTS) for field in fields):
-    return ("carried non-finite behaviour outputs (" + ", ".join(fields) + "): the "
-            "parameters have diverged")
-  return ("carried non-finite numbers from the environment (" + ", ".join(fields) + "): an "
-          "environment returns NaN or Inf")
+  """(what non-finite fields are, their cause), in words."""
+  if _are_behaviour_outputs(fields):
+    return ("carried non-finite behaviour outputs (" + ", ".join(fields) + ")",
+            "the parameters have diverged")
+  return ("carried non-finite numbers from the environment (" + ", ".join(fields) + ")",
+          "an environment returns NaN or Inf")
 
 
 def parameters_healthy(global_norm, max_norm):
@@ -66,10 +71,13 @@ class ProgressWatch:
     self._accepted_since_update = 0
     self._dropped_since_accepted = 0
     self._dropped_fields = ()
+    self.stall_diverged = False  # Whether the stall found is a divergence (not stuck).
 
   def observe(self, counters, now, dropped_fields=()):
     """Takes the counters at `now` (and the fields of the newest dropped trajectory); returns
-    None, or the stall's description (a sentence)."""
+    None, or the stall's description (a sentence: what was seen, then its cause). A learner
+    that skipped every update since the last one as non-finite is the cause whatever was
+    seen: training has diverged (`stall_diverged`)."""
     last, self._last = self._last, counters
     dropped = counters.dropped - last.dropped
     accepted = (counters.produced - last.produced) - dropped
@@ -85,23 +93,32 @@ class ProgressWatch:
       self._update_at = now
       self._accepted_since_update = 0
     self._accepted_since_update += max(accepted, 0)
-    return self._stall(counters, now)
+    stall = self._stall(counters, now)
+    if stall is None:
+      return None
+    seen, cause = stall
+    if counters.skipped_in_a_row:
+      cause = (f"the last {counters.skipped_in_a_row} updates were skipped for a non-finite "
+               f"loss or gradient norm, training has diverged")
+    self.stall_diverged = bool(counters.skipped_in_a_row) or self.diverged
+    return f"{seen}: {cause}"
 
   def _stall(self, counters, now):
+    """(what was seen, its cause) of the first stall, or None."""
     stalled = self._stall_secs
     if self._dropped_since_accepted and now - self._accepted_at >= stalled:
+      fields, cause = describe_fields(self._dropped_fields or ["(fields not recorded)"])
       return (f"every trajectory for {now - self._accepted_at:.0f} s "
-              f"({self._dropped_since_accepted} of them) "
-              f"{describe_fields(self._dropped_fields or ['(fields not recorded)'])}")
+              f"({self._dropped_since_accepted} of them) {fields}", cause)
     if (counters.num_updates > 0 and self._accepted_since_update >= self._batch_size
         and now - self._update_at >= stalled):
       return (f"no learner update for {now - self._update_at:.0f} s although "
               f"{self._accepted_since_update} trajectories arrived since the last one (a batch "
-              f"is {self._batch_size}): the learner is stuck")
+              f"is {self._batch_size})", "the learner is stuck")
     if (counters.produced > 0 and counters.actors_alive
         and now - self._produced_at >= stalled):
       return (f"no trajectory from the actors for {now - self._produced_at:.0f} s while they "
-              f"are alive: an environment or the actors' inference is stuck")
+              f"are alive", "an environment or the actors' inference is stuck")
     return None
 
   @property
@@ -109,5 +126,4 @@ class ProgressWatch:
     """Whether every trajectory since the last accepted one was dropped for non-finite
     behaviour outputs: the parameters have diverged, and no checkpoint of them may become the
     newest."""
-    return self._dropped_since_accepted > 0 and any(
-        field.startswith(BEHAVIOUR_PARTS) for field in self._dropped_fields)
+    return self._dropped_since_accepted > 0 and _are_behaviour_outputs(self._dropped_fields)

@@ -596,15 +596,11 @@ class _Run:
     counters = progress_watch.Counters(
         produced=self.actors.delivered()["produced"],
         dropped=self.input.dropped_trajectories, num_updates=self.progress.num_updates,
-        actors_alive=alive)
+        actors_alive=alive, skipped_in_a_row=self.progress.skipped_in_a_row)
     stall = self.progress_watch.observe(counters, now, self.input.dropped_fields)
     if stall is None:
       return False
-    skipped = self.progress.skipped_in_a_row
-    if skipped:  # Not stuck: every batch since the last update gave a non-finite loss.
-      stall = (f"{stall.split(':')[0]}: the last {skipped} updates were skipped for a "
-               f"non-finite loss or gradient norm, training has diverged")
-    if self.progress_watch.diverged or skipped:
+    if self.progress_watch.stall_diverged:
       self.failure = ParametersDiverged(
           f"{stall}. Lower --learning_rate (or set --max_grad_norm), then "
           f"{self._resume_advice()}.")

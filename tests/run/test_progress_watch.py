@@ -84,6 +84,17 @@ def test_a_learner_that_gets_batches_and_makes_no_update_is_stuck():
                           "the last one (a batch is 8): the learner is stuck"), stall
 
 
+def test_a_learner_that_skips_every_batch_as_non_finite_has_diverged_not_stuck():
+  stuck, skipping = _watch(stall_secs=30), _watch(stall_secs=30)
+  for watch, skipped in ((stuck, 0), (skipping, 4)):
+    watch.observe(Counters(8, 0, 1, True), 1.0)
+    for second in range(2, 32):
+      stall = watch.observe(Counters(8 + second, 0, 1, True, skipped), float(second))
+  assert stall.endswith("(a batch is 8): the last 4 updates were skipped for a non-finite "
+                        "loss or gradient norm, training has diverged"), stall
+  assert skipping.stall_diverged and not stuck.stall_diverged
+
+
 def test_the_first_update_may_take_long_it_compiles():
   watch = _watch(stall_secs=30, batch_size=8)
   for second in range(1, 300):  # Batches arrive while the first update is traced/compiled.
