@@ -238,6 +238,9 @@ class LearnerConfig(_LearnerChecks):
     momentum: RMSProp momentum (Table D.3: 0).
     epsilon: RMSProp epsilon (released code: 0.1 for DMLab).
     rmsprop_initial_mean_square: RMSProp's accumulator start (TF1's RMSPropOptimizer: 1).
+    learning_rate_schedule: linear (Tables D.3, G.1: to 0 at total_environment_frames) or
+      constant.
+    popart: values learned in a normalised scale (Hessel et al. 2019; learning/popart.py).
     max_grad_norm: global gradient-norm clip; None: none (DMLab: the released code clips
       nothing; --max_grad_norm=0 becomes None).
     off_policy_correction: Table 2's correction (vtrace).
@@ -258,6 +261,8 @@ class LearnerConfig(_LearnerChecks):
   momentum: float = 0.0
   epsilon: float = 0.1
   rmsprop_initial_mean_square: float = 1.0
+  learning_rate_schedule: str = settings.LINEAR
+  popart: bool = False
   max_grad_norm: Optional[float] = None
   off_policy_correction: str = settings.VTRACE
   trust_region_threshold: float = math.inf
@@ -515,8 +520,23 @@ def _check_combinations(config):
     raise ValueError("--num_learners > 1 trains each learner on its own actors' "
                      "trajectories; experience replay and --algorithm=impact are built for "
                      "one learner so far. Use --num_learners=1.")
+  if config.popart:
+    _check_popart(config)
   if config.repeatable:
     _check_repeatable(config)
+
+
+def _check_popart(config):
+  """--popart's refusals: what learning/popart.py does not cover yet."""
+  if config.is_multi_task:
+    raise ValueError(f"--popart keeps one set of statistics, for one task; {config.level_name} "
+                     "is a suite, which needs one per level (Hessel et al. 2019), not built "
+                     "yet. Drop --popart (or train one level).")
+  if config.algorithm == IMPACT:
+    raise ValueError("--popart normalises IMPALA's V-trace losses; IMPACT's surrogate does not "
+                     "take it yet. Use --popart=false with --algorithm=impact.")
+  if config.num_learners > 1:
+    raise ValueError("--popart keeps one learner's statistics; use --num_learners=1 with it.")
 
 
 def _check_repeatable(config):

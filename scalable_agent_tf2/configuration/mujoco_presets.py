@@ -96,6 +96,10 @@ IMPALA_TABLE2 = {
     "rmsprop_initial_mean_square": 0.0,
     "off_policy_correction": "vtrace",      # IMPALA section 4.1; IMPACT section 3.1.
     "trust_region_threshold": float("inf"),  # No LASER trust region.
+    # This project's learning-rate schedule (the paper fixes time, not steps: module
+    # docstring), values in the rewards' own scale (RLlib's IMPALA and APPO had no PopArt).
+    "learning_rate_schedule": "linear",
+    "popart": False,
 }
 
 # Table 2 (IMPACT column): IMPALA's shared rows with IMPACT's values, plus IMPACT's own.

@@ -75,6 +75,8 @@ REPLAY_ADDED = "added"            # LASER section 5.1: a replay mini-batch on to
 REPLAY_WITHIN_BATCH = "within_batch"  # IMPALA section 5.2.2: a share of --batch_size replayed.
 REPLAY_MIXINGS = (REPLAY_ADDED, REPLAY_WITHIN_BATCH)
 JIT_COMPILE_CHOICES = ("auto", "on", "off")
+LINEAR, CONSTANT = "linear", "constant"
+LEARNING_RATE_SCHEDULES = (LINEAR, CONSTANT)
 RENDERERS = ("software", "hardware")
 JOB_NAMES = ("", "learner", "actor")  # distributed.LEARNER_JOB, distributed.ACTOR_JOB.
 
@@ -379,6 +381,21 @@ class ExperimentSettings:
       "RLlib's Adam). See benchmarks/RESULTS.md, 'Short budgets'.",
       "released code (TF1 RMSProp): 1; MuJoCo: 0 (mujoco_presets.py)",
       check=NON_NEGATIVE, part_of=FOR_LEARNER)
+  learning_rate_schedule: Optional[str] = _preset(
+      LEARNER, "linear: the learning rate falls linearly to 0 at --total_environment_frames "
+      "(the papers'); constant: it stays at --learning_rate, so a shorter budget trains "
+      "exactly as the start of a longer one.",
+      "Tables D.3, G.1 (released code's polynomial_decay): linear; gymnasium levels: "
+      "constant (benchmarks/RESULTS.md, 'Defaults for environments nobody tuned')",
+      choices=LEARNING_RATE_SCHEDULES, part_of=FOR_LEARNER)
+  popart: Optional[bool] = _preset(
+      LEARNER, "Learn the values in a normalised scale (PopArt): the baseline's targets and "
+      "the policy gradient's advantages divided by a running standard deviation of V-trace's "
+      "targets, the value layer rescaled to keep its outputs; rewards of any size and sign "
+      "then give gradients of one size. One task only (learning/popart.py).",
+      "Hessel et al. 2019 (the IMPALA follow-up); the papers' presets: off; gymnasium "
+      "levels: on (benchmarks/RESULTS.md, 'Defaults for environments nobody tuned')",
+      part_of=FOR_LEARNER)
   max_grad_norm: Optional[float] = _preset(
       LEARNER, "Global gradient-norm clip; 0 for none (the default with --laser_replay).",
       "Table G.1: 40; DMLab: none (released code); LASER section 5.1: none",

@@ -17,6 +17,7 @@ from scalable_agent_tf2.learning import batch_checks
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import optimizers
+from scalable_agent_tf2.learning import popart as popart_lib
 from scalable_agent_tf2.configuration import settings
 
 # The learner's configs are TensorFlow-free (config.py builds them from settings.py); they are
@@ -78,6 +79,11 @@ class Learner(tf.Module):
                                        trainable=False, name="learning_rate")
       self.entropy_cost = tf.Variable(config.entropy_cost, dtype=tf.float32,
                                       trainable=False, name="entropy_cost")
+      # PopArt's statistics (learning/popart.py); checkpointed with the learner.
+      self.popart = popart_lib.PopArt(agent.baseline) if config.popart else None
+    if self.popart is not None and strategy is not None:
+      raise ValueError("--popart keeps one learner's statistics; it does not run with "
+                       "--num_learners > 1 yet. Drop one of the two.")
     if strategy is None:
       self._compiled_update = tf.function(self._update, jit_compile=jit_compile)
     else:
@@ -156,22 +162,43 @@ class Learner(tf.Module):
 
   def _loss_and_gradients(self, agent_state, env_outputs, agent_outputs, entropy_mask=None):
     """(total loss, loss terms, gradients) of one batch (losses summed over T and B)."""
+    total_loss, terms, gradients, _ = self._loss_gradients_and_targets(
+        agent_state, env_outputs, agent_outputs, entropy_mask)
+    return total_loss, terms, gradients
+
+  def _loss_gradients_and_targets(self, agent_state, env_outputs, agent_outputs,
+                                  entropy_mask=None):
+    """_loss_and_gradients, and V-trace's targets v_s [T, B] with the mask [T, B] of the
+    steps they count on (PopArt's statistics move towards them after the update)."""
     config = self.config
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
-      terms, _ = batch_loss.impala_loss_terms(self.agent.config.action_distribution,
-                                              learner_outputs, env_outputs, agent_outputs,
-                                              config, entropy_mask)
+      if self.popart is not None:  # The network's baseline is n(x); V-trace needs V(x).
+        learner_outputs = learner_outputs._replace(
+            baseline=self.popart.values(learner_outputs.baseline))
+      terms, returns = batch_loss.impala_loss_terms(self.agent.config.action_distribution,
+                                                    learner_outputs, env_outputs,
+                                                    agent_outputs, config, entropy_mask)
+      if self.popart is not None:
+        terms = popart_lib.scale_loss_terms(terms, self.popart.sigma)
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
                     + self.entropy_cost * terms["entropy_loss"])
-    return total_loss, terms, tape.gradient(total_loss, self._variables)
+    targets = (returns.vs, batch_loss.kept_transitions(env_outputs.truncated))
+    return total_loss, terms, tape.gradient(total_loss, self._variables), targets
 
   def _update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories,
               entropy_mask=None):
-    total_loss, terms, gradients = self._loss_and_gradients(agent_state, env_outputs,
-                                                            agent_outputs, entropy_mask)
-    return self._apply(total_loss, terms, gradients, env_outputs.reward,
-                       num_new_trajectories)
+    total_loss, terms, gradients, (vs, kept) = self._loss_gradients_and_targets(
+        agent_state, env_outputs, agent_outputs, entropy_mask)
+    stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
+                        num_new_trajectories)
+    if self.popart is not None:
+      stats.update(tf.cond(stats["update_skipped"], self._popart_statistics,
+                           lambda: self.popart.update(vs, kept)))
+    return stats
+
+  def _popart_statistics(self):
+    return dict(popart_mu=self.popart.mu.read_value(), popart_sigma=self.popart.sigma)
 
   def _distributed_update(self, agent_state, env_outputs, agent_outputs,
                           num_new_trajectories):
@@ -208,8 +235,11 @@ class Learner(tf.Module):
     config = self.config
     unroll_length = tf.cast(tf.shape(rewards)[0] - 1, tf.int64)
     # The released code computes the rate from the frames BEFORE this update.
-    learning_rate = optimizers.linear_decay(self.learning_rate, self.num_env_frames,
-                                            config.total_environment_frames)
+    if config.learning_rate_schedule == settings.CONSTANT:
+      learning_rate = self.learning_rate.read_value()
+    else:
+      learning_rate = optimizers.linear_decay(self.learning_rate, self.num_env_frames,
+                                              config.total_environment_frames)
     grad_norm = tf.linalg.global_norm(gradients)
     finite = tf.logical_and(tf.math.is_finite(total_loss), tf.math.is_finite(grad_norm))
     if config.max_grad_norm is not None:

@@ -27,30 +27,38 @@ def _resolve(level_name, **kwargs):
   return config_lib.resolve(config_lib.ExperimentConfig(level_name=level_name, **kwargs))
 
 
-def test_discrete_actions_take_table_g1s_learner_with_one_step_per_action():
-  config = _resolve("gym:CartPole-v1")
-  assert families.family_of(config.level_name).name == "gym"
-  for name in ("learning_rate", "entropy_cost", "epsilon", "max_grad_norm", "unroll_length",
-               "batch_size", "discounting"):
-    assert getattr(config, name) == atari_family.ATARI[name], name
-  assert (config.num_action_repeats, config.reward_clipping) == (1, settings.NO_CLIPPING)
-  assert config.runs_as == family_base.IN_PROCESS_GROUP and config.uses_environment_groups
-  assert config.num_actors * config.envs_per_actor >= atari_family.ATARI_ENVIRONMENTS
+def test_untuned_defaults_take_the_papers_learner_with_popart_and_a_constant_rate():
+  """One set of defaults for every observation and action kind (families/gym.py UNTUNED):
+  Table G.1's learner where it carries over, PopArt, a constant rate, RMSProp at full step."""
+  for level, env_kwargs in (("gym:CartPole-v1", ""), ("gym:Pendulum-v1", ""),
+                            ("gym:LunarLander-v3", '{"continuous": true}')):
+    config = _resolve(level, env_kwargs=env_kwargs)
+    assert families.family_of(config.level_name).name == "gym"
+    for name in ("learning_rate", "entropy_cost", "max_grad_norm", "unroll_length",
+                 "batch_size", "discounting", "baseline_cost", "decay"):
+      assert getattr(config, name) == atari_family.ATARI[name], (level, name)
+    assert (config.num_action_repeats, config.reward_clipping) == (1, settings.NO_CLIPPING)
+    assert config.popart and config.learning_rate_schedule == settings.CONSTANT, level
+    assert (config.epsilon, config.rmsprop_initial_mean_square) == (1e-5, 0.0), level
+    assert config.runs_as == family_base.IN_PROCESS_GROUP and config.uses_environment_groups
+    assert config.num_actors * config.envs_per_actor >= atari_family.ATARI_ENVIRONMENTS
+  assert _resolve("gym:Pendulum-v1", learning_rate=0.01).learning_rate == 0.01  # Flags win.
+  assert "Presets" in presets.describe_presets("gym:Pendulum-v1")
+
+
+def test_impact_takes_the_impact_papers_setting_for_the_action_kind():
   impact = _resolve("gym:CartPole-v1", algorithm="impact")
   assert impact.circular_buffer_size == presets.IMPACT_PRESET["circular_buffer_size"]
-
-
-def test_box_actions_take_the_impact_papers_continuous_control_setting():
-  config = _resolve("gym:Pendulum-v1")
-  table2 = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, "impala")
+  assert impact.epsilon == atari_family.ATARI["epsilon"] and not impact.popart
+  config = _resolve("gym:Pendulum-v1", algorithm="impact")
+  table2 = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, "impact")
   for name in ("learning_rate", "unroll_length", "batch_size", "discounting", "epsilon"):
     assert getattr(config, name) == table2[name], name
   # --env_kwargs reaches gymnasium.make, and the action space picks the presets.
-  lander = _resolve("gym:LunarLander-v3", env_kwargs='{"continuous": true}')
+  lander = _resolve("gym:LunarLander-v3", env_kwargs='{"continuous": true}', algorithm="impact")
   assert lander.unroll_length == table2["unroll_length"]
-  assert _resolve("gym:LunarLander-v3").unroll_length == atari_family.ATARI["unroll_length"]
-  assert "Presets" in presets.describe_presets("gym:Pendulum-v1")
-  assert _resolve("gym:Pendulum-v1", learning_rate=0.01).learning_rate == 0.01  # Flags win.
+  assert _resolve("gym:LunarLander-v3", algorithm="impact").unroll_length == (
+      atari_family.ATARI["unroll_length"])
 
 
 @pytest.mark.parametrize("text, ok", [("", True), ('{"continuous": true}', True),

@@ -14,11 +14,13 @@ from scalable_agent_tf2.configuration import settings
 
 # The learner's settings Tables D.3 and G.1 share: gamma 0.99, baseline cost 0.5, action
 # repeat 4, RMSProp momentum 0 (decay 0.99 and the accumulator starting at 1: released code,
-# TF1's RMSPropOptimizer); V-trace (section 5.2.1) without LASER's trust region.
+# TF1's RMSPropOptimizer); V-trace (section 5.2.1) without LASER's trust region; the learning
+# rate annealed linearly to 0 (Tables D.3, G.1); values in the rewards' own scale (no PopArt:
+# the paper clips rewards instead, Table G.1, Figure D.1).
 PAPER_SHARED = dict(discounting=0.99, baseline_cost=0.5, num_action_repeats=4, decay=0.99,
                     momentum=0.0, rmsprop_initial_mean_square=1.0,
                     off_policy_correction=settings.VTRACE, trust_region_threshold=float("inf"),
-                    envs_per_actor=1)
+                    envs_per_actor=1, learning_rate_schedule=settings.LINEAR, popart=False)
 
 # How an actor's environments run (Family.runs_as).
 OWN_PROCESS = "one environment process per actor"

@@ -20,21 +20,26 @@ trip added about 40% to a MiniGrid step, in process about 13%: benchmarks/RESULT
 dictionary observation"); frames (rendering) one process per actor.
 
 Presets (PRESETS_DOCUMENTATION; docs/ENVIRONMENTS.md): an environment the papers did not run
-has no published setting, so the family uses the papers' setting for the nearest kind of task,
-chosen by the action space, and says so when a run starts (describe_presets):
-  * Box actions: the IMPACT paper's continuous-control setting (Table 2, IMPALA or IMPACT
-    column, mujoco_presets.py: its tasks are the nearest published ones: vector observations,
-    Box actions) with its 16 workers (section 4.3);
-  * Discrete actions: the IMPALA paper's single-game Atari learner (Table G.1: learning rate
-    0.0006, entropy 0.01, RMSProp epsilon 0.01, gradient clip 40, unroll 20, batch 32,
-    discount 0.99) and Table 1's 48 environments, with IMPACT Table 1's own settings under
-    --algorithm=impact;
-  * both: one agent step is one gymnasium step (num_action_repeats 1: the environment fixes
-    its own frame skip, as for the MuJoCo tasks); rewards unclipped (Table G.1 clips Atari's
-    rewards to [-1, 1], which would change the task of an environment whose rewards carry
-    their size, e.g. LunarLander's -100 for a crash); a budget of 10M agent steps
-    (mujoco_presets.TOTAL_ENVIRONMENT_FRAMES, this project's choice: the papers fix none for
-    these tasks).
+has no published setting. Its defaults are this project's, chosen by measurement on issue 42's
+development set (CartPole-v1, LunarLander-v3 discrete and continuous, Pendulum-v1, MiniGrid
+Empty-8x8 and Unlock; benchmarks/RESULTS.md, "Defaults for environments nobody tuned"), one
+set for every observation and action kind (UNTUNED):
+  * the paper's learner where it carries over: V-trace, Table G.1's learning rate 0.0006,
+    entropy cost 0.01, gradient clip 40, unroll 20, batch 32, discount 0.99, baseline cost 0.5,
+    RMSProp with decay 0.99 and momentum 0, Table 1's 48 environments;
+  * values learned in a normalised scale (PopArt, Hessel et al. 2019, learning/popart.py), so
+    that returns of any size and sign (-1 a step, +-100 events, 1 once an episode) give
+    gradients of one size; rewards unclipped (Table G.1 clips Atari's to [-1, 1], which would
+    change the task of an environment whose rewards carry their size);
+  * a constant learning rate (a shorter --total_environment_frames trains exactly as the start
+    of the default run) and RMSProp at full step from the first update with a negligible
+    epsilon (1e-5 inside the root, a value of Table D.1's sweep; the accumulator starting at
+    0), so that the first updates move the policy;
+  * one agent step is one gymnasium step (num_action_repeats 1: the environment fixes its own
+    frame skip); a budget of 10M agent steps (mujoco_presets.TOTAL_ENVIRONMENT_FRAMES).
+With --algorithm=impact: the IMPACT paper's settings for the nearest published task kind,
+chosen by the action space (Box: Table 2's continuous-control setting, mujoco_presets.py;
+Discrete: Table G.1's learner with IMPACT Table 1's own settings), as before issue 42.
 """
 import difflib
 import functools
@@ -56,14 +61,18 @@ SUPPORTED_OBSERVATIONS = ("Box of shape (O,) (a float vector)",
                           "MissionSpace), other entries ignored (MiniGrid/BabyAI's "
                           "Dict(image, direction, mission))")
 SUPPORTED_ACTIONS = ("Discrete(n)", "Box of shape (A,) (continuous actions)")
-# Discrete actions: Table G.1's learner (atari_family.ATARI), one gymnasium step per agent step,
-# unclipped rewards, the project's 10M-step budget (module docstring).
+# Discrete actions under --algorithm=impact: Table G.1's learner (atari_family.ATARI), one
+# gymnasium step per agent step, unclipped rewards, the project's 10M-step budget.
 DISCRETE_PRESET = dict(atari_family.ATARI, num_action_repeats=1,
                        reward_clipping=settings.NO_CLIPPING,
                        total_environment_frames=mujoco_presets.TOTAL_ENVIRONMENT_FRAMES,
                        width=None, height=None, torso=None)
 # Table 1's 48 environments (as Atari's), laid out by base.actor_layout.
 DISCRETE_ENVIRONMENTS = atari_family.ATARI_ENVIRONMENTS
+# The defaults of an environment nobody tuned for (module docstring), any observation and
+# action kind, with --algorithm=impala.
+UNTUNED = dict(DISCRETE_PRESET, learning_rate_schedule=settings.CONSTANT, popart=True,
+               epsilon=1e-5, rmsprop_initial_mean_square=0.0)
 PRESETS_DOCUMENTATION = __doc__[__doc__.index("Presets"):]
 
 
@@ -190,15 +199,17 @@ class GymFamily(base.Family):
   def presets(self, level_name, levels, algorithm, num_cores, given=None):
     env_kwargs = parse_env_kwargs((given or {}).get("env_kwargs", ""))
     description = self.describe(levels[0], env_kwargs)
+    if algorithm != settings.IMPACT:
+      values = dict(UNTUNED)
+      values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
+      return values
     if description.continuous_actions:
       values = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, algorithm)
       values.update(base.actor_layout(values["num_actors"], num_cores))
       return values
-    values = dict(DISCRETE_PRESET)
+    from scalable_agent_tf2.configuration import presets  # pylint: disable=g-import-not-at-top
+    values = dict(DISCRETE_PRESET, **presets.IMPACT_PRESET)
     values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
-    if algorithm == settings.IMPACT:
-      from scalable_agent_tf2.configuration import presets  # pylint: disable=g-import-not-at-top
-      values.update(presets.IMPACT_PRESET)
     return values
 
   def preset_sources(self, level_name):
