@@ -39,7 +39,7 @@ from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration.settings import (  # --torso's choices.
-    DEEP, IMPACT_CNN, SHALLOW, TORSOS)
+    DEEP, IMPACT_CNN, SHALLOW, SHALLOW_MIN_FRAME_SIZE, TORSOS)
 from scalable_agent_tf2.structures import AgentOutput
 
 # Instruction encoder (section 5, Figure 3): words hashed into 1000 buckets, embedding 20,
@@ -60,10 +60,6 @@ CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
 # 8.3 GB to 1.8 GB (256 frames: 2.2 GB); the shallow torso's activations (0.4 GB) are left alone.
 DEEP_TORSO_CHUNK_FRAMES = 128
 PIXEL_MAX = 255.0  # uint8 pixels span [0, 255]; the torso takes them divided by it.
-# The smallest frame side the shallow torso takes: Figure 3 (left)'s VALID 8x8/4 then 4x4/2
-# convolutions need (side - 8) // 4 + 1 >= 4, i.e. side >= 20 (MiniGrid's 7x7 views take the
-# deep torso, whose SAME layers take any size).
-SHALLOW_MIN_FRAME_SIZE = 20
 
 # Output of `unroll`: the learner's own view of the trajectory.
 NetworkOutput = collections.namedtuple("NetworkOutput", "policy_logits baseline")

@@ -52,6 +52,11 @@ MODES = (TRAIN, TEST)
 IMPALA, IMPACT = "impala", "impact"
 ALGORITHMS = (IMPALA, IMPACT)
 SHALLOW, DEEP = "shallow", "deep"  # Figure 3's networks.
+# The smallest frame side the shallow torso takes: Figure 3 (left)'s VALID 8x8/4 then 4x4/2
+# convolutions need (side - 8) // 4 + 1 >= 4, i.e. side >= 20 (MiniGrid's 7x7 views take the
+# deep torso, whose SAME layers take any size). Here, not in networks.py, so that presets
+# choose the torso without TensorFlow.
+SHALLOW_MIN_FRAME_SIZE = 20
 IMPACT_CNN = "impact_cnn"  # The IMPACT paper's Atari network (section 4.3), 42x42 frames.
 TORSOS = (SHALLOW, DEEP, IMPACT_CNN)
 # --preset: whose published setting fills the settings left at their default (presets.presets).

@@ -177,6 +177,9 @@ def show_settings_lines(config, given):
   sources = presets.describe_presets(config.level_name)
   if sources:  # A level the papers did not run: where its presets come from.
     lines += ["  " + line for line in sources.splitlines()]
+  network = config.family.network_in_words(config)
+  if network:  # Where no setting names the network the run builds.
+    lines.append("  " + network)
   topic_of = {f.name: f.metadata["topic"] for f in settings.all_settings()}
   width = max(len(f"--{name}={_flag_text(value)}") for name, value, _, _ in rows)
   for topic, title in settings.TOPICS.items():

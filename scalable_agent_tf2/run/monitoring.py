@@ -31,8 +31,10 @@ import tensorflow as tf
 
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments.families import base as family_base
 
 # Console and TensorBoard summaries average the last this many episodes per level.
 RECENT_EPISODES = 100
@@ -294,6 +296,17 @@ def human_normalized_summary(level_returns):
               mean=100.0 * float(np.mean(values)), median=100.0 * float(np.median(values)))
 
 
+def learning_rate_in_words(config):
+  """The learning rate's schedule and the scale of the values, for the start banner."""
+  if config.learning_rate_schedule == settings.CONSTANT:
+    words = f"learning rate {config.learning_rate:g}, constant"
+  else:
+    words = (f"learning rate {config.learning_rate:g}, decaying linearly to 0 at "
+             f"{config.total_environment_frames:,} frames")
+  if config.popart:
+    words += "; values learned in PopArt's normalised scale (--popart)"
+  return words
+
 def start_banner(config, network, device, xla, checkpoint, frames, mode="train"):
   """The lines a run starts with: what it runs, on what, and where it starts from.
 
@@ -315,11 +328,9 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
     lines += ["  " + line for line in sources.splitlines()]
   if config.excluded_level_names:
     lines.append(f"  excluded levels: {', '.join(config.excluded_level_names)}")
-  core = "LSTM" if network.use_lstm else "no LSTM"
-  actions = (f"{network.num_actions} actions" if hasattr(network, "num_actions")
-             else f"Gaussian actions of {network.action_size} dimensions")
-  lines.append(f"  network: {network.torso} torso, {core}, {actions}, "
-               f"observations {'x'.join(str(n) for n in network.frame_shape)}")
+  lines.append("  " + family_base.network_in_words(
+      network.torso, network.use_lstm, getattr(network, "num_actions", None),
+      getattr(network, "action_size", None), network.frame_shape))
   if mode == "train":
     batch_frames = config_lib.frames_per_batch(config.batch_size, config.unroll_length,
                                                config.num_action_repeats)
@@ -328,8 +339,7 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
                  f"{config.total_environment_frames:,} (frames are counted a batch of "
                  f"{batch_frames:,} at a time: the run stops at the first update that reaches "
                  f"the budget, less than one batch past it)")
-    lines.append(f"  learning rate {config.learning_rate:g}, decaying linearly to 0 at "
-                 f"{config.total_environment_frames:,} frames")
+    lines.append("  " + learning_rate_in_words(config))
   else:
     lines.append(f"  {config.test_num_episodes} episodes per level, {config.num_actors} "
                  f"environments at once, seed {config.seed}")

@@ -4,6 +4,7 @@ text mission also the instruction encoder); discrete actions the categorical hea
 actions the diagonal Gaussian (on vectors: the IMPACT paper's MLPs; on frames:
 ContinuousFrameAgent). Vector observations pass through the run's observation filter whatever
 the actions."""
+import dataclasses
 import re
 import types
 
@@ -189,7 +190,9 @@ def test_the_gym_family_maps_an_image_with_a_mission_to_the_instruction_path(mon
                                                                             tmp_path):
   # What gym_env.Description will say of a Dict(image, mission) observation (MiniGrid).
   from scalable_agent_tf2.environments import base
-  config = _gym_config(tmp_path, "gym:CartPole-v1")
+  # The torso a resolved MiniGrid config holds: the family's preset for 7x7 frames.
+  config = dataclasses.replace(_gym_config(tmp_path, "gym:CartPole-v1"),
+                               torso=gym_family.frame_torso((7, 7, 3)))
   description = types.SimpleNamespace(observation_kind="frame", observation_shape=(7, 7, 3),
                                       has_instruction=True, frame_max=10.0)
   monkeypatch.setattr(gym_family.GymFamily, "describe", lambda *args, **kwargs: description)

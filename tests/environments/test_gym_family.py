@@ -264,3 +264,32 @@ def test_vector_and_index_observations_cross_an_environment_process(level_name, 
     np.testing.assert_array_equal(env.step(1).observation.frame, local.step(1).observation.frame)
   finally:
     env.close()
+
+
+def _network_levels():
+  """(level, env_kwargs) of every observation and action kind the family takes, where the
+  environment's package is installed (Box2D for CarRacing's frames, minigrid for a Dict)."""
+  levels = [("gym:CartPole-v1", ""), ("gym:Pendulum-v1", ""), ("gym:FrozenLake-v1", ""),
+            ("gym:LunarLander-v3", '{"continuous": true}')]
+  for module, level in (("Box2D", "gym:CarRacing-v3"), ("minigrid", "gym:MiniGrid-Empty-8x8-v0")):
+    try:
+      __import__(module)
+    except ImportError:
+      continue
+    levels.append((level, ""))
+  return levels
+
+
+@pytest.mark.parametrize("level, env_kwargs", _network_levels())
+def test_show_settings_names_the_network_the_run_builds(level, env_kwargs):
+  """--show_settings's network line (the family's, without TensorFlow) is the start banner's
+  line for the network the run builds from the environment's spec (issue 42: it printed the
+  torso as unused while the run used the shallow one)."""
+  from scalable_agent_tf2.run import monitoring  # pylint: disable=g-import-not-at-top
+  config = _resolve(level, env_kwargs=env_kwargs)
+  spec = gym_family.FAMILY.describe(level, gym_family.parse_env_kwargs(env_kwargs)).spec()
+  network = config.network_config_for_spec(spec)
+  banner = monitoring.start_banner(config, network, "/cpu:0", False, None, 0)
+  assert "  " + config.family.network_in_words(config) in banner
+  if spec.frame_shape and len(spec.frame_shape) == 3:  # Frames: the --torso row is the one built.
+    assert config.torso == network.torso, level

@@ -156,11 +156,29 @@ class Family:
 
   # --- Observations and the network. ----------------------------------------------------
 
+  def network_in_words(self, config):
+    """The network a run of `config` will build, in base.network_in_words's words, known
+    without TensorFlow (--show_settings prints it); None where the settings say it (the
+    paper's families: --torso)."""
+    del config
+    return None
+
   def network_config(self, config, spec):
     """The network for a run of this family, given its first environment's spec (an EnvSpec
     or a ContinuousEnvSpec; frame families read only spec.num_actions). Imports TensorFlow:
     call it from the TF side."""
     raise NotImplementedError
+
+
+def network_in_words(torso, use_lstm, num_actions=None, action_size=None,
+                     observation_shape=()):
+  """The start banner's and --show_settings's line for a network (one wording, so that the two
+  cannot differ): its torso, core, action head and observation shape."""
+  core = "LSTM" if use_lstm else "no LSTM"
+  actions = (f"{num_actions} actions" if num_actions is not None
+             else f"Gaussian actions of {action_size} dimensions")
+  shape = "x".join(str(n) for n in observation_shape) or "an index (one-hot)"
+  return f"network: {torso} torso, {core}, {actions}, observations {shape}"
 
 
 def frame_network_config(config, num_actions, channels, use_lstm, use_instruction):

@@ -202,14 +202,19 @@ class GymFamily(base.Family):
     if algorithm != settings.IMPACT:
       values = dict(UNTUNED)
       values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
-      return values
-    if description.continuous_actions:
+    elif description.continuous_actions:
       values = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, algorithm)
       values.update(base.actor_layout(values["num_actors"], num_cores))
-      return values
-    from scalable_agent_tf2.configuration import presets  # pylint: disable=g-import-not-at-top
-    values = dict(DISCRETE_PRESET, **presets.IMPACT_PRESET)
-    values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
+    else:
+      from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
+          presets)
+      values = dict(DISCRETE_PRESET, **presets.IMPACT_PRESET)
+      values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
+    # The torso the run builds (network_config reads it): frames only; a vector or an index
+    # takes its own torso, which no setting names.
+    from scalable_agent_tf2.environments import gym_env  # pylint: disable=g-import-not-at-top
+    values["torso"] = (frame_torso(description.observation_shape)
+                       if description.observation_kind == gym_env.FRAME else None)
     return values
 
   def preset_sources(self, level_name):
@@ -240,6 +245,19 @@ class GymFamily(base.Family):
     description = self.describe(config.levels[0], parse_env_kwargs(config.env_kwargs))
     rendered = description.observation_kind == "frame" and description.image_key is None
     return base.OWN_PROCESS if rendered else base.IN_PROCESS_GROUP
+
+  def network_in_words(self, config):
+    """network_config's choice (below) from the environment's description, without
+    TensorFlow: tests/environments/test_gym_family.py holds the two equal."""
+    from scalable_agent_tf2.environments import gym_env  # pylint: disable=g-import-not-at-top
+    description = self.describe(config.levels[0], parse_env_kwargs(config.env_kwargs))
+    kind, continuous = description.observation_kind, description.continuous_actions
+    torso = {gym_env.VECTOR: "mlp", gym_env.INDEX: "one_hot"}.get(kind, config.torso)
+    return base.network_in_words(
+        torso, use_lstm=kind == gym_env.FRAME and not continuous,
+        num_actions=None if continuous else description.num_actions,
+        action_size=description.action_size if continuous else None,
+        observation_shape=description.observation_shape)
 
   def network_config(self, config, spec):
     """The network follows the first environment's spec, for any supported combination
@@ -281,7 +299,7 @@ class GymFamily(base.Family):
       return networks.index_config(spec.num_actions, observation_values(config.levels[0],
                                                                         env_kwargs))
     frame_shape = tuple(spec.frame_shape)
-    torso = config.torso or frame_torso(frame_shape)
+    torso = config.torso  # The preset's frame_torso, or the flag's.
     if continuous:
       from scalable_agent_tf2.agent import (  # pylint: disable=g-import-not-at-top
           continuous_networks)
@@ -293,11 +311,10 @@ class GymFamily(base.Family):
 
 
 def frame_torso(frame_shape):
-  """--torso's default for frames: Figure 3's shallow torso, or the deep one for frames
-  smaller than the shallow one's VALID convolutions take (networks.SHALLOW_MIN_FRAME_SIZE;
+  """--torso's preset for frames: Figure 3's shallow torso, or the deep one for frames
+  smaller than the shallow one's VALID convolutions take (settings.SHALLOW_MIN_FRAME_SIZE;
   e.g. MiniGrid's 7x7 views): the deep torso's SAME layers take any size."""
-  from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
-  if min(frame_shape[:2]) < networks.SHALLOW_MIN_FRAME_SIZE:
+  if min(frame_shape[:2]) < settings.SHALLOW_MIN_FRAME_SIZE:
     return settings.DEEP
   return settings.SHALLOW
 
