@@ -208,10 +208,10 @@ def versions():
 
 def train(args):
   """Trains until stop_reason; writes episodes.csv as it goes and complete.json at the end."""
+  import torch
   logging.disable(logging.WARNING)  # minatar's warning that it cannot draw without seaborn.
   os.makedirs(args.output_dir, exist_ok=True)
   if args.torch_threads:
-    import torch
     torch.set_num_threads(args.torch_threads)
   model, given = (zoo_model if args.hyperparams == ZOO else default_model)(args)
   logger = episode_logger(args, os.path.join(args.output_dir, episode_file.EPISODES_FILE))
@@ -219,7 +219,6 @@ def train(args):
         f"hyperparameters: {given}", flush=True)
   model.learn(total_timesteps=args.steps, callback=logger)
   model.get_env().close()
-  import torch
   record = dict(reason=logger.reason or f"{model.num_timesteps:,} steps trained",
                 steps=int(model.num_timesteps), seconds=time.time() - LAUNCHED,
                 episodes=len(logger.returns), command=sys.argv, hyperparams=args.hyperparams,
