@@ -168,13 +168,13 @@ def run_ours(logdir, seed, frames, print_fn):
     print_fn(f"$ {runs.printable(command)}\n  already trained {ours_frames(logdir):,} frames")
     return
   os.makedirs(logdir, exist_ok=True)
-  _check_same_command(os.path.join(logdir, "side_by_side_command.json"),
+  check_same_command(os.path.join(logdir, "side_by_side_command.json"),
                       runs.printable(command))
   print_fn(f"$ {runs.printable(command)}  # stopped with SIGINT at {frames:,} frames")
   tail = runlog.LogTail(runlog.log_path(logdir), os.path.getsize(runlog.log_path(logdir))
                         if os.path.exists(runlog.log_path(logdir)) else 0)
   with open(os.path.join(logdir, "console.txt"), "a") as console:
-    process = _start(command, console)
+    process = start_run(command, console)
     try:
       reached = 0
       while process.poll() is None and reached < frames:
@@ -189,7 +189,7 @@ def run_ours(logdir, seed, frames, print_fn):
   print_fn(f"  trained {ours_frames(logdir):,} frames")
 
 
-def _check_same_command(path, command):
+def check_same_command(path, command):
   """Refuses to resume a directory whose run was started by another command."""
   if os.path.exists(path):
     with open(path) as f:
@@ -201,7 +201,7 @@ def _check_same_command(path, command):
     json.dump(command, f)
 
 
-def _start(command, console):
+def start_run(command, console):
   """Starts a run in its own session, so that only this driver signals it (a terminal's
   Ctrl-C reaches the driver alone, which then sends one SIGINT), and on Linux with SIGINT as
   its parent-death signal, so that it stops cleanly if this driver is killed."""
@@ -239,7 +239,7 @@ def run_peer(output_dir, seed, frames, venv, print_fn):
   print_fn(f"$ {runs.printable(command)}")
   os.makedirs(output_dir)
   with open(os.path.join(output_dir, "driver_console.txt"), "w") as console:
-    process = _start(command, console)
+    process = start_run(command, console)
     try:
       process.wait()
     finally:  # The driver stops Sample Factory's process group on SIGINT.

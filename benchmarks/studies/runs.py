@@ -15,8 +15,6 @@ import time
 import numpy as np
 
 from scalable_agent_tf2.runfiles import plot as learning_curves
-# Re-exported: every benchmark's results share one machine line.
-from benchmarks.speed.learner_step import machine_description  # pylint: disable=unused-import
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable-next=g-import-not-at-top,wrong-import-position
@@ -26,6 +24,14 @@ RUN_FILE = "run.json"
 # "Final return": the mean of the last this many training episodes (monitoring.py's recent
 # returns use 100 too).
 FINAL_EPISODES = 100
+
+
+def machine_description():
+  """benchmarks.speed.learner_step's machine line (every benchmark's results share one),
+  imported when called: that module loads TensorFlow, which running, reading and plotting
+  runs do not need (the peers' drivers and their tests import this module)."""
+  from benchmarks.speed import learner_step  # pylint: disable=g-import-not-at-top
+  return learner_step.machine_description()
 
 
 def experiment_command(logdir, mode="train", **flags):
