@@ -100,8 +100,13 @@ class Description:
       self.observation_kind, self.observation_shape = _observation_kind(
           env_id, observation_space, spaces)
     self.has_instruction = self.text_key is not None
-    self.frame_max = (frame_max(unwrapped, self.observation_shape)
-                      if self.observation_kind == FRAME else None)
+    image_space = (observation_space[self.image_key] if self.image_key is not None
+                   else observation_space)
+    self.frame_is_bool = (self.observation_kind == FRAME
+                          and image_space.dtype == np.dtype(np.bool_))
+    self.frame_max = (None if self.observation_kind != FRAME else 1.0 if self.frame_is_bool
+                      else frame_max(unwrapped, self.observation_shape))
+    self.step_seconds = None  # Measured by describe() (measure_step_seconds).
     if isinstance(action_space, spaces.Discrete):
       self.continuous_actions, self.num_actions = False, int(action_space.n)
       self.action_start = int(action_space.start)
@@ -149,10 +154,15 @@ def frame_max(unwrapped, image_shape):
   return 255.0
 
 
+# The dtypes of a frame the family takes: uint8 (pixels, MiniGrid's grid encoding) and bool
+# (feature planes, e.g. MinAtar's 10x10xC), stored as uint8 (bool as 0 / 1: frame_max 1).
+FRAME_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_))
+
+
 def _is_image(space, spaces):
-  """A Box (H, W, C) of uint8: an image frame."""
+  """A Box (H, W, C) of uint8 or bool: an image frame."""
   return (isinstance(space, spaces.Box) and len(space.shape) == 3
-          and space.dtype == np.uint8)
+          and space.dtype in FRAME_DTYPES)
 
 
 def _is_text(space, spaces):
@@ -194,7 +204,7 @@ def _observation_kind(env_id, space, spaces):
   if isinstance(space, spaces.Box):
     if len(space.shape) == 1:
       return VECTOR, tuple(int(n) for n in space.shape)
-    if len(space.shape) == 3 and space.dtype == np.uint8:
+    if len(space.shape) == 3 and space.dtype in FRAME_DTYPES:
       return FRAME, tuple(int(n) for n in space.shape)
   raise UnsupportedSpace(
       f"gym:{env_id}: its observation space {space} is not supported; supported: "
@@ -237,12 +247,38 @@ def _cannot_be_made(env_id, error):
       + (f" (at {user_frame})" if user_frame else "")), user_frame)
 
 
+# How a Description measures a step's cost (families/gym.py runs_as chooses the actor layout
+# by it): at most this many random steps, or this many seconds, after one reset.
+MEASURED_STEPS, MEASURING_SECONDS = 50, 0.5
+
+
+def measure_step_seconds(env, steps=MEASURED_STEPS, seconds=MEASURING_SECONDS, seed=0):
+  """The mean wall time of one env.step with random actions (resetting at episode ends), over
+  at most `steps` steps or `seconds`, after a reset; None if stepping raised (the run's own
+  checks then say what is wrong)."""
+  import time  # pylint: disable=g-import-not-at-top
+  try:
+    env.action_space.seed(seed)
+    env.reset(seed=seed)
+    start, taken = time.perf_counter(), 0
+    while taken < steps and time.perf_counter() - start < seconds:
+      _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+      taken += 1
+      if terminated or truncated:
+        env.reset()
+    return (time.perf_counter() - start) / taken
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
 @functools.lru_cache(maxsize=64)
 def _describe(env_id, env_kwargs_json):
   import json  # pylint: disable=g-import-not-at-top
   env = make(env_id, json.loads(env_kwargs_json))
   try:
-    return Description(env_id, env.observation_space, env.action_space, env.unwrapped)
+    description = Description(env_id, env.observation_space, env.action_space, env.unwrapped)
+    description.step_seconds = measure_step_seconds(env)
+    return description
   finally:
     env.close()
 
@@ -344,11 +380,12 @@ class GymEnvironment(base.Environment):
       raise self._output_error(
           f"an observation of shape {array.shape}; its observation space promises {shape}")
     if kind == FRAME:
-      if array.dtype != np.uint8:
+      promised = np.bool_ if self._description.frame_is_bool else np.uint8
+      if array.dtype != promised:
         raise self._output_error(
-            f"an observation of dtype {array.dtype}; its observation space promises uint8 "
-            "frames")
-      return array
+            f"an observation of dtype {array.dtype}; its observation space promises "
+            f"{np.dtype(promised).name} frames")
+      return array.astype(np.uint8) if self._description.frame_is_bool else array
     if not np.issubdtype(array.dtype, np.number):
       raise self._output_error(
           f"an observation of dtype {array.dtype}; its observation space promises numbers")

@@ -30,7 +30,6 @@ import numpy as np
 import tensorflow as tf
 
 from scalable_agent_tf2.configuration import config as config_lib
-from scalable_agent_tf2.configuration import presets
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.configuration import suites
@@ -323,9 +322,9 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
   what = (f"{config.level_name} ({len(levels)} levels)" if len(levels) > 1
           else levels[0])
   lines = [f"{mode}: {what}"]
-  sources = presets.describe_presets(config.level_name) if mode == "train" else None
-  if sources:  # A level the papers did not run: where its presets come from.
-    lines += ["  " + line for line in sources.splitlines()]
+  summary = config.family.preset_summary(config) if mode == "train" else None
+  if summary:  # A level the papers did not run: which defaults apply, and why.
+    lines.append("  " + summary)
   if config.excluded_level_names:
     lines.append(f"  excluded levels: {', '.join(config.excluded_level_names)}")
   lines.append("  " + family_base.network_in_words(

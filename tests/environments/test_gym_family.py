@@ -293,3 +293,17 @@ def test_show_settings_names_the_network_the_run_builds(level, env_kwargs):
   assert "  " + config.family.network_in_words(config) in banner
   if spec.frame_shape and len(spec.frame_shape) == 3:  # Frames: the --torso row is the one built.
     assert config.torso == network.torso, level
+
+
+def test_the_start_says_in_one_line_which_defaults_apply_and_why():
+  from scalable_agent_tf2.run import monitoring  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+  config = _resolve("gym:CartPole-v1")
+  banner = monitoring.start_banner(config, networks.vector_config(2, 4), "/cpu:0", False, None, 0)
+  defaults = [line for line in banner if line.startswith("  defaults:")]
+  assert len(defaults) == 1 and "PopArt" in defaults[0], banner
+  assert "TROUBLESHOOTING.md" in defaults[0] and os.path.exists(os.path.join(
+      os.path.dirname(__file__), "..", "..", "docs", "TROUBLESHOOTING.md"))
+  pong = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari/pong"))
+  pong_banner = monitoring.start_banner(pong, networks.atari_config(6), "/cpu:0", False, None, 0)
+  assert not [line for line in pong_banner if line.startswith("  defaults:")]

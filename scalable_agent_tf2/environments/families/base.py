@@ -118,6 +118,12 @@ class Family:
     del level_name
     return None
 
+  def preset_summary(self, config):
+    """One line for a run's start: which defaults apply to `config` and why; None: the
+    paper's tables (cited in the family's module and by --show_settings)."""
+    del config
+    return None
+
   def intra_op_threads(self, torso, num_cores):
     """TensorFlow threads per op; 0: TensorFlow's default (presets.intra_op_threads)."""
     del torso, num_cores
@@ -189,8 +195,10 @@ def frame_network_config(config, num_actions, channels, use_lstm, use_instructio
       torso=config.torso, use_lstm=use_lstm, use_instruction=use_instruction)
 
 
-def continuous_network_config(spec):
-  """The IMPACT paper's continuous-control network (section 4.3) for a ContinuousEnvSpec."""
+def continuous_network_config(spec, state_dependent_log_std=True):
+  """The IMPACT paper's continuous-control network (section 4.3) for a ContinuousEnvSpec
+  (state_dependent_log_std: RLlib's default, which ran it; continuous_networks.py)."""
   from scalable_agent_tf2.agent import continuous_networks  # pylint: disable=g-import-not-at-top
-  return continuous_networks.ContinuousNetworkConfig(observation_size=spec.frame_shape[0],
-                                                     action_size=spec.action_size)
+  return continuous_networks.ContinuousNetworkConfig(
+      observation_size=spec.frame_shape[0], action_size=spec.action_size,
+      state_dependent_log_std=state_dependent_log_std)

@@ -5,19 +5,20 @@ package ("gym:my_package.envs:MyEnv-v0" imports my_package.envs, which registers
 
 Observations and actions (environments/gym_env.py converts them): Box observations of one
 dimension (float32 vectors, normalised by the run's MeanStdFilter as the MuJoCo path does) or
-of three (uint8 frames [H, W, C]); Discrete observations (their index); a Dict of one image
-and at most one text, e.g. MiniGrid and BabyAI's (image, direction, mission) (the image is the
-frame, the text the instruction the paper's encoder reads, as DeepMind Lab's; other entries
+of three (uint8 frames [H, W, C], or bool feature planes such as MinAtar's, stored as 0 / 1);
+Discrete observations (their index); a Dict of one image and at most one text, e.g. MiniGrid
+and BabyAI's (image, direction, mission) (the image is the frame, the text the instruction the paper's encoder reads, as DeepMind Lab's; other entries
 are not observed and gym_env.Description.ignored_keys names them); Discrete actions, or
 Box actions of one dimension (a diagonal Gaussian policy, clipped to the bounds only when
 sent). Anything else is refused with the list of what is supported.
 
-How they run: vector and Discrete observations in groups stepped in the training process (a
-classic-control or Box2D step costs microseconds, far less than a process's round trip:
-benchmarks/speed/gym_overhead.py); Dict observations in groups too (MiniGrid and BabyAI's
-image is the grid's own 7x7x3 encoding, computed in Python, not rendered: a process's round
-trip added about 40% to a MiniGrid step, in process about 13%: benchmarks/RESULTS.md, "A
-dictionary observation"); frames (rendering) one process per actor.
+How they run, by the step's cost measured when the level is first described (runs_as,
+OWN_PROCESS_STEP_SECONDS): a step dearer than 2 ms (rendered frames, e.g. CarRacing's 20 ms) in
+a process of its own per actor, one actor per core, so that the steps run in parallel; a
+cheaper one (classic control, Box2D vectors, MiniGrid's grid encoding, MinAtar's planes: tens
+to hundreds of microseconds) in groups stepped in the training process, where a process's
+round trip would cost more than it saves (benchmarks/speed/gym_overhead.py;
+benchmarks/RESULTS.md, "A dictionary observation").
 
 Presets (PRESETS_DOCUMENTATION; docs/ENVIRONMENTS.md): an environment the papers did not run
 has no published setting. Its defaults are this project's, chosen by measurement on issue 42's
@@ -54,13 +55,21 @@ from scalable_agent_tf2.environments.families import base
 PREFIX = "gym:"
 # The spaces the family takes (gym_env.describe_spaces names what it found).
 SUPPORTED_OBSERVATIONS = ("Box of shape (O,) (a float vector)",
-                          "Box of shape (H, W, C) and dtype uint8 (image frames)",
+                          "Box of shape (H, W, C) and dtype uint8 or bool (image frames, "
+                          "feature planes)",
                           "Discrete(n) (an index)",
                           "Dict of one image (Box (H, W, C) uint8) and at most one text "
                           "(gymnasium Text, or a space of str such as MiniGrid's "
                           "MissionSpace), other entries ignored (MiniGrid/BabyAI's "
                           "Dict(image, direction, mission))")
 SUPPORTED_ACTIONS = ("Discrete(n)", "Box of shape (A,) (continuous actions)")
+# Above this cost of one step an environment runs in processes (runs_as). A process's round
+# trip costs about 150-250 us here (benchmarks/RESULTS.md, "The adapter's cost per step"), and
+# on 2 cores MiniGrid's 570 us steps ran faster in groups (573 us a step) than in processes
+# (833 us; "A dictionary observation"): the parallel steps repay the round trip only well
+# above it. Measured on a loaded 2-core machine: CartPole 23 us, LunarLander 50, MinAtar
+# Breakout 11, MiniGrid-Unlock 566, BipedalWalker 908 (groups); CarRacing 21,700 (processes).
+OWN_PROCESS_STEP_SECONDS = 2e-3
 # Discrete actions under --algorithm=impact: Table G.1's learner (atari_family.ATARI), one
 # gymnasium step per agent step, unclipped rewards, the project's 10M-step budget.
 DISCRETE_PRESET = dict(atari_family.ATARI, num_action_repeats=1,
@@ -220,6 +229,16 @@ class GymFamily(base.Family):
   def preset_sources(self, level_name):
     return PRESETS_DOCUMENTATION
 
+  def preset_summary(self, config):
+    if config.algorithm == settings.IMPACT:
+      return ("defaults: the IMPACT paper's for the nearest published task kind (an "
+              "environment the papers did not run; --show_settings says which); "
+              "docs/TROUBLESHOOTING.md if it does not learn")
+    return ("defaults: this project's for an environment the papers did not run (one set for "
+            "every gymnasium environment, chosen by measurement: Table G.1's learner with "
+            "PopArt, a constant learning rate and RMSProp at full step; --show_settings lists "
+            "them); docs/TROUBLESHOOTING.md if it does not learn")
+
   def check_config(self, config):
     parse_env_kwargs(config.env_kwargs)
     frame_settings = [name for name in ("width", "height") if getattr(config, name)
@@ -240,11 +259,17 @@ class GymFamily(base.Family):
     return gym_env.GymEnvironment, dict(level_name=level_name, seed=seed, **options)
 
   def runs_as(self, config):
-    """Frames (rendering) in a process each; vectors, indices and Dict observations (an
-    image with a text: MiniGrid's grid encoding, no rendering) in in-process groups."""
+    """By the step's measured cost (gym_env.measure_step_seconds): one that costs more than
+    OWN_PROCESS_STEP_SECONDS runs in a process of its own per actor, one actor per core
+    (base.actor_layout), so that the steps run in parallel; a cheaper one in groups stepped in
+    the training process, where a process's round trip would cost more than it saves. Where
+    the step could not be measured: rendered frames in processes, everything else in groups."""
     description = self.describe(config.levels[0], parse_env_kwargs(config.env_kwargs))
-    rendered = description.observation_kind == "frame" and description.image_key is None
-    return base.OWN_PROCESS if rendered else base.IN_PROCESS_GROUP
+    if description.step_seconds is None:
+      rendered = description.observation_kind == "frame" and description.image_key is None
+      return base.OWN_PROCESS if rendered else base.IN_PROCESS_GROUP
+    return (base.OWN_PROCESS if description.step_seconds > OWN_PROCESS_STEP_SECONDS
+            else base.IN_PROCESS_GROUP)
 
   def network_in_words(self, config):
     """network_config's choice (below) from the environment's description, without
@@ -289,7 +314,8 @@ class GymFamily(base.Family):
                        "Drop --torso.")
     if kind == torsos.VECTOR:
       if continuous:
-        return base.continuous_network_config(spec)
+        return base.continuous_network_config(
+            spec, state_dependent_log_std=config.algorithm == settings.IMPACT)
       return networks.vector_config(spec.num_actions, spec.frame_shape[0])
     if kind == torsos.INDEX:
       if continuous:
@@ -304,7 +330,8 @@ class GymFamily(base.Family):
       from scalable_agent_tf2.agent import (  # pylint: disable=g-import-not-at-top
           continuous_networks)
       return continuous_networks.ContinuousFrameNetworkConfig(
-          frame_shape=frame_shape, action_size=spec.action_size, torso=torso)
+          frame_shape=frame_shape, action_size=spec.action_size, torso=torso,
+          state_dependent_log_std=config.algorithm == settings.IMPACT)
     return networks.NetworkConfig(
         num_actions=spec.num_actions, frame_shape=frame_shape, torso=torso, use_lstm=True,
         use_instruction=description.has_instruction, frame_max=description.frame_max)
