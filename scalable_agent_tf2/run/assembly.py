@@ -20,12 +20,13 @@ from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.transport import wire
-from scalable_agent_tf2.configuration.settings import TRAIN
+from scalable_agent_tf2.configuration.settings import TEST, TRAIN
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
 from scalable_agent_tf2.structures import Observation
+from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.utils import quiet_tensorflow
 from scalable_agent_tf2.learning import impact
 
@@ -255,13 +256,36 @@ def make_learner(config, agent, strategy=None):
                              jit_compile=config.jit_compile_choice(), strategy=strategy)
 
 
+def checkpoint_settings(config, agent):
+  """What a checkpoint's network depends on (stored beside it, compared at restore)."""
+  return {"level_name": config.level_name, "torso": agent.config.torso,
+          "width": config.width, "height": config.height, "algorithm": config.algorithm,
+          **action_spaces.for_network(agent.config).layout(agent.config)}
+
+
+class FrameCount(tf.Module):
+  """What a policy-only checkpoint keeps of the learner: its frame count, under the learner's
+  own name, so that it restores into a Learner's num_env_frames (run/export_policy.py)."""
+
+  def __init__(self, num_env_frames):
+    super().__init__(name="learner")
+    self.num_env_frames = num_env_frames
+
+
 def make_checkpointer(config, agent, learner):
   """The run's checkpoints: the agent and the learner (optimizer slots, frame count; IMPACT's
-  target network and step count)."""
-  settings = {"level_name": config.level_name, "torso": agent.config.torso,
-              "width": config.width, "height": config.height, "algorithm": config.algorithm,
-              **action_spaces.for_network(agent.config).layout(agent.config)}
-  return checkpoints.Checkpointer(config.logdir, settings, agent=agent, learner=learner)
+  target network and step count). A logdir that holds a policy only (export_policy.py) gives
+  test mode the agent and the frame count, and refuses training."""
+  if checkpoint_files.read_policy_only(config.logdir) is None:
+    return checkpoints.Checkpointer(config.logdir, checkpoint_settings(config, agent),
+                                    agent=agent, learner=learner)
+  if config.mode != TEST:
+    raise checkpoints.CheckpointError(
+        f"{config.logdir} holds a policy only (exported for test mode: "
+        f"{checkpoint_files.POLICY_ONLY_FILE}), no optimizer state to train on. Test it with "
+        f"--mode=test, or train in another --logdir.")
+  return checkpoints.Checkpointer(config.logdir, checkpoint_settings(config, agent),
+                                  agent=agent, learner=FrameCount(learner.num_env_frames))
 
 
 def actor_loop_factory(config, index, policy, environment_constructor, first_env,

@@ -323,6 +323,25 @@ def clean_leftovers(logdir):
   return removed, moved, adopted
 
 
+# A logdir that holds a policy only (run/export_policy.py: the agent's weights and the frame
+# count, no optimizer state), for test mode: this file beside the checkpoints says so, with
+# where it came from.
+POLICY_ONLY_FILE = "policy_only.json"
+
+
+def policy_only_path(logdir):
+  return os.path.join(checkpoint_dir(logdir), POLICY_ONLY_FILE)
+
+
+def read_policy_only(logdir):
+  """The export record of a policy-only logdir (dict), or None for a run's own logdir."""
+  try:
+    with open(policy_only_path(logdir)) as f:
+      return json.load(f)
+  except FileNotFoundError:
+    return None
+
+
 def read_settings(logdir):
   """The run's stored settings (settings.json, with SETTINGS_BEFORE_THEY_WERE_STORED filled
   in), or None when there is no such file.

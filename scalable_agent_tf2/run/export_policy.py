@@ -1,0 +1,91 @@
+"""A run's policy as a folder that test mode plays: the agent's weights (its observation filter
+included) and the frame count it was trained to, without the optimizer state.
+
+    python -m scalable_agent_tf2.run.export_policy --output=benchmarks/agents/boxing -- \\
+        --level_name=atari/boxing --logdir=/work/runs/atari_boxing_s1
+    python experiment.py --mode=test --level_name=atari/boxing \\
+        --logdir=benchmarks/agents/boxing --test_num_episodes=10 --record_video_episodes=1
+
+After `--` come the run's own experiment flags (those that shape its network: the level,
+--torso, --width, --height, --algorithm, --env_kwargs), its --logdir and, to export another
+than the newest checkpoint, --restore_checkpoint. The folder holds checkpoints/: the state
+file and one checkpoint (named by the frame count), the run's settings.json (which test mode
+compares with its own, as for any logdir) and policy_only.json (where it came from: the
+source logdir and checkpoint, the frames, this command). A policy is about a tenth of a
+training checkpoint: RMSProp keeps a mean square per weight and IMPACT a target network too.
+Training on such a folder is refused (assembly.make_checkpointer); test mode's results go to
+its evaluation/ as for any logdir.
+"""
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+
+import tensorflow as tf
+
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.runfiles import checkpoint_files
+
+
+def export(config, output):
+  """Writes config.logdir's checkpoint (the newest, or --restore_checkpoint) as a policy-only
+  folder `output` (module docstring); returns (checkpoint path written, frames).
+
+  Raises:
+    ValueError: `output` exists and is not empty (nothing is overwritten).
+    checkpoints.CheckpointError: the run's checkpoint cannot be restored.
+  """
+  if os.path.exists(output) and os.listdir(output):
+    raise ValueError(f"--output={output} exists and is not empty; give a new folder.")
+  environment_constructor = assembly.checked_environment_constructor(config, None,
+                                                                     test_mode=True)
+  agent, probe_env = assembly.build_agent(config, environment_constructor)
+  probe_env.close()
+  learner = assembly.make_learner(config, agent)
+  source = assembly.make_checkpointer(config, agent, learner).restore(
+      required=True, restore_from=config.restore_checkpoint)
+  frames = int(learner.num_env_frames.numpy())
+  directory = checkpoint_files.checkpoint_dir(output)
+  os.makedirs(directory)
+  name = f"ckpt-{frames}"
+  policy = tf.train.Checkpoint(agent=agent, learner=assembly.FrameCount(learner.num_env_frames))
+  policy.save_counter.assign(1)  # Made, so written: test mode's restore expects one.
+  policy.write(os.path.join(directory, name))
+  checkpoint_files.write_state(directory, [name])
+  shutil.copyfile(checkpoint_files.settings_path(config.logdir),
+                  checkpoint_files.settings_path(output))
+  record = dict(source_logdir=os.path.abspath(config.logdir), source_checkpoint=source,
+                frames=frames, level_name=config.level_name,
+                command=shlex.join(["python", "-m", "scalable_agent_tf2.run.export_policy",
+                                    *sys.argv[1:]]))
+  with open(checkpoint_files.policy_only_path(output), "w") as f:
+    json.dump(record, f, indent=2, sort_keys=True)
+    f.write("\n")
+  return os.path.join(directory, name), frames
+
+
+def main(argv):
+  parser = argparse.ArgumentParser(
+      prog="python -m scalable_agent_tf2.run.export_policy",
+      description=__doc__.split("\n\n")[0] + " Experiment flags follow `--`.")
+  parser.add_argument("--output", required=True, help="The new folder (a test-mode logdir).")
+  split = argv.index("--") if "--" in argv else len(argv)
+  args, experiment_flags = parser.parse_args(argv[:split]), argv[split + 1:]
+  if not experiment_flags:
+    parser.error("give the run's experiment flags after `--` (its --level_name, --logdir, ...)")
+  try:
+    config = config_lib.config_from_argv([*experiment_flags, "--mode=test"])
+    path, frames = export(config, args.output)
+  except (ValueError, RuntimeError) as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+  print(f"Exported {frames:,} frames' policy to {path} (test it with `python experiment.py "
+        f"--mode=test --level_name={config.level_name} --logdir={args.output}`).")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
