@@ -467,8 +467,10 @@ def run_peer(env, seed, system, directory, venv, max_seconds, print_fn, torch_th
   """Trains a peer with sb3_gym.py from zero (an unfinished earlier attempt moved aside);
   returns the failure or None."""
   command = peer_command(env, seed, system, directory, venv, max_seconds, torch_threads)
-  # The run's identity: its flags, without --max_seconds (a stopping rule, not the run).
-  identity = " ".join(a for a in command[1:] if not a.startswith("--max_seconds"))
+  # The run's identity: its flags, without --max_seconds (a stopping rule, not the run) and
+  # --torch_threads (how fast it runs, not what it learns).
+  identity = " ".join(a for a in command[1:]
+                      if not a.startswith(("--max_seconds", "--torch_threads")))
   if os.path.isdir(directory):
     lsbs.check_same_command(os.path.join(directory, COMMAND_FILE), identity)
     if os.path.exists(os.path.join(directory, COMPLETE_FILE)):
