@@ -260,6 +260,7 @@ def checkpoint_settings(config, agent):
   """What a checkpoint's network depends on (stored beside it, compared at restore)."""
   return {"level_name": config.level_name, "torso": agent.config.torso,
           "width": config.width, "height": config.height, "algorithm": config.algorithm,
+          "popart": bool(config.popart),
           **action_spaces.for_network(agent.config).layout(agent.config)}
 
 

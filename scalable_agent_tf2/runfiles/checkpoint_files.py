@@ -56,9 +56,10 @@ _NAME = re.compile(rf"{PREFIX}-(\d+)")
 # Settings that fix the shapes of the checkpointed variables: resuming with other values
 # cannot work. Everything else (learning rate, number of actors, ...) may change on resume.
 # The algorithm fixes which variables exist (IMPACT's target network).
-SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm")
-# What a settings file written before a setting was stored means by its absence.
-SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala"}
+SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm", "popart")
+# What a settings file written before a setting was stored means by its absence (PopArt came
+# with issue 42: every earlier run trained without it).
+SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala", "popart": False}
 
 
 class UnusableCheckpoint(ValueError):

@@ -122,6 +122,17 @@ def test_a_checkpoint_of_other_settings_is_refused(tmp_path, mode):
   assert not (tmp_path / "evaluation").exists()
 
 
+def test_a_checkpoint_trained_without_popart_names_the_flag(tmp_path):
+  """A settings file from before PopArt (issue 42) means PopArt off: resuming with it on (the
+  gymnasium levels' default now) is refused, naming the flag to pass."""
+  fake_checkpoint(tmp_path)
+  result = run_experiment("--mode=train", TOY, f"--logdir={tmp_path}", "--popart=true")
+  assert_answered_before_tensorflow(
+      result, f"The checkpoint in {tmp_path}/checkpoints was trained with different settings "
+      "(--popart: checkpoint False, now True). Rerun with the checkpoint's values, or use "
+      "another --logdir.")
+
+
 def test_a_restore_checkpoint_that_is_not_there_is_refused(tmp_path):
   fake_checkpoint(tmp_path, names=("ckpt-100", "ckpt-200"))
   result = run_experiment("--mode=train", TOY, f"--logdir={tmp_path}",
