@@ -252,10 +252,28 @@ def _cannot_be_made(env_id, error):
 MEASURED_STEPS, MEASURING_SECONDS = 50, 0.5
 
 
-def measure_step_seconds(env, steps=MEASURED_STEPS, seconds=MEASURING_SECONDS, seed=0):
+# A measurement that has not returned after this long is abandoned (a step that hangs): the
+# level is then laid out as if unmeasured, and the run's own watchdog meets the hang.
+MEASURING_TIMEOUT_SECONDS = 5.0
+
+
+def measure_step_seconds(env, steps=MEASURED_STEPS, seconds=MEASURING_SECONDS, seed=0,
+                         timeout=MEASURING_TIMEOUT_SECONDS):
   """The mean wall time of one env.step with random actions (resetting at episode ends), over
-  at most `steps` steps or `seconds`, after a reset; None if stepping raised (the run's own
-  checks then say what is wrong)."""
+  at most `steps` steps or `seconds`, after a reset, measured on a daemon thread; None if
+  stepping raised (the run's own checks then say what is wrong) or did not return within
+  `timeout` (the environment, stuck in its thread, must not be closed: `measured_cleanly`)."""
+  import threading  # pylint: disable=g-import-not-at-top
+  result = []
+  thread = threading.Thread(target=lambda: result.append(_timed_steps(env, steps, seconds,
+                                                                      seed)),
+                            name="measure_step_seconds", daemon=True)
+  thread.start()
+  thread.join(timeout)
+  return result[0] if result else None
+
+
+def _timed_steps(env, steps, seconds, seed):
   import time  # pylint: disable=g-import-not-at-top
   try:
     env.action_space.seed(seed)
@@ -277,10 +295,13 @@ def _describe(env_id, env_kwargs_json):
   env = make(env_id, json.loads(env_kwargs_json))
   try:
     description = Description(env_id, env.observation_space, env.action_space, env.unwrapped)
-    description.step_seconds = measure_step_seconds(env)
-    return description
-  finally:
+  except BaseException:
     env.close()
+    raise
+  description.step_seconds = measure_step_seconds(env)
+  if description.step_seconds is not None:
+    env.close()  # Else a step may still run in the abandoned measuring thread: left alone.
+  return description
 
 
 def describe(env_id, env_kwargs):

@@ -82,3 +82,17 @@ def test_a_run_on_dear_frames_updates_within_a_minute(tmp_path):
   start = next(r["time"] for r in records if r["kind"] == "start")
   first = next(r["time"] for r in records if r["kind"] == "progress" and r["updates"] > 0)
   assert first - start < FIRST_UPDATE_SECONDS, first - start
+
+
+def test_a_step_that_hangs_while_measured_is_abandoned_not_waited_for():
+  """Measuring the step (when a level is described) must not stall a run on an environment
+  that hangs (issue 41's fault): the measuring thread is left behind after its timeout, the
+  step counts as unmeasured and the run's own watchdog meets the hang later."""
+  import time  # pylint: disable=g-import-not-at-top
+  from tests.gym_user_package import hanging  # pylint: disable=g-import-not-at-top
+  env = hanging.UserHangs()  # Its step HANG_AT_STEP (30) never returns.
+  start = time.monotonic()
+  assert gym_env.measure_step_seconds(env, steps=50, seconds=30.0, timeout=1.0) is None
+  assert time.monotonic() - start < 10.0
+  cheap = gym_env.measure_step_seconds(hanging.UserHangs(hangs=False), steps=20, timeout=5.0)
+  assert cheap is not None and cheap < 0.1

@@ -65,11 +65,12 @@ def test_start_banner_says_what_runs_and_where_it_starts_from(tmp_path):
   tested = monitoring.start_banner(config, TOY_NETWORK, "/cpu:0", False, "ckpt-800", 800,
                                    mode="test")
   assert "500 episodes per level" in "\n".join(tested)
-  assert "Presets" not in fresh  # The paper's levels: their tables, cited in the code.
-  # A level no paper ran: the banner says where its presets come from.
+  assert "defaults:" not in fresh  # The paper's levels: their tables, cited in the code.
+  # A level no paper ran: the banner says in one line which defaults apply, and why.
   gym = dataclasses.replace(config, level_name="gym:CartPole-v1", excluded_levels="")
   banner = "\n".join(monitoring.start_banner(gym, TOY_NETWORK, "/cpu:0", False, None, 0))
-  assert "Presets" in banner and "Table G.1" in banner and "Discrete actions" in banner
+  assert "  defaults: this project's for an environment the papers did not run" in banner
+  assert "Table G.1" in banner and "PopArt" in banner
 
 
 def test_levels_that_cannot_run_are_named_with_the_flag_that_leaves_them_out(tmp_path):
