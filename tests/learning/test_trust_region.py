@@ -166,6 +166,30 @@ def test_from_logits_with_threshold_matches_numpy_and_compiles():
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rho_bar,pg_rho_bar,c_bar,lambda_", [
+    (1.0, 1.0, 1.0, 1.0), (2.0, 0.5, 0.9, 0.95)])
+def test_trust_region_returns_match_numpy(rho_bar, pg_rho_bar, c_bar, lambda_):
+  """The variant itself (vtrace.trust_region_returns, what from_distributions picks for a
+  threshold): numpy's KL and mask, and equation (1) with the traces cut at rejected steps."""
+  rng = np.random.default_rng(22)
+  behaviour, target, actions, discounts, rewards, values, bootstrap = (
+      reference.random_inputs(rng, 9, 4))
+  kl = numpy_implied_policy_kl(behaviour, target, rho_bar)
+  threshold = float(np.median(kl))
+  mask = (kl <= threshold).astype(np.float32)
+  got = vtrace.trust_region_returns(
+      distributions.Categorical(behaviour), distributions.Categorical(target), actions,
+      discounts, rewards, values, bootstrap, threshold, clip_rho_threshold=rho_bar,
+      clip_pg_rho_threshold=pg_rho_bar, clip_c_threshold=c_bar, lambda_=lambda_)
+  want_vs, want_pg = reference.numpy_vtrace(
+      reference.log_rhos(behaviour, target, actions), discounts, rewards, values, bootstrap,
+      rho_bar, pg_rho_bar, c_bar, lambda_, mask=mask)
+  np.testing.assert_array_equal(got.trust_region_mask.numpy(), mask)
+  assert 0 < mask.sum() < mask.size
+  np.testing.assert_allclose(got.vs.numpy(), want_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.pg_advantages.numpy(), want_pg, rtol=1e-5, atol=1e-5)
+
+
 def test_bad_thresholds_are_clear_errors():
   inputs = reference.random_inputs(np.random.default_rng(0), 3, 2)
   with pytest.raises(ValueError, match="threshold must be a number >= 0"):
