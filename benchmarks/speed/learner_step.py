@@ -20,15 +20,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
 from benchmarks import random_data  # pylint: disable=g-import-not-at-top
 
 # (network preset, learner preset, batch size, unroll length) per shape.
 SHAPES = {
-    "dmlab": (networks.dmlab_config, learner.dmlab_learner_config, 32, 100),
+    "dmlab": (networks.dmlab_config, config_lib.dmlab_learner_config, 32, 100),
     "atari": (lambda torso: networks.atari_config(num_actions=6, torso=torso),
-              learner.atari_learner_config, 32, 20),
+              config_lib.atari_learner_config, 32, 20),
 }
 NUM_ACTION_REPEATS = 4  # Tables D.3 and G.1.
 

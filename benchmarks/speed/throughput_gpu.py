@@ -33,6 +33,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from benchmarks import random_data  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.learning import (  # pylint: disable=g-import-not-at-top
     learner as learner_lib)
 
@@ -72,9 +73,9 @@ def network_for(torso, unroll_length, frame_shape=None):
   if unroll_length <= 20:
     config = networks.atari_config(num_actions=6, torso=torso,
                                    frame_shape=frame_shape or (84, 84, 4))
-    return config, learner_lib.atari_learner_config()
+    return config, config_lib.atari_learner_config()
   config = networks.dmlab_config(torso=torso, frame_shape=frame_shape or (72, 96, 3))
-  return config, learner_lib.dmlab_learner_config()
+  return config, config_lib.dmlab_learner_config()
 
 
 def update_time(device, torso, unroll_length, jit_compile, batch_size=BATCH_SIZE,

@@ -50,6 +50,7 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
   import contextlib
   from benchmarks import random_data
   from scalable_agent_tf2.agent import continuous_networks
+  from scalable_agent_tf2.configuration import config as config_lib
   from scalable_agent_tf2.learning import learner
   from scalable_agent_tf2.learning import impact
   from scalable_agent_tf2.agent import networks
@@ -91,12 +92,12 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
   with strategy.scope() if strategy is not None else contextlib.nullcontext():
     agent = agent_type(network, seed=AGENT_SEED)
   if name.startswith("impact"):
-    return impact.ImpactLearner(agent, learner.LearnerConfig(**hparams),
-                                learner.ImpactConfig(target_update_period=2),
+    return impact.ImpactLearner(agent, config_lib.LearnerConfig(**hparams),
+                                config_lib.ImpactConfig(target_update_period=2),
                                 jit_compile=jit_compile), batch
   if name.startswith("laser"):
     hparams["trust_region_threshold"] = 0.5
-  return learner.Learner(agent, learner.LearnerConfig(**hparams), jit_compile=jit_compile,
+  return learner.Learner(agent, config_lib.LearnerConfig(**hparams), jit_compile=jit_compile,
                          strategy=strategy), batch
 
 

@@ -13,7 +13,6 @@ laser.py        LASER's own: the episode replay and mixer, replayed core states,
                 online-only entropy mask.
 batch_checks.py the batch's shapes checked against the network, with messages.
 buffers.py      IMPALA's experience replay and its mixer.
-gaussian.py     deprecated aliases of the Gaussian functions, for callers outside the project.
 
 May import: configuration, structures, environments, agent, utils.
 """

@@ -22,12 +22,13 @@ SCRIPT = textwrap.dedent("""
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from benchmarks import random_data
+    from scalable_agent_tf2.configuration import config as config_lib
     from scalable_agent_tf2.learning import learner as learner_lib
     from scalable_agent_tf2.agent import networks
 
     config = networks.NetworkConfig(num_actions=5, frame_shape=(20, 20, 3),
                                     torso={torso!r}, use_lstm=True, use_instruction=True)
-    learner_config = learner_lib.atari_learner_config(max_grad_norm={clip})
+    learner_config = config_lib.atari_learner_config(max_grad_norm={clip})
     single = learner_lib.Learner(networks.Agent(config, seed=4), learner_config,
                                  jit_compile=False)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

@@ -11,6 +11,7 @@ import tensorflow as tf
 from benchmarks import random_data
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.run import input_pipeline
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.run import training
@@ -53,7 +54,7 @@ def _poisoned(batch, where):
     pytest.param(True, "behaviour_logits", id="behaviour_logits-xla")])
 def test_a_non_finite_update_is_skipped_and_changes_nothing(jit_compile, where):
   the_learner = learner_lib.Learner(networks.Agent(ATARI, seed=1),
-                                    learner_lib.LearnerConfig(**HPARAMS),
+                                    config_lib.LearnerConfig(**HPARAMS),
                                     jit_compile=jit_compile)
   state = the_learner.agent.initial_state(3)
   good = random_data.random_learner_batch(ATARI, 4, 3, seed=0)
@@ -70,8 +71,8 @@ def test_a_non_finite_update_is_skipped_and_changes_nothing(jit_compile, where):
 
 def test_impact_skips_a_non_finite_step_without_counting_it_or_adapting_its_kl():
   the_learner = impact.ImpactLearner(
-      networks.Agent(ATARI, seed=1), learner_lib.LearnerConfig(**HPARAMS),
-      learner_lib.ImpactConfig(target_update_period=1, kl_cost=0.1), jit_compile=False,
+      networks.Agent(ATARI, seed=1), config_lib.LearnerConfig(**HPARAMS),
+      config_lib.ImpactConfig(target_update_period=1, kl_cost=0.1), jit_compile=False,
       kl_target=0.01)
   state = the_learner.agent.initial_state(3)
   env_outputs, agent_outputs = _poisoned(random_data.random_learner_batch(ATARI, 4, 3), "reward")

@@ -66,7 +66,7 @@ def test_update_moves_the_statistics_and_keeps_the_values():
 
 def _learner(popart_on, schedule=settings.LINEAR, seed=0, learning_rate=0.01):
   agent = networks.Agent(VECTOR, seed=seed)
-  config = learner.LearnerConfig(learning_rate=learning_rate, total_environment_frames=10_000,
+  config = config_lib.LearnerConfig(learning_rate=learning_rate, total_environment_frames=10_000,
                                  max_grad_norm=40.0, popart=popart_on,
                                  learning_rate_schedule=schedule, epsilon=1e-5,
                                  rmsprop_initial_mean_square=0.0, reward_clipping="none",

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from benchmarks import random_data
 from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import losses
@@ -200,9 +201,9 @@ def test_bad_thresholds_are_clear_errors():
     vtrace.from_importance_weights(np.zeros((3, 2)), *inputs[3:],
                                    trust_region_mask=np.ones((2, 2)))
   with pytest.raises(ValueError, match="trust_region_threshold must be >= 0"):
-    learner.LearnerConfig(trust_region_threshold=-0.5)
+    config_lib.LearnerConfig(trust_region_threshold=-0.5)
   with pytest.raises(ValueError, match="needs off_policy_correction='vtrace'"):
-    learner.LearnerConfig(trust_region_threshold=0.5, off_policy_correction="none")
+    config_lib.LearnerConfig(trust_region_threshold=0.5, off_policy_correction="none")
 
 
 def test_masked_losses_leave_rejected_steps_out_of_value_and_gradient():
@@ -259,7 +260,7 @@ SMALL = networks.atari_config(num_actions=4, torso=networks.SHALLOW, frame_shape
 
 def _learner(jit_compile, **hparams):
   return learner.Learner(networks.Agent(SMALL, seed=0),
-                         learner.LearnerConfig(learning_rate=0.01,
+                         config_lib.LearnerConfig(learning_rate=0.01,
                                                total_environment_frames=10_000, **hparams),
                          jit_compile=jit_compile)
 
@@ -284,7 +285,7 @@ def test_learner_trust_region_compiles_and_leaves_rejected_steps_out():
   kl = numpy_implied_policy_kl(agent_outputs.policy_logits[1:],
                                outputs.policy_logits[:-1].numpy(), 1.0)
   threshold = float(np.median(kl))
-  config = learner.LearnerConfig(trust_region_threshold=threshold, reward_clipping="abs_one")
+  config = config_lib.LearnerConfig(trust_region_threshold=threshold, reward_clipping="abs_one")
   terms, returns = batch_loss.impala_loss_terms(agent.config.action_distribution, outputs,
                                                 env_outputs, agent_outputs, config)
   mask = (kl <= threshold).astype(np.float32)
