@@ -13,6 +13,7 @@ laser.py        LASER's own: the episode replay and mixer, replayed core states,
                 online-only entropy mask.
 batch_checks.py the batch's shapes checked against the network, with messages.
 buffers.py      IMPALA's experience replay and its mixer.
+random_batches.py random batches in the agent's and the learner's shapes (tests, benchmarks).
 
 May import: configuration, structures, environments, agent, utils.
 """

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import batch_loss
@@ -40,7 +40,7 @@ def test_target_network_starts_equal_and_changes_only_on_its_period():
   update = _impact(FF_SMALL, impact_config=config_lib.ImpactConfig(target_update_period=period))
   agent_vars, target_vars = update.agent.trainable_variables, update._target_variables
   assert _equal(_values(agent_vars), _values(target_vars))  # Algorithm 1 line 2.
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 4, 3, seed=1)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 4, 3, seed=1)
   previous_target = _values(target_vars)
   for step in range(1, 8):
     stats = update.update(**update.batch((), env_outputs, agent_outputs))
@@ -65,7 +65,7 @@ def test_kl_coefficient_adapts_at_target_refreshes_by_the_steps_mean_kl(kl_targe
   T, B, period = 4, 3, 2
   update = _impact(FF_SMALL, impact_config=config_lib.ImpactConfig(
       target_update_period=period, kl_cost=1.0), kl_target=kl_target)
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, T, B, seed=1)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, T, B, seed=1)
   want = 1.0
   for step in range(1, 6):
     stats = update.update(**update.batch((), env_outputs, agent_outputs))
@@ -80,7 +80,7 @@ def test_kl_coefficient_adapts_at_target_refreshes_by_the_steps_mean_kl(kl_targe
 
 def test_without_a_kl_target_the_kl_cost_is_fixed_and_not_a_variable():
   update = _impact(FF_SMALL, impact_config=config_lib.ImpactConfig(kl_cost=0.5))
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2)
   stats = update.update(**update.batch((), env_outputs, agent_outputs))
   assert "kl_coefficient" not in stats and not hasattr(update, "kl_coefficient")
   with pytest.raises(ValueError, match="kl_target must be positive"):
@@ -90,7 +90,7 @@ def test_without_a_kl_target_the_kl_cost_is_fixed_and_not_a_variable():
 def _near_on_policy_batch(agent, T, B, seed):
   """A batch whose behaviour logits are the agent's own plus noise: pi/mu in (1/2, 2), so
   neither IMPACT's target-worker clipping nor (at pi_target = pi) PPO's clip is active."""
-  env_outputs, agent_outputs = random_data.random_learner_batch(agent.config, T, B, seed)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(agent.config, T, B, seed)
   state = agent.initial_state(B)
   outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
   noise = np.random.default_rng(seed).uniform(-0.3, 0.3, outputs.policy_logits.shape)
@@ -148,7 +148,7 @@ def test_compiled_impact_update_equals_uncompiled():
   impact_config = config_lib.ImpactConfig(target_update_period=2)
   compiled = _impact(FF_SMALL, jit_compile=True, impact_config=impact_config, max_grad_norm=10.0)
   plain = _impact(FF_SMALL, jit_compile=False, impact_config=impact_config, max_grad_norm=10.0)
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 4, 3, seed=3)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 4, 3, seed=3)
   for _ in range(3):  # Both branches of the target refresh.
     got = compiled.update(**compiled.batch((), env_outputs, agent_outputs))
     want = plain.update(**plain.batch((), env_outputs, agent_outputs))
@@ -163,7 +163,7 @@ def test_compiled_impact_update_equals_uncompiled():
 
 def test_only_new_trajectories_count_as_frames():
   T, B = 4, 3
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, T, B)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, T, B)
   impala = learner.Learner(networks.Agent(FF_SMALL), config_lib.LearnerConfig(**HPARAMS),
                            jit_compile=False)
   impact = _impact(FF_SMALL)
@@ -179,7 +179,7 @@ def test_only_new_trajectories_count_as_frames():
 
 def test_wrong_target_params_and_bad_hyperparameters_are_clear_errors():
   update = _impact(FF_SMALL)
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2)
   with pytest.raises(ValueError, match="target_policy_params has shape"):
     update.update((), env_outputs, agent_outputs,
                   target_policy_params=np.zeros((4, 2, 3), np.float32))
@@ -193,7 +193,7 @@ def test_wrong_target_params_and_bad_hyperparameters_are_clear_errors():
 
 def test_checkpoint_carries_the_target_network_and_step_count(tmp_path):
   update = _impact(FF_SMALL, impact_config=config_lib.ImpactConfig(target_update_period=2))
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2)
   for _ in range(3):  # The target was refreshed at step 2; the learner moved on after.
     update.update(**update.batch((), env_outputs, agent_outputs))
   path = tf.train.Checkpoint(agent=update.agent, learner=update).save(str(tmp_path / "ckpt"))
@@ -212,7 +212,7 @@ def test_checkpoint_carries_the_target_network_and_step_count(tmp_path):
 def test_update_without_target_params_uses_the_target_network_now():
   # Algorithm 1 line 7 for a batch used once: update() computes the target policy itself;
   # batch() freezes it for the circular buffer. Both give the same step.
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2, seed=4)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2, seed=4)
   inside, given = _impact(FF_SMALL), _impact(FF_SMALL)
   got = inside.update((), env_outputs, agent_outputs)
   batch = given.batch((), env_outputs, agent_outputs)

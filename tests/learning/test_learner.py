@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import batch_loss
@@ -17,7 +17,7 @@ ATARI_SMALL = networks.atari_config(num_actions=4, torso=networks.DEEP,
 
 
 def random_batch(config, T, B, seed=0):
-  return random_data.random_learner_batch(config, T, B, seed)
+  return random_batches.random_learner_batch(config, T, B, seed)
 
 
 def _make(config, jit_compile, seed=0, **hparams):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.configuration import config as config_lib
@@ -57,7 +57,7 @@ def test_a_non_finite_update_is_skipped_and_changes_nothing(jit_compile, where):
                                     config_lib.LearnerConfig(**HPARAMS),
                                     jit_compile=jit_compile)
   state = the_learner.agent.initial_state(3)
-  good = random_data.random_learner_batch(ATARI, 4, 3, seed=0)
+  good = random_batches.random_learner_batch(ATARI, 4, 3, seed=0)
   assert not the_learner.update(state, *good)["update_skipped"].numpy()
   before = _state_of(the_learner)
   stats = the_learner.update(state, *_poisoned(good, where))
@@ -75,7 +75,7 @@ def test_impact_skips_a_non_finite_step_without_counting_it_or_adapting_its_kl()
       config_lib.ImpactConfig(target_update_period=1, kl_cost=0.1), jit_compile=False,
       kl_target=0.01)
   state = the_learner.agent.initial_state(3)
-  env_outputs, agent_outputs = _poisoned(random_data.random_learner_batch(ATARI, 4, 3), "reward")
+  env_outputs, agent_outputs = _poisoned(random_batches.random_learner_batch(ATARI, 4, 3), "reward")
   batch = the_learner.batch(state, env_outputs, agent_outputs)
   before = _state_of(the_learner)
   stats = the_learner.update(**batch)
@@ -85,7 +85,7 @@ def test_impact_skips_a_non_finite_step_without_counting_it_or_adapting_its_kl()
 
 
 def _trajectory(reward_value=0.0, frame_dtype=np.uint8):
-  env_outputs, agent_outputs = random_data.random_learner_batch(ATARI, 4, 1)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(ATARI, 4, 1)
   squeeze = lambda x: x[:, 0]
   env_outputs = tf.nest.map_structure(squeeze, env_outputs)
   agent_outputs = tf.nest.map_structure(squeeze, agent_outputs)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner
@@ -266,7 +266,7 @@ def _learner(jit_compile, **hparams):
 
 
 def test_learner_with_infinite_threshold_is_plain_impala():
-  env_outputs, agent_outputs = random_data.random_learner_batch(SMALL, 4, 3, seed=2)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(SMALL, 4, 3, seed=2)
   default, infinite = _learner(False), _learner(False, trust_region_threshold=math.inf)
   assert not infinite.config.uses_trust_region
   got = infinite.update((), env_outputs, agent_outputs)
@@ -277,7 +277,7 @@ def test_learner_with_infinite_threshold_is_plain_impala():
 
 
 def test_learner_trust_region_compiles_and_leaves_rejected_steps_out():
-  env_outputs, agent_outputs = random_data.random_learner_batch(SMALL, 5, 3, seed=6)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(SMALL, 5, 3, seed=6)
   # Random behaviour logits are far from the fresh network's policy: a small threshold
   # rejects some steps and keeps others.
   agent = networks.Agent(SMALL, seed=0)
