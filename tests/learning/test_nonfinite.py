@@ -182,7 +182,7 @@ def test_a_non_finite_trajectory_over_the_wire_is_dropped_with_its_sender(tmp_pa
   import time  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import actor_process  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.transport import distributed  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.transport import service_client  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.transport import wire  # pylint: disable=g-import-not-at-top
   from tests.transport import test_distributed as td  # pylint: disable=g-import-not-at-top
   config = toy_config(tmp_path, total_frames=1, num_actors=2, unroll_length=td.UNROLL_LENGTH)
@@ -196,7 +196,7 @@ def test_a_non_finite_trajectory_over_the_wire_is_dropped_with_its_sender(tmp_pa
       print_fn=lines.append)
   actors.start()
   actors.publish_version(5)
-  client = distributed.LearnerClient(
+  client = service_client.LearnerClient(
       actors.server.address, wire.message_layout(signature),
       assembly.wire_fingerprint(config, td.TOY_NETWORK, signature), name="actor-0",
       connect_timeout_secs=30)
