@@ -191,11 +191,11 @@ def thread_inputs(policy, network_config, num_threads, group_size, seed=0):
   numpy [G, ...], core states [G, ...]) with random LSTM states (so that a state handed to
   the wrong row shows)."""
   # pylint: disable=g-import-not-at-top
-  from benchmarks import random_data
+  from scalable_agent_tf2.learning import random_batches
   inputs = []
   for thread in range(num_threads):
     rng = np.random.default_rng([seed, thread])
-    env_outputs = random_data.random_env_outputs(network_config, (group_size,),
+    env_outputs = random_batches.random_env_outputs(network_config, (group_size,),
                                                  seed=seed * 1000 + thread)
     states = tf.nest.map_structure(
         lambda s: rng.normal(size=s.shape).astype(np.float32),

@@ -20,15 +20,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
+    config as config_lib)
 from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
-from benchmarks import random_data  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.learning import random_batches  # pylint: disable=g-import-not-at-top
 
 # (network preset, learner preset, batch size, unroll length) per shape.
 SHAPES = {
-    "dmlab": (networks.dmlab_config, learner.dmlab_learner_config, 32, 100),
+    "dmlab": (networks.dmlab_config, config_lib.dmlab_learner_config, 32, 100),
     "atari": (lambda torso: networks.atari_config(num_actions=6, torso=torso),
-              learner.atari_learner_config, 32, 20),
+              config_lib.atari_learner_config, 32, 20),
 }
 NUM_ACTION_REPEATS = 4  # Tables D.3 and G.1.
 
@@ -39,7 +41,7 @@ def measure(shape, torso, jit_compile, timed_updates):
   agent = networks.Agent(network_preset(torso=torso))
   update = learner.Learner(agent, learner_preset(), jit_compile=jit_compile)
   env_outputs, agent_outputs = tf.nest.map_structure(
-      tf.constant, random_data.random_learner_batch(agent.config, unroll_length, batch_size))
+      tf.constant, random_batches.random_learner_batch(agent.config, unroll_length, batch_size))
   state = agent.initial_state(batch_size)
 
   start = time.perf_counter()

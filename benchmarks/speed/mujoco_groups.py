@@ -11,7 +11,7 @@ actor, environments alone and in training.
 (b) training, each --algorithms preset as experiment.py runs it from this tree (groups) and,
     with --baseline_tree, from that checkout of the project (run as it is there: one
     environment process per actor before the groups existed), one after the other. The rate
-    is throughput.steady_rate of the frames delivered (trained + queued) after --warmup s from
+    is training_rate.steady_rate of the frames delivered (trained + queued) after --warmup s from
     the first update, as Table 1's benchmark takes it.
 
 Prints a markdown table with the machine line. Agent steps are environment frames here
@@ -29,6 +29,7 @@ from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.utils import profiling
 from benchmarks.speed import stage_costs
 from benchmarks.speed import throughput
+from benchmarks.speed import training_rate
 from benchmarks.speed.learner_step import machine_description
 
 WORKERS = 16  # The IMPACT paper's 16 CPUs (section 4.3); mujoco_presets.
@@ -70,8 +71,10 @@ def environments_alone(config, in_process, seconds, warmup):
 
 
 def training(tree, flags, config, seconds, warmup):
-  """(steps/s, core-us per step) of experiment.py in `tree` with flags (throughput's rate)."""
-  rate, _, groups, trained = throughput.measure_training(flags, config, seconds, warmup, tree)
+  """(steps/s, core-us per step) of experiment.py in `tree` with flags (training_rate's
+  rate)."""
+  rate, _, groups, trained = training_rate.measure_training(flags, config, seconds, warmup,
+                                                            tree)
   return rate, 1e6 * sum(groups.values()) / max(trained, 1)
 
 
@@ -104,7 +107,7 @@ def main(argv=None):
       rate, cost = environments_alone(config, in_process, args.seconds, args.warmup)
       rows.append(("(a) environments alone, random actions", name, rate, cost))
       print(rows[-1], flush=True)
-  trees = [("this tree: " + layout, throughput.REPO_DIR)]
+  trees = [("this tree: " + layout, training_rate.REPO_DIR)]
   if args.baseline_tree:
     trees.append((f"{args.baseline_tree}: as that tree lays them out",
                   os.path.abspath(args.baseline_tree)))

@@ -12,7 +12,7 @@ from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.utils import profiling
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 
 
 def environment_cost(config, seconds):
@@ -96,7 +96,7 @@ def inference_cost(config, network_config, batch_size, seconds):
 
 
 def _random_batch(network_config, config, rng):
-  return random_data.random_learner_batch(
+  return random_batches.random_learner_batch(
       network_config, unroll_length=config.unroll_length, batch_size=config.batch_size,
       seed=int(rng.integers(1 << 30)))
 

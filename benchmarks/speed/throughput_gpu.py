@@ -13,7 +13,7 @@ TensorFlow sees first:
       shallow and deep, the actors laid out by the level's preset for this machine's cores
       (Atari: one actor thread per core, 48 environments shared among them,
       presets.atari_actor_layout; DeepMind Lab: Table 1's 48 actors); frames/s by
-      throughput.steady_rate.
+      training_rate.steady_rate.
 Without a GPU it says so and exits 0: nothing here measures a CPU (throughput.py does).
 
     python -m benchmarks.speed.throughput --gpu --output_dir=/tmp/gpu_results
@@ -31,8 +31,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from benchmarks import random_data  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.learning import random_batches  # pylint: disable=g-import-not-at-top
+from benchmarks.speed import training_rate  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
+    config as config_lib)
 from scalable_agent_tf2.learning import (  # pylint: disable=g-import-not-at-top
     learner as learner_lib)
 
@@ -72,9 +75,9 @@ def network_for(torso, unroll_length, frame_shape=None):
   if unroll_length <= 20:
     config = networks.atari_config(num_actions=6, torso=torso,
                                    frame_shape=frame_shape or (84, 84, 4))
-    return config, learner_lib.atari_learner_config()
+    return config, config_lib.atari_learner_config()
   config = networks.dmlab_config(torso=torso, frame_shape=frame_shape or (72, 96, 3))
-  return config, learner_lib.dmlab_learner_config()
+  return config, config_lib.dmlab_learner_config()
 
 
 def update_time(device, torso, unroll_length, jit_compile, batch_size=BATCH_SIZE,
@@ -86,7 +89,7 @@ def update_time(device, torso, unroll_length, jit_compile, batch_size=BATCH_SIZE
     agent = networks.Agent(network_config, seed=0)
     the_learner = learner_lib.Learner(agent, learner_config, jit_compile=jit_compile)
     env_outputs, agent_outputs = tf.nest.map_structure(
-        tf.constant, random_data.random_learner_batch(network_config, unroll_length,
+        tf.constant, random_batches.random_learner_batch(network_config, unroll_length,
                                                       batch_size))
     state = agent.initial_state(batch_size)
 
@@ -124,17 +127,16 @@ def update_rows(device, torsos=("shallow", "deep"), unroll_lengths=UNROLL_LENGTH
 def end_to_end_rows(levels, torsos, seconds, warmup, log=print):
   """(2): IMPALA with dynamic batching, the learner on the GPU (experiment.py chooses it).
   A run that fails is a row with its error (the other rows and (1) are kept)."""
-  from benchmarks.speed import throughput  # pylint: disable=g-import-not-at-top
   rows = []
   for level in levels:
     for torso in torsos:
-      config = throughput.level_config(level, torso, None)
+      config = training_rate.level_config(level, torso, None)
       row = dict(level=level, torso=torso, num_actors=config.num_actors,
                  envs_per_actor=config.envs_per_actor, batch_size=config.batch_size,
                  unroll_length=config.unroll_length, seconds=seconds, warmup=warmup)
       try:
-        row["frames_per_s"], _ = throughput.run_training(config, seconds, warmup, True,
-                                                         os.cpu_count())
+        row["frames_per_s"], _ = training_rate.run_training(config, seconds, warmup, True,
+                                                            os.cpu_count())
         log(f"  end to end {level} {torso}: {row['frames_per_s']:,.0f} frames/s")
       except Exception as error:  # pylint: disable=broad-except
         row.update(frames_per_s=None, error=f"{type(error).__name__}: {error}"[-2000:])
@@ -215,7 +217,6 @@ def main(argv=None):
                                                                 message=NO_GPU_MESSAGE))
     return 0
   # pylint: disable=g-import-not-at-top
-  from benchmarks.speed import throughput
   from benchmarks.speed.learner_step import machine_description
   log = lambda text: print(text, file=sys.stderr, flush=True)
   torsos = args.torsos.split(",")
@@ -223,8 +224,8 @@ def main(argv=None):
                         [mode == "on" for mode in args.xla.split(",")],
                         timed_updates=args.timed_updates, log=log)
   if args.levels is None:
-    levels = list(throughput.ATARI_LEVELS) + (
-        list(throughput.DMLAB_LEVELS) if throughput.dmlab_available() else [])
+    levels = list(training_rate.ATARI_LEVELS) + (
+        list(training_rate.DMLAB_LEVELS) if training_rate.dmlab_available() else [])
   else:
     levels = [] if args.levels == "none" else args.levels.split(",")
   end_to_end = end_to_end_rows(levels, torsos, args.seconds, args.warmup, log)

@@ -6,9 +6,9 @@ should not move them did not.
     python -m benchmarks.tools.update_numbers --compare /tmp/before.json /tmp/after.json
 
 Each case builds a small agent from a fixed seed, runs three updates on fixed random batches
-(benchmarks/random_data.py) and records every statistic of each update and a digest of the
-parameters after them: IMPALA on Atari (shallow, no LSTM), on the DeepMind Lab stand-in (deep
-torso, LSTM, instructions), a Gaussian policy (IMPALA on a MuJoCo-sized vector), IMPACT
+(scalable_agent_tf2/learning/random_batches.py) and records every statistic of each update and
+a digest of the parameters after them: IMPALA on Atari (shallow, no LSTM), on the DeepMind
+Lab stand-in (deep torso, LSTM, instructions), a Gaussian policy (IMPALA on a MuJoCo-sized vector), IMPACT
 (categorical and Gaussian) and LASER (trust region, entropy on online trajectories only).
 The numbers are compared exactly: the same code on the same machine gives the same bits.
 """
@@ -48,8 +48,9 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
   """
   # pylint: disable=g-import-not-at-top
   import contextlib
-  from benchmarks import random_data
+  from scalable_agent_tf2.learning import random_batches
   from scalable_agent_tf2.agent import continuous_networks
+  from scalable_agent_tf2.configuration import config as config_lib
   from scalable_agent_tf2.learning import learner
   from scalable_agent_tf2.learning import impact
   from scalable_agent_tf2.agent import networks
@@ -69,7 +70,7 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
 
   def gaussian_batch(T, B, seed):
     rng = np.random.default_rng(seed)
-    env_outputs, _ = random_data.random_learner_batch(atari, T, B, seed)
+    env_outputs, _ = random_batches.random_learner_batch(atari, T, B, seed)
     observation = env_outputs.observation._replace(
         frame=rng.normal(size=(T + 1, B, 7)).astype(np.float32),
         instruction=np.zeros((T + 1, B, 0), np.int32))
@@ -80,7 +81,7 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
         baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
     return env_outputs._replace(observation=observation), agent_outputs
 
-  discrete = lambda config: (lambda T, B, seed: random_data.random_learner_batch(
+  discrete = lambda config: (lambda T, B, seed: random_batches.random_learner_batch(
       config, T, B, seed))
   network, agent_type, batch = {
       "atari": (atari, networks.Agent, discrete(atari)),
@@ -91,12 +92,12 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
   with strategy.scope() if strategy is not None else contextlib.nullcontext():
     agent = agent_type(network, seed=AGENT_SEED)
   if name.startswith("impact"):
-    return impact.ImpactLearner(agent, learner.LearnerConfig(**hparams),
-                                learner.ImpactConfig(target_update_period=2),
+    return impact.ImpactLearner(agent, config_lib.LearnerConfig(**hparams),
+                                config_lib.ImpactConfig(target_update_period=2),
                                 jit_compile=jit_compile), batch
   if name.startswith("laser"):
     hparams["trust_region_threshold"] = 0.5
-  return learner.Learner(agent, learner.LearnerConfig(**hparams), jit_compile=jit_compile,
+  return learner.Learner(agent, config_lib.LearnerConfig(**hparams), jit_compile=jit_compile,
                          strategy=strategy), batch
 
 

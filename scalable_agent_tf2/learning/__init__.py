@@ -1,6 +1,7 @@
 """Learning: V-trace, the losses, the optimizer, the learners and what feeds them.
 
-vtrace.py       V-trace (the paper's section 4.1) for any action distribution.
+vtrace.py       V-trace (the paper's section 4.1) for any action distribution, one function
+                per variant: V-trace, LASER's trust region, Table 2's ablations.
 losses.py       the loss functions of one step (section 4.2), reward clipping, IMPACT's
                 surrogate.
 batch_loss.py   one batch's loss terms (IMPALA with LASER's masks, IMPACT), summed over T x B.
@@ -12,7 +13,7 @@ laser.py        LASER's own: the episode replay and mixer, replayed core states,
                 online-only entropy mask.
 batch_checks.py the batch's shapes checked against the network, with messages.
 buffers.py      IMPALA's experience replay and its mixer.
-gaussian.py     deprecated aliases of the Gaussian functions, for callers outside the project.
+random_batches.py random batches in the agent's and the learner's shapes (tests, benchmarks).
 
 May import: configuration, structures, environments, agent, utils.
 """

@@ -13,6 +13,7 @@ import threading
 
 import tensorflow as tf
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import batch_checks
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import learner as learner_lib
@@ -138,7 +139,7 @@ class ImpactLearner(learner_lib.Learner):
   learn in 100k frames; summed ones with the level's values learn it in about 20k.
   """
 
-  def __init__(self, agent, config, impact_config=learner_lib.ImpactConfig(), jit_compile=None,
+  def __init__(self, agent, config, impact_config=config_lib.ImpactConfig(), jit_compile=None,
                name="learner", kl_target=None):
     """Args:
       agent: a networks.Agent (trained in place).

@@ -14,19 +14,10 @@ import dataclasses
 import tensorflow as tf
 
 from scalable_agent_tf2.learning import batch_checks
-from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import optimizers
 from scalable_agent_tf2.learning import popart as popart_lib
 from scalable_agent_tf2.configuration import settings
-
-# The learner's configs are TensorFlow-free (config.py builds them from settings.py); they are
-# re-exported here for the learner's callers.
-LearnerConfig = config_lib.LearnerConfig
-ImpactConfig = config_lib.ImpactConfig
-atari_learner_config = config_lib.atari_learner_config
-dmlab_learner_config = config_lib.dmlab_learner_config
-IMPALA, IMPACT, ALGORITHMS = settings.IMPALA, settings.IMPACT, settings.ALGORITHMS
 
 
 def default_jit_compile():

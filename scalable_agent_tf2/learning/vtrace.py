@@ -6,14 +6,14 @@ vtrace.py) so its users can move over: `log_probs_from_logits_and_actions`,
 (c_bar, hard-wired to 1 in the released code) and `off_policy_correction`, which selects one of
 the four rows of Table 2.
 
-`from_distributions` takes the behaviour and target policies as distributions.py's objects
-(categorical or diagonal Gaussian), so one V-trace serves both kinds of action; `from_logits`
-is it for logits.
-
-LASER's trust-region V-trace (Schmitt et al. 2019, section 4) is here too: `trust_region_mask`,
-and the `trust_region_mask` / `trust_region_threshold` arguments of `from_importance_weights` /
-`from_distributions` (off by default: plain V-trace), with the distributions'
-`implied_policy_kl` as the relevance function.
+One pure function per variant, each taking the behaviour and target policies as
+distributions.py's objects (categorical or diagonal Gaussian) and checking its inputs' shapes
+at entry, as rlax's vtrace.py does: `vtrace_returns` (the paper's method),
+`trust_region_returns` (LASER's trust-region V-trace, Schmitt et al. 2019 section 4, with the
+distributions' `implied_policy_kl` as the relevance function and `trust_region_mask`), and
+Table 2's ablations `one_step_is_returns`, `epsilon_correction_returns`,
+`no_correction_returns`. `from_distributions` picks one from the settings' strings;
+`from_logits` is it for logits; `gae_from_importance_weights` is IMPACT's.
 
 Everything is time-major: T is the unroll length, B the batch size. The returned targets carry
 no gradient (the paper differentiates neither v_s nor the advantage).
@@ -70,59 +70,35 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
   computed backwards from v_T = V(x_T) = bootstrap_value. The advantage of section 4.2 is
   rho^pg_s (r_s + gamma_s v_{s+1} - V(x_s)) with its own truncation rho^pg_bar.
 
-  With a trust-region mask m (LASER section 4.2-4.3, "we stop the Monte-Carlo bootstraps once
-  they reach undesirable state-behaviour pairs"), a return never runs through a rejected step
-  t+1 (m_{t+1} = 0): it bootstraps from V(x_{t+1}) there instead of using that step's action
-  and reward,
-      v_s - V(x_s) = delta_s V + gamma_s c_s m_{s+1} (v_{s+1} - V(x_{s+1})),
-      advantage_s = rho^pg_s (r_s + gamma_s (V(x_{s+1}) + m_{s+1} (v_{s+1} - V(x_{s+1})))
-                               - V(x_s)),
-  with m_T = 1 (v_T = V(x_T) anyway). Rejected steps' own v_s and advantages are still
-  returned; the losses leave them out (losses.py, `mask`).
-
-  With a transition mask k (a truncated episode's artificial reset step, k_t = 0:
-  environments/truncation.py, batch_loss.py), rho_t = c_t = 0 and the policy-gradient weight 0
-  there: delta_t V = 0, so v_t = V(x_t) exactly, and the transition into x_t bootstraps from
-  it, v_{t-1} - V(x_{t-1}) = rho_{t-1} (r_{t-1} + gamma_{t-1} V(x_t) - V(x_{t-1})), as at the
-  end of an unroll (v_T = V(x_T)). Multiplying by k = 1 is exact: all ones changes no bit.
-
   Args:
     log_rhos: float32 [T, B], log(pi(a_t|x_t) / mu(a_t|x_t)).
     discounts: float32 [T, B], gamma_t (zero where the episode ended after step t).
     rewards: float32 [T, B], the (clipped) rewards r_t.
     values: float32 [T, B], V(x_t) under the learner's parameters.
     bootstrap_value: float32 [B], V(x_T).
-    clip_rho_threshold: rho_bar, or None for no truncation. Default 1 (section 5.2.1:
-      "we clip each importance weight rho_t and c_t at 1").
+    clip_rho_threshold, clip_c_threshold: rho_bar and c_bar, or None for no truncation.
+      Default 1 (section 5.2.1: "we clip each importance weight rho_t and c_t at 1").
     clip_pg_rho_threshold: the truncation of the policy-gradient weight, or None.
-    clip_c_threshold: c_bar, or None. Default 1 (section 5.2.1).
     lambda_: the extra trace discount of Remark 2 (1 = the paper's default).
     trust_region_mask: None (plain V-trace), or float32 [T, B] with 1 for kept and 0 for
-      rejected steps (`trust_region_mask(...)`); cuts the traces as above.
-    transition_mask: None, or float32 [T, B] with 0 for a transition that carries no
-      information (rho_t = c_t = 0 there, as above) and 1 elsewhere.
+      rejected steps (`trust_region_mask(...)`); cuts the traces (`trust_region_returns`).
+    transition_mask: None, or float32 [T, B]: 0 for a transition that carries no information
+      (a truncated episode's reset step: environments/truncation.py, batch_loss.py), where
+      rho_t = c_t = rho^pg_t = 0, so v_t = V(x_t) exactly and the transition into x_t
+      bootstraps from it as at an unroll's end; 1 elsewhere (all ones changes no bit).
     name: name scope.
 
   Returns:
     VTraceReturns(vs float32 [T, B], pg_advantages float32 [T, B]), both gradient-free.
   """
   with tf.name_scope(name):
-    log_rhos = tf.convert_to_tensor(log_rhos, dtype=tf.float32)
-    discounts = tf.convert_to_tensor(discounts, dtype=tf.float32)
-    rewards = tf.convert_to_tensor(rewards, dtype=tf.float32)
-    values = tf.convert_to_tensor(values, dtype=tf.float32)
-    bootstrap_value = tf.convert_to_tensor(bootstrap_value, dtype=tf.float32)
+    log_rhos, discounts, rewards, values, bootstrap_value = (
+        tf.convert_to_tensor(x, dtype=tf.float32)
+        for x in (log_rhos, discounts, rewards, values, bootstrap_value))
     _check_time_major(log_rhos, discounts, rewards, values, bootstrap_value)
-
-    rhos = tf.exp(log_rhos)
-    clipped_rhos = _truncate(rhos, clip_rho_threshold)
-    cs = lambda_ * _truncate(rhos, clip_c_threshold)
-    pg_rhos = _truncate(rhos, clip_pg_rho_threshold)
-    if transition_mask is not None:
-      transition_mask = _checked_mask(transition_mask, "transition_mask", log_rhos)
-      clipped_rhos = clipped_rhos * transition_mask
-      cs = cs * transition_mask
-      pg_rhos = pg_rhos * transition_mask
+    clipped_rhos, cs, pg_rhos = _truncated_weights(
+        log_rhos, clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold, lambda_,
+        transition_mask)
     values_t_plus_1 = _shift_left(values, bootstrap_value)
     if trust_region_mask is not None:
       trust_region_mask = _checked_mask(trust_region_mask, "trust_region_mask", log_rhos)
@@ -175,7 +151,47 @@ def from_distributions(behaviour_policy, target_policy, actions, discounts, rewa
                        clip_c_threshold=1.0, lambda_=1.0, off_policy_correction=VTRACE,
                        trust_region_threshold=None, trust_region_seed=(0, 0),
                        transition_mask=None, name="vtrace_from_distributions"):
-  """V-trace (or one of Table 2's alternatives) from behaviour and target action
+  """The returns of the variant --off_policy_correction and --trust_region_threshold choose:
+  the one place a setting's string picks one (batch_loss.py passes the learner config's).
+
+  Args:
+    off_policy_correction: one of OFF_POLICY_CORRECTIONS (section 5.2.1, Table 2): 'vtrace'
+      (`vtrace_returns`), 'one_step_is' (`one_step_is_returns`), 'epsilon'
+      (`epsilon_correction_returns`) or 'none' (`no_correction_returns`); the last three
+      for categorical policies only (IMPALA's discrete-action ablation).
+    trust_region_threshold: None, or LASER's trust region (`trust_region_returns`), with
+      off_policy_correction='vtrace' only.
+    The others: as the chosen variant takes them (`vtrace_returns`, `trust_region_returns`).
+
+  Returns:
+    VTraceFromLogitsReturns, as each variant returns it.
+  """
+  _check_variant(off_policy_correction, trust_region_threshold)
+  shared = dict(behaviour_policy=behaviour_policy, target_policy=target_policy,
+                actions=actions, discounts=discounts, rewards=rewards, values=values,
+                bootstrap_value=bootstrap_value, lambda_=lambda_,
+                transition_mask=transition_mask)
+  clipping = dict(clip_rho_threshold=clip_rho_threshold,
+                  clip_pg_rho_threshold=clip_pg_rho_threshold,
+                  clip_c_threshold=clip_c_threshold)
+  with tf.name_scope(name):
+    if trust_region_threshold is not None:
+      return trust_region_returns(trust_region_threshold=trust_region_threshold,
+                                  trust_region_seed=trust_region_seed, **clipping, **shared)
+    if off_policy_correction == VTRACE:
+      return vtrace_returns(**clipping, **shared)
+    if off_policy_correction == ONE_STEP_IS:
+      return one_step_is_returns(clip_pg_rho_threshold=clip_pg_rho_threshold, **shared)
+    if off_policy_correction == EPSILON:
+      return epsilon_correction_returns(**shared)
+    return no_correction_returns(**shared)
+
+
+def vtrace_returns(behaviour_policy, target_policy, actions, discounts, rewards, values,
+                   bootstrap_value, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
+                   clip_c_threshold=1.0, lambda_=1.0, transition_mask=None,
+                   name="vtrace_returns"):
+  """V-trace (Table 2's first row, the paper's method) from behaviour and target action
   distributions (distributions.Categorical or DiagGaussian: any kind of action).
 
   log_rhos = log pi(a_t|x_t) - log mu(a_t|x_t) of the taken actions (for a Gaussian policy
@@ -189,82 +205,120 @@ def from_distributions(behaviour_policy, target_policy, actions, discounts, rewa
       actors took.
     discounts, rewards, values, bootstrap_value, clip_*, lambda_: as in
       `from_importance_weights` ([T, B], [T, B], [T, B], [B]).
-    off_policy_correction: one of OFF_POLICY_CORRECTIONS (section 5.2.1, Table 2):
-      'vtrace': the paper's method.
-      'one_step_is': value targets without correction (n-step returns); the advantage is
-        multiplied by the per-step importance weight min(clip_pg_rho_threshold, pi/mu).
-      'epsilon': value targets and advantages as if on-policy; the policy gradient uses
-        log(pi + 1e-6) (see `target_action_log_probs`).
-      'none': value targets and advantages as if on-policy.
-      The alternatives are IMPALA's discrete-action ablation: a Gaussian policy takes
-      'vtrace' only.
-    trust_region_threshold: None for plain V-trace; else LASER's trust region (section 4.3):
-      steps whose KL(pi || pi_rho_bar) (target_policy.implied_policy_kl, with rho_bar =
-      clip_rho_threshold; a Monte-Carlo estimate for a Gaussian) is above this threshold are
-      rejected: the traces are cut there (`from_importance_weights`) and `trust_region_mask`
-      is 0 there. math.inf computes the mask but keeps every step. Only with
-      off_policy_correction='vtrace'.
-    trust_region_seed: int32 [2], the seed of a Monte-Carlo implied KL's samples.
     transition_mask: None, or float32 [T, B]: 0 for a transition that carries no information
-      (`from_importance_weights`; every row of Table 2 takes it).
+      (`from_importance_weights`; every variant takes it).
     name: name scope.
 
   Returns:
     VTraceFromLogitsReturns: vs [T, B], pg_advantages [T, B] (both gradient-free),
-    log_rhos [T, B], behaviour_action_log_probs [T, B] and target_action_log_probs [T, B]
-    (with the epsilon correction: log(pi(a|x) + 1e-6)), and trust_region_mask [T, B] (1 =
-    kept; all ones without a trust region). The policy-gradient loss is
-    -target_action_log_probs * pg_advantages (times the mask with a trust region).
+    log_rhos [T, B], behaviour_action_log_probs [T, B] and target_action_log_probs [T, B],
+    and trust_region_mask [T, B] (all ones: no trust region). The policy-gradient loss is
+    -target_action_log_probs * pg_advantages.
   """
-  if off_policy_correction not in OFF_POLICY_CORRECTIONS:
-    raise ValueError(
-        f"Unknown off_policy_correction {off_policy_correction!r}; expected one of "
-        f"{OFF_POLICY_CORRECTIONS}.")
-  if off_policy_correction != VTRACE and not target_policy.discrete:
-    raise ValueError(f"off_policy_correction={off_policy_correction!r} is IMPALA's "
-                     "discrete-action ablation (Table 2); Gaussian policies use 'vtrace'.")
-  if trust_region_threshold is not None and off_policy_correction != VTRACE:
-    raise ValueError(
-        f"The trust region (trust_region_threshold={trust_region_threshold}) is defined for "
-        f"V-trace (LASER section 4), not off_policy_correction={off_policy_correction!r}.")
   with tf.name_scope(name):
-    target_action_log_probs = target_policy.log_prob(actions)
-    behaviour_action_log_probs = behaviour_policy.log_prob(actions)
-    target_action_log_probs.shape.assert_has_rank(2)
-    log_rhos = target_action_log_probs - behaviour_action_log_probs
+    inputs = _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask)
+    log_probs = _action_log_probs(behaviour_policy, target_policy, actions, inputs.rewards)
+    returns = from_importance_weights(
+        log_probs.log_rhos, *inputs[:4], clip_rho_threshold=clip_rho_threshold,
+        clip_pg_rho_threshold=clip_pg_rho_threshold, clip_c_threshold=clip_c_threshold,
+        lambda_=lambda_, transition_mask=inputs.transition_mask)
+    return _record(returns, log_probs, tf.ones_like(log_probs.log_rhos))
 
-    mask = tf.ones_like(log_rhos)
-    if trust_region_threshold is not None:
-      mask = trust_region_mask(
-          target_policy.implied_policy_kl(behaviour_policy, clip_rho_threshold,
-                                          seed=trust_region_seed),
-          trust_region_threshold)
-    if off_policy_correction == VTRACE:
-      returns = from_importance_weights(
-          log_rhos, discounts, rewards, values, bootstrap_value,
-          clip_rho_threshold=clip_rho_threshold,
-          clip_pg_rho_threshold=clip_pg_rho_threshold,
-          clip_c_threshold=clip_c_threshold, lambda_=lambda_,
-          trust_region_mask=mask if trust_region_threshold is not None else None,
-          transition_mask=transition_mask)
-    else:
-      # Ignoring mu means rho = c = 1 everywhere: log_rhos = 0.
-      returns = from_importance_weights(
-          tf.zeros_like(log_rhos), discounts, rewards, values, bootstrap_value,
-          clip_rho_threshold=None, clip_pg_rho_threshold=None,
-          clip_c_threshold=None, lambda_=lambda_, transition_mask=transition_mask)
-      if off_policy_correction == ONE_STEP_IS:
-        step_weights = _truncate(tf.exp(log_rhos), clip_pg_rho_threshold)
-        returns = returns._replace(
-            pg_advantages=tf.stop_gradient(step_weights * returns.pg_advantages))
-      elif off_policy_correction == EPSILON:
-        target_action_log_probs = tf.math.log(
-            tf.exp(target_action_log_probs) + EPSILON_CORRECTION_EPSILON)
 
-    return VTraceFromLogitsReturns(
-        vs=returns.vs, pg_advantages=returns.pg_advantages, log_rhos=log_rhos,
-        behaviour_action_log_probs=behaviour_action_log_probs,
-        target_action_log_probs=target_action_log_probs, trust_region_mask=mask)
+def trust_region_returns(behaviour_policy, target_policy, actions, discounts, rewards, values,
+                         bootstrap_value, trust_region_threshold, clip_rho_threshold=1.0,
+                         clip_pg_rho_threshold=1.0, clip_c_threshold=1.0, lambda_=1.0,
+                         trust_region_seed=(0, 0), transition_mask=None,
+                         name="trust_region_vtrace_returns"):
+  """LASER's trust-region V-trace (Schmitt et al. 2019, section 4.3): a step is rejected (m_t =
+  0) where KL(pi || pi_rho_bar) (target_policy.implied_policy_kl, rho_bar =
+  clip_rho_threshold; a Monte-Carlo estimate for a Gaussian) is above the threshold.
+
+  Section 4.2-4.3, "we stop the Monte-Carlo bootstraps once they reach undesirable
+  state-behaviour pairs": a return never runs through a rejected step t+1; it bootstraps from
+  V(x_{t+1}) there instead of using that step's action and reward (from_importance_weights),
+      v_s - V(x_s) = delta_s V + gamma_s c_s m_{s+1} (v_{s+1} - V(x_{s+1})),
+      advantage_s = rho^pg_s (r_s + gamma_s (V(x_{s+1}) + m_{s+1} (v_{s+1} - V(x_{s+1})))
+                               - V(x_s)),
+  with m_T = 1 (v_T = V(x_T) anyway). Rejected steps' own v_s and advantages are still
+  returned; the losses leave them out (losses.py, `mask`).
+
+  Args:
+    trust_region_threshold: a number >= 0 (`trust_region_mask`; math.inf computes the mask
+      but keeps every step).
+    trust_region_seed: int32 [2], the seed of a Monte-Carlo implied KL's samples.
+    The others: as in `vtrace_returns`.
+
+  Returns:
+    VTraceFromLogitsReturns as `vtrace_returns`', with trust_region_mask [T, B] (1 = kept,
+    0 = rejected). The policy-gradient loss is -target_action_log_probs * pg_advantages *
+    trust_region_mask.
+  """
+  with tf.name_scope(name):
+    inputs = _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask)
+    log_probs = _action_log_probs(behaviour_policy, target_policy, actions, inputs.rewards)
+    mask = trust_region_mask(
+        target_policy.implied_policy_kl(behaviour_policy, clip_rho_threshold,
+                                        seed=trust_region_seed),
+        trust_region_threshold)
+    returns = from_importance_weights(
+        log_probs.log_rhos, *inputs[:4], clip_rho_threshold=clip_rho_threshold,
+        clip_pg_rho_threshold=clip_pg_rho_threshold, clip_c_threshold=clip_c_threshold,
+        lambda_=lambda_, trust_region_mask=mask, transition_mask=inputs.transition_mask)
+    return _record(returns, log_probs, mask)
+
+
+def one_step_is_returns(behaviour_policy, target_policy, actions, discounts, rewards, values,
+                        bootstrap_value, clip_pg_rho_threshold=1.0, lambda_=1.0,
+                        transition_mask=None, name="one_step_is_returns"):
+  """Table 2's "1-step importance sampling" (section 5.2.1): value targets without correction
+  (`no_correction_returns`' n-step returns); the advantage is multiplied by the per-step
+  importance weight min(clip_pg_rho_threshold, pi/mu).
+
+  Args and returns: as `vtrace_returns`', for categorical policies ([T, B, N] logits, int32
+  [T, B] actions: the ablation is IMPALA's, on discrete actions).
+  """
+  with tf.name_scope(name):
+    log_probs, returns = _ablation_returns(
+        ONE_STEP_IS, behaviour_policy, target_policy, actions, lambda_,
+        _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask))
+    step_weights = _truncate(tf.exp(log_probs.log_rhos), clip_pg_rho_threshold)
+    returns = returns._replace(
+        pg_advantages=tf.stop_gradient(step_weights * returns.pg_advantages))
+    return _record(returns, log_probs, tf.ones_like(log_probs.log_rhos))
+
+
+def epsilon_correction_returns(behaviour_policy, target_policy, actions, discounts, rewards,
+                               values, bootstrap_value, lambda_=1.0, transition_mask=None,
+                               name="epsilon_correction_returns"):
+  """Table 2's "epsilon-correction" (section 5.2.1): value targets and advantages as if
+  on-policy (`no_correction_returns`'); target_action_log_probs, the policy gradient's, are
+  log(pi(a|x) + 1e-6) (EPSILON_CORRECTION_EPSILON; log_rhos keeps the plain log pi).
+
+  Args and returns: as `one_step_is_returns`' (no clipping: nothing is weighted).
+  """
+  with tf.name_scope(name):
+    log_probs, returns = _ablation_returns(
+        EPSILON, behaviour_policy, target_policy, actions, lambda_,
+        _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask))
+    corrected = log_probs._replace(target=tf.math.log(
+        tf.exp(log_probs.target) + EPSILON_CORRECTION_EPSILON))
+    return _record(returns, corrected, tf.ones_like(log_probs.log_rhos))
+
+
+def no_correction_returns(behaviour_policy, target_policy, actions, discounts, rewards, values,
+                          bootstrap_value, lambda_=1.0, transition_mask=None,
+                          name="no_correction_returns"):
+  """Table 2's "no-correction" (section 5.2.1): value targets and advantages as if on-policy,
+  ignoring mu (rho = c = 1 everywhere: n-step returns, lambda-returns with lambda_ < 1).
+
+  Args and returns: as `epsilon_correction_returns`'.
+  """
+  with tf.name_scope(name):
+    log_probs, returns = _ablation_returns(
+        NO_CORRECTION, behaviour_policy, target_policy, actions, lambda_,
+        _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask))
+    return _record(returns, log_probs, tf.ones_like(log_probs.log_rhos))
 
 
 def trust_region_mask(kl, threshold):
@@ -316,6 +370,69 @@ def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_
     return VTraceReturns(vs=returns.vs, pg_advantages=tf.stop_gradient(returns.vs - values))
 
 
+_Inputs = collections.namedtuple(
+    "_Inputs", "discounts rewards values bootstrap_value transition_mask")
+_ActionLogProbs = collections.namedtuple("_ActionLogProbs", "target behaviour log_rhos")
+
+
+def _check_variant(off_policy_correction, trust_region_threshold):
+  """ValueError unless the two settings name a variant `from_distributions` has."""
+  if off_policy_correction not in OFF_POLICY_CORRECTIONS:
+    raise ValueError(
+        f"Unknown off_policy_correction {off_policy_correction!r}; expected one of "
+        f"{OFF_POLICY_CORRECTIONS}.")
+  if trust_region_threshold is not None and off_policy_correction != VTRACE:
+    raise ValueError(
+        f"The trust region (trust_region_threshold={trust_region_threshold}) is defined for "
+        f"V-trace (LASER section 4), not off_policy_correction={off_policy_correction!r}.")
+
+
+def _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask):
+  """Every variant's entry: the returns' inputs as float32 tensors, ValueError naming the
+  argument whose shape does not fit rewards' [T, B] (bootstrap_value: [B])."""
+  discounts, rewards, values, bootstrap_value = (
+      tf.convert_to_tensor(x, dtype=tf.float32)
+      for x in (discounts, rewards, values, bootstrap_value))
+  _check_time_major(rewards, discounts, rewards, values, bootstrap_value, reference="rewards")
+  if transition_mask is not None:
+    transition_mask = _checked_mask(transition_mask, "transition_mask", rewards)
+  return _Inputs(discounts, rewards, values, bootstrap_value, transition_mask)
+
+
+def _action_log_probs(behaviour_policy, target_policy, actions, rewards):
+  """log pi(a_t|x_t), log mu(a_t|x_t) of the taken actions and log_rhos, their difference
+  ([T, B] each); ValueError unless they are [T, B] like rewards."""
+  target = target_policy.log_prob(actions)
+  behaviour = behaviour_policy.log_prob(actions)
+  target.shape.assert_has_rank(2)
+  if not target.shape.is_compatible_with(rewards.shape):
+    raise ValueError(f"actions {tf.convert_to_tensor(actions).shape} give log-probabilities "
+                     f"of shape {target.shape}, expected [T, B] = {rewards.shape}.")
+  return _ActionLogProbs(target=target, behaviour=behaviour, log_rhos=target - behaviour)
+
+
+def _ablation_returns(correction, behaviour_policy, target_policy, actions, lambda_, inputs):
+  """What Table 2's ablations share: the actions' _ActionLogProbs and the returns ignoring mu,
+  rho = c = 1 everywhere (log_rhos = 0, no truncation; lambda_ and the transition mask kept).
+  ValueError for a continuous policy: the ablations are IMPALA's, on discrete actions."""
+  if not target_policy.discrete:
+    raise ValueError(f"off_policy_correction={correction!r} is IMPALA's "
+                     "discrete-action ablation (Table 2); Gaussian policies use 'vtrace'.")
+  log_probs = _action_log_probs(behaviour_policy, target_policy, actions, inputs.rewards)
+  return log_probs, from_importance_weights(
+      tf.zeros_like(log_probs.log_rhos), *inputs[:4], clip_rho_threshold=None,
+      clip_pg_rho_threshold=None, clip_c_threshold=None, lambda_=lambda_,
+      transition_mask=inputs.transition_mask)
+
+
+def _record(returns, log_probs, mask):
+  """VTraceFromLogitsReturns of VTraceReturns, _ActionLogProbs and the trust-region mask."""
+  return VTraceFromLogitsReturns(
+      vs=returns.vs, pg_advantages=returns.pg_advantages, log_rhos=log_probs.log_rhos,
+      behaviour_action_log_probs=log_probs.behaviour,
+      target_action_log_probs=log_probs.target, trust_region_mask=mask)
+
+
 def _checked_mask(mask, name, log_rhos):
   """`mask` as float32 [T, B]; ValueError naming it unless its shape fits log_rhos'."""
   mask = tf.convert_to_tensor(mask, dtype=tf.float32)
@@ -323,6 +440,20 @@ def _checked_mask(mask, name, log_rhos):
     raise ValueError(f"{name} has shape {mask.shape}, expected [T, B] = {log_rhos.shape} "
                      f"(time-major).")
   return mask
+
+
+def _truncated_weights(log_rhos, clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold,
+                       lambda_, transition_mask):
+  """(rho_t, c_t, rho^pg_t) [T, B] of from_importance_weights: pi/mu truncated at each
+  threshold, c_t times lambda_ (Remark 2), all three 0 where transition_mask is."""
+  rhos = tf.exp(log_rhos)
+  clipped_rhos = _truncate(rhos, clip_rho_threshold)
+  cs = lambda_ * _truncate(rhos, clip_c_threshold)
+  pg_rhos = _truncate(rhos, clip_pg_rho_threshold)
+  if transition_mask is None:
+    return clipped_rhos, cs, pg_rhos
+  transition_mask = _checked_mask(transition_mask, "transition_mask", log_rhos)
+  return clipped_rhos * transition_mask, cs * transition_mask, pg_rhos * transition_mask
 
 
 def _truncate(weights, threshold):
@@ -349,9 +480,12 @@ def _discounted_trace_sum(deltas, discounts, cs):
                  initializer=tf.zeros_like(deltas[0]), reverse=True)
 
 
-def _check_time_major(log_rhos, discounts, rewards, values, bootstrap_value):
-  """Static shape checks with messages that name the offending argument."""
-  log_rhos.shape.assert_has_rank(2)
+def _check_time_major(log_rhos, discounts, rewards, values, bootstrap_value,
+                      reference="log_rhos"):
+  """Static shape checks with messages that name the offending argument: [T, B] like
+  log_rhos (what `reference` names), bootstrap_value [B]."""
+  if log_rhos.shape.rank is not None and log_rhos.shape.rank != 2:
+    raise ValueError(f"{reference} has shape {log_rhos.shape}, expected [T, B] (time-major).")
   for name, tensor in (("discounts", discounts), ("rewards", rewards), ("values", values)):
     if not tensor.shape.is_compatible_with(log_rhos.shape):
       raise ValueError(

@@ -4,6 +4,8 @@ experiment_main.py  the command line of experiment.py (--mode=train|test).
 assembly.py      builds agent, learner, policy and environments from a configuration.
 training.py      the training supervisor (_Run): actors, learner, logs, checkpoints, stops.
 evaluation.py    test mode: plays the checkpoint's policy, prints the paper's tables.
+evaluation_episodes.py  test mode's episodes: levels split over workers, the progress line.
+evaluation_videos.py  test mode's videos of the first episodes of each level.
 actor_process.py actors in a process of their own, feeding a learner over RPC.
 input_pipeline.py  learner queues (local and remote actors) -> replay mixing -> tf.data
                  batches [T+1, B].

@@ -1,12 +1,12 @@
 """Actor processes of a cluster, both ends: the actor process (run_actor_process: actor threads
 feeding a remote learner) and the learner's end of them (RemoteActors).
 
-    actor process:  --num_actors ActorThreads -> distributed.LearnerClient
+    actor process:  --num_actors ActorThreads -> service_client.LearnerClient
                       .send_trajectory (one message per unroll, wire.MessageHeader first)
                       .report_episode, and the parameters at the start of every unroll
                       (with them, MuJoCo's observation filter: filter_sync.FilterSync)
-    learner:        distributed.TrajectoryServer -> pump thread -> the learner's queues
-                    (duplicates dropped by distributed.DeliveryLedger, malformed messages
+    learner:        learner_service.TrajectoryServer -> pump thread -> the learner's queues
+                    (duplicates dropped by learner_service.DeliveryLedger, malformed messages
                     refused by wire.message_problem)
 
 An actor process also pings its learner every few seconds (Heartbeat): a learner that died
@@ -24,6 +24,8 @@ import tensorflow as tf
 from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import learner_service
+from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.transport import filter_sync as filter_sync_lib
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.utils import stop_signals
@@ -60,7 +62,7 @@ def run_actor_process(config, learner_address, task, environment_constructor=Non
   """An actor process of a cluster: --num_actors actor threads feeding a remote learner.
 
   The threads' inference is batched on this host (dynamic_batching); the local network is
-  refreshed from the learner at the start of every unroll (distributed.ParameterSync).
+  refreshed from the learner at the start of every unroll (service_client.ParameterSync).
   Levels and seeds follow the global actor number task * num_actors + i, so a cluster
   assigns levels round-robin like one machine does. `secret` (bytes; distributed.cluster_secret)
   must be the learner's, else it refuses every call.
@@ -83,11 +85,11 @@ def run_actor_process(config, learner_address, task, environment_constructor=Non
     policy = assembly.make_policy(config, agent, assembly.learner_device())
     cleanup.callback(policy.close)
     signature = assembly.trajectory_signature(agent.config, config.unroll_length, policy)
-    client = distributed.LearnerClient(
+    client = service_client.LearnerClient(
         learner_address, wire.message_layout(signature),
         assembly.wire_fingerprint(config, agent.config, signature), name=f"actor-{task}",
         connect_timeout_secs=connect_timeout_secs, print_fn=print_fn, secret=secret)
-    sync = distributed.ParameterSync(client, agent.trainable_variables)
+    sync = service_client.ParameterSync(client, agent.trainable_variables)
     sync.refresh()
     # MuJoCo: the learner's (restored, when it resumed) filter, before any observation.
     filter_sync = filter_sync_lib.for_actor_process(client, agent)
@@ -104,7 +106,7 @@ class Heartbeat:
 
   TensorFlow's gRPC client does not fail a call to a server that died: the call waits for
   its deadline (up to 600 s while sending). A thread pings the learner every
-  `interval_secs` (distributed.ServiceClient.ping: a cheap authenticated call, its own
+  `interval_secs` (service_client.ServiceClient.ping: a cheap authenticated call, its own
   connection, `timeout_secs` to answer) and prints "The learner at X is not answering (N s);
   retrying for up to M s" at the first silent ping (again every 30 s), "The learner at X
   answers again" when it is back. Silence longer than `give_up_secs` (the client's
@@ -267,7 +269,7 @@ class _ActorProcess:
 class RemoteActors:
   """A cluster learner's actor processes, as training.py's supervisor sees its actors.
 
-  A distributed.TrajectoryServer on the learner's address receives their trajectories; a
+  A learner_service.TrajectoryServer on the learner's address receives their trajectories; a
   pump thread moves them into the learner's queues (dropping repeated messages, refusing
   malformed ones) and the supervisor's polls move their episodes into the monitor. With an
   observation filter (MuJoCo) it also merges theirs into the agent's, which is checkpointed
@@ -288,13 +290,13 @@ class RemoteActors:
         insecure_open_cluster (distributed.check_listen_address).
     """
     lines = distributed.check_listen_address(listen_address, secret, insecure_open_cluster)
-    self.server = distributed.TrajectoryServer(
+    self.server = learner_service.TrajectoryServer(
         listen_address, wire.message_layout(signature),
         assembly.wire_fingerprint(config, agent.config, signature), agent.trainable_variables,
         capacity=config.queue_capacity, methods=filter_sync_lib.learner_methods(agent),
         secret=secret)
     # Trajectories carry their environment's stream (actor * envs_per_actor + slot).
-    self.ledger = distributed.DeliveryLedger(
+    self.ledger = learner_service.DeliveryLedger(
         config.num_actors * assembly.environment_group_size(config))
     for line in lines:
       print_fn(line)

@@ -20,7 +20,7 @@ from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.transport import wire
-from scalable_agent_tf2.configuration.settings import TEST, TRAIN
+from scalable_agent_tf2.configuration.settings import IMPACT, TEST, TRAIN
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
@@ -248,7 +248,7 @@ def make_policy(config, agent, device):
 def make_learner(config, agent, strategy=None):
   """The run's learner: IMPALA's (on `strategy`'s devices with several learners), or IMPACT's
   with --algorithm=impact (one learner: config.resolve checks)."""
-  if config.algorithm == learner_lib.IMPACT:
+  if config.algorithm == IMPACT:
     return impact.ImpactLearner(agent, config.learner_config(), config.impact_config(),
                                      jit_compile=config.jit_compile_choice(),
                                      kl_target=config.kl_target)

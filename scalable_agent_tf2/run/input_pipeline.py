@@ -21,9 +21,9 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.transport import distributed
-from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.transport import replay_client
 from scalable_agent_tf2.run import repeatable
@@ -223,7 +223,7 @@ def learner_steps(dataset, learner, config):
   batch when it enters. Only a batch's first use brings new trajectories (and of those, not
   the replayed ones): frames are counted once.
   """
-  if config.algorithm == learner_lib.IMPACT:
+  if config.algorithm == settings.IMPACT:
     yield from impact.steps(dataset, learner, config)
     return
   num_new = config.num_learners * config.num_online_per_batch  # Replay: one learner.
@@ -334,7 +334,7 @@ class LearnerInput:
     the IMPACT and replay settings. shared_replay, agent_tag and secret (cluster_secret):
     as training.train's."""
     config = self._config
-    if config.algorithm == learner_lib.IMPACT:
+    if config.algorithm == settings.IMPACT:
       print_fn(f"IMPACT: circular buffer of N = {config.circular_buffer_size} batch(es), each "
                f"used K = {config.circular_buffer_max_uses} times; target network refreshed "
                f"every {config.target_update_period} learner steps.")

@@ -12,7 +12,7 @@ A learner that fails or is killed is reported at once with its exit code and las
 actors are stopped within seconds, and the launcher exits non-zero.
 
 Only its own processes can join: the launcher draws a random secret for the cluster
-(distributed.py: every call to the learner must prove it) and hands it to its processes in
+(transport/credentials.py: every call to the learner must prove it) and hands it to its processes in
 the environment (IMPALA_CLUSTER_SECRET; never on a command line, which `ps` shows anyone). It
 is also written to <logdir>/cluster_secret (mode 0600), for an actor process started by hand
 (--cluster_secret_file=<logdir>/cluster_secret). A secret the user gives (that environment

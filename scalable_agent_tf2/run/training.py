@@ -38,6 +38,7 @@ from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import learner_service
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.run import monitoring
@@ -140,7 +141,7 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     print_fn: where console lines go.
     listen_address: None: actor threads in this process (one machine). "host:port": the
       learner of a cluster: no local actors; actor processes (actor_process.py) send
-      trajectories to a distributed.TrajectoryServer on this address.
+      trajectories to a learner_service.TrajectoryServer on this address.
     shared_replay: with --laser_replay, a laser.EpisodeReplay shared with other agents'
       runs (LASER section 5.4; shared_replay_runs.py), or a replay_client.ReplayClient
       (agents in other processes); None: the replay service of --shared_replay_address if

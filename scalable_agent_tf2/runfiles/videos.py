@@ -6,7 +6,7 @@ cutting of one environment's stream of pictures into episodes.
 The level's name is written with every character other than letters, digits, "-", "_" and
 "." as "_" ("atari/pong" -> atari_pong-episode-001.mp4, "gym:CartPole-v1" ->
 gym_CartPole-v1-episode-001.mp4). Episode k is the k-th of the level's episodes in the order
-test mode lists them (evaluation.play_levels: by worker, environment, then episode).
+test mode lists them (evaluation_episodes.play_levels: by worker, environment, then episode).
 
 Frames. One picture per observation of the episode the agent was given: an episode of L agent
 steps is L frames, from its first observation to the one at which it took its last action

@@ -5,7 +5,7 @@ RLlib, the IMPACT paper's code base, gives every rollout worker a MeanStdFilter 
 every training iteration, has the driver collect each worker's new statistics (the changes
 since its last sync), merge them into the driver's filter and send the merged filter back to
 every worker (rllib/utils/filter_manager.py, FilterManager.synchronize). A cluster does the
-same over the learner's RPC service (distributed.py), one actor process at a time:
+same over the learner's RPC service (learner_service.py), one actor process at a time:
 
     actor process:  FilterSync(client, obs_filter).sync()
                       take_delta()                    the observations since its last sync
@@ -15,7 +15,7 @@ same over the learner's RPC service (distributed.py), one actor process at a tim
                                                   <-    its merged state()
                       load_state(merged)
     learner:        learner_methods(agent) -> [("filter_sync", tf.function)], registered on
-                    distributed.TrajectoryServer
+                    learner_service.TrajectoryServer
 
 Only three arrays cross the wire, each way: count int64 [], mean float64 [O], m2 float64 [O]
 (normalization.RunningStatistics). Agents without a filter (frames, indices) get no method and make
@@ -23,7 +23,7 @@ no call: nothing changes for them. The learner's filter is the restored one when
 from a checkpoint, so an actor process's first sync (before its actors start) hands it over.
 
 When: with every parameter refresh, i.e. at the start of every unroll, once per wave of unroll
-starts in a process (like distributed.ParameterSync). The filter is part of the policy (the
+starts in a process (like service_client.ParameterSync). The filter is part of the policy (the
 network was trained on filtered observations), so an unroll starts from the learner's latest
 parameters and its latest merged statistics together; and an unroll's observations reach the
 learner's filter at the next unroll start, about when its trajectory reaches the learner. That
@@ -49,7 +49,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.environments import normalization
 
-METHOD_NAME = "filter_sync"  # What distributed.LearnerClient.sync_filter calls.
+METHOD_NAME = "filter_sync"  # What service_client.LearnerClient.sync_filter calls.
 
 
 def statistics_arrays(statistics):
@@ -134,14 +134,14 @@ class FilterSync:
   """Keeps an actor process's observation filter in step with the learner's (thread-safe).
 
   `sync()` runs at the start of every unroll, with the parameter refresh (see the module
-  docstring for why). Like distributed.ParameterSync, a sync that another thread started after
+  docstring for why). Like service_client.ParameterSync, a sync that another thread started after
   this one asked is good enough, so a process syncs once per wave of unroll starts.
   """
 
   def __init__(self, client, obs_filter):
     """Args:
       client: has sync_filter(count, mean, m2) -> (count, mean, m2), the learner's merged
-        statistics (distributed.LearnerClient).
+        statistics (service_client.LearnerClient).
       obs_filter: this process's normalization.MeanStdFilter, shared by its actor threads.
     """
     self._client = client

@@ -12,13 +12,14 @@ import tensorflow as tf
 from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.transport import wire
 from scalable_agent_tf2.transport.replay_service import (
     DEFAULT_CALL_TIMEOUT_SECS, DEFAULT_CONNECT_TIMEOUT_SECS, NO_LAYOUT_YET, REPLAY_DOMAIN,
     REPLAY_PROTOCOL_VERSION, STATS_COUNTS, ReplayServiceUnavailable, tensor_text)
 
 
-class ReplayClient(distributed.ServiceClient):
+class ReplayClient(service_client.ServiceClient):
   """An agent's connection to a ReplayService, used as its LASER replay (thread-safe).
 
   Has laser.EpisodeReplay's interface (add, sample, __len__, capacity, num_unrolls,

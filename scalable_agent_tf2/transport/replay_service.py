@@ -17,10 +17,11 @@ with the agent that produced it. laser.EpisodeReplay is that replay inside one p
 
 ReplayClient (replay_client.py) has the interface laser.EpisodeMixer and training.train
 already use for a replay, so `train(config, shared_replay=client)` (or
---shared_replay_address) is all an agent needs. The transport is distributed.py's:
-TensorFlow's gRPC RPC with registered tf.functions, a hello that names the peer and its
-trajectory layout, reconnection after a lost service (distributed.ServiceClient), messages in
-wire.message_layout order (header, then the trajectory).
+--shared_replay_address) is all an agent needs. The transport is the learner's service's
+(learner_service.py): TensorFlow's gRPC RPC with registered tf.functions, a hello that names
+the peer and its trajectory layout, reconnection after a lost service
+(service_client.ServiceClient), messages in wire.message_layout order (header, then the
+trajectory).
 
 The layout is learned from the first agent: the service needs no experiment flags and starts
 no environment. Its first hello (with a layout, wire.describe_layout: every tensor's
@@ -31,7 +32,7 @@ hyperparameters (learning rate, entropy cost, ...) may differ. A hello without a
 observer's (stats only: tests, monitoring).
 
 Wire methods (all tensors; the service runs its Python through tf.py_function); each but
-challenge takes the credential (challenge, counter, tag: distributed.Gatekeeper) first:
+challenge takes the credential (challenge, counter, tag: credentials.Gatekeeper) first:
     challenge()                                            -> challenge int64
     hello(protocol int32, layout JSON string, peer string) -> (accepted bool, message string)
     add(agent string, payload string [K])                  -> (accepted bool, message string)
@@ -45,7 +46,7 @@ when the service starts, before it knows the layout; a serialised TensorProto is
 parsed with its expected dtype (tf.io.parse_tensor) and checked against the layout's shape
 before it is stored; nothing is unpickled or evaluated. The header's (actor, incarnation,
 sequence) keeps each actor's stream apart and drops an add retried after a lost reply
-(distributed.DeliveryLedger), so a stream never holds an unroll twice.
+(learner_service.DeliveryLedger), so a stream never holds an unroll twice.
 
 Traffic: every online unroll crosses once to the service; a sampled episode crosses once to
 its sampler, one unroll per call (no message is larger than one trajectory message to a
@@ -60,7 +61,7 @@ from the first agent that reconnects. A service refuses to start on an address s
 on already (gRPC shares ports silently; two services would split the replay).
 
 Like the learner, the service answers only callers that prove the cluster's secret, for each
-call anew (--cluster_secret_file or IMPALA_CLUSTER_SECRET; distributed.Gatekeeper, every
+call anew (--cluster_secret_file or IMPALA_CLUSTER_SECRET; credentials.Gatekeeper, every
 method including hello, on a challenge the service issued: a captured credential cannot be
 sent again) and, without a secret, listens on loopback only unless
 --insecure_open_cluster. An unroll is checked beyond its shapes before it is stored
@@ -79,18 +80,21 @@ import tensorflow as tf
 
 from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import credentials
+from scalable_agent_tf2.transport import learner_service
+from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.configuration import settings as settings_lib
 from scalable_agent_tf2.utils import stop_signals
 from scalable_agent_tf2.transport import wire
 from scalable_agent_tf2.learning import laser
 
 # 1: the first version (hello with a JSON layout; serialized payloads; episodes by token);
-# 2: every call carries a credential first (distributed.Gatekeeper), and "ping"; 3: env_outputs
+# 2: every call carries a credential first (credentials.Gatekeeper), and "ping"; 3: env_outputs
 # gain `truncated` (one more bool [T+1] tensor in every unroll); 4: a credential is
 # (challenge, counter, tag) for one call, the challenge issued by "challenge" (issue 41: a
 # captured credential can no longer be sent again).
 REPLAY_PROTOCOL_VERSION = 4
-# What the replay service's credentials are computed for (distributed.call_tag).
+# What the replay service's credentials are computed for (credentials.call_tag).
 REPLAY_DOMAIN = "laser replay service"
 # Loopback: the service listens on this machine only unless told otherwise.
 DEFAULT_REPLAY_ADDRESS = "localhost:8010"
@@ -179,7 +183,7 @@ class ReplayService:
     self._shapes = None          # list of ints per payload tensor.
     self._done_index = None      # Where env_outputs.done is in a payload.
     self._checked_indices = None  # Where policy_version and the actions are (or None).
-    self._ledgers = collections.defaultdict(lambda: distributed.DeliveryLedger(1))
+    self._ledgers = collections.defaultdict(lambda: learner_service.DeliveryLedger(1))
     self._incarnations = {}      # (agent, actor index) -> the incarnation it streams from.
     self._replaced = set()       # (agent, incarnation) of agent processes a newer one replaced.
     self._unrolls_added = collections.Counter()   # agent -> unrolls admitted.
@@ -188,7 +192,7 @@ class ReplayService:
     # Random start: a token of this service's predecessor (a fetch in flight across a
     # restart) names no episode here.
     self._next_token = wire.new_incarnation()
-    self._gatekeeper = distributed.Gatekeeper(secret, REPLAY_DOMAIN, "Replay service",
+    self._gatekeeper = credentials.Gatekeeper(secret, REPLAY_DOMAIN, "Replay service",
                                               print_fn=print_fn)
     self._server = tf.distribute.experimental.rpc.Server.create("grpc", address)
     self._gatekeeper.register(self._server, self._methods().items())
@@ -234,7 +238,7 @@ class ReplayService:
                             [int64, string, int64, int64, int64, string, string, int64])
 
     @tf.function(input_signature=[])
-    def ping():  # A client's liveness check (distributed.ServiceClient.ping).
+    def ping():  # A client's liveness check (service_client.ServiceClient.ping).
       return tf.constant(True)
     return dict(hello=hello, add=add, sample=sample, unroll=unroll, stats=stats, ping=ping)
 

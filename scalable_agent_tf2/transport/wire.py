@@ -1,5 +1,5 @@
 """The trajectory message: what crosses the wire between actor processes, the learner and
-LASER's replay service (distributed.py and replay_service.py carry it).
+LASER's replay service (learner_service.py, service_client.py and replay_service.py carry it).
 
 A message is a MessageHeader (level, sender, sequence number) followed by one trajectory
 (structures.Trajectory) in assembly.trajectory_signature's order, flattened to a list of

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.configuration import config as config_lib
-from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.configuration import presets
@@ -219,8 +219,9 @@ def test_seeded_evaluation_on_atari_groups_repeats():
   def play():
     policy = policies.BatchedPolicy(agent)
     try:
-      return evaluation.play_levels(policy, config.levels, 2, config.num_actors, config.seed,
-                                    None, print_fn=lambda *a: None, config=config)
+      return evaluation_episodes.play_levels(policy, config.levels, 2, config.num_actors,
+                                             config.seed, None, print_fn=lambda *a: None,
+                                             config=config)
     finally:
       policy.close()
   first, second = play(), play()

@@ -10,7 +10,6 @@ import tensorflow as tf
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.agent import continuous_networks
 from scalable_agent_tf2.agent import distributions
-from scalable_agent_tf2.learning import gaussian
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import vtrace
 from scalable_agent_tf2.structures import EnvOutput, Observation
@@ -23,8 +22,8 @@ def _random_params(rng, shape):
   return mean, log_std
 
 
-# The distributions API in the argument order of the functions these tests were written for
-# (gaussian.py's, now thin deprecated aliases: test_deprecated_aliases_are_the_methods).
+# The distributions API in the argument order of the functions these tests were first written
+# for (learning/gaussian.py's, since removed: each was one call of these).
 def _log_prob(mean, log_std, actions):
   return distributions.DiagGaussian(mean, log_std).log_prob(actions)
 
@@ -60,30 +59,6 @@ def _vtrace(mu_mean, mu_log_std, pi_mean, pi_log_std, *args, **kwargs):
 
 def _sample(mean, log_std, seed):
   return distributions.DiagGaussian(mean, log_std).sample(seed)
-
-
-def test_deprecated_aliases_are_the_methods():
-  rng = np.random.default_rng(40)
-  mu, pi = _random_params(rng, (4, 3, 2)), _random_params(rng, (4, 3, 2))
-  actions = rng.normal(size=(4, 3, 2)).astype(np.float32)
-  rest = [np.full((4, 3), 0.9, np.float32), rng.normal(size=(4, 3)).astype(np.float32),
-          rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=3).astype(np.float32)]
-  pairs = [
-      (gaussian.log_probs_from_params_and_actions(*pi, actions), _log_prob(*pi, actions)),
-      (gaussian.entropy(pi[1]), _entropy(pi[1])),
-      (gaussian.entropy_loss(pi[1]), _entropy_loss(pi[1])),
-      (gaussian.kl(*pi, *mu), _kl(*pi, *mu)),
-      (gaussian.kl_divergence(*pi, *mu), _kl_divergence(*pi, *mu)),
-      (gaussian.implied_policy_kl(*mu, *pi, seed=[1, 2]), _implied_kl(*mu, *pi, seed=[1, 2])),
-      (gaussian.sample(*pi, seed=[3, 4]), _sample(*pi, seed=[3, 4])),
-      (gaussian.sample_action(*pi, np.random.default_rng(5)),
-       distributions.sample_gaussian_numpy(*pi, np.random.default_rng(5)))]
-  pairs += list(zip(gaussian.from_gaussian_params(*mu, *pi, actions, *rest,
-                                                  trust_region_threshold=0.1),
-                    _vtrace(*mu, *pi, actions, *rest, trust_region_threshold=0.1)))
-  for got, want in pairs:
-    np.testing.assert_array_equal(got, want)
-
 
 
 def numpy_log_prob(mean, log_std, actions):

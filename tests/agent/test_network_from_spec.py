@@ -49,7 +49,7 @@ def _discrete_batch(config, frames, rng, instructions=None):
 
 def _updates_every_variable(agent, env_outputs, agent_outputs):
   """One learner update on the batch changes every trainable variable; finite losses."""
-  learner = learner_lib.Learner(agent, learner_lib.LearnerConfig(**HPARAMS), jit_compile=False)
+  learner = learner_lib.Learner(agent, config_lib.LearnerConfig(**HPARAMS), jit_compile=False)
   before = [v.numpy().copy() for v in agent.trainable_variables]
   stats = learner.update(agent.initial_state(B), env_outputs, agent_outputs)
   assert all(np.isfinite(float(value)) for value in stats.values())
@@ -118,8 +118,8 @@ def test_box_actions_on_frames_take_the_frame_torso_with_a_gaussian_head():
   assert agent_output.action.shape == (B, 3) and agent_output.baseline.shape == (B,)
   _updates_every_variable(agent, env_outputs, agent_outputs)
   # IMPACT's learner builds its target network from the agent's type and config.
-  impact.ImpactLearner(agent, learner_lib.LearnerConfig(**HPARAMS),
-                            learner_lib.ImpactConfig(target_update_period=2), jit_compile=False)
+  impact.ImpactLearner(agent, config_lib.LearnerConfig(**HPARAMS),
+                            config_lib.ImpactConfig(target_update_period=2), jit_compile=False)
 
 
 def test_an_image_with_a_text_mission_takes_the_frame_torso_and_the_instruction_encoder():

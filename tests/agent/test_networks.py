@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.structures import EnvOutput, Observation
 
@@ -31,7 +31,7 @@ def test_dmlab_parameter_counts_match_figure_3(torso, paper, exact):
 
 
 def _random_env_outputs(rng, config, T, B, done_probability=0.3):
-  return random_data.random_env_outputs(config, (T, B), seed=int(rng.integers(1 << 30)),
+  return random_batches.random_env_outputs(config, (T, B), seed=int(rng.integers(1 << 30)),
                                           done_probability=done_probability)
 
 
@@ -223,7 +223,7 @@ def test_impact_cnn_shapes_42x42_to_21_to_11_to_one_fully_connected_256():
   assert tuple(torso(tf.random.uniform([5, 42, 42, 4])).shape) == (5, 256)
   T, B = 3, 2
   output, state = networks.Agent(IMPACT_CNN_CONFIG).unroll(
-      np.zeros([T, B], np.int32), random_data.random_env_outputs(IMPACT_CNN_CONFIG, (T, B)),
+      np.zeros([T, B], np.int32), random_batches.random_env_outputs(IMPACT_CNN_CONFIG, (T, B)),
       ())
   assert tuple(output.policy_logits.shape) == (T, B, 6)
   assert tuple(output.baseline.shape) == (T, B) and state == ()
@@ -242,7 +242,7 @@ def test_impact_cnn_parameter_count_is_the_hand_count():
 
 def test_impact_cnn_gradients_reach_every_variable_and_every_pixel():
   agent = networks.Agent(IMPACT_CNN_CONFIG, seed=3)
-  env_outputs = random_data.random_env_outputs(IMPACT_CNN_CONFIG, (2, 3), seed=1)
+  env_outputs = random_batches.random_env_outputs(IMPACT_CNN_CONFIG, (2, 3), seed=1)
   frames = tf.Variable(tf.cast(env_outputs.observation.frame, tf.float32) / 255.0)
   with tf.GradientTape() as tape:
     features = agent.torso(tf.reshape(frames, [6, 42, 42, 4]))

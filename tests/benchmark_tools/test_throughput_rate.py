@@ -1,8 +1,9 @@
 """The Table 1 benchmark's rate: timed from update to update, not a median of short intervals."""
 import pytest
 
-from benchmarks.speed.throughput import (level_config, parse_args, produced_frames, steady_rate,
-                                         training_samples)
+from benchmarks.speed.throughput import parse_args
+from benchmarks.speed.training_rate import (level_config, produced_frames, steady_rate,
+                                            training_samples)
 
 
 def test_updates_every_few_seconds_give_their_true_rate():

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import losses
@@ -19,10 +20,10 @@ HPARAMS = dict(learning_rate=0.01, total_environment_frames=10**9,
                reward_clipping=losses.ABS_ONE)
 
 
-def _impact(config, jit_compile=False, seed=0, impact_config=learner.ImpactConfig(),
+def _impact(config, jit_compile=False, seed=0, impact_config=config_lib.ImpactConfig(),
             kl_target=None, **hparams):
   agent = networks.Agent(config, seed=seed)
-  return impact.ImpactLearner(agent, learner.LearnerConfig(**{**HPARAMS, **hparams}),
+  return impact.ImpactLearner(agent, config_lib.LearnerConfig(**{**HPARAMS, **hparams}),
                                impact_config, jit_compile=jit_compile, kl_target=kl_target)
 
 
@@ -36,10 +37,10 @@ def _equal(a, b):
 
 def test_target_network_starts_equal_and_changes_only_on_its_period():
   period = 3
-  update = _impact(FF_SMALL, impact_config=learner.ImpactConfig(target_update_period=period))
+  update = _impact(FF_SMALL, impact_config=config_lib.ImpactConfig(target_update_period=period))
   agent_vars, target_vars = update.agent.trainable_variables, update._target_variables
   assert _equal(_values(agent_vars), _values(target_vars))  # Algorithm 1 line 2.
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 4, 3, seed=1)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 4, 3, seed=1)
   previous_target = _values(target_vars)
   for step in range(1, 8):
     stats = update.update(**update.batch((), env_outputs, agent_outputs))
@@ -62,9 +63,9 @@ def test_kl_coefficient_adapts_at_target_refreshes_by_the_steps_mean_kl(kl_targe
   # x1.5 if the step's mean KL > 2 x target, x0.5 if < target / 2 (a tiny target grows the
   # coefficient, a huge one shrinks it).
   T, B, period = 4, 3, 2
-  update = _impact(FF_SMALL, impact_config=learner.ImpactConfig(
+  update = _impact(FF_SMALL, impact_config=config_lib.ImpactConfig(
       target_update_period=period, kl_cost=1.0), kl_target=kl_target)
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, T, B, seed=1)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, T, B, seed=1)
   want = 1.0
   for step in range(1, 6):
     stats = update.update(**update.batch((), env_outputs, agent_outputs))
@@ -78,8 +79,8 @@ def test_kl_coefficient_adapts_at_target_refreshes_by_the_steps_mean_kl(kl_targe
 
 
 def test_without_a_kl_target_the_kl_cost_is_fixed_and_not_a_variable():
-  update = _impact(FF_SMALL, impact_config=learner.ImpactConfig(kl_cost=0.5))
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2)
+  update = _impact(FF_SMALL, impact_config=config_lib.ImpactConfig(kl_cost=0.5))
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2)
   stats = update.update(**update.batch((), env_outputs, agent_outputs))
   assert "kl_coefficient" not in stats and not hasattr(update, "kl_coefficient")
   with pytest.raises(ValueError, match="kl_target must be positive"):
@@ -89,7 +90,7 @@ def test_without_a_kl_target_the_kl_cost_is_fixed_and_not_a_variable():
 def _near_on_policy_batch(agent, T, B, seed):
   """A batch whose behaviour logits are the agent's own plus noise: pi/mu in (1/2, 2), so
   neither IMPACT's target-worker clipping nor (at pi_target = pi) PPO's clip is active."""
-  env_outputs, agent_outputs = random_data.random_learner_batch(agent.config, T, B, seed)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(agent.config, T, B, seed)
   state = agent.initial_state(B)
   outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
   noise = np.random.default_rng(seed).uniform(-0.3, 0.3, outputs.policy_logits.shape)
@@ -103,7 +104,7 @@ def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas(
   -sum rho_s log pi(a_s|x_s) (r_s + gamma v_{s+1} - V(x_s)) (section 4.2), and so does the
   gradient of the whole loss (same value targets and entropy term)."""
   T, B = 6, 3
-  impact_config = learner.ImpactConfig(gae_lambda=1.0, target_update_period=1)
+  impact_config = config_lib.ImpactConfig(gae_lambda=1.0, target_update_period=1)
   update = _impact(LSTM_SMALL, seed=5, impact_config=impact_config)
   agent, config = update.agent, update.config
   for seed in range(2):  # The second batch: after one update and its target refresh.
@@ -144,10 +145,10 @@ def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas(
 
 
 def test_compiled_impact_update_equals_uncompiled():
-  impact_config = learner.ImpactConfig(target_update_period=2)
+  impact_config = config_lib.ImpactConfig(target_update_period=2)
   compiled = _impact(FF_SMALL, jit_compile=True, impact_config=impact_config, max_grad_norm=10.0)
   plain = _impact(FF_SMALL, jit_compile=False, impact_config=impact_config, max_grad_norm=10.0)
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 4, 3, seed=3)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 4, 3, seed=3)
   for _ in range(3):  # Both branches of the target refresh.
     got = compiled.update(**compiled.batch((), env_outputs, agent_outputs))
     want = plain.update(**plain.batch((), env_outputs, agent_outputs))
@@ -162,8 +163,8 @@ def test_compiled_impact_update_equals_uncompiled():
 
 def test_only_new_trajectories_count_as_frames():
   T, B = 4, 3
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, T, B)
-  impala = learner.Learner(networks.Agent(FF_SMALL), learner.LearnerConfig(**HPARAMS),
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, T, B)
+  impala = learner.Learner(networks.Agent(FF_SMALL), config_lib.LearnerConfig(**HPARAMS),
                            jit_compile=False)
   impact = _impact(FF_SMALL)
   for the_learner in (impala, impact):  # One call for both: the batch carries IMPACT's target.
@@ -178,7 +179,7 @@ def test_only_new_trajectories_count_as_frames():
 
 def test_wrong_target_params_and_bad_hyperparameters_are_clear_errors():
   update = _impact(FF_SMALL)
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2)
   with pytest.raises(ValueError, match="target_policy_params has shape"):
     update.update((), env_outputs, agent_outputs,
                   target_policy_params=np.zeros((4, 2, 3), np.float32))
@@ -187,12 +188,12 @@ def test_wrong_target_params_and_bad_hyperparameters_are_clear_errors():
                                 ("gae_lambda", 1.5, "gae_lambda"), ("kl_cost", -1.0, "kl_cost"),
                                 ("target_update_period", 0, "target_update_period")]:
     with pytest.raises(ValueError, match=message):
-      learner.ImpactConfig(**{field: value})
+      config_lib.ImpactConfig(**{field: value})
 
 
 def test_checkpoint_carries_the_target_network_and_step_count(tmp_path):
-  update = _impact(FF_SMALL, impact_config=learner.ImpactConfig(target_update_period=2))
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2)
+  update = _impact(FF_SMALL, impact_config=config_lib.ImpactConfig(target_update_period=2))
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2)
   for _ in range(3):  # The target was refreshed at step 2; the learner moved on after.
     update.update(**update.batch((), env_outputs, agent_outputs))
   path = tf.train.Checkpoint(agent=update.agent, learner=update).save(str(tmp_path / "ckpt"))
@@ -211,7 +212,7 @@ def test_checkpoint_carries_the_target_network_and_step_count(tmp_path):
 def test_update_without_target_params_uses_the_target_network_now():
   # Algorithm 1 line 7 for a batch used once: update() computes the target policy itself;
   # batch() freezes it for the circular buffer. Both give the same step.
-  env_outputs, agent_outputs = random_data.random_learner_batch(FF_SMALL, 3, 2, seed=4)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2, seed=4)
   inside, given = _impact(FF_SMALL), _impact(FF_SMALL)
   got = inside.update((), env_outputs, agent_outputs)
   batch = given.batch((), env_outputs, agent_outputs)

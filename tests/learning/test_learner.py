@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import losses
@@ -16,12 +17,12 @@ ATARI_SMALL = networks.atari_config(num_actions=4, torso=networks.DEEP,
 
 
 def random_batch(config, T, B, seed=0):
-  return random_data.random_learner_batch(config, T, B, seed)
+  return random_batches.random_learner_batch(config, T, B, seed)
 
 
 def _make(config, jit_compile, seed=0, **hparams):
   agent = networks.Agent(config, seed=seed)
-  return learner.Learner(agent, learner.LearnerConfig(**hparams), jit_compile=jit_compile)
+  return learner.Learner(agent, config_lib.LearnerConfig(**hparams), jit_compile=jit_compile)
 
 
 # The DMLab network in the slow tier here: the default tier compares the Atari one (the deep
@@ -74,7 +75,7 @@ def test_learner_aligns_actions_with_the_observations_they_were_taken_at():
   state, env_outputs, agent_outputs = _collect_on_policy(agent, T=5, B=2, seed=4)
   learner_outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
   _, returns = batch_loss.impala_loss_terms(agent.config.action_distribution, learner_outputs,
-                                         env_outputs, agent_outputs, learner.LearnerConfig())
+                                         env_outputs, agent_outputs, config_lib.LearnerConfig())
   np.testing.assert_allclose(returns.log_rhos.numpy(), 0.0, atol=1e-5)
 
 
@@ -169,21 +170,21 @@ def test_wrong_state_batch_is_a_clear_error():
 
 def test_bad_hyperparameters_are_rejected():
   with pytest.raises(ValueError, match="reward_clipping"):
-    learner.LearnerConfig(reward_clipping="clip")
+    config_lib.LearnerConfig(reward_clipping="clip")
   with pytest.raises(ValueError, match="off_policy_correction"):
-    learner.LearnerConfig(off_policy_correction="retrace")
+    config_lib.LearnerConfig(off_policy_correction="retrace")
   with pytest.raises(ValueError, match="total_environment_frames"):
-    learner.LearnerConfig(total_environment_frames=0)
+    config_lib.LearnerConfig(total_environment_frames=0)
   with pytest.raises(ValueError, match="learning_rate"):
-    learner.LearnerConfig(learning_rate=-1.0)
+    config_lib.LearnerConfig(learning_rate=-1.0)
 
 
 def test_presets_follow_the_paper():
-  atari = learner.atari_learner_config()  # Table G.1.
+  atari = config_lib.atari_learner_config()  # Table G.1.
   assert (atari.entropy_cost, atari.learning_rate, atari.epsilon, atari.max_grad_norm,
           atari.reward_clipping, atari.total_environment_frames) == (
               0.01, 0.0006, 0.01, 40.0, losses.ABS_ONE, 200_000_000)
-  dmlab30 = learner.dmlab_learner_config()  # Table D.3, Figure D.1.
+  dmlab30 = config_lib.dmlab_learner_config()  # Table D.3, Figure D.1.
   assert dmlab30.reward_clipping == losses.OPTIMISTIC_ASYMMETRIC
   assert (dmlab30.discounting, dmlab30.baseline_cost, dmlab30.momentum) == (0.99, 0.5, 0.0)
-  assert learner.dmlab_learner_config(multi_task=False).reward_clipping == losses.ABS_ONE
+  assert config_lib.dmlab_learner_config(multi_task=False).reward_clipping == losses.ABS_ONE

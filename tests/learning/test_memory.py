@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 
 UNROLL_LENGTH, BATCH_SIZE = 5, 3  # 18 frames: chunks of 4 leave a padded last chunk.
 
@@ -20,7 +21,7 @@ def small_config(torso, chunk_frames=0):
 
 def loss_and_gradients(config, jit_compile=False):
   agent = networks.Agent(config, seed=7)
-  env_outputs, agent_outputs = random_data.random_learner_batch(config, UNROLL_LENGTH,
+  env_outputs, agent_outputs = random_batches.random_learner_batch(config, UNROLL_LENGTH,
                                                                   BATCH_SIZE)
 
   @tf.function(jit_compile=jit_compile)
@@ -73,12 +74,12 @@ def test_chunked_torso_outputs_match_the_torso():
 
 def test_learner_update_is_the_same_with_chunks():
   config = small_config(networks.DEEP)
-  env_outputs, agent_outputs = random_data.random_learner_batch(config, UNROLL_LENGTH,
+  env_outputs, agent_outputs = random_batches.random_learner_batch(config, UNROLL_LENGTH,
                                                                   BATCH_SIZE)
   results = []
   for network_config in (config, dataclasses.replace(config, torso_chunk_frames=4)):
     agent = networks.Agent(network_config, seed=3)
-    learner = learner_lib.Learner(agent, learner_lib.dmlab_learner_config(), jit_compile=False)
+    learner = learner_lib.Learner(agent, config_lib.dmlab_learner_config(), jit_compile=False)
     stats = [learner.update(agent.initial_state(BATCH_SIZE), env_outputs, agent_outputs)
              for _ in range(2)]
     results.append(([{k: float(v) for k, v in s.items()} for s in stats],

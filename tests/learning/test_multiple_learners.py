@@ -21,13 +21,14 @@ SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from benchmarks import random_data
+    from scalable_agent_tf2.learning import random_batches
+    from scalable_agent_tf2.configuration import config as config_lib
     from scalable_agent_tf2.learning import learner as learner_lib
     from scalable_agent_tf2.agent import networks
 
     config = networks.NetworkConfig(num_actions=5, frame_shape=(20, 20, 3),
                                     torso={torso!r}, use_lstm=True, use_instruction=True)
-    learner_config = learner_lib.atari_learner_config(max_grad_norm={clip})
+    learner_config = config_lib.atari_learner_config(max_grad_norm={clip})
     single = learner_lib.Learner(networks.Agent(config, seed=4), learner_config,
                                  jit_compile=False)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -35,7 +36,7 @@ SCRIPT = textwrap.dedent("""
       agent = networks.Agent(config, seed=4)
     pair = learner_lib.Learner(agent, learner_config, jit_compile=False, strategy=strategy)
     for step in range(2):
-      env_outputs, agent_outputs = random_data.random_learner_batch(
+      env_outputs, agent_outputs = random_batches.random_learner_batch(
           config, unroll_length=6, batch_size=4, seed=step)
       rng = np.random.default_rng(step)
       state = tf.nest.map_structure(
@@ -52,7 +53,7 @@ SCRIPT = textwrap.dedent("""
     for x, y in zip(single.optimizer.variables, pair.optimizer.variables):
       np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-4, atol=1e-5)
     try:
-      env_outputs, agent_outputs = random_data.random_learner_batch(
+      env_outputs, agent_outputs = random_batches.random_learner_batch(
           config, unroll_length=6, batch_size=3)
       state = single.agent.initial_state(3)
       pair.update(state, env_outputs, agent_outputs)

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.run import input_pipeline
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.run import training
@@ -53,10 +54,10 @@ def _poisoned(batch, where):
     pytest.param(True, "behaviour_logits", id="behaviour_logits-xla")])
 def test_a_non_finite_update_is_skipped_and_changes_nothing(jit_compile, where):
   the_learner = learner_lib.Learner(networks.Agent(ATARI, seed=1),
-                                    learner_lib.LearnerConfig(**HPARAMS),
+                                    config_lib.LearnerConfig(**HPARAMS),
                                     jit_compile=jit_compile)
   state = the_learner.agent.initial_state(3)
-  good = random_data.random_learner_batch(ATARI, 4, 3, seed=0)
+  good = random_batches.random_learner_batch(ATARI, 4, 3, seed=0)
   assert not the_learner.update(state, *good)["update_skipped"].numpy()
   before = _state_of(the_learner)
   stats = the_learner.update(state, *_poisoned(good, where))
@@ -70,11 +71,11 @@ def test_a_non_finite_update_is_skipped_and_changes_nothing(jit_compile, where):
 
 def test_impact_skips_a_non_finite_step_without_counting_it_or_adapting_its_kl():
   the_learner = impact.ImpactLearner(
-      networks.Agent(ATARI, seed=1), learner_lib.LearnerConfig(**HPARAMS),
-      learner_lib.ImpactConfig(target_update_period=1, kl_cost=0.1), jit_compile=False,
+      networks.Agent(ATARI, seed=1), config_lib.LearnerConfig(**HPARAMS),
+      config_lib.ImpactConfig(target_update_period=1, kl_cost=0.1), jit_compile=False,
       kl_target=0.01)
   state = the_learner.agent.initial_state(3)
-  env_outputs, agent_outputs = _poisoned(random_data.random_learner_batch(ATARI, 4, 3), "reward")
+  env_outputs, agent_outputs = _poisoned(random_batches.random_learner_batch(ATARI, 4, 3), "reward")
   batch = the_learner.batch(state, env_outputs, agent_outputs)
   before = _state_of(the_learner)
   stats = the_learner.update(**batch)
@@ -84,7 +85,7 @@ def test_impact_skips_a_non_finite_step_without_counting_it_or_adapting_its_kl()
 
 
 def _trajectory(reward_value=0.0, frame_dtype=np.uint8):
-  env_outputs, agent_outputs = random_data.random_learner_batch(ATARI, 4, 1)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(ATARI, 4, 1)
   squeeze = lambda x: x[:, 0]
   env_outputs = tf.nest.map_structure(squeeze, env_outputs)
   agent_outputs = tf.nest.map_structure(squeeze, agent_outputs)
@@ -181,7 +182,7 @@ def test_a_non_finite_trajectory_over_the_wire_is_dropped_with_its_sender(tmp_pa
   import time  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import actor_process  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.transport import distributed  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.transport import service_client  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.transport import wire  # pylint: disable=g-import-not-at-top
   from tests.transport import test_distributed as td  # pylint: disable=g-import-not-at-top
   config = toy_config(tmp_path, total_frames=1, num_actors=2, unroll_length=td.UNROLL_LENGTH)
@@ -195,7 +196,7 @@ def test_a_non_finite_trajectory_over_the_wire_is_dropped_with_its_sender(tmp_pa
       print_fn=lines.append)
   actors.start()
   actors.publish_version(5)
-  client = distributed.LearnerClient(
+  client = service_client.LearnerClient(
       actors.server.address, wire.message_layout(signature),
       assembly.wire_fingerprint(config, td.TOY_NETWORK, signature), name="actor-0",
       connect_timeout_secs=30)

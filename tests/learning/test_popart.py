@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.configuration import config as config_lib
@@ -66,7 +66,7 @@ def test_update_moves_the_statistics_and_keeps_the_values():
 
 def _learner(popart_on, schedule=settings.LINEAR, seed=0, learning_rate=0.01):
   agent = networks.Agent(VECTOR, seed=seed)
-  config = learner.LearnerConfig(learning_rate=learning_rate, total_environment_frames=10_000,
+  config = config_lib.LearnerConfig(learning_rate=learning_rate, total_environment_frames=10_000,
                                  max_grad_norm=40.0, popart=popart_on,
                                  learning_rate_schedule=schedule, epsilon=1e-5,
                                  rmsprop_initial_mean_square=0.0, reward_clipping="none",
@@ -77,7 +77,7 @@ def _learner(popart_on, schedule=settings.LINEAR, seed=0, learning_rate=0.01):
 def _batch(reward_scale, seed=0):
   """A random batch [T+1 = 9, B = 4] for VECTOR: float observations, rewards of size at least
   1 (so the network's clipped reward input is the same +-1 at any scale) x reward_scale."""
-  env_outputs, agent_outputs = random_data.random_learner_batch(VECTOR, 8, 4, seed)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(VECTOR, 8, 4, seed)
   frames = np.random.default_rng(seed).normal(size=(9, 4, 5)).astype(np.float32)
   rewards = np.sign(env_outputs.reward) * (1.0 + np.abs(env_outputs.reward))
   return env_outputs._replace(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.learning import learner
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.configuration import settings
@@ -52,7 +52,7 @@ VALUES = np.array([[0.3, 0.3, 0.3],
 
 
 def _config(**extra):
-  return learner.LearnerConfig(**{**dict(discounting=GAMMA,
+  return config_lib.LearnerConfig(**{**dict(discounting=GAMMA,
                                          reward_clipping=settings.NO_CLIPPING,
                                          total_environment_frames=1000), **extra})
 
@@ -217,7 +217,7 @@ def test_impact_bootstraps_a_truncated_step_and_ignores_its_reset():
   """IMPACT (target network = learner, lambda 1, on-policy): the value target of x_1 is
   r_1 + gamma V(x_2) under truncation and r_1 under termination; the cut step's advantage is
   0 and its terms weigh 0 (the ignored action changes no term)."""
-  impact_config = learner.ImpactConfig(gae_lambda=1.0)
+  impact_config = config_lib.ImpactConfig(gae_lambda=1.0)
   config = _config()
   learner_outputs, env_outputs, agent_outputs = _batch(seed=4)
   target = learner_outputs.policy_logits

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import losses
@@ -166,6 +167,30 @@ def test_from_logits_with_threshold_matches_numpy_and_compiles():
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rho_bar,pg_rho_bar,c_bar,lambda_", [
+    (1.0, 1.0, 1.0, 1.0), (2.0, 0.5, 0.9, 0.95)])
+def test_trust_region_returns_match_numpy(rho_bar, pg_rho_bar, c_bar, lambda_):
+  """The variant itself (vtrace.trust_region_returns, what from_distributions picks for a
+  threshold): numpy's KL and mask, and equation (1) with the traces cut at rejected steps."""
+  rng = np.random.default_rng(22)
+  behaviour, target, actions, discounts, rewards, values, bootstrap = (
+      reference.random_inputs(rng, 9, 4))
+  kl = numpy_implied_policy_kl(behaviour, target, rho_bar)
+  threshold = float(np.median(kl))
+  mask = (kl <= threshold).astype(np.float32)
+  got = vtrace.trust_region_returns(
+      distributions.Categorical(behaviour), distributions.Categorical(target), actions,
+      discounts, rewards, values, bootstrap, threshold, clip_rho_threshold=rho_bar,
+      clip_pg_rho_threshold=pg_rho_bar, clip_c_threshold=c_bar, lambda_=lambda_)
+  want_vs, want_pg = reference.numpy_vtrace(
+      reference.log_rhos(behaviour, target, actions), discounts, rewards, values, bootstrap,
+      rho_bar, pg_rho_bar, c_bar, lambda_, mask=mask)
+  np.testing.assert_array_equal(got.trust_region_mask.numpy(), mask)
+  assert 0 < mask.sum() < mask.size
+  np.testing.assert_allclose(got.vs.numpy(), want_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.pg_advantages.numpy(), want_pg, rtol=1e-5, atol=1e-5)
+
+
 def test_bad_thresholds_are_clear_errors():
   inputs = reference.random_inputs(np.random.default_rng(0), 3, 2)
   with pytest.raises(ValueError, match="threshold must be a number >= 0"):
@@ -176,9 +201,9 @@ def test_bad_thresholds_are_clear_errors():
     vtrace.from_importance_weights(np.zeros((3, 2)), *inputs[3:],
                                    trust_region_mask=np.ones((2, 2)))
   with pytest.raises(ValueError, match="trust_region_threshold must be >= 0"):
-    learner.LearnerConfig(trust_region_threshold=-0.5)
+    config_lib.LearnerConfig(trust_region_threshold=-0.5)
   with pytest.raises(ValueError, match="needs off_policy_correction='vtrace'"):
-    learner.LearnerConfig(trust_region_threshold=0.5, off_policy_correction="none")
+    config_lib.LearnerConfig(trust_region_threshold=0.5, off_policy_correction="none")
 
 
 def test_masked_losses_leave_rejected_steps_out_of_value_and_gradient():
@@ -235,13 +260,13 @@ SMALL = networks.atari_config(num_actions=4, torso=networks.SHALLOW, frame_shape
 
 def _learner(jit_compile, **hparams):
   return learner.Learner(networks.Agent(SMALL, seed=0),
-                         learner.LearnerConfig(learning_rate=0.01,
+                         config_lib.LearnerConfig(learning_rate=0.01,
                                                total_environment_frames=10_000, **hparams),
                          jit_compile=jit_compile)
 
 
 def test_learner_with_infinite_threshold_is_plain_impala():
-  env_outputs, agent_outputs = random_data.random_learner_batch(SMALL, 4, 3, seed=2)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(SMALL, 4, 3, seed=2)
   default, infinite = _learner(False), _learner(False, trust_region_threshold=math.inf)
   assert not infinite.config.uses_trust_region
   got = infinite.update((), env_outputs, agent_outputs)
@@ -252,7 +277,7 @@ def test_learner_with_infinite_threshold_is_plain_impala():
 
 
 def test_learner_trust_region_compiles_and_leaves_rejected_steps_out():
-  env_outputs, agent_outputs = random_data.random_learner_batch(SMALL, 5, 3, seed=6)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(SMALL, 5, 3, seed=6)
   # Random behaviour logits are far from the fresh network's policy: a small threshold
   # rejects some steps and keeps others.
   agent = networks.Agent(SMALL, seed=0)
@@ -260,7 +285,7 @@ def test_learner_trust_region_compiles_and_leaves_rejected_steps_out():
   kl = numpy_implied_policy_kl(agent_outputs.policy_logits[1:],
                                outputs.policy_logits[:-1].numpy(), 1.0)
   threshold = float(np.median(kl))
-  config = learner.LearnerConfig(trust_region_threshold=threshold, reward_clipping="abs_one")
+  config = config_lib.LearnerConfig(trust_region_threshold=threshold, reward_clipping="abs_one")
   terms, returns = batch_loss.impala_loss_terms(agent.config.action_distribution, outputs,
                                                 env_outputs, agent_outputs, config)
   mask = (kl <= threshold).astype(np.float32)

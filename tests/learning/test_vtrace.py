@@ -1,9 +1,12 @@
 """V-trace against a straightforward numpy ground truth (the paper's equation 1, summed directly:
 tests/reference.py)."""
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.learning import vtrace
 from tests import reference
 
@@ -171,3 +174,160 @@ def test_impact_gae_advantages_match_the_paper_formula(lambda_, rho_bar, c_bar):
                                            clip_c_threshold=c_bar)
   np.testing.assert_allclose(got.pg_advantages.numpy(), want, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(got.vs.numpy(), values + want, rtol=1e-5, atol=1e-5)
+
+
+# --- One function per variant (rlax's layout): each against numpy, its entry checks, and the
+# dispatcher's choice. ---------------------------------------------------------------------
+
+
+def _categorical_inputs(seed, T=6, B=3):
+  """(behaviour, target, actions, discounts, rewards, values, bootstrap) with the policies as
+  distributions.Categorical, and the numpy log_rhos of the taken actions."""
+  behaviour, target, actions, *rest = reference.random_inputs(np.random.default_rng(seed), T, B)
+  inputs = (distributions.Categorical(behaviour), distributions.Categorical(target), actions,
+            *rest)
+  return inputs, reference.log_rhos(behaviour, target, actions)
+
+
+def _taken_probability(policy, actions):
+  """pi(a_t|x_t) [T, B] in numpy, from a Categorical's logits."""
+  probabilities = reference.softmax(policy.logits.numpy())
+  return np.take_along_axis(probabilities, actions[..., None], -1)[..., 0]
+
+
+def test_vtrace_returns_match_numpy():
+  inputs, log_rhos = _categorical_inputs(seed=30)
+  _, target, actions, discounts, rewards, values, bootstrap = inputs
+  got = vtrace.vtrace_returns(*inputs, clip_rho_threshold=2.0, clip_pg_rho_threshold=0.5,
+                              clip_c_threshold=0.9, lambda_=0.95)
+  want_vs, want_pg = reference.numpy_vtrace(log_rhos, discounts, rewards, values, bootstrap,
+                                            2.0, 0.5, 0.9, 0.95)
+  np.testing.assert_allclose(got.vs.numpy(), want_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.pg_advantages.numpy(), want_pg, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.log_rhos.numpy(), log_rhos, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.target_action_log_probs.numpy(),
+                             np.log(_taken_probability(target, actions)), rtol=1e-5)
+  np.testing.assert_array_equal(got.trust_region_mask.numpy(), 1.0)
+
+
+@pytest.mark.parametrize("lambda_", [1.0, 0.8])
+def test_no_correction_returns_are_on_policy_returns(lambda_):
+  """Table 2's "no-correction": V-trace with every weight one (n-step or lambda-returns)."""
+  inputs, log_rhos = _categorical_inputs(seed=31)
+  _, target, actions, discounts, rewards, values, bootstrap = inputs
+  got = vtrace.no_correction_returns(*inputs, lambda_=lambda_)
+  want_vs, want_pg = reference.numpy_vtrace(np.zeros_like(log_rhos), discounts, rewards,
+                                            values, bootstrap, lambda_=lambda_)
+  np.testing.assert_allclose(got.vs.numpy(), want_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.pg_advantages.numpy(), want_pg, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.target_action_log_probs.numpy(),
+                             np.log(_taken_probability(target, actions)), rtol=1e-5)
+  np.testing.assert_allclose(got.log_rhos.numpy(), log_rhos, rtol=1e-5, atol=1e-5)
+
+
+def test_one_step_is_returns_weigh_the_on_policy_advantage_by_rho():
+  """Table 2's "1-step importance sampling": uncorrected targets, the advantage times
+  min(rho_pg_bar, pi/mu) of its own step."""
+  inputs, log_rhos = _categorical_inputs(seed=32)
+  discounts, rewards, values, bootstrap = inputs[3:]
+  got = vtrace.one_step_is_returns(*inputs, clip_pg_rho_threshold=0.7, lambda_=0.9)
+  plain_vs, plain_pg = reference.numpy_vtrace(np.zeros_like(log_rhos), discounts, rewards,
+                                              values, bootstrap, lambda_=0.9)
+  np.testing.assert_allclose(got.vs.numpy(), plain_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.pg_advantages.numpy(),
+                             np.minimum(0.7, np.exp(log_rhos)) * plain_pg, rtol=1e-5, atol=1e-5)
+  assert np.any(np.exp(log_rhos) > 0.7) and np.any(np.exp(log_rhos) < 0.7)
+
+
+def test_epsilon_correction_returns_add_epsilon_to_the_policy_gradients_probability():
+  """Table 2's "epsilon-correction": uncorrected targets and advantages; the policy gradient's
+  log(pi + 1e-6), with log_rhos still the plain log pi - log mu."""
+  inputs, log_rhos = _categorical_inputs(seed=33)
+  _, target, actions, discounts, rewards, values, bootstrap = inputs
+  got = vtrace.epsilon_correction_returns(*inputs)
+  plain_vs, plain_pg = reference.numpy_vtrace(np.zeros_like(log_rhos), discounts, rewards,
+                                              values, bootstrap)
+  np.testing.assert_allclose(got.vs.numpy(), plain_vs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.pg_advantages.numpy(), plain_pg, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.target_action_log_probs.numpy(),
+                             np.log(_taken_probability(target, actions) + 1e-6), rtol=1e-5)
+  np.testing.assert_allclose(got.log_rhos.numpy(), log_rhos, rtol=1e-5, atol=1e-5)
+
+
+_VARIANTS = {
+    "vtrace_returns": vtrace.vtrace_returns,
+    "trust_region_returns": functools.partial(vtrace.trust_region_returns,
+                                              trust_region_threshold=0.1),
+    "one_step_is_returns": vtrace.one_step_is_returns,
+    "epsilon_correction_returns": vtrace.epsilon_correction_returns,
+    "no_correction_returns": vtrace.no_correction_returns,
+}
+
+
+def _shorter_policies(inputs):
+  """The policies and actions of one step fewer than the rewards (T - 1 of them)."""
+  behaviour, target, actions, *rest = inputs
+  return (behaviour[:-1], target[:-1], actions[:-1], *rest)
+
+
+def _replaced(index, bad):
+  return lambda inputs: inputs[:index] + (bad,) + inputs[index + 1:]
+
+
+@pytest.mark.parametrize("variant", sorted(_VARIANTS))
+@pytest.mark.parametrize("broken,message", [
+    (_replaced(3, np.zeros((5, 3), np.float32)), "discounts has shape"),
+    (_replaced(4, np.zeros((6, 3, 1), np.float32)), "rewards has shape"),
+    (_replaced(5, np.zeros((6, 2), np.float32)), "values has shape"),
+    (_replaced(6, np.zeros(4, np.float32)), "bootstrap_value has shape"),
+    (_shorter_policies, "log-probabilities of shape"),
+], ids=["discounts", "rewards", "values", "bootstrap_value", "actions"])
+def test_each_variant_checks_its_inputs_shapes_at_entry(variant, broken, message):
+  inputs, _ = _categorical_inputs(seed=34)
+  with pytest.raises(ValueError, match=message):
+    _VARIANTS[variant](*broken(inputs))
+  with pytest.raises(ValueError, match="transition_mask has shape"):
+    _VARIANTS[variant](*inputs, transition_mask=np.ones((6, 2), np.float32))
+
+
+@pytest.mark.parametrize("variant", ["one_step_is_returns", "epsilon_correction_returns",
+                                     "no_correction_returns"])
+def test_table2_ablations_refuse_a_gaussian_policy(variant):
+  rng = np.random.default_rng(35)
+  gaussian = distributions.DiagGaussian(rng.normal(size=(6, 3, 2)).astype(np.float32),
+                                        np.zeros((6, 3, 2), np.float32))
+  rest = _categorical_inputs(seed=35)[0][3:]
+  with pytest.raises(ValueError, match="discrete-action ablation"):
+    _VARIANTS[variant](gaussian, gaussian, np.zeros((6, 3, 2), np.float32), *rest)
+
+
+# The settings each variant takes (the dispatcher is given all of them).
+_OPTIONS = dict(clip_rho_threshold=1.5, clip_pg_rho_threshold=0.7, clip_c_threshold=0.8,
+                lambda_=0.9)
+_TAKES = {"vtrace_returns": tuple(_OPTIONS), "trust_region_returns": tuple(_OPTIONS),
+          "one_step_is_returns": ("clip_pg_rho_threshold", "lambda_"),
+          "epsilon_correction_returns": ("lambda_",), "no_correction_returns": ("lambda_",)}
+
+
+def _run_variant(name, inputs):
+  return _VARIANTS[name](*inputs, **{key: _OPTIONS[key] for key in _TAKES[name]})
+
+
+@pytest.mark.parametrize("correction,threshold,variant", [
+    (vtrace.VTRACE, None, "vtrace_returns"),
+    (vtrace.VTRACE, 0.1, "trust_region_returns"),
+    (vtrace.ONE_STEP_IS, None, "one_step_is_returns"),
+    (vtrace.EPSILON, None, "epsilon_correction_returns"),
+    (vtrace.NO_CORRECTION, None, "no_correction_returns"),
+])
+def test_from_distributions_picks_the_variant_the_settings_name(correction, threshold,
+                                                                variant):
+  inputs, _ = _categorical_inputs(seed=36)
+  got = vtrace.from_distributions(*inputs, off_policy_correction=correction,
+                                  trust_region_threshold=threshold, **_OPTIONS)
+  want = _run_variant(variant, inputs)
+  for name, a, b in zip(want._fields, got, want):
+    np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+  for other in set(_VARIANTS) - {variant}:  # Each variant's returns are its own.
+    assert not all(np.array_equal(a.numpy(), b.numpy())
+                   for a, b in zip(_run_variant(other, inputs), want)), other

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.population import pbt
@@ -194,7 +195,7 @@ def test_copy_checkpoint_copies_a_real_checkpoint_intact(tmp_path):
 
   def make(logdir, seed):
     agent = networks.Agent(config, seed=seed)
-    learner = learner_lib.Learner(agent, learner_lib.LearnerConfig(learning_rate=0.001 * seed),
+    learner = learner_lib.Learner(agent, config_lib.LearnerConfig(learning_rate=0.001 * seed),
                                   jit_compile=False)
     return agent, learner, checkpoints.Checkpointer(str(logdir), {"torso": "shallow"},
                                                      agent=agent, learner=learner)
@@ -237,7 +238,7 @@ def test_flags_hyperparameters_win_over_a_restored_checkpoint(tmp_path):
 
   def make(**hparams):
     agent = networks.Agent(config, seed=0)
-    return learner_lib.Learner(agent, learner_lib.LearnerConfig(**hparams), jit_compile=False)
+    return learner_lib.Learner(agent, config_lib.LearnerConfig(**hparams), jit_compile=False)
 
   saved = make(learning_rate=0.001, entropy_cost=0.01, epsilon=0.1)
   path = tf.train.Checkpoint(learner=saved).save(str(tmp_path / "ckpt"))

@@ -317,9 +317,9 @@ def test_the_gpu_benchmark_code_path_on_the_cpu_with_tiny_sizes(tmp_path):
 
 def test_an_end_to_end_run_that_fails_is_a_row_with_its_error():
   # pylint: disable=g-import-not-at-top
-  from benchmarks.speed import throughput
   from benchmarks.speed import throughput_gpu
-  with mock.patch.object(throughput, "run_training", side_effect=RuntimeError("no ROM")):
+  from benchmarks.speed import training_rate
+  with mock.patch.object(training_rate, "run_training", side_effect=RuntimeError("no ROM")):
     rows = throughput_gpu.end_to_end_rows(["atari/pong"], ["shallow"], 1.0, 0.0,
                                           log=lambda text: None)
   assert rows[0]["frames_per_s"] is None and rows[0]["error"] == "RuntimeError: no ROM"

@@ -5,6 +5,7 @@ import pytest
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
@@ -119,9 +120,9 @@ def test_unrolls_overlap_by_one_step_and_carry_the_state_before_step_zero():
 
 
 def test_split_episodes():
-  assert evaluation.split_episodes(10, 3) == [4, 3, 3]
-  assert evaluation.split_episodes(2, 5) == [1, 1]
-  assert sum(evaluation.split_episodes(500, 7)) == 500
+  assert evaluation_episodes.split_episodes(10, 3) == [4, 3, 3]
+  assert evaluation_episodes.split_episodes(2, 5) == [1, 1]
+  assert sum(evaluation_episodes.split_episodes(500, 7)) == 500
 
 
 def test_dmlab30_table_reproduces_the_papers_mean_capped_score():

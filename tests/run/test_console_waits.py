@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import monitoring
 
 
@@ -169,8 +169,8 @@ def test_format_eta(seconds, text):
 def test_test_modes_time_to_go_leaves_the_start_up_out():
   clock, lines = _Clock(), []
   # 100 episodes; environments take 30 s to start, then 48 play at once (3 s an episode).
-  progress = evaluation.TestProgress(["toy/lit_side"], 100, lines.append, every_secs=5,
-                                     clock=clock)
+  progress = evaluation_episodes.TestProgress(["toy/lit_side"], 100, lines.append,
+                                              every_secs=5, clock=clock)
   clock.now = 33.0
   progress.record("toy/lit_side")
   assert lines == ["test: 1/100 episodes (toy/lit_side 1/100)"]  # No rate yet: no guess.

@@ -235,7 +235,7 @@ def _np_vtrace(log_rhos, discounts, rewards, values, bootstrap, lambda_=1.0):
 
 def test_gaussian_impala_loss_terms_match_numpy():
   env_outputs, agent_outputs, learner_outputs = _batch()
-  config = learner_lib.LearnerConfig(reward_clipping="none", discounting=0.9)
+  config = config_lib.LearnerConfig(reward_clipping="none", discounting=0.9)
   terms, _ = batch_loss.impala_loss_terms(GAUSSIAN, learner_outputs, env_outputs,
                                           agent_outputs, config)
   actions = agent_outputs.action[1:]
@@ -257,8 +257,8 @@ def test_gaussian_impala_loss_terms_match_numpy():
 
 def test_gaussian_impact_loss_terms_match_numpy():
   env_outputs, agent_outputs, learner_outputs = _batch(1)
-  config = learner_lib.LearnerConfig(reward_clipping="none", discounting=0.9)
-  impact = learner_lib.ImpactConfig(kl_cost=1.0)
+  config = config_lib.LearnerConfig(reward_clipping="none", discounting=0.9)
+  impact = config_lib.ImpactConfig(kl_cost=1.0)
   # On-policy (pi = pi_target = mu): r = 1, so the surrogate is -sum(A) with GAE(lambda)
   # advantages, and KL(pi_target || pi) = 0.
   # mu at step t+1 is the policy at observation t (learner.py's module docstring).
@@ -294,7 +294,7 @@ def test_learner_update_on_a_gaussian_batch_trains_and_checks_shapes():
   env_outputs, agent_outputs, _ = _batch(2)
   agent = continuous_networks.ContinuousAgent(
       continuous_networks.ContinuousNetworkConfig(observation_size=O, action_size=A))
-  learner = learner_lib.Learner(agent, learner_lib.LearnerConfig(reward_clipping="none"),
+  learner = learner_lib.Learner(agent, config_lib.LearnerConfig(reward_clipping="none"),
                                 jit_compile=False)
   stats = learner.update((), env_outputs, agent_outputs)
   assert np.isfinite(stats["total_loss"].numpy()) and stats["num_env_frames"] == T * B * 4
@@ -315,7 +315,7 @@ def test_gaussian_trust_region_leaves_rejected_steps_out_of_the_entropy_too():
   kept = (implied_kl <= threshold).astype(np.float32)  # Ground truth: steps at or below.
   assert 0 < kept.sum() < kept.size
   online = np.array([1, 1, 0], np.float32)
-  config = learner_lib.LearnerConfig(reward_clipping="none", trust_region_threshold=threshold)
+  config = config_lib.LearnerConfig(reward_clipping="none", trust_region_threshold=threshold)
   entropy = np.sum(learner_outputs.policy_log_std[:-1] + 0.5 * math.log(2 * math.pi * math.e),
                    -1)
   for entropy_mask, steps in ((None, kept), (online, kept * online)):

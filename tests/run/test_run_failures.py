@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import learner_service
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import toy as toy_environment
 from tests.transport import test_distributed as td
@@ -71,7 +71,7 @@ def test_a_dead_pump_stops_a_cluster_learner_with_an_error_after_its_checkpoint(
     tmp_path, monkeypatch):
   def dequeue(self):
     raise MemoryError("no memory for the next message")
-  monkeypatch.setattr(distributed.TrajectoryServer, "dequeue", dequeue)
+  monkeypatch.setattr(learner_service.TrajectoryServer, "dequeue", dequeue)
   config = toy_config(tmp_path, total_frames=10_000_000, unroll_length=td.UNROLL_LENGTH)
   lines = []
   with pytest.raises(training.RunFailed,

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
@@ -114,8 +115,8 @@ def test_test_table_shows_a_dash_where_there_is_no_number():
 def test_test_progress_counts_episodes_per_level_and_time_to_go():
   now = [0.0]
   lines = []
-  progress = evaluation.TestProgress(["a", "b"], 10, lines.append, every_secs=5,
-                                     clock=lambda: now[0])
+  progress = evaluation_episodes.TestProgress(["a", "b"], 10, lines.append, every_secs=5,
+                                              clock=lambda: now[0])
   progress.record("a")
   assert not lines  # Not due yet.
   now[0] = 10.0

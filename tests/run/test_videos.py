@@ -29,6 +29,7 @@ from scalable_agent_tf2.environments import process
 from scalable_agent_tf2.environments import toy
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.run import evaluation_videos
 from scalable_agent_tf2.runfiles import videos
 from tests import fake_deepmind_lab
 from tests import video_environments
@@ -204,8 +205,8 @@ def test_gymnasium_cartpole_records_its_rgb_pictures_and_plays_the_same_episodes
   unrecorded = evaluation.evaluate(dataclasses.replace(config, record_video_episodes=0),
                                    print_fn=lambda line: None)
   result = evaluation.evaluate(config, print_fn=lambda line: None)
-  # The recording worker plays its environments in processes of their own (evaluation.py
-  # _worker_loop) and asks them for pictures: the same episodes, the same scores.
+  # The recording worker plays its environments in processes of their own
+  # (evaluation_episodes.py _worker_loop) and asks them for pictures: the same episodes, the same scores.
   assert result["rows"] == unrecorded["rows"]
   listed = result["summary"]["videos"]["files"]["gym:CartPole-v1"]
   assert [f["episode"] for f in listed] == [1, 2]
@@ -396,8 +397,8 @@ def test_without_any_encoder_no_videos_and_the_console_says_so(monkeypatch):
   assert video_format is None
   assert note.startswith("Videos: none will be recorded: imageio-ffmpeg is not usable here")
   assert "pip install -r requirements-runtime.txt" in note
-  summary = evaluation.videos_summary({}, None, "/d/evaluation/videos")
-  assert evaluation.videos_lines(summary) == [
+  summary = evaluation_videos.videos_summary({}, None, "/d/evaluation/videos")
+  assert evaluation_videos.videos_lines(summary) == [
       "Videos: none recorded (no encoder; see the note above)."]
 
 
@@ -405,13 +406,13 @@ def test_the_console_names_each_level_or_sums_a_suite_up():
   files = lambda n: [dict(episode=k, width=160, height=210, fps=15.0) for k in range(1, n + 1)]
   few = dict(directory="/d", format=videos.MP4, files={"atari/pong": files(2)},
              not_recorded={})
-  assert evaluation.videos_lines(few) == [
+  assert evaluation_videos.videos_lines(few) == [
       "Videos: atari/pong episodes 1, 2 (2 MP4 files of 160x210 at 15 frames/s)",
       "Videos: 2 files in /d"]
   many = dict(directory="/d", format=videos.GIF,
               files={f"atari/game{k}": files(3) for k in range(5)},
               not_recorded={"atari/game4": "its video could not be written"})
-  assert evaluation.videos_lines(many) == [
+  assert evaluation_videos.videos_lines(many) == [
       "Videos: 15 files in /d; not recorded: atari/game4 (see above)"]
 
 

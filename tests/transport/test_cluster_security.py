@@ -18,6 +18,9 @@ import tensorflow as tf
 from scalable_agent_tf2.run import actor_process
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import credentials
+from scalable_agent_tf2.transport import learner_service
+from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.transport import replay_client
 from scalable_agent_tf2.transport import replay_service
@@ -81,9 +84,9 @@ def test_wire_checks_what_shapes_cannot():
 
 def _server(address, secret, **kwargs):
   agent = networks.Agent(td.TOY_NETWORK, seed=3)
-  server = distributed.TrajectoryServer(address, td.layout(), td.FINGERPRINT,
-                                        agent.trainable_variables, capacity=4, secret=secret,
-                                        **kwargs)
+  server = learner_service.TrajectoryServer(address, td.layout(), td.FINGERPRINT,
+                                            agent.trainable_variables, capacity=4, secret=secret,
+                                            **kwargs)
   return server, agent
 
 
@@ -117,16 +120,16 @@ def test_only_callers_with_the_secret_read_parameters_or_send_anything():
     with pytest.raises(distributed.PeerRejected,
                        match=f"not authenticated: the cluster's secrets differ \\(this process "
                              f"{has}\\); pass the same --cluster_secret_file"):
-      distributed.LearnerClient(address, td.layout(), td.FINGERPRINT, name="stranger",
-                                connect_timeout_secs=30, secret=secret)
+      service_client.LearnerClient(address, td.layout(), td.FINGERPRINT, name="stranger",
+                                   connect_timeout_secs=30, secret=secret)
   assert server.refused_calls == 9
   assert server.size() == 0 and side_effects.numpy() == 0
   for old, variable in zip(before, agent.trainable_variables):
     assert old.tobytes() == variable.numpy().tobytes()
 
   # The cluster's own process gets parameters and delivers.
-  client = distributed.LearnerClient(address, td.layout(), td.FINGERPRINT, name="actor-0",
-                                     connect_timeout_secs=30, secret=SECRET)
+  client = service_client.LearnerClient(address, td.layout(), td.FINGERPRINT, name="actor-0",
+                                        connect_timeout_secs=30, secret=SECRET)
   version, values = client.parameters()
   assert version == 0 and values[0].tobytes() == before[0].tobytes()
   client.send_trajectory(wire.MessageHeader(0, 0, 1, 0), td.toy_trajectory())
@@ -154,7 +157,7 @@ def test_the_pump_refuses_malformed_messages_with_their_sender_and_goes_on(tmp_p
   config, signature, actors = _remote_actors(tmp_path, SECRET, lines, delivered)
   actors.start()
   actors.publish_version(3)
-  client = distributed.LearnerClient(
+  client = service_client.LearnerClient(
       actors.server.address, wire.message_layout(signature),
       assembly.wire_fingerprint(config, td.TOY_NETWORK, signature), name="actor-1",
       connect_timeout_secs=30, secret=SECRET)
@@ -264,8 +267,8 @@ def test_a_killed_learner_is_reported_within_seconds():
                              cwd=td.REPO_DIR)
   try:
     assert learner.stdout.readline().strip() == "ready"
-    client = distributed.LearnerClient(address, td.layout(), td.FINGERPRINT, name="actor-0",
-                                       connect_timeout_secs=30, secret=SECRET)
+    client = service_client.LearnerClient(address, td.layout(), td.FINGERPRINT, name="actor-0",
+                                          connect_timeout_secs=30, secret=SECRET)
     lines, stop = [], threading.Event()
     heartbeat = actor_process.Heartbeat(client, stop, lambda _: None, lines.append,
                                         give_up_secs=300.0)
@@ -303,9 +306,9 @@ def test_the_replay_service_refuses_callers_without_the_secret(tmp_path):
                                         secret=SECRET)
   assert observer.stats()["unrolls"] == 0 and observer.ping(5.0)
   # Its credentials are for the replay service only: the learner's domain differs.
-  tag = lambda domain: distributed.call_tag(distributed.cluster_key(SECRET), domain, "stats",
+  tag = lambda domain: credentials.call_tag(credentials.cluster_key(SECRET), domain, "stats",
                                             ZERO, ZERO, []).numpy()
-  assert tag(distributed.LEARNER_DOMAIN) != tag(replay_service.REPLAY_DOMAIN)
+  assert tag(credentials.LEARNER_DOMAIN) != tag(replay_service.REPLAY_DOMAIN)
   with pytest.raises(distributed.ClusterError, match="the replay service at 0.0.0.0:"):
     replay_service.ReplayService(f"0.0.0.0:{td.free_port()}", 10, print_fn=lines.append)
 
@@ -432,8 +435,8 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
                                    td.toy_trajectory())
     assert not stranger.enqueue(ZERO, ZERO, ZERO, *message).is_ok()
     with pytest.raises(distributed.PeerRejected, match="not authenticated"):
-      distributed.LearnerClient(address, [], "", name="stranger", connect_timeout_secs=30,
-                                secret=b"a guess")
+      service_client.LearnerClient(address, [], "", name="stranger", connect_timeout_secs=30,
+                                   secret=b"a guess")
     output, _ = learner.communicate(timeout=300)
     assert learner.returncode == 0, output[-3000:]
     actor.join(120)
@@ -449,8 +452,8 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
     # The stop summary counts them (training._Run.report).
     assert re.search(r"Learner: \d+ calls refused \(", output), output[-3000:]
     # The actor process's own calls (many threads on one connection) were never refused.
-    assert distributed.REPLAYED_CREDENTIAL not in output, output[-3000:]
-    assert distributed.UNKNOWN_CHALLENGE not in output, output[-3000:]
+    assert credentials.REPLAYED_CREDENTIAL not in output, output[-3000:]
+    assert credentials.UNKNOWN_CHALLENGE not in output, output[-3000:]
     assert forwarder.connections >= 1
   finally:
     forwarder.close()
@@ -473,8 +476,8 @@ def test_a_real_ssh_tunnel_carries_the_learners_calls(tmp_path):
     time.sleep(3)
     if tunnel.poll() is not None:
       pytest.skip("ssh to localhost needs a password or key set-up here")
-    client = distributed.LearnerClient(f"localhost:{local_port}", td.layout(), td.FINGERPRINT,
-                                       name="actor-0", connect_timeout_secs=30, secret=SECRET)
+    client = service_client.LearnerClient(f"localhost:{local_port}", td.layout(), td.FINGERPRINT,
+                                          name="actor-0", connect_timeout_secs=30, secret=SECRET)
     client.send_trajectory(wire.MessageHeader(0, 0, 1, 0), td.toy_trajectory())
     assert server.size() == 1
   finally:

@@ -14,6 +14,8 @@ from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import learner_service
+from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2 import structures
 from scalable_agent_tf2.transport import wire
@@ -32,11 +34,13 @@ LEARNER_SCRIPT = textwrap.dedent("""
     import sys, threading
     from tests.transport import test_distributed as t
     from scalable_agent_tf2.transport import distributed
+    from scalable_agent_tf2.transport import learner_service
+    from scalable_agent_tf2.transport import service_client
     from scalable_agent_tf2.agent import networks
     agent = networks.Agent(t.TOY_NETWORK, seed=3)
     layout = t.layout()
-    server = distributed.TrajectoryServer({address!r}, layout, t.FINGERPRINT,
-                                          agent.trainable_variables, capacity=4)
+    server = learner_service.TrajectoryServer({address!r}, layout, t.FINGERPRINT,
+                                              agent.trainable_variables, capacity=4)
     server.parameter_version.assign(11)
     print("ready", flush=True)
     def drain():
@@ -117,8 +121,8 @@ def test_parse_cluster_from_flag_tf_config_or_loopback():
 @pytest.mark.timeout(180)
 def test_actor_client_sends_trajectories_and_reads_parameters(learner_process):
   address, process = learner_process
-  client = distributed.LearnerClient(address, layout(), FINGERPRINT, name="actor-0",
-                                     connect_timeout_secs=60)
+  client = service_client.LearnerClient(address, layout(), FINGERPRINT, name="actor-0",
+                                        connect_timeout_secs=60)
   version, values = client.parameters()
   assert version == 11
   agent = networks.Agent(TOY_NETWORK, seed=3)
@@ -136,12 +140,12 @@ def test_actor_client_sends_trajectories_and_reads_parameters(learner_process):
 
   # A peer with another layout is refused at hello.
   with pytest.raises(distributed.PeerRejected, match="layout fingerprint"):
-    distributed.LearnerClient(address, layout(), "0123456789abcdef", name="stranger",
-                              connect_timeout_secs=60)
+    service_client.LearnerClient(address, layout(), "0123456789abcdef", name="stranger",
+                                 connect_timeout_secs=60)
 
   # ParameterSync assigns the learner's values to a local agent.
   local = networks.Agent(TOY_NETWORK, seed=99)
-  sync = distributed.ParameterSync(client, local.trainable_variables)
+  sync = service_client.ParameterSync(client, local.trainable_variables)
   assert sync.refresh() == 11
   np.testing.assert_array_equal(local.trainable_variables[-1].numpy(), values[-1])
 
@@ -192,7 +196,7 @@ def test_message_round_trip_and_the_ledger_drops_repeats_per_sender():
   back, trajectory = wire.unflatten_message(message, signature, ["a", "b"])
   assert back == header and trajectory.level_name == "b" and trajectory.policy_version == 2
 
-  ledger = distributed.DeliveryLedger(actors_per_process=4)
+  ledger = learner_service.DeliveryLedger(actors_per_process=4)
   sent = lambda actor, incarnation, sequence: ledger.admit(
       wire.MessageHeader(0, actor, incarnation, sequence))
   assert sent(5, 1, 0) and sent(5, 1, 1) and sent(0, 1, 0)
@@ -205,8 +209,8 @@ def test_message_round_trip_and_the_ledger_drops_repeats_per_sender():
 
 def test_no_learner_is_a_clear_error_after_bounded_retries():
   with pytest.raises(distributed.LearnerUnavailable, match="No learner answered"):
-    distributed.LearnerClient(f"localhost:{free_port()}", layout(), FINGERPRINT,
-                              name="early", connect_timeout_secs=3, print_fn=lambda _: None)
+    service_client.LearnerClient(f"localhost:{free_port()}", layout(), FINGERPRINT,
+                                 name="early", connect_timeout_secs=3, print_fn=lambda _: None)
 
 
 CLUSTER_SCRIPT = textwrap.dedent("""

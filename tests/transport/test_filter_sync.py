@@ -15,7 +15,8 @@ from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.run import actor_process
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.configuration import config as config_lib
-from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import learner_service
+from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.transport import filter_sync
 from scalable_agent_tf2.environments.normalization import MeanStdFilter
 from tests.transport import test_distributed
@@ -152,15 +153,16 @@ LEARNER_SCRIPT = textwrap.dedent("""
     import json, sys
     from tests.transport import test_distributed as t
     from scalable_agent_tf2.acting import action_spaces
-    from scalable_agent_tf2.transport import distributed
+    from scalable_agent_tf2.transport import learner_service
+    from scalable_agent_tf2.transport import service_client
     from scalable_agent_tf2.transport import filter_sync
     from scalable_agent_tf2.agent import networks
     agent = networks.Agent(t.TOY_NETWORK, seed=3)
     agent.observation_filter = action_spaces.ObservationFilter({size})
     agent.observation_filter.deserialize({restored!r})  # As a checkpoint restores it.
-    server = distributed.TrajectoryServer({address!r}, t.layout(), t.FINGERPRINT,
-                                          agent.trainable_variables, capacity=4,
-                                          methods=filter_sync.learner_methods(agent))
+    server = learner_service.TrajectoryServer({address!r}, t.layout(), t.FINGERPRINT,
+                                              agent.trainable_variables, capacity=4,
+                                              methods=filter_sync.learner_methods(agent))
     print("ready", flush=True)
     sys.stdin.read()
     print("state", agent.observation_filter.serialize(), flush=True)
@@ -184,7 +186,7 @@ def test_actor_processes_sync_with_a_resumed_learner_over_grpc():
   try:
     assert learner.stdout.readline().strip() == "ready", learner.stderr.read()[-3000:]
     actors = [MeanStdFilter((SIZE,)) for _ in range(2)]
-    syncs = [filter_sync.FilterSync(distributed.LearnerClient(
+    syncs = [filter_sync.FilterSync(service_client.LearnerClient(
         address, test_distributed.layout(), test_distributed.FINGERPRINT, name=f"actor-{k}",
         connect_timeout_secs=60), actor) for k, actor in enumerate(actors)]
     for sync, actor in zip(syncs, actors):  # The restored filter reaches the actor processes.

@@ -17,6 +17,9 @@ from tensorflow.core.framework import tensor_pb2
 
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import credentials
+from scalable_agent_tf2.transport import learner_service
+from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.transport import replay_service
 from scalable_agent_tf2.transport import wire
 from tests.transport import test_cluster_security
@@ -99,9 +102,9 @@ def _recorded_calls(stream):
 def _secured_server(address, capacity, print_fn):
   """(agent, the learner's TrajectoryServer holding its parameters, behind SECRET)."""
   agent = networks.Agent(td.TOY_NETWORK, seed=3)
-  return agent, distributed.TrajectoryServer(address, td.layout(), td.FINGERPRINT,
-                                             agent.trainable_variables, capacity=capacity,
-                                             secret=SECRET, refusal_print_fn=print_fn)
+  return agent, learner_service.TrajectoryServer(address, td.layout(), td.FINGERPRINT,
+                                                 agent.trainable_variables, capacity=capacity,
+                                                 secret=SECRET, refusal_print_fn=print_fn)
 
 
 def _snapshot(agent):
@@ -125,8 +128,8 @@ def test_a_captured_credential_sent_again_reads_nothing_and_enqueues_nothing():
   proxy = test_cluster_security.Forwarder(learner_port, record=True)
   try:
     # The legitimate actor process, through the proxy: hello, parameters, one trajectory.
-    actor = distributed.LearnerClient(f"localhost:{proxy.port}", td.layout(), td.FINGERPRINT,
-                                      name="actor-0", connect_timeout_secs=30, secret=SECRET)
+    actor = service_client.LearnerClient(f"localhost:{proxy.port}", td.layout(), td.FINGERPRINT,
+                                         name="actor-0", connect_timeout_secs=30, secret=SECRET)
     assert actor.parameters()[0] == 7
     actor.send_trajectory(wire.MessageHeader(0, 0, 1, 0), td.toy_trajectory())
     assert server.size() == 1
@@ -149,7 +152,7 @@ def test_a_captured_credential_sent_again_reads_nothing_and_enqueues_nothing():
     answered = _replay_bytes(learner_port, recorded, lambda: server.refused_calls >= 6)
     answers = _grpc_messages(answered, from_client=False)
     for stream_id, method, _ in calls:
-      if method != distributed.CHALLENGE_METHOD:
+      if method != credentials.CHALLENGE_METHOD:
         assert not answers.get(stream_id), f"the replayed {method} call was answered"
     assert server.size() == 1
 
@@ -162,7 +165,7 @@ def test_a_captured_credential_sent_again_reads_nothing_and_enqueues_nothing():
 
     # The captured challenge request sent again gets a fresh challenge (it spends none), but
     # the captured tag is not a tag for it.
-    challenge = replayer.challenge(*captured[distributed.CHALLENGE_METHOD]).get_value()
+    challenge = replayer.challenge(*captured[credentials.CHALLENGE_METHOD]).get_value()
     _, counter, tag, *arguments = captured["parameters"]
     forged = replayer.parameters(challenge, counter, tag, *arguments)
     assert b"not authenticated" in forged.get_error()[1].numpy()
@@ -171,8 +174,8 @@ def test_a_captured_credential_sent_again_reads_nothing_and_enqueues_nothing():
     assert _snapshot(agent) == parameters_before
     assert int(server.parameter_version.numpy()) == 7
     refusals = server.refusals()
-    assert refusals["by_reason"] == {distributed.REPLAYED_CREDENTIAL: 8,
-                                     distributed.NOT_AUTHENTICATED: 1}, refusals
+    assert refusals["by_reason"] == {credentials.REPLAYED_CREDENTIAL: 8,
+                                     credentials.NOT_AUTHENTICATED: 1}, refusals
     assert refusals["by_method"] == {"parameters": 4, "enqueue": 3, "hello": 2}
     assert server.refused_calls == 9
     # One line per method (the rest were within a minute of it), and the stop summary.
@@ -217,15 +220,15 @@ def _replay_bytes(port, recorded, done, timeout_secs=30.0):
 
 
 def test_the_challenge_table_accepts_each_counter_once_and_forgets_the_least_recently_used():
-  table = distributed.ChallengeTable(slots=4)
+  table = credentials.ChallengeTable(slots=4)
   admit = lambda challenge, counter: int(table.admit(challenge, tf.constant(counter, tf.int64)))
   first, second = table.issue(), table.issue()
   assert int(first) != int(second) and int(first) != 0
-  assert admit(first, 1) == distributed.ACCEPTED
-  assert admit(first, 1) == distributed.REFUSAL_REASONS.index(distributed.REPLAYED_CREDENTIAL)
-  assert admit(first, 5) == distributed.ACCEPTED  # Gaps are fine (a call lost on the way).
-  assert admit(first, 3) == distributed.REFUSAL_REASONS.index(distributed.REPLAYED_CREDENTIAL)
-  unknown = distributed.REFUSAL_REASONS.index(distributed.UNKNOWN_CHALLENGE)
+  assert admit(first, 1) == credentials.ACCEPTED
+  assert admit(first, 1) == credentials.REFUSAL_REASONS.index(credentials.REPLAYED_CREDENTIAL)
+  assert admit(first, 5) == credentials.ACCEPTED  # Gaps are fine (a call lost on the way).
+  assert admit(first, 3) == credentials.REFUSAL_REASONS.index(credentials.REPLAYED_CREDENTIAL)
+  unknown = credentials.REFUSAL_REASONS.index(credentials.UNKNOWN_CHALLENGE)
   assert admit(tf.constant(12345, tf.int64), 1) == unknown
   assert admit(tf.constant(0, tf.int64), 1) == unknown
   # Two more fill the table; the next one takes the least recently used slot: `second`
@@ -233,59 +236,59 @@ def test_the_challenge_table_accepts_each_counter_once_and_forgets_the_least_rec
   table.issue(), table.issue()
   table.issue()
   assert admit(second, 1) == unknown
-  assert admit(first, 6) == distributed.ACCEPTED
+  assert admit(first, 6) == credentials.ACCEPTED
   # Another table (a restarted service) does not know this one's challenges.
-  assert int(distributed.ChallengeTable(slots=4).admit(first, tf.constant(7, tf.int64))) == (
+  assert int(credentials.ChallengeTable(slots=4).admit(first, tf.constant(7, tf.int64))) == (
       unknown)
 
 
 def test_refusals_are_logged_once_per_method_and_period_with_the_number_not_logged():
   lines, now = [], [0.0]
-  log = distributed.RefusalLog("Learner", lines.append, period_secs=60.0, clock=lambda: now[0])
+  log = credentials.RefusalLog("Learner", lines.append, period_secs=60.0, clock=lambda: now[0])
   for _ in range(5):
-    log.record("parameters", distributed.REPLAYED_CREDENTIAL)
-  log.record("enqueue", distributed.NOT_AUTHENTICATED)
+    log.record("parameters", credentials.REPLAYED_CREDENTIAL)
+  log.record("enqueue", credentials.NOT_AUTHENTICATED)
   assert len(lines) == 2
   assert lines[0].startswith("Learner: refused a call to parameters: replayed credential (")
   assert lines[0].endswith("; 1 refused so far.")
   assert lines[1].startswith("Learner: refused a call to enqueue: not authenticated (")
   now[0] = 59.0
-  log.record("parameters", distributed.UNKNOWN_CHALLENGE)
+  log.record("parameters", credentials.UNKNOWN_CHALLENGE)
   assert len(lines) == 2
   now[0] = 61.0
-  log.record("parameters", distributed.REPLAYED_CREDENTIAL)
+  log.record("parameters", credentials.REPLAYED_CREDENTIAL)
   assert len(lines) == 3
   assert lines[2].endswith("; 8 refused so far; 5 more refused calls to parameters since its "
                            "last line, not logged.")
   assert log.totals() == dict(
       total=8, by_method={"parameters": 7, "enqueue": 1},
-      by_reason={distributed.REPLAYED_CREDENTIAL: 6, distributed.NOT_AUTHENTICATED: 1,
-                 distributed.UNKNOWN_CHALLENGE: 1})
-  assert distributed.RefusalLog("Learner", lines.append).summary_lines() == []
+      by_reason={credentials.REPLAYED_CREDENTIAL: 6, credentials.NOT_AUTHENTICATED: 1,
+                 credentials.UNKNOWN_CHALLENGE: 1})
+  assert credentials.RefusalLog("Learner", lines.append).summary_lines() == []
 
 
 def test_the_client_signs_what_the_service_checks():
-  key = distributed.cluster_key(SECRET)
+  key = credentials.cluster_key(SECRET)
   challenge = tf.constant(-987654321, tf.int64)
   arguments = [tf.constant(3, tf.int32), tf.constant(1.5, tf.float32), tf.constant("actor-0"),
                np.arange(6, dtype=np.int64).reshape(2, 3).T,  # Not contiguous.
                np.zeros([65], np.float32),                     # Too large to be covered.
                tf.constant(["a", "b"]),                         # Strings: scalars only.
                np.array([True, False])]
-  signer = distributed.CallSigner(key, distributed.LEARNER_DOMAIN, challenge)
+  signer = credentials.CallSigner(key, credentials.LEARNER_DOMAIN, challenge)
   for counter in (1, 2):
     sent_challenge, sent_counter, tag = signer.credential("episode", arguments)
     assert int(sent_challenge) == int(challenge) and int(sent_counter) == counter
-    assert int(tag) == int(distributed.call_tag(key, distributed.LEARNER_DOMAIN, "episode",
+    assert int(tag) == int(credentials.call_tag(key, credentials.LEARNER_DOMAIN, "episode",
                                                 challenge, sent_counter, arguments))
   # In the service's graph too, where a loose signature leaves the sizes to the values.
-  loose = tf.function(lambda *args: distributed.call_tag(
-      key, distributed.LEARNER_DOMAIN, "episode", challenge, tf.constant(2, tf.int64), args),
+  loose = tf.function(lambda *args: credentials.call_tag(
+      key, credentials.LEARNER_DOMAIN, "episode", challenge, tf.constant(2, tf.int64), args),
       input_signature=[tf.TensorSpec(None, tf.convert_to_tensor(a).dtype) for a in arguments])
   assert int(loose(*arguments)) == int(tag)
   # The tag covers the method, the counter and every small argument, not the large ones.
-  tag_of = lambda method="episode", counter=2, changed=None: int(distributed.call_tag(
-      key, distributed.LEARNER_DOMAIN, method, challenge, tf.constant(counter, tf.int64),
+  tag_of = lambda method="episode", counter=2, changed=None: int(credentials.call_tag(
+      key, credentials.LEARNER_DOMAIN, method, challenge, tf.constant(counter, tf.int64),
       [changed.get(i, a) for i, a in enumerate(arguments)] if changed else arguments))
   assert tag_of() == int(tag)
   assert tag_of(method="parameters") != int(tag) and tag_of(counter=3) != int(tag)
@@ -301,9 +304,9 @@ def test_a_call_with_other_arguments_than_its_tag_covers_is_refused():
   address = f"localhost:{td.free_port()}"
   _, server = _secured_server(address, 4, lambda line: None)
   client = tf.distribute.experimental.rpc.Client.create("grpc", address, name="signer")
-  key = distributed.cluster_key(SECRET)
-  signer = distributed.CallSigner(key, distributed.LEARNER_DOMAIN, client.challenge(
-      *distributed.challenge_request(key, distributed.LEARNER_DOMAIN)).get_value())
+  key = credentials.cluster_key(SECRET)
+  signer = credentials.CallSigner(key, credentials.LEARNER_DOMAIN, client.challenge(
+      *credentials.challenge_request(key, credentials.LEARNER_DOMAIN)).get_value())
   report = [tf.constant(0, tf.int32), tf.constant(21.0, tf.float32), tf.constant(100, tf.int32)]
   altered = [report[0], tf.constant(1e9, tf.float32), report[2]]
   credential = signer.credential("episode", report)
@@ -317,26 +320,26 @@ def test_a_call_with_other_arguments_than_its_tag_covers_is_refused():
 
 @pytest.mark.timeout(120)
 def test_a_client_whose_challenge_was_forgotten_fetches_another(monkeypatch):
-  monkeypatch.setattr(distributed, "CHALLENGE_SLOTS", 4)
+  monkeypatch.setattr(credentials, "CHALLENGE_SLOTS", 4)
   address = f"localhost:{td.free_port()}"
   lines = []
   _, server = _secured_server(address, 4, lines.append)
-  actor = distributed.LearnerClient(address, td.layout(), td.FINGERPRINT, name="actor-0",
-                                    connect_timeout_secs=30, secret=SECRET)
+  actor = service_client.LearnerClient(address, td.layout(), td.FINGERPRINT, name="actor-0",
+                                       connect_timeout_secs=30, secret=SECRET)
   flood = tf.distribute.experimental.rpc.Client.create("grpc", address, name="flood")
   for _ in range(4):  # A stranger cannot have challenges issued.
     assert not flood.challenge(*([tf.constant(0, tf.int64)] * 3)).is_ok()
   assert actor.parameters()[0] == 0
-  assert server.refusals()["by_reason"] == {distributed.NOT_AUTHENTICATED: 4}
+  assert server.refusals()["by_reason"] == {credentials.NOT_AUTHENTICATED: 4}
   # An eavesdropper's captured challenge request, sent again and again: the actor's
   # challenge is forgotten, and it fetches another.
-  request = distributed.challenge_request(distributed.cluster_key(SECRET),
-                                          distributed.LEARNER_DOMAIN)
+  request = credentials.challenge_request(credentials.cluster_key(SECRET),
+                                          credentials.LEARNER_DOMAIN)
   for _ in range(4):
     flood.challenge(*request).get_value()
   assert actor.parameters()[0] == 0
-  assert server.refusals()["by_reason"] == {distributed.NOT_AUTHENTICATED: 4,
-                                            distributed.UNKNOWN_CHALLENGE: 1}
+  assert server.refusals()["by_reason"] == {credentials.NOT_AUTHENTICATED: 4,
+                                            credentials.UNKNOWN_CHALLENGE: 1}
   assert "refused a call to parameters: unknown challenge" in lines[-1]
 
 
@@ -352,8 +355,8 @@ def test_a_service_of_an_older_protocol_is_named_as_such():
   server.start()
   with pytest.raises(distributed.PeerRejected, match="issues no challenges: it runs an older "
                                                      "version of this code"):
-    distributed.LearnerClient(address, td.layout(), td.FINGERPRINT, name="actor-0",
-                              connect_timeout_secs=30, secret=SECRET)
+    service_client.LearnerClient(address, td.layout(), td.FINGERPRINT, name="actor-0",
+                                 connect_timeout_secs=30, secret=SECRET)
 
 
 @pytest.mark.timeout(120)
@@ -362,24 +365,24 @@ def test_the_replay_service_refuses_a_replayed_credential_too():
   lines = []
   service = replay_service.ReplayService(address, 10, print_fn=lines.append, secret=SECRET)
   client = tf.distribute.experimental.rpc.Client.create("grpc", address, name="observer")
-  key = distributed.cluster_key(SECRET)
+  key = credentials.cluster_key(SECRET)
   challenge = lambda domain: client.challenge(
-      *distributed.challenge_request(key, domain)).get_value()
-  signer = distributed.CallSigner(key, replay_service.REPLAY_DOMAIN,
+      *credentials.challenge_request(key, domain)).get_value()
+  signer = credentials.CallSigner(key, replay_service.REPLAY_DOMAIN,
                                   challenge(replay_service.REPLAY_DOMAIN))
   credential = signer.credential("stats", [])
   assert client.stats(*credential).is_ok()
   replayed = client.stats(*credential)
   assert b"replayed credential" in replayed.get_error()[1].numpy()
   # A learner's credentials do not open the replay service (another domain).
-  learner_signer = distributed.CallSigner(key, distributed.LEARNER_DOMAIN,
+  learner_signer = credentials.CallSigner(key, credentials.LEARNER_DOMAIN,
                                           challenge(replay_service.REPLAY_DOMAIN))
   assert b"not authenticated" in client.stats(
       *learner_signer.credential("stats", [])).get_error()[1].numpy()
-  assert not client.challenge(*distributed.challenge_request(
-      key, distributed.LEARNER_DOMAIN)).is_ok()
-  assert service.refusals()["by_reason"] == {distributed.REPLAYED_CREDENTIAL: 1,
-                                             distributed.NOT_AUTHENTICATED: 2}
+  assert not client.challenge(*credentials.challenge_request(
+      key, credentials.LEARNER_DOMAIN)).is_ok()
+  assert service.refusals()["by_reason"] == {credentials.REPLAYED_CREDENTIAL: 1,
+                                             credentials.NOT_AUTHENTICATED: 2}
   assert [line.split(":")[1] for line in lines if line.startswith("Replay service: refused")] == [
       " refused a call to stats", " refused a call to challenge"]
   assert service.refusal_summary_lines() == [

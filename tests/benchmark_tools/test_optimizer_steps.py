@@ -1,7 +1,7 @@
 """benchmarks/tools/optimizer_steps: TF1 RMSProp's step/lr read back from a run's checkpoint."""
 import numpy as np
 
-from benchmarks import random_data
+from scalable_agent_tf2.learning import random_batches
 from benchmarks.tools import optimizer_steps
 from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.configuration import config as config_lib
@@ -24,7 +24,7 @@ def test_reads_every_variable_of_a_saved_run_by_its_agent_path(tmp_path, capsys)
   config = networks.dmlab_config(networks.SHALLOW, num_actions=3, frame_shape=(20, 24, 3))
   agent = networks.Agent(config, seed=0)
   learner = learner_lib.Learner(agent, config_lib.LearnerConfig(), jit_compile=False)
-  env_outputs, agent_outputs = random_data.random_learner_batch(config, 3, 2, 0)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(config, 3, 2, 0)
   learner.update(agent.initial_state(2), env_outputs, agent_outputs)
   checkpointer = checkpoints.Checkpointer(str(tmp_path), {}, agent=agent, learner=learner)
   path = checkpointer.save(learner.num_env_frames.numpy())

@@ -1,8 +1,9 @@
-"""Random data in the shapes the agent and the learner expect.
+"""Random batches in the shapes the agent and the learner expect, fixed by a seed.
 
-The learner benchmarks (speed/learner_step.py, speed/stage_costs.py) time updates on it, and the
-tests feed it to the learner; it lives here, outside the package and outside tests/, so the
-benchmarks do not depend on the tests.
+The tests feed them to the networks and the learner; the learner benchmarks
+(benchmarks/speed/learner_step.py, stage_costs.py, throughput_gpu.py) time updates on them and
+benchmarks/tools/update_numbers.py records the numbers of updates on them. Both import the
+package, so it lives here: tests do not import benchmarks, and benchmarks do not import tests.
 """
 import numpy as np
 
