@@ -71,8 +71,10 @@ SUPPORTED_ACTIONS = ("Discrete(n)", "Box of shape (A,) (continuous actions)")
 # trip costs about 150-250 us here (benchmarks/RESULTS.md, "The adapter's cost per step"), and
 # on 2 cores MiniGrid's 570 us steps ran faster in groups (573 us a step) than in processes
 # (833 us; "A dictionary observation"): the parallel steps repay the round trip only well
-# above it. Measured on a loaded 2-core machine: CartPole 23 us, LunarLander 50, MinAtar
-# Breakout 11, MiniGrid-Unlock 566, BipedalWalker 908 (groups); CarRacing 21,700 (processes).
+# above it. Measured here (gym_env.measure_step_seconds, the median of single steps): idle,
+# CartPole 10 us, MiniGrid-Unlock 173, CarRacing 8,400; under a load of about 10, CartPole
+# 23 us, LunarLander 50, MinAtar Breakout 11, MiniGrid-Unlock 566, BipedalWalker 908 (groups)
+# and CarRacing 21,700 (processes).
 OWN_PROCESS_STEP_SECONDS = 2e-3
 # Discrete actions under --algorithm=impact: Table G.1's learner (atari_family.ATARI), one
 # gymnasium step per agent step, unclipped rewards, the project's 10M-step budget.
