@@ -38,7 +38,7 @@ def prepare_headless_rendering(environ=None, has_library=ctypes.util.find_librar
   Never in the process that runs TensorFlow, nor in one that will (the main process, before
   TensorFlow is imported): with MUJOCO_GL=osmesa a process that imports TensorFlow aborts
   at MuJoCo's first steps, drawing or not (measured: SIGABRT stepping Hopper-v5). Test mode
-  records such environments in processes of their own (evaluation.py).
+  records such environments in processes of their own (evaluation_episodes.py).
 
   Returns:
     The MuJoCo backend set, or None when nothing was set.
