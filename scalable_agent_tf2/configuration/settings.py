@@ -357,7 +357,8 @@ class ExperimentSettings:
   unroll_length: Optional[int] = _preset(LEARNER, "Agent steps per trajectory (T).",
                                          _G1_D3 + ": 20, 100", check=POSITIVE_INT)
   entropy_cost: Optional[float] = _preset(
-      LEARNER, "Entropy loss weight.", "Table G.1: 0.01; released code (Table D.1 sweep)",
+      LEARNER, "Entropy loss weight.", "Table G.1: 0.01; released code (Table D.1 sweep); "
+      "gymnasium levels: 0.001 (families/gym.py, measured)",
       check=NON_NEGATIVE, part_of=FOR_LEARNER)
   baseline_cost: Optional[float] = _preset(
       LEARNER, "Baseline loss weight.", _G1_D3 + ": 0.5; IMPACT Table 1: 1.0",
@@ -377,7 +378,8 @@ class ExperimentSettings:
                                       check=NON_NEGATIVE, part_of=FOR_LEARNER)
   epsilon: Optional[float] = _preset(LEARNER, "RMSProp epsilon.",
                                      "Table G.1: 0.01; released code: 0.1 (DMLab); MuJoCo: 1e-16 "
-                                     "(mujoco_presets.py)",
+                                     "(mujoco_presets.py); gymnasium levels: 1e-5 (Table D.1's "
+                                     "sweep; families/gym.py)",
                                      check=NON_NEGATIVE, part_of=FOR_LEARNER)
   rmsprop_initial_mean_square: Optional[float] = _preset(
       LEARNER, "Where RMSProp's mean-square accumulator starts. 1: TF1's RMSPropOptimizer, "
