@@ -184,12 +184,9 @@ class Learner(tf.Module):
     stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
                         num_new_trajectories)
     if self.popart is not None:
-      stats.update(tf.cond(stats["update_skipped"], self._popart_statistics,
+      stats.update(tf.cond(stats["update_skipped"], self.popart.statistics,
                            lambda: self.popart.update(vs, kept)))
     return stats
-
-  def _popart_statistics(self):
-    return dict(popart_mu=self.popart.mu.read_value(), popart_sigma=self.popart.sigma)
 
   def _distributed_update(self, agent_state, env_outputs, agent_outputs,
                           num_new_trajectories):

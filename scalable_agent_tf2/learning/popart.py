@@ -148,4 +148,8 @@ class PopArt(tf.Module):
     self.count.assign(count)
     self.mu.assign(new.mu)
     self.nu.assign(new.nu)
-    return dict(popart_mu=self.mu.read_value(), popart_sigma=sigma_of(self.mu, self.nu))
+    return self.statistics()
+
+  def statistics(self):
+    """The update's record of the statistics in use (log.jsonl, TensorBoard)."""
+    return dict(popart_mu=self.mu.read_value(), popart_sigma=self.sigma)

@@ -257,10 +257,10 @@ def make_learner(config, agent, strategy=None):
 
 
 def checkpoint_settings(config, agent):
-  """What a checkpoint's network depends on (stored beside it, compared at restore)."""
-  return {"level_name": config.level_name, "torso": agent.config.torso,
-          "width": config.width, "height": config.height, "algorithm": config.algorithm,
-          "popart": bool(config.popart),
+  """What a checkpoint's network depends on (stored beside it, compared at restore): the run's
+  checkpoint_files.SHAPE_SETTINGS, the torso the network was built with, the action layout."""
+  return {**{name: getattr(config, name) for name in checkpoint_files.SHAPE_SETTINGS},
+          "torso": agent.config.torso,
           **action_spaces.for_network(agent.config).layout(agent.config)}
 
 
