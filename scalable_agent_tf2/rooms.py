@@ -107,10 +107,11 @@ def imports_of(module, path):
       inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
       if isinstance(child, ast.Import):
         found.extend(Import(module, alias.name, child.lineno, lazy) for alias in child.names)
-      elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+      elif isinstance(child, ast.ImportFrom):
         # "from p.room import m" imports p.room.m when m is a module, else a name of p.room:
         # either way the room is p.room's.
-        found.extend(Import(module, f"{child.module}.{alias.name}", child.lineno, lazy)
+        source = _absolute_source(module, path, child)
+        found.extend(Import(module, f"{source}.{alias.name}", child.lineno, lazy)
                      for alias in child.names)
       visit(child, inner)
 
@@ -118,8 +119,89 @@ def imports_of(module, path):
   return found
 
 
+def _absolute_source(module, path, node):
+  """The absolute module an ImportFrom node names ("from ..x import y" in p.q.r -> "p.x")."""
+  if not node.level:
+    return node.module
+  package = module if os.path.basename(path) == "__init__.py" else module.rpartition(".")[0]
+  parts = package.split(".")
+  base = ".".join(parts[:len(parts) - (node.level - 1)])
+  return f"{base}.{node.module}" if node.module else base
+
+
 def all_imports(package_dir=PACKAGE_DIR, package=PACKAGE):
   return [i for module, path in modules(package_dir, package) for i in imports_of(module, path)]
+
+
+def import_graph(package_dir=PACKAGE_DIR, package=PACKAGE):
+  """dict module -> the set of the package's modules it imports, lazily or not.
+
+  An import names a module, or a name inside one ("from p import m, f" imports p.m where that
+  is a module, else p): the edge goes to the longest module the name starts with. Importing
+  p.q.m runs p/q/__init__.py too, so the edge set has every package on the way, except the
+  importer's own packages (Python runs those before the importer, whatever it imports).
+  """
+  found = modules(package_dir, package)
+  known = {module for module, _ in found}
+  graph = {module: set() for module in known}
+  for i in all_imports(package_dir, package):
+    parts = i.target.split(".")
+    prefixes = [".".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    own_packages = {".".join(i.module.split(".")[:n]) for n in range(1, i.module.count(".") + 2)}
+    graph[i.module].update(prefix for prefix in prefixes
+                           if prefix in known and prefix not in own_packages)
+  return graph
+
+
+def cycles(graph):
+  """The strongly connected components of `graph` (dict node -> nodes) that hold a cycle, each
+  a sorted list of its nodes (Tarjan's algorithm, iterative: no recursion limit)."""
+  index, low, on_stack, stack, found = {}, {}, set(), [], []
+  for root in sorted(graph):
+    if root in index:
+      continue
+    work = [(root, iter(sorted(graph[root])))]
+    index[root] = low[root] = len(index)
+    stack.append(root)
+    on_stack.add(root)
+    while work:
+      node, successors = work[-1]
+      for successor in successors:
+        if successor not in index:
+          index[successor] = low[successor] = len(index)
+          stack.append(successor)
+          on_stack.add(successor)
+          work.append((successor, iter(sorted(graph.get(successor, ())))))
+          break
+        if successor in on_stack:
+          low[node] = min(low[node], index[successor])
+      else:
+        work.pop()
+        if work:
+          low[work[-1][0]] = min(low[work[-1][0]], low[node])
+        if low[node] == index[node]:
+          component = []
+          while True:
+            member = stack.pop()
+            on_stack.discard(member)
+            component.append(member)
+            if member == node:
+              break
+          if len(component) > 1 or node in graph.get(node, ()):
+            found.append(sorted(component))
+  return sorted(found)
+
+
+def cycle_messages(package_dir=PACKAGE_DIR, package=PACKAGE):
+  """One message per import cycle of the package, naming its modules (empty: no cycle)."""
+  graph = import_graph(package_dir, package)
+  messages = []
+  for component in cycles(graph):
+    inside = "; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(component)))}"
+                       for m in component)
+    messages.append(f"Import cycle of {len(component)} modules (lazy imports and packages' "
+                    f"__init__ counted): {inside}.")
+  return messages
 
 
 def violations(rules=RULES, package_dir=PACKAGE_DIR, package=PACKAGE):
