@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-top
     config as config_lib)
 from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top

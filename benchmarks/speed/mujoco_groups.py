@@ -25,7 +25,7 @@ import numpy as np
 
 from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.utils import profiling
 from benchmarks.speed import stage_costs
 from benchmarks.speed import throughput

@@ -34,7 +34,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.learning import random_batches  # pylint: disable=g-import-not-at-top
 from benchmarks.speed import training_rate  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
-from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-top
     config as config_lib)
 from scalable_agent_tf2.learning import (  # pylint: disable=g-import-not-at-top
     learner as learner_lib)

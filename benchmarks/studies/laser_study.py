@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks.studies import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from scalable_agent_tf2.configuration import presets  # pylint: disable=wrong-import-position
+from scalable_agent_tf2.resolution import presets  # pylint: disable=wrong-import-position
 from scalable_agent_tf2.runfiles import runlog  # pylint: disable=wrong-import-position
 
 # IMPALA section 5.2.2 replays half of every batch; LASER replays 7 of 8 (section 5.3) but its

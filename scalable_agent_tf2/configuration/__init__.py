@@ -1,12 +1,13 @@
-"""Settings and their resolution, without TensorFlow.
+"""The settings tables and the papers' level tables, at the bottom of the house: data and
+their checks, without TensorFlow.
 
-settings.py     the settings tables: every command line's flags, each defined once with its
-                source and check (experiment, population, replay service, launcher).
-presets.py      the paper's per-level values (Tables D.1-D.3, G.1), resolved by family.
-config.py       flags + presets -> one checked run configuration; the derived configs
-                (NetworkConfig, LearnerConfig, ImpactConfig) as classes.
-suites.py       level names and suites (DMLab-30, Atari-57), human and random scores.
-mujoco_presets.py  the IMPACT paper's continuous-control settings.
+settings.py        the settings tables: every command line's flags, each defined once with its
+                   source and check (experiment, population, replay service, launcher).
+suites.py          the paper's suites (DMLab-30, Atari-57), their level names, human and
+                   random scores, human-normalised scores.
+mujoco_presets.py  the IMPACT paper's continuous-control settings (Table 2).
 
-May import: structures, environments (level checks and descriptions), nothing with TensorFlow.
+May import: structures, utils; nothing with TensorFlow. The environment families
+(environments/families) read these tables; a run's configuration is resolved above them
+(resolution/).
 """

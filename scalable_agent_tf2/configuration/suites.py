@@ -1,10 +1,12 @@
 """Level suites of the IMPALA paper: DMLab-30 and Atari-57, their reference scores, and the
 human-normalised scores the paper reports.
 
-Numpy only (docs/ARCHITECTURE.md "Rooms"): the environments and the TensorFlow rooms both read this.
+Numpy only, at the bottom of the house (docs/ARCHITECTURE.md "Rooms"): the environment
+families and the TensorFlow rooms both read this; it imports none of them.
 
-Level names (environments/families is the registry: each family owns its names; the paper's
-are listed here with their reference scores):
+Level names (environments/families is the one registry: each family owns its names, and
+`python -m scalable_agent_tf2.environments.families` lists them; the paper's are tabled here
+with their reference scores):
   * DeepMind Lab levels by their bare DMLab-30 names, as in the released code
     (deepmind/scalable_agent, dmlab30.py): "explore_goal_locations_small",
     "rooms_collect_good_objects_train", ... Suite name: "dmlab30".
@@ -259,7 +261,8 @@ PAPER_ATARI57_IMPALA_MULTITASK_SCORES = {
     k: v[2] for k, v in _ATARI57_TABLE_C1_IMPALA.items()}
 
 # ---------------------------------------------------------------------------------------------
-# The level-name registry.
+# The suites and the paper's single levels (the environment families own their names:
+# environments/families is the one registry of level names).
 # ---------------------------------------------------------------------------------------------
 
 DMLAB30 = "dmlab30"
@@ -275,45 +278,21 @@ SUITES = collections.OrderedDict([
 DMLAB_EXTRA_LEVELS = collections.OrderedDict([
     ("seekavoid_arena_01", "seekavoid_arena_01"),
 ])
-# Every single level the environments accept: the DMLab-30 training and test levels, the
-# extra DMLab levels and the Atari-57 games.
+# The DeepMind Lab levels the paper names: the DMLab-30 training and test levels and the extra
+# ones (environments/families/dmlab.py lists them; "dmlab:<level>" names any other).
 DMLAB_LEVELS = tuple(collections.OrderedDict.fromkeys(
     DMLAB30_TRAIN_LEVELS + DMLAB30_TEST_LEVELS + tuple(DMLAB_EXTRA_LEVELS)))
-# Diagnostic levels (not from the paper; environments/toy.py): train in a minute on a CPU.
-TOY_LEVELS = ("toy/lit_side", "toy/lit_side_delayed")
 # The IMPACT paper's continuous-control tasks (section 4.3, Figure 5: Hopper-v2, HalfCheetah-v2,
 # Humanoid-v2), as gymnasium's current MuJoCo versions (environments/mujoco.py says which and
 # what differs from -v2).
 MUJOCO_LEVEL_PREFIX = "mujoco/"
 MUJOCO_LEVELS = ("mujoco/hopper", "mujoco/half_cheetah", "mujoco/humanoid")
-SINGLE_LEVELS = DMLAB_LEVELS + ATARI57_LEVELS + TOY_LEVELS + MUJOCO_LEVELS
 
 
-LIST_LEVELS_COMMAND = "python -m scalable_agent_tf2.configuration.suites"
-
-
-def _registry():
-  """The registry of environment families (environments/families), imported when first
-  needed: it imports this module."""
-  from scalable_agent_tf2.environments import families  # pylint: disable=g-import-not-at-top
-  return families
-
-
-def _valid_names_message(name=None):
-  """A short hint: the closest valid names to `name`, and the command that lists them all."""
-  return _registry().valid_names_message(name, suite_names=list(SUITES))
-
-
-def unknown_level_message(name):
-  """"Unknown level name ...; did you mean ...? `...` lists every level and suite." """
-  return "Unknown level name %r; %s" % (name, _valid_names_message(name))
-
-
-def all_names_text():
-  """Every valid --level_name, one group a paragraph (what LIST_LEVELS_COMMAND prints): the
-  suites, then each environment family's levels and name forms (environments/families)."""
-  groups = [("Suites", list(SUITES))] + _registry().listing_groups()
-  return "\n\n".join("%s:\n  %s" % (title, "\n  ".join(names)) for title, names in groups)
+def _closest(name, names):
+  """" Did you mean ...?" with the closest of `names`, or ""."""
+  close = difflib.get_close_matches(name or "", list(names), n=3, cutoff=0.6)
+  return " Did you mean %s?" % " or ".join(close) if close else ""
 
 
 def is_suite(name):
@@ -326,58 +305,23 @@ def is_atari_level(level_name):
   return level_name in ATARI57_LEVELS
 
 
-def is_toy_level(level_name):
-  """True for the diagnostic levels ("toy/lit_side", "toy/lit_side_delayed")."""
-  return level_name in TOY_LEVELS
-
-
 def is_mujoco_level(level_name):
   """True for the MuJoCo tasks ("mujoco/hopper", "mujoco/half_cheetah", "mujoco/humanoid")."""
   return level_name in MUJOCO_LEVELS
 
 
 def is_dmlab_level(level_name):
-  """True for the DMLab-30 training and test level names."""
+  """True for the DMLab-30 training and test level names and the extra DMLab levels."""
   return level_name in DMLAB_LEVELS
 
 
 def atari_game(level_name):
   """"atari/space_invaders" -> "space_invaders" (ale-py's ROM id); ValueError otherwise."""
   if not is_atari_level(level_name):
-    raise ValueError("%r is not an Atari level; %s" % (level_name,
-                                                         _valid_names_message(level_name)))
+    raise ValueError("%r is not an Atari level: \"atari/<game>\" with one of the 57 games "
+                     "of the paper's Table C.1.%s" % (level_name,
+                                                      _closest(level_name, ATARI57_LEVELS)))
   return level_name[len(ATARI_LEVEL_PREFIX):]
-
-
-def level_names(name):
-  """The single levels that `name` stands for.
-
-  Args:
-    name: a suite name ("dmlab30", "atari57") or a single level name of any environment
-      family ("atari/pong", "gym:CartPole-v1", ...; environments/families).
-
-  Returns:
-    Tuple of level names: the suite's training levels, or (name,).
-
-  Raises:
-    ValueError: unknown name; the message names the closest valid ones.
-  """
-  if name in SUITES:
-    return SUITES[name]
-  if _registry().find_family(name) is None:
-    raise ValueError(unknown_level_message(name))
-  _registry().family_of(name)  # The family checks its own names.
-  return (name,)
-
-
-def dmlab30_test_level(level_name):
-  """The level a training level's test score is measured on (paper section 5.3.1).
-
-  "rooms_collect_good_objects_train" -> "rooms_collect_good_objects_test" (likewise
-  rooms_exploit_deferred_effects); every other level is its own test level.
-  """
-  level_names(level_name)  # Validates.
-  return DMLAB30_LEVEL_MAPPING.get(level_name, level_name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,8 +370,8 @@ def _score_key(suite, level_name):
       return level_name
     return atari_game(level_name)
   if level_name not in DMLAB_LEVELS or level_name in DMLAB_EXTRA_LEVELS:
-    raise ValueError("%r is not a DMLab-30 level; %s" % (level_name,
-                                                           _valid_names_message(level_name)))
+    raise ValueError("%r is not a DMLab-30 level.%s" % (
+        level_name, _closest(level_name, DMLAB30_TRAIN_LEVELS + DMLAB30_TEST_LEVELS)))
   return DMLAB30_LEVEL_MAPPING.get(level_name, level_name)
 
 
@@ -501,7 +445,3 @@ def suite_scores(level_scores, suite, allow_missing=False):
       mean=100.0 * float(np.mean(normalized)),
       median=100.0 * float(np.median(normalized)),
       num_levels=len(normalized))
-
-
-if __name__ == "__main__":
-  print(all_names_text())

@@ -13,7 +13,7 @@ import threading
 
 import tensorflow as tf
 
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import batch_checks
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import learner as learner_lib

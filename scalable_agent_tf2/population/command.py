@@ -45,7 +45,7 @@ import sys
 
 import numpy as np
 
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import driver
 from scalable_agent_tf2.population import processes

@@ -29,7 +29,7 @@ settings and their sources, and exits without loading TensorFlow.
 
 --level_name takes a level ("atari/pong", "explore_goal_locations_small") or a suite
 ("atari57", "dmlab30"). Flags left unset take the paper's value for that level or suite
-(scalable_agent_tf2/configuration/presets.py: Table G.1 for Atari, Table D.3 and the released
+(scalable_agent_tf2/resolution/presets.py: Table G.1 for Atari, Table D.3 and the released
 code for DeepMind Lab); a flag you set always wins. Every flag, its default, source and check is
 a setting of scalable_agent_tf2/configuration/settings.py; this module only parses them and
 wires the rooms.
@@ -44,8 +44,8 @@ from absl import flags
 from absl import logging
 
 # The settings and their checks import no TensorFlow: a bad flag is reported at once.
-from scalable_agent_tf2.configuration import config as config_lib
-from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.runfiles import run_directory
 from scalable_agent_tf2.configuration import settings
 

@@ -29,7 +29,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.configuration import suites

@@ -9,11 +9,11 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.acting import actor
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
-from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.environments import (EnvironmentProcessDied, LevelCannotRun,
                                              LevelKeepsFailing)
 from scalable_agent_tf2.environments.atari import AtariEnvironment

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.agent import continuous_networks
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks

@@ -4,7 +4,7 @@ import numpy as np
 from scalable_agent_tf2.learning import random_batches
 from benchmarks.tools import optimizer_steps
 from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 import tensorflow as tf

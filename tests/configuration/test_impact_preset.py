@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.configuration import config as config_lib
-from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 

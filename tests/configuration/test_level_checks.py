@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import suites
 
 _BRADY = ("psychlab_arbitrary_visuomotor_mapping", "psychlab_continuous_recognition")

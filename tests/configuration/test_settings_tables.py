@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from scalable_agent_tf2.configuration import config as config_lib
-from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.configuration import settings
 
 # What the current code gives each derived config by default (config.py's docstrings).

@@ -8,8 +8,8 @@ import dataclasses
 import os
 import re
 
-from scalable_agent_tf2.configuration import config as config_lib
-from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.configuration import settings
 from tests.run.test_before_tensorflow import TENSORFLOW_MARK
 from tests.run.test_before_tensorflow import run_experiment

@@ -13,7 +13,7 @@ import pytest
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.run import assembly

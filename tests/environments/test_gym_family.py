@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2.acting import actor
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import mujoco_presets
-from scalable_agent_tf2.configuration import presets
+from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import families

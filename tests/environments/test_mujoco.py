@@ -4,7 +4,7 @@ import gymnasium
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2 import environments
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base

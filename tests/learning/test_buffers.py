@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.learning import impact
 

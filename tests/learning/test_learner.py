@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.learning import random_batches
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import losses

@@ -8,7 +8,7 @@ import tensorflow as tf
 from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import popart

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.configuration import settings

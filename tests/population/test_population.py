@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.population import pbt

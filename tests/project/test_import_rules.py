@@ -39,11 +39,11 @@ def _package(tmp_path, files):
 @pytest.mark.parametrize("files, expected", [
     # An upward import: the settings importing a learner.
     ({"configuration/__init__.py": "", "learning/__init__.py": "",
-      "configuration/config.py": "from scalable_agent_tf2.learning import learner\n"},
-     "room 'configuration' may import structures, utils, environments, not 'learning'"),
+      "configuration/settings.py": "from scalable_agent_tf2.learning import learner\n"},
+     "room 'configuration' may import structures, utils, not 'learning'"),
     # The same, lazily: lazy imports count too.
     ({"configuration/__init__.py": "", "learning/__init__.py": "",
-      "configuration/config.py": "def f():\n  import scalable_agent_tf2.learning.learner\n"},
+      "configuration/settings.py": "def f():\n  import scalable_agent_tf2.learning.learner\n"},
      "not 'learning'"),
     # A TensorFlow-free room loading TensorFlow at module level.
     ({"runfiles/__init__.py": "", "runfiles/runlog.py": "import tensorflow as tf\n"},

@@ -36,7 +36,7 @@ def test_experiment_commands_resolve_their_own_values(tmp_path, monkeypatch):
   passes the checks a run makes of its levels before it starts (--show_settings prints
   before them), and the command's own mode, level and logdir reach the run."""
   import experiment  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
   commands = [c for c in docs.all_commands() if docs.classify(c)[0] == "experiment"]
   assert len(commands) >= 20
   for path in docs._write_user_package(str(tmp_path)):  # pylint: disable=protected-access

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.environments import atari
 from scalable_agent_tf2.environments import atari_vector
 from scalable_agent_tf2.environments import base

@@ -15,7 +15,7 @@ from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.runfiles import checkpoint_files
-from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks

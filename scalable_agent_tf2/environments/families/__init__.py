@@ -1,35 +1,43 @@
-"""The registry of environment families: a level name -> the family that owns it.
+"""The one registry of level names: a level name -> the environment family that owns it, and
+a suite -> its levels.
 
     family = families.family_of("atari/pong")     # families.atari.FAMILY
     family = families.family_of("gym:CartPole-v1")
     families.family_of("CartPole-v1")             # ValueError: ... did you mean gym:CartPole-v1?
+    families.level_names("dmlab30")               # The suite's 30 training levels.
+    python -m scalable_agent_tf2.environments.families   # Lists every level and suite.
 
 A family (families/base.py, Family) owns its level names, presets, environments, how they run
 and what they observe (docs/ENVIRONMENTS.md). A name is a family's when it starts with one of
 the family's prefixes ("atari/", "toy/", "mujoco/", "dmlab:", "gym:") or is one of its listed
 names (the paper's bare DMLab-30 names); no family is anybody's fallback: a name no family owns
-is refused with suggestions. Adding a family is one module and one line in FAMILY_MODULES.
+is refused with suggestions. The suites (configuration/suites.py: "dmlab30", "atari57") stand
+for their levels. Adding a family is one module and one entry in FAMILIES.
 
-No TensorFlow here and no family's heavy dependency (docs/ARCHITECTURE.md "Rooms").
+The families sit at the bottom of the house: they and this registry import the settings
+tables (configuration/) and the environments' own modules, never a run's resolved
+configuration (resolution/, which calls them). No TensorFlow here and no family's heavy
+dependency (docs/ARCHITECTURE.md "Rooms").
 """
 import difflib
-import importlib
 
-# The families, by module (each defines FAMILY). A name's family is found in this order.
-FAMILY_MODULES = (
-    "scalable_agent_tf2.environments.families.dmlab",
-    "scalable_agent_tf2.environments.families.atari",
-    "scalable_agent_tf2.environments.families.toy",
-    "scalable_agent_tf2.environments.families.mujoco",
-    "scalable_agent_tf2.environments.families.gym",
-)
+from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments.families import atari
+from scalable_agent_tf2.environments.families import base
+from scalable_agent_tf2.environments.families import dmlab
+from scalable_agent_tf2.environments.families import gym
+from scalable_agent_tf2.environments.families import mujoco
+from scalable_agent_tf2.environments.families import toy
+
+# The families. A name's family is found in this order.
+FAMILIES = (dmlab.FAMILY, atari.FAMILY, toy.FAMILY, mujoco.FAMILY, gym.FAMILY)
 _registered = []  # Families added by register() (tests, a user's own driver).
-LIST_LEVELS_COMMAND = "python -m scalable_agent_tf2.configuration.suites"
+LIST_LEVELS_COMMAND = "python -m scalable_agent_tf2.environments.families"
 
 
 def families():
-  """Every family: those of FAMILY_MODULES, then the registered ones."""
-  return [importlib.import_module(name).FAMILY for name in FAMILY_MODULES] + _registered
+  """Every family: those of FAMILIES, then the registered ones."""
+  return list(FAMILIES) + _registered
 
 
 def register(family):
@@ -69,9 +77,36 @@ def family_of(level_name):
   """
   family = find_family(level_name)
   if family is None:
-    raise ValueError(f"Unknown level name {level_name!r}; {valid_names_message(level_name)}")
-  family.check_level(level_name)
+    raise ValueError(unknown_level_message(level_name))
+  try:
+    family.check_level(level_name)
+  except base.UnknownLevelName:
+    raise ValueError(unknown_level_message(level_name)) from None
   return family
+
+
+def level_names(name):
+  """The single levels that `name` stands for.
+
+  Args:
+    name: a suite name ("dmlab30", "atari57") or a single level name of any environment
+      family ("atari/pong", "gym:CartPole-v1", ...).
+
+  Returns:
+    Tuple of level names: the suite's training levels, or (name,).
+
+  Raises:
+    ValueError: unknown name; the message names the closest valid ones.
+  """
+  if suites.is_suite(name):
+    return suites.SUITES[name]
+  family_of(name)  # The family checks its own names.
+  return (name,)
+
+
+def unknown_level_message(name):
+  """"Unknown level name ...; did you mean ...? `...` lists every level and suite." """
+  return "Unknown level name %r; %s" % (name, valid_names_message(name, list(suites.SUITES)))
 
 
 def listed_names(suite_names=()):
@@ -98,3 +133,10 @@ def listing_groups():
   """(title, names) per family for the listing: its listed levels and its name forms."""
   return [(family.title, list(family.listed_levels()) + list(family.name_forms))
           for family in families()]
+
+
+def all_names_text():
+  """Every valid --level_name, one group a paragraph (what LIST_LEVELS_COMMAND prints): the
+  suites, then each environment family's levels and name forms."""
+  groups = [("Suites", list(suites.SUITES))] + listing_groups()
+  return "\n\n".join("%s:\n  %s" % (title, "\n  ".join(names)) for title, names in groups)

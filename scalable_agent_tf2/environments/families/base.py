@@ -22,10 +22,58 @@ PAPER_SHARED = dict(discounting=0.99, baseline_cost=0.5, num_action_repeats=4, d
                     off_policy_correction=settings.VTRACE, trust_region_threshold=float("inf"),
                     envs_per_actor=1, learning_rate_schedule=settings.LINEAR, popart=False)
 
+# IMPACT paper, Table 1 (discrete environments, IMPACT column): value function coefficient 1.0;
+# "Minibatch Buffer Size (N)" 4 and "Num SGD Iterations (K)" 2 (section 4.3 reports N = 1, K = 2
+# as the best discrete setting); clip parameter 0.3, target-worker clipping 2.0, lambda 0.995,
+# KL coefficient 0. Its learning rate (1e-4) and gradient clipping (10) go with averaged losses
+# (Algorithm 1's 1/M) and an optimizer the paper does not name; ours are summed and trained with
+# IMPALA's RMSProp, so the level's IMPALA values stay (Table 1 gives IMPACT and IMPALA the same
+# learning rate; impact.ImpactLearner). So do the level's batch, unroll and reward clipping.
+# resolution/presets.py adds them to a family's presets unless the family owns its algorithm
+# presets (owns_algorithm_presets: MuJoCo's Table 2; gymnasium's Discrete actions add them
+# itself).
+IMPACT_PRESET = dict(baseline_cost=1.0, circular_buffer_size=4, circular_buffer_max_uses=2,
+                     ppo_clip=0.3, target_worker_clipping=2.0, gae_lambda=0.995, kl_cost=0.0)
+
 # How an actor's environments run (Family.runs_as).
 OWN_PROCESS = "one environment process per actor"
 IN_PROCESS_GROUP = "a group stepped in the training process"
 VECTOR = "a C++ vector stepped in the training process"
+
+
+class UnknownLevelName(ValueError):
+  """A name a family owns (by its prefix) that is none of its levels. The registry
+  (families/__init__.py, family_of) answers it with the closest valid names."""
+
+
+# Measured here (2 cores, Python 3.11): an environment process of any family but DeepMind Lab
+# (its interpreter, numpy, gymnasium and one game or task) holds about 65 MB, counted as 0.1 GB;
+# an environment stepped inside the training process (an Atari game of a vector group, a MuJoCo
+# task) about 1 MB (48 Pong games in one vector group: 47 MB), counted as 2 MB; the training
+# process about 2.5 GB at batch 32, unroll 100, shallow or deep (BUILD.md, "DeepMind Lab").
+ENVIRONMENT_PROCESS_GB = 0.1
+IN_PROCESS_ENVIRONMENT_GB = 0.002
+TRAINING_PROCESS_GB = 2.5
+
+
+def check_environment_memory(config, memory_gb):
+  """Refuses, before anything starts, actors whose environments would not fit in the machine's
+  memory (a mistyped --num_actors=100000 would otherwise start that many processes until the
+  machine swaps or the kernel kills them). DeepMind Lab levels: dmlab.check_dmlab_memory."""
+  environments = config.num_actors * config.envs_per_actor
+  if config.uses_environment_groups:
+    each, kind = IN_PROCESS_ENVIRONMENT_GB, "environments stepped in the training process"
+  else:
+    each, kind = ENVIRONMENT_PROCESS_GB, "environment processes"
+  need = environments * each + TRAINING_PROCESS_GB
+  if need <= memory_gb:
+    return
+  fits = max(1, int((memory_gb - TRAINING_PROCESS_GB) / each / config.envs_per_actor))
+  raise ValueError(
+      f"--num_actors={config.num_actors} x --envs_per_actor={config.envs_per_actor}: "
+      f"{environments:,} {kind} and the training process need about {need:,.0f} GB of "
+      f"memory ({each} GB each + {TRAINING_PROCESS_GB} GB), and this machine has "
+      f"{memory_gb:.0f} GB. Pass --num_actors={fits} or fewer.")
 
 
 def actor_layout(num_environments, num_cores):
@@ -84,10 +132,10 @@ class Family:
             or level_name in self.listed_levels())
 
   def check_level(self, level_name):
-    """Raises ValueError (what is wrong, what to do) when an owned name is not a level."""
-    from scalable_agent_tf2.configuration import suites  # pylint: disable=g-import-not-at-top
+    """Raises ValueError (what is wrong, what to do) when an owned name is not a level:
+    UnknownLevelName where the registry's suggestions say it best."""
     if level_name not in self.listed_levels():
-      raise ValueError(suites.unknown_level_message(level_name))
+      raise UnknownLevelName(level_name)
 
   def suggestions(self, name):
     """Level names this family offers for an unknown `name` (e.g. "gym:CartPole-v1" for
@@ -135,9 +183,7 @@ class Family:
 
   def check_can_run(self, config, memory_gb):
     """What can be known before any environment starts (a missing module, memory)."""
-    from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
-        config as config_lib)
-    config_lib.check_environment_memory(config, memory_gb)
+    check_environment_memory(config, memory_gb)
 
   # --- Environments. --------------------------------------------------------------------
 

@@ -134,7 +134,7 @@ class DmLabFamily(base.Family):
 
   def check_can_run(self, config, memory_gb):
     """The Brady et al. image set where a level needs it, memory, the module."""
-    from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-top
         config as config_lib)
     from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
     needing = [level for level in config.levels

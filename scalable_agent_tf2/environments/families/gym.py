@@ -221,7 +221,7 @@ class GymFamily(base.Family):
       values = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, algorithm)
       values.update(base.actor_layout(values["num_actors"], num_cores))
     else:
-      from scalable_agent_tf2.configuration import (  # pylint: disable=g-import-not-at-top
+      from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-top
           presets)
       values = dict(DISCRETE_PRESET, **presets.IMPACT_PRESET)
       values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))

@@ -7,36 +7,18 @@ setting left PRESET (None).
 Each environment family's values live beside it (environments/families/<family>.py: DMLab-30
 and Atari's tables, the toy levels', the MuJoCo tasks' in mujoco_presets.py, the gymnasium
 family's documented set) and cite the paper's table or section they come from; this module
-adds the algorithms' own (IMPACT Table 1, the IMPACT paper's Atari setting, LASER). A value
+adds the algorithms' own (IMPACT Table 1, kept beside the families in families/base.py since
+gymnasium's family adds it too; the IMPACT paper's Atari setting; LASER). A value
 given on the command line always wins over these (config.resolve). No TensorFlow here.
 """
 import os
 
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.configuration.settings import IMPACT, IMPALA
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
-from scalable_agent_tf2.environments.families import dmlab as dmlab_family
-from scalable_agent_tf2.environments.families import toy as toy_family
-from scalable_agent_tf2.configuration.settings import IMPACT, IMPALA
-
-# Each family's own values live beside it (environments/families/<family>.py, each value
-# cited there); these names stay for the callers that read them.
-_SHARED = family_base.PAPER_SHARED
-DMLAB30 = dmlab_family.DMLAB30
-DMLAB_LEVEL = dmlab_family.DMLAB_LEVEL
-ATARI = atari_family.ATARI
-TOY = toy_family.TOY
-# IMPACT paper, Table 1 (discrete environments, IMPACT column): value function coefficient 1.0;
-# "Minibatch Buffer Size (N)" 4 and "Num SGD Iterations (K)" 2 (section 4.3 reports N = 1, K = 2
-# as the best discrete setting); clip parameter 0.3, target-worker clipping 2.0, lambda 0.995,
-# KL coefficient 0. Its learning rate (1e-4) and gradient clipping (10) go with averaged losses
-# (Algorithm 1's 1/M) and an optimizer the paper does not name; ours are summed and trained with
-# IMPALA's RMSProp, so the level's IMPALA values stay (Table 1 gives IMPACT and IMPALA the same
-# learning rate; impact.ImpactLearner). So do the level's batch, unroll and reward clipping.
-IMPACT_PRESET = dict(baseline_cost=1.0, circular_buffer_size=4, circular_buffer_max_uses=2,
-                     ppo_clip=0.3, target_worker_clipping=2.0, gae_lambda=0.995, kl_cost=0.0)
 
 
 # A gradient-norm clip that a paper set on a loss averaged over the batch's T x B steps (the
@@ -66,9 +48,10 @@ def summed_loss_max_grad_norm(values):
 # steps (our unroll) and 500 steps per update (500 / 50 = 10 unrolls). The rest is Table G.1's
 # (ATARI): action repeat 4, rewards clipped to [-1, 1] (the sign, for these games' integer
 # rewards), 200M frames.
-IMPACT_PAPER_IMPALA = dict(ATARI, learning_rate=1e-4, entropy_cost=0.01, max_grad_norm=40.0,
-                           discounting=0.99, baseline_cost=0.5, unroll_length=50, batch_size=10,
-                           width=42, height=42, torso=settings.IMPACT_CNN, num_actors=32)
+IMPACT_PAPER_IMPALA = dict(atari_family.ATARI, learning_rate=1e-4, entropy_cost=0.01,
+                           max_grad_norm=40.0, discounting=0.99, baseline_cost=0.5,
+                           unroll_length=50, batch_size=10, width=42, height=42,
+                           torso=settings.IMPACT_CNN, num_actors=32)
 # Table 1, IMPACT column: as IMPALA's, and value function coefficient 1.0, gradient clipping 10
 # (on the mean loss: MEAN_LOSS_MAX_GRAD_NORM), clip parameter 0.3, N 4, K 2, lambda 0.995, KL
 # coefficient 0, target-worker clipping 2.0. The learning rate needs no rescaling for our summed
@@ -116,24 +99,17 @@ def impact_paper_presets(level_name, algorithm):
   return values
 
 
-# Environments of an Atari run: Table 1's 48 actors, one environment each.
-ATARI_ENVIRONMENTS = atari_family.ATARI_ENVIRONMENTS
-actor_layout = family_base.actor_layout
-atari_actor_layout = atari_family.atari_actor_layout
-SMALL_MACHINE_CORES = atari_family.SMALL_MACHINE_CORES
-
-
 def intra_op_threads(level_name, torso, num_cores):
   """TensorFlow threads per op for a run of level_name with torso on num_cores cores, as the
   level's family chooses (Family.intra_op_threads; Atari: 1 with the shallow network on at
-  most SMALL_MACHINE_CORES cores, benchmarks/RESULTS.md); 0 is TensorFlow's default.
-  config.resolve applies it unless a flag gives one."""
+  most families/atari.py's SMALL_MACHINE_CORES cores, benchmarks/RESULTS.md); 0 is
+  TensorFlow's default. config.resolve applies it unless a flag gives one."""
   return level_family(level_name).intra_op_threads(torso, num_cores)
 
 
 def level_family(level_name):
   """The environment family of a level or suite (a suite's levels share one)."""
-  return families.family_of(suites.level_names(level_name)[0])
+  return families.family_of(families.level_names(level_name)[0])
 
 
 def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET, given=None):
@@ -147,14 +123,15 @@ def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET, given=
   """
   if preset == settings.IMPACT_PAPER:
     return impact_paper_presets(level_name, algorithm)
-  levels = suites.level_names(level_name)
+  levels = families.level_names(level_name)
   family = families.family_of(levels[0])
   values = family.presets(level_name, levels, algorithm, os.cpu_count() or 1, given=given)
   # Up to this many unrolls wait for the learner (4 batches): actors rarely block, and the
   # policy lag stays a few updates.
   values["queue_capacity"] = 4 * values["batch_size"]
   if algorithm == IMPACT and not family.owns_algorithm_presets:
-    values.update(IMPACT_PRESET)  # target_update_period: N x K, once N and K are known.
+    # target_update_period: N x K, once N and K are known.
+    values.update(family_base.IMPACT_PRESET)
   return values
 
 
@@ -162,7 +139,7 @@ def describe_presets(level_name):
   """Where a level's presets come from, in words, for a run's first lines: the family's own
   account for levels the papers did not run (the gymnasium family's documented set), else
   None (the paper's tables, cited in the family's module)."""
-  return level_family(level_name).preset_sources(suites.level_names(level_name)[0])
+  return level_family(level_name).preset_sources(families.level_names(level_name)[0])
 
 
 # LASER section 5.1 (its Atari setting): "Differently from Espeholt et al. (2018), we do not

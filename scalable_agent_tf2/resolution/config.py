@@ -10,7 +10,8 @@ before any work starts, and before TensorFlow is imported: this module imports n
 
 `LearnerConfig` and `ImpactConfig`, the learner's hyperparameters (learner.py), hold the
 settings marked for them (`part_of`); their defaults are the DMLab-30 and IMPACT Table 1
-presets, which test_settings_tables.py keeps in step with settings.py and presets.py.
+presets, which test_settings_tables.py keeps in step with settings.py and the families'
+tables.
 """
 import dataclasses
 import json
@@ -18,11 +19,13 @@ import math
 import os
 from typing import Optional
 
-from scalable_agent_tf2.configuration import presets
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.environments.families import dmlab as dmlab_family
+from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.configuration.settings import (  # noqa: F401 (API)
     IMPACT, IMPALA, TEST, TRAIN)
 
@@ -83,7 +86,7 @@ class ExperimentConfig(settings.ExperimentSettings):
     name; tests may run unlisted levels through their own environment constructor."""
     if suites.is_suite(self.level_name):
       excluded = set(self.excluded_level_names)
-      return tuple(level for level in suites.level_names(self.level_name)
+      return tuple(level for level in families.level_names(self.level_name)
                    if level not in excluded)
     return (self.level_name,)
 
@@ -104,12 +107,6 @@ class ExperimentConfig(settings.ExperimentSettings):
     """How an actor's environments run (families/base.py: OWN_PROCESS, IN_PROCESS_GROUP,
     VECTOR), as the family decides for these settings."""
     return self.family.runs_as(self)
-
-  @property
-  def is_atari(self):
-    """Whether the run's levels are Atari games (population.py adapts the gradient clip on
-    them, Table G.1)."""
-    return self.family.name == "atari"
 
   @property
   def uses_atari_groups(self):
@@ -222,7 +219,7 @@ class LearnerConfig(_LearnerChecks):
   A run builds it from its settings (ExperimentConfig.learner_config): every field but the
   V-trace constants is the setting of that name marked `part_of=FOR_LEARNER` in settings.py,
   where its flag, help, source and check live; test_settings_tables.py fails if a marked
-  setting is missing here or its default differs from presets.DMLAB30's. The defaults serve
+  setting is missing here or its default differs from families/dmlab.py's DMLAB30. The defaults serve
   tests and benchmarks that build a learner directly.
 
   Fields, with their sources:
@@ -279,7 +276,7 @@ class ImpactConfig(_ImpactChecks):
 
   Every field is the setting of that name marked `part_of=FOR_IMPACT` in settings.py (flag,
   help, source, check); test_settings_tables.py fails if a marked setting is missing here or
-  its default differs from presets.IMPACT_PRESET's.
+  its default differs from families/base.py's IMPACT_PRESET.
 
   Fields, with their sources (Luo et al., 2020):
     target_update_period: learner steps between target-network refreshes; section 4.1.1: "Our
@@ -305,12 +302,12 @@ def _learner_preset(preset, overrides):
 
 def dmlab_learner_config(multi_task=True, **overrides):
   """DeepMind Lab's learner: DMLab-30 (and its experts) or a single level (Table D.3)."""
-  return _learner_preset(presets.DMLAB30 if multi_task else presets.DMLAB_LEVEL, overrides)
+  return _learner_preset(dmlab_family.DMLAB30 if multi_task else dmlab_family.DMLAB_LEVEL, overrides)
 
 
 def atari_learner_config(**overrides):
   """Atari's learner, Table G.1."""
-  return _learner_preset(presets.ATARI, overrides)
+  return _learner_preset(atari_family.ATARI, overrides)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,69 +399,18 @@ def _check_levels(config):
     if not config.is_multi_task:
       raise ValueError("--excluded_levels leaves levels out of a suite; --level_name="
                        f"{config.level_name} is one level. Drop --excluded_levels.")
-    suite_levels = suites.level_names(config.level_name)
+    suite_levels = families.level_names(config.level_name)
     unknown = [name for name in excluded if name not in suite_levels]
     if unknown:
       raise ValueError(f"--excluded_levels: {', '.join(unknown)} not in {config.level_name}; "
-                       f"`{suites.LIST_LEVELS_COMMAND}` lists its levels.")
+                       f"`{families.LIST_LEVELS_COMMAND}` lists its levels.")
     if not config.levels:
       raise ValueError(f"--excluded_levels leaves none of {config.level_name}'s levels.")
-
-
-# Measured here (BUILD.md, "DeepMind Lab", memory): a DeepMind Lab environment process holds
-# about 0.2 GB (language levels up to 0.28); the training process about 2.5 GB at batch 32,
-# unroll 100, shallow or deep.
-DMLAB_ENVIRONMENT_GB = 0.2
-TRAINING_PROCESS_GB = 2.5
 
 
 def machine_memory_gb():
   """The machine's physical memory in GB (1e9 bytes)."""
   return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
-
-
-def check_dmlab_memory(num_actors, memory_gb):
-  """Refuses, before anything starts, a DeepMind Lab run whose environment processes (one per
-  actor) and training process would not fit in the machine's memory: the paper's 150 actors
-  (section 5.3.1) ran on as many machines; on one they need about 32 GB."""
-  need = num_actors * DMLAB_ENVIRONMENT_GB + TRAINING_PROCESS_GB
-  if need <= memory_gb:
-    return
-  fits = max(1, int((memory_gb - TRAINING_PROCESS_GB) / DMLAB_ENVIRONMENT_GB))
-  raise ValueError(
-      f"--num_actors={num_actors}: {num_actors} DeepMind Lab environment processes and the "
-      f"training process need about {need:.0f} GB of memory ({DMLAB_ENVIRONMENT_GB} GB each "
-      f"+ {TRAINING_PROCESS_GB} GB; BUILD.md, \"DeepMind Lab\"), and this machine has "
-      f"{memory_gb:.0f} GB. Pass --num_actors={fits} or fewer (the paper's 150 actors for "
-      f"DMLab-30 ran on 150 machines).")
-
-
-# Measured here (2 cores, Python 3.11): an environment process of any other family (its
-# interpreter, numpy, gymnasium and one game or task) holds about 65 MB, counted as 0.1 GB; an
-# environment stepped inside the training process (an Atari game of a vector group, a MuJoCo
-# task) about 1 MB (48 Pong games in one vector group: 47 MB), counted as 2 MB.
-ENVIRONMENT_PROCESS_GB = 0.1
-IN_PROCESS_ENVIRONMENT_GB = 0.002
-
-
-def check_environment_memory(config, memory_gb):
-  """Refuses, before anything starts, actors whose environments would not fit in the machine's
-  memory (a mistyped --num_actors=100000 would otherwise start that many processes until the
-  machine swaps or the kernel kills them). DeepMind Lab levels: check_dmlab_memory."""
-  environments = config.num_actors * config.envs_per_actor
-  if config.uses_environment_groups:
-    each, kind = IN_PROCESS_ENVIRONMENT_GB, "environments stepped in the training process"
-  else:
-    each, kind = ENVIRONMENT_PROCESS_GB, "environment processes"
-  need = environments * each + TRAINING_PROCESS_GB
-  if need <= memory_gb:
-    return
-  fits = max(1, int((memory_gb - TRAINING_PROCESS_GB) / each / config.envs_per_actor))
-  raise ValueError(
-      f"--num_actors={config.num_actors} x --envs_per_actor={config.envs_per_actor}: "
-      f"{environments:,} {kind} and the training process need about {need:,.0f} GB of "
-      f"memory ({each} GB each + {TRAINING_PROCESS_GB} GB), and this machine has "
-      f"{memory_gb:.0f} GB. Pass --num_actors={fits} or fewer.")
 
 
 def check_levels_can_run(config):

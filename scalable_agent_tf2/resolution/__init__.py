@@ -1,0 +1,11 @@
+"""A run's configuration, resolved above the environment families, without TensorFlow.
+
+presets.py  the paper's settings for a level or suite, asked of its family (environments/
+            families), and the algorithms' own (IMPACT Table 1, the IMPACT paper's Atari
+            setting, LASER); threads per op.
+config.py   flags + presets -> one checked run configuration; the derived configs
+            (LearnerConfig, ImpactConfig) as classes.
+
+May import: structures, utils, configuration, environments (the families and their level
+registry); nothing with TensorFlow. Nothing below it imports it.
+"""
