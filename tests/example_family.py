@@ -1,8 +1,8 @@
 """A complete small environment family (docs/ENVIRONMENTS.md's example): "coin/<side>" levels.
 
     from scalable_agent_tf2.environments import families
-    families.register(example_family.FAMILY)        # or one line in families.FAMILY_MODULES
-    python experiment.py --level_name=coin/show ...  # once registered in FAMILY_MODULES
+    families.register(example_family.FAMILY)        # or one entry in families.FAMILIES
+    python experiment.py --level_name=coin/show ...  # once registered in FAMILIES
 
 The environment shows a coin (a 20x20 grey frame: bright for heads, dark for tails); action 0
 says heads, 1 tails; reward 1 for the right answer; 8 steps an episode. "coin/show" rewards

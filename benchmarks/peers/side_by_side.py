@@ -6,7 +6,7 @@
 Each round runs every system once, one after the other, on the whole machine:
   ours: `experiment.py --mode=train --level_name=atari/pong` exactly as README's quick start
     types it (the Table G.1 preset; actors laid out for this machine's cores by
-    presets.atari_actor_layout), in a fresh logdir; the rate is the learner's frames over
+    families.atari.atari_actor_layout), in a fresh logdir; the rate is the learner's frames over
     --seconds, counted from --warmup seconds after the first trained frames, from log.jsonl.
   ours_subprocess (optional, --systems): the same with `--num_actors=32 --envs_per_actor=1`,
     one environment per subprocess (the layout before the in-process vector groups).

@@ -5,7 +5,7 @@ actor, environments alone and in training.
         --baseline_tree=/path/to/a/checkout/before/the/groups
 
 (a) environments alone, random actions in the action bounds, the IMPACT paper's 16 workers
-    (section 4.3): as training lays them out now (presets.actor_layout: on 2 cores 2 actor
+    (section 4.3): as training lays them out now (families.base.actor_layout: on 2 cores 2 actor
     threads x 8 tasks stepped in this process) and as it did before (16 threads, each with
     one environment process). Steps/s and core-us per step (this process and its children).
 (b) training, each --algorithms preset as experiment.py runs it from this tree (groups) and,

@@ -215,11 +215,11 @@ def parse_args(argv=None):
   parser.add_argument("--torsos", default="shallow,deep")
   parser.add_argument("--num_actors", default="",
                       help="Comma-separated sweep of actor threads for (a)-(c); default: the "
-                      "level's preset (Atari: presets.atari_actor_layout). (d) uses B "
+                      "level's preset (Atari: families.atari.atari_actor_layout). (d) uses B "
                       "environments.")
   parser.add_argument("--envs_per_actor", type=int, default=None,
                       help="Environments per actor thread (Atari vector groups); default: "
-                      "the preset (presets.atari_actor_layout for Atari, else 1).")
+                      "the preset (families.atari.atari_actor_layout for Atari, else 1).")
   parser.add_argument("--variants", default="a,b,c,d")
   parser.add_argument("--seconds", type=float, default=75.0, help="Length of each run.")
   parser.add_argument("--warmup", type=float, default=30.0,

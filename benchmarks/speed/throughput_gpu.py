@@ -12,7 +12,7 @@ TensorFlow sees first:
       batch)") on Atari Pong (and DeepMind Lab's two Table 1 tasks where it is installed),
       shallow and deep, the actors laid out by the level's preset for this machine's cores
       (Atari: one actor thread per core, 48 environments shared among them,
-      presets.atari_actor_layout; DeepMind Lab: Table 1's 48 actors); frames/s by
+      families.atari.atari_actor_layout; DeepMind Lab: Table 1's 48 actors); frames/s by
       training_rate.steady_rate.
 Without a GPU it says so and exits 0: nothing here measures a CPU (throughput.py does).
 

@@ -30,7 +30,7 @@ Section 4.3 adds: two fully connected layers of 256 tanh units for the policy an
 separate, for the critic (continuous_networks.ContinuousAgent; no setting), and the tasks ran
 "on 16 CPUs and 1 GPU"; Table 2 gives no number of workers, so num_actors follows the CPU
 count (Figure 7 varies it from 1 to 32 on HalfCheetah): 16 environments, which presets.presets
-lays out as groups stepped by one actor thread per core of this machine (presets.actor_layout:
+lays out as groups stepped by one actor thread per core of this machine (families.base.actor_layout:
 2 x 8 on 2 cores). Section 4.1.1: the target network is
 updated every n = N x K learner steps (target_update_period 320, HalfCheetah 512).
 

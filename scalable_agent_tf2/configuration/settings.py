@@ -208,7 +208,7 @@ class ExperimentSettings:
       "atari/pong", RUN,
       "A level (atari/<game>, a DMLab-30 level, dmlab:<any DeepMind Lab level>, "
       "gym:<gymnasium id>, mujoco/<task>, toy/lit_side) or a suite (atari57, dmlab30); picks "
-      "the presets. `python -m scalable_agent_tf2.configuration.suites` lists them.")
+      "the presets. `python -m scalable_agent_tf2.environments.families` lists them.")
   excluded_levels: str = setting(
       "", RUN, "Suites: comma-separated levels to leave out (e.g. those this machine's "
       "DeepMind Lab cannot run); the suite's score (Table 3) then covers the other levels.")
@@ -230,14 +230,14 @@ class ExperimentSettings:
       "tasks stepped together in this process, otherwise one environment process. "
       "Environments in all: num_actors x envs_per_actor (the paper's \"48 actors\" are 48 "
       "environments, each with its own actor: e.g. 2 x 24 here). Atari and MuJoCo presets: "
-      "by the machine's cores (presets.actor_layout).",
+      "by the machine's cores (families.base.actor_layout).",
       "Table 1 (48); section 5.3.1 (150 for DMLab-30)", check=POSITIVE_INT)
   envs_per_actor: Optional[int] = _preset(
       RUN, "Environments each actor thread steps together, with one batched forward pass "
       "per step for all of them. Atari games (ale-py's vector environment, without sticky "
       "actions, at 84x84 with action repeat 4) and MuJoCo tasks run in groups; every other "
       "level takes 1.", "not in the paper; Atari and MuJoCo: by the machine's cores "
-      "(presets.actor_layout, benchmarks/RESULTS.md), else 1", check=POSITIVE_INT)
+      "(families.base.actor_layout, benchmarks/RESULTS.md), else 1", check=POSITIVE_INT)
   batched_inference: bool = setting(
       True, RUN, "Batch the actors' forward passes (dynamic_batching); false: each actor "
       "thread runs the network itself.", source="Table 1's comparison")

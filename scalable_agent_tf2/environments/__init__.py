@@ -10,10 +10,11 @@ a subprocess.
 Level names are those of the environment families (environments/families: "atari/<game>",
 DMLab-30 names, "dmlab:<level>", "mujoco/<task>", "toy/...", "gym:<id>"); each family builds
 its own levels' environments. Suites ("atari57", "dmlab30") expand to levels with
-suites.level_names().
+families.level_names(), the one registry of level names.
 
-May import: structures, utils, configuration (settings, level names, presets); lazily agent
-(a family's network_config, called from the TensorFlow side). No TensorFlow here.
+May import: structures, utils, configuration (the settings tables, the paper's level tables);
+lazily agent (a family's network_config, called from the TensorFlow side). No TensorFlow here.
+A run's resolved configuration (resolution/) sits above: nothing here imports it.
 """
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
@@ -47,8 +48,8 @@ def environment_constructor(level_name, seed=0, test_mode=False, **options):
   """
   if suites.is_suite(level_name):
     raise ValueError("%r is a suite, not a level: create one environment per level of "
-                     "suites.level_names(%r)." % (level_name, level_name))
-  suites.level_names(level_name)  # Unknown names raise with the closest valid ones.
+                     "families.level_names(%r)." % (level_name, level_name))
+  # Unknown names raise with the closest valid ones.
   return families.family_of(level_name).environment_constructor(level_name, seed, test_mode,
                                                                 options)
 

@@ -21,7 +21,6 @@ import numpy as np
 
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base
-from scalable_agent_tf2.environments.families import dmlab as dmlab_family
 
 # Table D.2: the action set of all DeepMind Lab experiments. DeepMind Lab's action vector is
 # [LOOK_LEFT_RIGHT_PIXELS_PER_FRAME, LOOK_DOWN_UP_PIXELS_PER_FRAME, STRAFE_LEFT_RIGHT,
@@ -50,6 +49,8 @@ RENDERERS = ("software", "hardware")
 ENGINE_FPS = 60
 # DeepMind Lab's path of the DMLab-30 levels (released code, experiment.py).
 DMLAB30_LEVEL_DIRECTORY = "contributed/dmlab30/"
+# Any DeepMind Lab level by its path under game_scripts/levels: "dmlab:<path>".
+LEVEL_PREFIX = "dmlab:"
 _OBSERVATIONS = ["RGB_INTERLEAVED", "INSTR"]  # A list: the module rejects tuples.
 # Reset seeds are drawn from [0, 2**31 - 1) (released code, environments.PyProcessDmLab).
 _MAX_RESET_SEED = 2 ** 31 - 1
@@ -60,10 +61,31 @@ MISSING_MODULE_MESSAGE = (
     "wheel, as described in BUILD.md, section \"DeepMind Lab\".")
 
 
+def is_level_name(level_name):
+  """Whether a name is DeepMind Lab's (valid or not): a level the paper names (the DMLab-30
+  levels by their bare names, seekavoid_arena_01) or "dmlab:<path>"."""
+  return level_name.startswith(LEVEL_PREFIX) or level_name in suites.DMLAB_LEVELS
+
+
 def level_path(level_name):
-  """DeepMind Lab's path of a level: DMLab-30 levels live in contributed/dmlab30/; any
-  level as "dmlab:<path>" is <path> (families/dmlab.py)."""
-  return dmlab_family.level_path(level_name)
+  """DeepMind Lab's script path of a level: DMLab-30 levels live in contributed/dmlab30/,
+  "dmlab:<path>" is <path> (a DMLab-30 name after the prefix is found there too)."""
+  name = level_name[len(LEVEL_PREFIX):] if level_name.startswith(LEVEL_PREFIX) else level_name
+  if name in suites.DMLAB_EXTRA_LEVELS:
+    return suites.DMLAB_EXTRA_LEVELS[name]
+  if name in suites.DMLAB_LEVELS:
+    return DMLAB30_LEVEL_DIRECTORY + name
+  return name
+
+
+def test_level(level_name):
+  """The level a level's test score is measured on (section 5.3.1): the held-out variant of
+  the two DMLab-30 levels that have one, by the name's own form; every other level itself."""
+  name = level_name[len(LEVEL_PREFIX):] if level_name.startswith(LEVEL_PREFIX) else level_name
+  if name in suites.DMLAB30_LEVEL_MAPPING:
+    mapped = suites.DMLAB30_LEVEL_MAPPING[name]
+    return LEVEL_PREFIX + mapped if level_name.startswith(LEVEL_PREFIX) else mapped
+  return level_name
 
 
 def check_deepmind_lab_available(module_name="deepmind_lab"):
@@ -166,14 +188,13 @@ class DmLabEnvironment(base.Environment):
       ValueError: unknown level, bad renderer, or dataset needed but not given.
       ModuleNotFoundError: deepmind_lab is not installed (see BUILD.md).
     """
-    if not dmlab_family.FAMILY.owns(level_name):
-      suites.level_names(level_name)  # Raises with the closest valid names.
+    if not is_level_name(level_name):
       raise ValueError("%r is not a DeepMind Lab level: DMLab-30 levels by their bare names, "
                        "any other as dmlab:<level>." % (level_name,))
     if renderer not in RENDERERS:
       raise ValueError("renderer must be one of %s, got %r." % (RENDERERS, renderer))
     if test_mode:
-      level_name = dmlab_family.FAMILY.test_level(level_name)
+      level_name = test_level(level_name)
     if (level_path(level_name).split("/")[-1] in suites.DMLAB30_LEVELS_NEEDING_DATASET
         and not dataset_path):
       raise ValueError(

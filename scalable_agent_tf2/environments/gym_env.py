@@ -37,7 +37,9 @@ actors replace the environment as they replace a dead environment process, drop 
 in progress and log the failure; a level whose environments keep failing stops the run with
 one message (actor.RestartPolicy).
 """
+import difflib
 import functools
+import importlib
 import sys
 
 import numpy as np
@@ -45,9 +47,92 @@ import numpy as np
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import rendering
-from scalable_agent_tf2.environments.families import gym as gym_family
 
+# The levels' names: "gym:<id>" (environments/families/gym.py is their family).
+LEVEL_PREFIX = "gym:"
 VECTOR, FRAME, INDEX = "vector", "frame", "index"
+# The spaces the "gym:" levels take (what an unsupported space's message lists).
+SUPPORTED_OBSERVATIONS = ("Box of shape (O,) (a float vector)",
+                          "Box of shape (H, W, C) and dtype uint8 or bool (image frames, "
+                          "feature planes)",
+                          "Discrete(n) (an index)",
+                          "Dict of one image (Box (H, W, C) uint8) and at most one text "
+                          "(gymnasium Text, or a space of str such as MiniGrid's "
+                          "MissionSpace), other entries ignored (MiniGrid/BabyAI's "
+                          "Dict(image, direction, mission))")
+SUPPORTED_ACTIONS = ("Discrete(n)", "Box of shape (A,) (continuous actions)")
+def gym_id(level_name):
+  """"gym:CartPole-v1" -> "CartPole-v1"; "gym:pkg.envs:MyEnv-v0" -> "pkg.envs:MyEnv-v0"."""
+  return level_name[len(LEVEL_PREFIX):]
+
+
+def split_id(env_id):
+  """(module or None, registered id) of gymnasium's "module:Id" form or a plain id."""
+  module, _, name = env_id.rpartition(":")
+  return (module or None), name
+
+
+# Ids whose package registers them when imported, imported for a plain "gym:<id>" so that
+# "gym:MiniGrid-Empty-5x5-v0" works as "gym:minigrid:MiniGrid-Empty-5x5-v0" does: (id prefix,
+# package, how to install it). MiniGrid and BabyAI: not in requirements.txt, a benchmark-only
+# package, installed without its dependencies (benchmarks/requirements-minigrid.txt says why;
+# docs/ENVIRONMENTS.md).
+MINIGRID_INSTALL = "pip install --no-deps -r benchmarks/requirements-minigrid.txt"
+REGISTERING_PACKAGES = (("MiniGrid-", "minigrid", MINIGRID_INSTALL),
+                        ("BabyAI-", "minigrid", MINIGRID_INSTALL))
+
+
+def check_registered(env_id):
+  """Imports a "module:Id"'s module (its own error if it fails) and refuses an id gymnasium
+  does not know, naming the nearest registered ids."""
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  module, name = split_id(env_id)
+  if module is None and name not in gymnasium.registry:
+    for prefix, package, install in REGISTERING_PACKAGES:
+      if name.startswith(prefix):
+        try:
+          importlib.import_module(package)
+        except ImportError as error:
+          raise ValueError(f"{LEVEL_PREFIX}{env_id} is registered by the {package!r} "
+                           f"package, which does not import here ({error}); install it "
+                           f"with `{install}` (docs/ENVIRONMENTS.md).") from error
+  if module is not None:
+    import_registering_module(env_id, module)
+  if name in gymnasium.registry:
+    return
+  close = difflib.get_close_matches(name, list(gymnasium.registry), n=3, cutoff=0.5)
+  hint = (f" The nearest registered ids: {', '.join(LEVEL_PREFIX + c for c in close)}."
+          if close else "")
+  where = (f" after importing {module} (does it call gymnasium.register(id={name!r}, ...)?)"
+           if module else "")
+  raise ValueError(f"{LEVEL_PREFIX}{env_id}: gymnasium knows no environment {name!r}{where}."
+                   f"{hint} `python -c \"import gymnasium; gymnasium.pprint_registry()\"` "
+                   "lists them.")
+
+
+def import_registering_module(env_id, module):
+  """Imports the module of a "module:Id" level, which registers the id (gymnasium's own form).
+
+  Raises:
+    ModuleNotFoundError: the module itself is not found: the message names the level and how to
+      make the module importable.
+    Whatever the module raised while it ran (a module it imports that is missing included):
+      the user's own error, unchanged.
+  """
+  try:
+    importlib.import_module(module)
+  except ModuleNotFoundError as error:
+    if not error.name or not (module == error.name or module.startswith(error.name + ".")):
+      raise  # Raised inside the user's module: its own message says what is missing.
+    top = module.split(".")[0]
+    raise ModuleNotFoundError(
+        f"{LEVEL_PREFIX}{env_id}: cannot import {module!r}, the module that should register "
+        f"{split_id(env_id)[1]!r} ({error}). The module must be importable where the run "
+        f"starts: on PYTHONPATH (run from the directory that holds {top}/ or {top}.py, or set "
+        f"PYTHONPATH to it) or an installed package (e.g. `pip install -e` of your project).",
+        name=error.name) from None
+
+
 
 
 class EnvironmentStepFailed(base.EnvironmentFault):
@@ -118,7 +203,7 @@ class Description:
     else:
       raise UnsupportedSpace(
           f"gym:{env_id}: its action space {action_space} is not supported; supported: "
-          f"{', '.join(gym_family.SUPPORTED_ACTIONS)}. Wrap the environment (e.g. "
+          f"{', '.join(SUPPORTED_ACTIONS)}. Wrap the environment (e.g. "
           "gymnasium.wrappers.FlattenObservation, a discretising ActionWrapper) in your own "
           "package and register the wrapped one.")
 
@@ -189,7 +274,7 @@ def dict_keys(env_id, space):
     entries = ", ".join(f"{key!r}: {entry}" for key, entry in space.spaces.items())
     raise UnsupportedSpace(
         f"gym:{env_id}: its observation space Dict({entries}) is not supported: {problem}; "
-        f"supported: {', '.join(gym_family.SUPPORTED_OBSERVATIONS)}. Wrap the environment "
+        f"supported: {', '.join(SUPPORTED_OBSERVATIONS)}. Wrap the environment "
         "(e.g. gymnasium.wrappers.FilterObservation to keep one image and one text, "
         "FlattenObservation for vectors) in your own package and register the wrapped one.")
   text_key = texts[0] if texts else None
@@ -208,7 +293,7 @@ def _observation_kind(env_id, space, spaces):
       return FRAME, tuple(int(n) for n in space.shape)
   raise UnsupportedSpace(
       f"gym:{env_id}: its observation space {space} is not supported; supported: "
-      f"{', '.join(gym_family.SUPPORTED_OBSERVATIONS)}. Wrap the environment (e.g. "
+      f"{', '.join(SUPPORTED_OBSERVATIONS)}. Wrap the environment (e.g. "
       "gymnasium.wrappers.FlattenObservation for Dict or Tuple observations) in your own "
       "package and register the wrapped one.")
 
@@ -221,7 +306,7 @@ def make(env_id, env_kwargs):
     EnvironmentCannotBeMade: the environment's own constructor raised.
   """
   import gymnasium  # pylint: disable=g-import-not-at-top
-  gym_family.check_registered(env_id)
+  check_registered(env_id)
   rendering.prepare_headless_rendering()  # Before a MuJoCo task imports mujoco (its render()).
   try:
     return gymnasium.make(env_id, **env_kwargs)
@@ -238,7 +323,7 @@ def _cannot_be_made(env_id, error):
   """EnvironmentCannotBeMade naming the error and the line of the environment's code (the
   module of its registered entry point) that raised it."""
   import gymnasium  # pylint: disable=g-import-not-at-top
-  entry_point = gymnasium.spec(gym_family.split_id(env_id)[1]).entry_point
+  entry_point = gymnasium.spec(split_id(env_id)[1]).entry_point
   module = (entry_point.split(":")[0] if isinstance(entry_point, str)
             else getattr(entry_point, "__module__", None))
   user_frame = base.innermost_frame_in(error, module) if module else None
@@ -333,7 +418,7 @@ class GymEnvironment(base.Environment):
     if int(seed) != seed or seed < 0:
       raise ValueError(f"seed must be a non-negative integer (gymnasium's), got {seed!r}.")
     self.level_name = level_name
-    self._id = gym_family.gym_id(level_name)
+    self._id = gym_id(level_name)
     self._env = make(self._id, dict(env_kwargs or {}))
     self._description = Description(self._id, self._env.observation_space,
                                     self._env.action_space, self._env.unwrapped)

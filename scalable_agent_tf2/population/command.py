@@ -73,7 +73,7 @@ def resolve_member_flags(experiment_flags, logdir):
 
   Returns:
     dict: "settings" (config.ExperimentConfig's fields, resolved: the level's presets
-    filled in), "is_atari", "adapts_max_grad_norm" (PBT adapts the gradient clip on the
+    filled in), "adapts_max_grad_norm" (PBT adapts the gradient clip on the
     level's family: Atari, section 5.3.2) and "is_multi_task".
 
   Raises:
@@ -84,7 +84,7 @@ def resolve_member_flags(experiment_flags, logdir):
     config_lib.check_levels_can_run(config)
   except ModuleNotFoundError as error:
     raise ValueError(str(error)) from error
-  return dict(settings=dataclasses.asdict(config), is_atari=config.is_atari,
+  return dict(settings=dataclasses.asdict(config),
               adapts_max_grad_norm=config.family.pbt_adapts_max_grad_norm,
               is_multi_task=config.is_multi_task)
 

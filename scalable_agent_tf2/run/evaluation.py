@@ -80,7 +80,7 @@ def format_tables(rows, level_name):
   if suites.is_suite(level_name) and rows:
     summary = suites.suite_scores({r["level"]: r["mean_return"] for r in rows}, level_name,
                                   allow_missing=True)
-    num_suite_levels = len(suites.level_names(level_name))
+    num_suite_levels = len(families.level_names(level_name))
     over = ("" if summary.num_levels == num_suite_levels
             else f" over {summary.num_levels} of {num_suite_levels} levels")
     lines.append("-" * len(header))

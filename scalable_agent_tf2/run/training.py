@@ -282,7 +282,7 @@ class LevelsCannotRun(RuntimeError):
       remaining = len(config.levels) - len(set(names) & set(config.levels))
       lines.append(f"{fix}, or run without them with "
                    f"--excluded_levels={','.join(excluded)} ({config.level_name}'s score then "
-                   f"covers {remaining} of {len(suites.level_names(config.level_name))} "
+                   f"covers {remaining} of {len(families.level_names(config.level_name))} "
                    f"levels).")
     else:
       lines.append(f"{fix} or choose another level.")

@@ -18,6 +18,8 @@ from scalable_agent_tf2.environments import (EnvironmentProcessDied, LevelCannot
                                              LevelKeepsFailing)
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 from scalable_agent_tf2.environments.atari_vector import AtariVectorGroup
+from scalable_agent_tf2.environments.families import atari as atari_family
+from scalable_agent_tf2.environments.families import base as family_base
 
 SEEDS = (3, 4, 5)
 
@@ -232,7 +234,7 @@ def test_seeded_evaluation_on_atari_groups_repeats():
 def test_envs_per_actor_is_for_groups_only():
   atari = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari/pong"))
   assert atari.uses_atari_groups and atari.uses_environment_groups
-  assert atari.num_actors * atari.envs_per_actor >= presets.ATARI_ENVIRONMENTS
+  assert atari.num_actors * atari.envs_per_actor >= atari_family.ATARI_ENVIRONMENTS
   toy = config_lib.resolve(config_lib.ExperimentConfig(level_name="toy/lit_side"))
   assert not toy.uses_environment_groups and toy.envs_per_actor == 1
   sticky = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari/pong",
@@ -245,12 +247,12 @@ def test_envs_per_actor_is_for_groups_only():
   hopper = config_lib.resolve(config_lib.ExperimentConfig(level_name="mujoco/hopper"))
   assert hopper.uses_environment_groups and not hopper.uses_atari_groups
   assert (hopper.num_actors, hopper.envs_per_actor) == tuple(
-      presets.actor_layout(16, os.cpu_count()).values())
-  assert presets.atari_actor_layout(2) == dict(num_actors=2, envs_per_actor=24)
-  assert presets.atari_actor_layout(64) == dict(num_actors=48, envs_per_actor=1)
-  assert presets.actor_layout(16, 2) == dict(num_actors=2, envs_per_actor=8)
-  assert presets.actor_layout(16, 3) == dict(num_actors=3, envs_per_actor=6)
-  assert presets.actor_layout(16, 1) == dict(num_actors=2, envs_per_actor=8)
+      family_base.actor_layout(16, os.cpu_count()).values())
+  assert atari_family.atari_actor_layout(2) == dict(num_actors=2, envs_per_actor=24)
+  assert atari_family.atari_actor_layout(64) == dict(num_actors=48, envs_per_actor=1)
+  assert family_base.actor_layout(16, 2) == dict(num_actors=2, envs_per_actor=8)
+  assert family_base.actor_layout(16, 3) == dict(num_actors=3, envs_per_actor=6)
+  assert family_base.actor_layout(16, 1) == dict(num_actors=2, envs_per_actor=8)
 
 
 def test_atari_shallow_on_a_small_machine_runs_one_tensorflow_thread_per_op():

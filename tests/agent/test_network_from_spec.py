@@ -23,6 +23,7 @@ from scalable_agent_tf2.environments.families import gym as gym_family
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
 from scalable_agent_tf2.structures import Observation
 from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.environments import gym_env
 
 T, B = 4, 3
 HPARAMS = dict(learning_rate=0.01, total_environment_frames=100_000, max_grad_norm=40.0)
@@ -219,7 +220,7 @@ def test_minigrid_ids_import_their_package_or_say_how_to_get_it():
   try:
     import minigrid  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError:
-    with pytest.raises(ValueError, match=re.escape(gym_family.MINIGRID_INSTALL)):
-      gym_family.check_registered("MiniGrid-Empty-5x5-v0")
+    with pytest.raises(ValueError, match=re.escape(gym_env.MINIGRID_INSTALL)):
+      gym_env.check_registered("MiniGrid-Empty-5x5-v0")
   else:  # Installed: the plain id is registered by importing the package.
-    gym_family.check_registered("BabyAI-GoToRedBall-v0")
+    gym_env.check_registered("BabyAI-GoToRedBall-v0")

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.environments.atari import AtariEnvironment
+from scalable_agent_tf2.environments.families import atari as atari_family
 
 PONG = "--level_name=atari/pong"
 
@@ -64,7 +64,7 @@ def test_without_the_preset_both_algorithms_keep_their_presets():
             batch_size=32, width=84, height=84, torso="shallow",
             max_grad_norm=40.0, epsilon=0.01, queue_capacity=128, preset="default",
             # Table 1's 48 environments in vector groups, one actor thread per core.
-            **presets.atari_actor_layout(os.cpu_count()))
+            **atari_family.atari_actor_layout(os.cpu_count()))
   impala = config_lib.config_from_argv([PONG])
   assert _values(impala, g1) == g1 and impala.baseline_cost == 0.5
   impact = config_lib.config_from_argv([PONG, "--algorithm=impact"])

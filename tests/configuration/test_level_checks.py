@@ -7,6 +7,7 @@ import pytest
 
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments.families import dmlab as dmlab_family
 
 _BRADY = ("psychlab_arbitrary_visuomotor_mapping", "psychlab_continuous_recognition")
 
@@ -41,12 +42,12 @@ def test_dmlab_actors_that_do_not_fit_in_memory_are_refused_with_a_count_that_fi
     monkeypatch):
   # 150 environments x 0.2 GB + 2.5 GB for training = 32.5 GB.
   with pytest.raises(ValueError) as raised:
-    config_lib.check_dmlab_memory(150, memory_gb=24.0)
+    dmlab_family.check_dmlab_memory(150, memory_gb=24.0)
   message = str(raised.value)
   assert "--num_actors=150" in message and "about 32 GB" in message and "has 24 GB" in message
   assert "--num_actors=107 or fewer" in message  # (24 - 2.5) / 0.2 = 107.5.
-  config_lib.check_dmlab_memory(107, memory_gb=24.0)
-  config_lib.check_dmlab_memory(150, memory_gb=64.0)
+  dmlab_family.check_dmlab_memory(107, memory_gb=24.0)
+  dmlab_family.check_dmlab_memory(150, memory_gb=64.0)
   # The run's check uses the machine's memory, after the dataset check, before any work.
   monkeypatch.setattr(config_lib, "machine_memory_gb", lambda: 24.0)
   with pytest.raises(ValueError, match="--num_actors=107 or fewer"):

@@ -11,14 +11,15 @@ import sys
 import pytest
 
 from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.environments.families import dmlab as dmlab_family
 
 # What the current code gives each derived config by default (config.py's docstrings).
-LEARNER_DEFAULTS = dict(presets.DMLAB30, max_grad_norm=None)  # DMLab-30; None: no clipping.
-IMPACT_DEFAULTS = dict(presets.IMPACT_PRESET, target_update_period=(  # Section 4.1.1: N x K.
-    presets.IMPACT_PRESET["circular_buffer_size"]
-    * presets.IMPACT_PRESET["circular_buffer_max_uses"]))
+LEARNER_DEFAULTS = dict(dmlab_family.DMLAB30, max_grad_norm=None)  # DMLab-30; None: no clipping.
+IMPACT_DEFAULTS = dict(family_base.IMPACT_PRESET, target_update_period=(  # Section 4.1.1: N x K.
+    family_base.IMPACT_PRESET["circular_buffer_size"]
+    * family_base.IMPACT_PRESET["circular_buffer_max_uses"]))
 
 
 @pytest.mark.parametrize("derived, part_of, defaults, constants", [

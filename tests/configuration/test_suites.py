@@ -7,19 +7,21 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments.families import dmlab as dmlab_family
 
 
 def test_suite_sizes_and_test_variants():
-  assert len(suites.level_names("dmlab30")) == 30
-  assert len(suites.level_names("atari57")) == 57
+  assert len(families.level_names("dmlab30")) == 30
+  assert len(families.level_names("atari57")) == 57
   assert len(set(suites.DMLAB30_TEST_LEVELS)) == 30
   distinct = {k: v for k, v in suites.DMLAB30_LEVEL_MAPPING.items() if k != v}
   assert distinct == {
       "rooms_collect_good_objects_train": "rooms_collect_good_objects_test",
       "rooms_exploit_deferred_effects_train": "rooms_exploit_deferred_effects_test"}
-  assert suites.dmlab30_test_level("rooms_exploit_deferred_effects_train") == \
+  assert dmlab_family.FAMILY.test_level("rooms_exploit_deferred_effects_train") == \
       "rooms_exploit_deferred_effects_test"
-  assert suites.dmlab30_test_level("rooms_watermaze") == "rooms_watermaze"
+  assert dmlab_family.FAMILY.test_level("rooms_watermaze") == "rooms_watermaze"
 
 
 def test_level_names_use_deepmind_labs_spelling_not_the_papers():
@@ -30,11 +32,11 @@ def test_level_names_use_deepmind_labs_spelling_not_the_papers():
 
 
 def test_level_name_registry():
-  assert suites.level_names("atari/space_invaders") == ("atari/space_invaders",)
-  assert suites.level_names("explore_goal_locations_small") == ("explore_goal_locations_small",)
-  assert suites.level_names("atari57")[0] == "atari/alien"
+  assert families.level_names("atari/space_invaders") == ("atari/space_invaders",)
+  assert families.level_names("explore_goal_locations_small") == ("explore_goal_locations_small",)
+  assert families.level_names("atari57")[0] == "atari/alien"
   assert suites.atari_game("atari/montezuma_revenge") == "montezuma_revenge"
-  # Unknown names: tests/configuration/test_level_names.py.
+  # Unknown names: tests/environments/test_level_names.py.
 
 
 def test_human_normalized_score():

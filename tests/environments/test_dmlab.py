@@ -196,7 +196,7 @@ class TestFactory:
       environments.create_environment("explore_goal_locations_small")
 
   def test_every_dmlab30_level_is_accepted(self):
-    for level_name in suites.level_names("dmlab30") + suites.DMLAB30_TEST_LEVELS:
+    for level_name in suites.SUITES["dmlab30"] + suites.DMLAB30_TEST_LEVELS:
       constructor, kwargs = environments.environment_constructor(
           level_name, lab_module="tests.fake_deepmind_lab")
       assert constructor is dmlab.DmLabEnvironment and kwargs["level_name"] == level_name

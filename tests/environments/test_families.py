@@ -20,7 +20,7 @@ def test_each_name_has_its_family(level_name, family_name):
 
 
 def test_every_listed_level_has_exactly_one_family():
-  for name in suites.SINGLE_LEVELS:
+  for name in families.listed_names():
     owners = [family.name for family in families.families() if family.owns(name)]
     assert len(owners) == 1, (name, owners)
 
@@ -29,7 +29,7 @@ def test_every_listed_level_has_exactly_one_family():
 def test_unknown_names_are_refused_not_defaulted(name):
   with pytest.raises(ValueError, match="Unknown level name"):
     families.family_of(name)
-  with pytest.raises(ValueError, match=suites.LIST_LEVELS_COMMAND):
+  with pytest.raises(ValueError, match=families.LIST_LEVELS_COMMAND):
     config_lib.resolve(config_lib.ExperimentConfig(level_name=name))
 
 
@@ -64,7 +64,7 @@ def test_the_documented_example_family_registers_and_trains(tmp_path):
   families.register(example_family.FAMILY)
   try:
     with pytest.raises(ValueError, match="did you mean coin/show"):
-      suites.level_names("coin/shw")
+      families.level_names("coin/shw")
     config = config_lib.config_from_argv([
         "--level_name=coin/show", f"--logdir={tmp_path}", "--num_actors=2",
         "--total_environment_frames=400", "--log_secs=60"])
@@ -74,4 +74,4 @@ def test_the_documented_example_family_registers_and_trains(tmp_path):
   finally:
     families.unregister(example_family.FAMILY)
   with pytest.raises(ValueError, match="Unknown level name"):
-    suites.level_names("coin/show")
+    families.level_names("coin/show")

@@ -49,7 +49,7 @@ def test_untuned_defaults_take_the_papers_learner_with_popart_and_a_constant_rat
 
 def test_impact_takes_the_impact_papers_setting_for_the_action_kind():
   impact = _resolve("gym:CartPole-v1", algorithm="impact")
-  assert impact.circular_buffer_size == presets.IMPACT_PRESET["circular_buffer_size"]
+  assert impact.circular_buffer_size == family_base.IMPACT_PRESET["circular_buffer_size"]
   assert impact.epsilon == atari_family.ATARI["epsilon"] and not impact.popart
   config = _resolve("gym:Pendulum-v1", algorithm="impact")
   table2 = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, "impact")
@@ -124,11 +124,11 @@ def test_a_missing_minigrid_is_answered_with_the_documented_install(monkeypatch)
     pytest.skip("minigrid was imported by this process: its ids are registered")
   monkeypatch.setitem(sys.modules, "minigrid", None)  # `import minigrid` raises ImportError.
   with pytest.raises(ValueError) as raised:
-    gym_family.check_registered("MiniGrid-Empty-5x5-v0")
-  assert f"`{gym_family.MINIGRID_INSTALL}`" in str(raised.value)
+    gym_env.check_registered("MiniGrid-Empty-5x5-v0")
+  assert f"`{gym_env.MINIGRID_INSTALL}`" in str(raised.value)
   assert "`pip install minigrid`" not in str(raised.value)
   with open(os.path.join(REPO, "docs", "ENVIRONMENTS.md"), encoding="utf-8") as f:
-    assert gym_family.MINIGRID_INSTALL in " ".join(f.read().split())
+    assert gym_env.MINIGRID_INSTALL in " ".join(f.read().split())
 
 
 @pytest.mark.parametrize("env_id, field, space", [

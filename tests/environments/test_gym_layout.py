@@ -28,7 +28,7 @@ def _resolve(level_name, **flags):
 
 
 def test_the_step_cost_is_measured_and_picks_the_layout():
-  slow = gym_env.describe(gym_family.gym_id(SLOW), {})
+  slow = gym_env.describe(gym_env.gym_id(SLOW), {})
   assert slow.step_seconds >= costs.SLOW_STEP_SECONDS
   cheap = gym_env.describe("CartPole-v1", {})
   assert cheap.step_seconds < gym_family.OWN_PROCESS_STEP_SECONDS / 10
@@ -52,7 +52,7 @@ def test_the_first_batch_takes_under_a_minute_of_20_ms_steps(level):
 
 
 def test_bool_planes_are_frames_stored_as_zero_and_one():
-  description = gym_env.describe(gym_family.gym_id(PLANES), {})
+  description = gym_env.describe(gym_env.gym_id(PLANES), {})
   assert (description.observation_kind, description.observation_shape) == (
       gym_env.FRAME, costs.PLANES_SHAPE)
   assert description.frame_is_bool and description.frame_max == 1.0

@@ -287,7 +287,7 @@ def test_settings_follow_the_paper(tmp_path, monkeypatch):
   _as_if_deepmind_lab_were_installed(monkeypatch)
   args = command_lib._parser().parse_args([f"--logdir={tmp_path}"])
   atari, member = command_lib.settings_from_arguments(args, ["--level_name=atari57"])
-  assert member["is_atari"] and atari.multi_task and atari.population_size == 24
+  assert member["adapts_max_grad_norm"] and atari.multi_task and atari.population_size == 24
   assert atari.adapted == pbt.ADAPTED_ATARI
   assert (atari.burn_in_frames, atari.ready_episodes, atari.exploit_threshold) == (
       20_000_000, 5_000, 5.0)
@@ -312,7 +312,7 @@ def test_settings_follow_the_paper(tmp_path, monkeypatch):
 def test_documented_population_commands_are_valid(monkeypatch):
   from tests.project import test_docs_commands as docs  # pylint: disable=g-import-not-at-top
   # docs/POPULATION.md's DMLab-30 population is the paper's (150 actors a member): valid flags,
-  # checked as on a machine with the memory for them (config.check_dmlab_memory).
+  # checked as on a machine with the memory for them (families/dmlab.py, check_dmlab_memory).
   monkeypatch.setattr(command_lib.config_lib, "machine_memory_gb", lambda: 1000.0)
   _as_if_deepmind_lab_were_installed(monkeypatch)
   commands = [c.argv[3:] for c in docs.all_commands()

@@ -21,6 +21,7 @@ from scalable_agent_tf2.utils import stop_signals
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import LevelCannotRun, LevelKeepsFailing
+from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments import toy as toy_environment
 from tests.environments import test_environment_faults
 from tests.run.test_training import TOY_NETWORK, toy_config
@@ -145,7 +146,7 @@ def _refusing_constructor(refused):
 @pytest.mark.timeout(600)
 def test_levels_that_cannot_run_stop_training_with_one_message_after_the_checkpoint(
     tmp_path, monkeypatch):
-  levels = suites.level_names("dmlab30")
+  levels = families.level_names("dmlab30")
   config = dataclasses.replace(
       toy_config(tmp_path, total_frames=100_000_000, num_actors=4, test_num_episodes=2),
       level_name="dmlab30", excluded_levels=",".join(levels[4:]))
@@ -168,8 +169,8 @@ def test_levels_that_cannot_run_stop_training_with_one_message_after_the_checkpo
                         network_config=TOY_NETWORK, print_fn=lines.append)
   table = next(line for line in lines if line.startswith("level"))
   printed = "\n".join(lines)
-  assert table and suites.dmlab30_test_level(levels[0]) in printed
-  assert suites.dmlab30_test_level(levels[1]) not in printed.split(table)[1].split("Results")[0]
+  assert table and suites.DMLAB30_LEVEL_MAPPING[levels[0]] in printed
+  assert suites.DMLAB30_LEVEL_MAPPING[levels[1]] not in printed.split(table)[1].split("Results")[0]
   assert "over 2 of 30 levels" in printed
 
   # A write failing after the play: the tables are printed, the error says where.

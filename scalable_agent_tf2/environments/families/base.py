@@ -91,7 +91,7 @@ class Family:
 
   Attributes:
     name: short id ("atari"); the registry lists families by it.
-    title: a heading for `python -m scalable_agent_tf2.configuration.suites`.
+    title: a heading for `python -m scalable_agent_tf2.environments.families`.
     prefixes: level-name prefixes this family owns ("atari/"); a name with one of them is
       this family's (or refused by it: never another family's).
     name_forms: the open-ended forms of its names, for the listing ("gym:<id>").

@@ -15,9 +15,10 @@ import re
 
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import dmlab
 from scalable_agent_tf2.environments.families import base
 
-PREFIX = "dmlab:"
+PREFIX = dmlab.LEVEL_PREFIX
 # DMLab-30. Table D.3: unroll 100, 96x72 frames, Figure D.1's optimistic asymmetric reward
 # clipping. Released code: batch 32, RMSProp epsilon 0.1, no gradient clipping, entropy cost and
 # learning rate of the Table D.1 sweep's best agent, 10e9 frames (Figure 5); 150 actors
@@ -35,16 +36,25 @@ DMLAB_LEVEL = dict(DMLAB30, reward_clipping=settings.ABS_ONE, total_environment_
 _LEVEL_PATH = re.compile(r"^[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*$")
 
 
-def level_path(level_name):
-  """DeepMind Lab's script path of a level: DMLab-30 levels live in contributed/dmlab30/,
-  "dmlab:<path>" is <path> (a DMLab-30 name after the prefix is found there too)."""
-  from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
-  name = level_name[len(PREFIX):] if level_name.startswith(PREFIX) else level_name
-  if name in suites.DMLAB_EXTRA_LEVELS:
-    return suites.DMLAB_EXTRA_LEVELS[name]
-  if name in suites.DMLAB_LEVELS:
-    return dmlab.DMLAB30_LEVEL_DIRECTORY + name
-  return name
+# Measured here (BUILD.md, "DeepMind Lab", memory): a DeepMind Lab environment process holds
+# about 0.2 GB (language levels up to 0.28).
+DMLAB_ENVIRONMENT_GB = 0.2
+
+
+def check_dmlab_memory(num_actors, memory_gb):
+  """Refuses, before anything starts, a DeepMind Lab run whose environment processes (one per
+  actor) and training process would not fit in the machine's memory: the paper's 150 actors
+  (section 5.3.1) ran on as many machines; on one they need about 32 GB."""
+  need = num_actors * DMLAB_ENVIRONMENT_GB + base.TRAINING_PROCESS_GB
+  if need <= memory_gb:
+    return
+  fits = max(1, int((memory_gb - base.TRAINING_PROCESS_GB) / DMLAB_ENVIRONMENT_GB))
+  raise ValueError(
+      f"--num_actors={num_actors}: {num_actors} DeepMind Lab environment processes and the "
+      f"training process need about {need:.0f} GB of memory ({DMLAB_ENVIRONMENT_GB} GB each "
+      f"+ {base.TRAINING_PROCESS_GB} GB; BUILD.md, \"DeepMind Lab\"), and this machine has "
+      f"{memory_gb:.0f} GB. Pass --num_actors={fits} or fewer (the paper's 150 actors for "
+      f"DMLab-30 ran on 150 machines).")
 
 
 def installed_levels_directory(module_name="deepmind_lab"):
@@ -92,7 +102,7 @@ class DmLabFamily(base.Family):
                        "under game_scripts/levels, without .lua (e.g. dmlab:lt_chasm, "
                        "dmlab:contributed/dmlab30/rooms_watermaze).")
     directory = installed_levels_directory()
-    if directory is None or os.path.isfile(os.path.join(directory, level_path(level_name)
+    if directory is None or os.path.isfile(os.path.join(directory, dmlab.level_path(level_name)
                                                          + ".lua")):
       return  # Without the module the engine itself reports a missing level.
     close = difflib.get_close_matches(path, installed_level_paths(directory), n=3, cutoff=0.6)
@@ -109,11 +119,7 @@ class DmLabFamily(base.Family):
     return []
 
   def test_level(self, level_name):
-    name = level_name[len(PREFIX):] if level_name.startswith(PREFIX) else level_name
-    if name in suites.DMLAB30_LEVEL_MAPPING:
-      mapped = suites.DMLAB30_LEVEL_MAPPING[name]
-      return PREFIX + mapped if level_name.startswith(PREFIX) else mapped
-    return level_name
+    return dmlab.test_level(level_name)
 
   def presets(self, level_name, levels, algorithm, num_cores, given=None):
     del levels, algorithm, num_cores, given
@@ -134,11 +140,8 @@ class DmLabFamily(base.Family):
 
   def check_can_run(self, config, memory_gb):
     """The Brady et al. image set where a level needs it, memory, the module."""
-    from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-top
-        config as config_lib)
-    from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
     needing = [level for level in config.levels
-               if level_path(level).split("/")[-1] in suites.DMLAB30_LEVELS_NEEDING_DATASET
+               if dmlab.level_path(level).split("/")[-1] in suites.DMLAB30_LEVELS_NEEDING_DATASET
                or suites.DMLAB30_LEVEL_MAPPING.get(level)
                in suites.DMLAB30_LEVELS_NEEDING_DATASET]
     if needing and not config.dataset_path:
@@ -146,7 +149,7 @@ class DmLabFamily(base.Family):
                    if config.is_multi_task else "")
       raise ValueError(f"{', '.join(needing)} need the Brady et al. (2008) image "
                        f"dataset: pass --dataset_path (BUILD.md, \"DeepMind Lab\"){leave_out}.")
-    config_lib.check_dmlab_memory(config.num_actors, memory_gb)
+    check_dmlab_memory(config.num_actors, memory_gb)
     dmlab.check_deepmind_lab_available()
 
   def environment_options(self, config):
@@ -155,7 +158,6 @@ class DmLabFamily(base.Family):
                 renderer=config.renderer, level_cache_dir=config.level_cache_dir or None)
 
   def environment_constructor(self, level_name, seed, test_mode, options):
-    from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
     lab_module = options.get("lab_module", "deepmind_lab")
     if isinstance(lab_module, str):
       dmlab.check_deepmind_lab_available(lab_module)  # Fail now, not in the child.

@@ -46,27 +46,16 @@ With --algorithm=impact: the IMPACT paper's settings for the nearest published t
 chosen by the action space (Box: Table 2's continuous-control setting, mujoco_presets.py;
 Discrete: Table G.1's learner with IMPACT Table 1's own settings), as before issue 42.
 """
-import difflib
 import functools
-import importlib
 import json
 
 from scalable_agent_tf2.configuration import mujoco_presets
 from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base
 
-PREFIX = "gym:"
-# The spaces the family takes (gym_env.describe_spaces names what it found).
-SUPPORTED_OBSERVATIONS = ("Box of shape (O,) (a float vector)",
-                          "Box of shape (H, W, C) and dtype uint8 or bool (image frames, "
-                          "feature planes)",
-                          "Discrete(n) (an index)",
-                          "Dict of one image (Box (H, W, C) uint8) and at most one text "
-                          "(gymnasium Text, or a space of str such as MiniGrid's "
-                          "MissionSpace), other entries ignored (MiniGrid/BabyAI's "
-                          "Dict(image, direction, mission))")
-SUPPORTED_ACTIONS = ("Discrete(n)", "Box of shape (A,) (continuous actions)")
+PREFIX = gym_env.LEVEL_PREFIX
 # Above this cost of one step an environment runs in processes (runs_as). A process's round
 # trip costs about 150-250 us here (benchmarks/RESULTS.md, "The adapter's cost per step"), and
 # on 2 cores MiniGrid's 570 us steps ran faster in groups (573 us a step) than in processes
@@ -91,17 +80,6 @@ UNTUNED = dict(DISCRETE_PRESET, learning_rate_schedule=settings.CONSTANT, popart
 PRESETS_DOCUMENTATION = __doc__[__doc__.index("Presets"):]
 
 
-def gym_id(level_name):
-  """"gym:CartPole-v1" -> "CartPole-v1"; "gym:pkg.envs:MyEnv-v0" -> "pkg.envs:MyEnv-v0"."""
-  return level_name[len(PREFIX):]
-
-
-def split_id(env_id):
-  """(module or None, registered id) of gymnasium's "module:Id" form or a plain id."""
-  module, _, name = env_id.rpartition(":")
-  return (module or None), name
-
-
 def parse_env_kwargs(text):
   """--env_kwargs as a dict (empty for ""); ValueError naming what is wrong."""
   if not text:
@@ -116,66 +94,6 @@ def parse_env_kwargs(text):
     raise ValueError(f"--env_kwargs must be a JSON object, e.g. '{{\"continuous\": true}}'; "
                      f"got {type(value).__name__} {text!r}.")
   return value
-
-
-# Ids whose package registers them when imported, imported for a plain "gym:<id>" so that
-# "gym:MiniGrid-Empty-5x5-v0" works as "gym:minigrid:MiniGrid-Empty-5x5-v0" does: (id prefix,
-# package, how to install it). MiniGrid and BabyAI: not in requirements.txt, a benchmark-only
-# package, installed without its dependencies (benchmarks/requirements-minigrid.txt says why;
-# docs/ENVIRONMENTS.md).
-MINIGRID_INSTALL = "pip install --no-deps -r benchmarks/requirements-minigrid.txt"
-REGISTERING_PACKAGES = (("MiniGrid-", "minigrid", MINIGRID_INSTALL),
-                        ("BabyAI-", "minigrid", MINIGRID_INSTALL))
-
-
-def check_registered(env_id):
-  """Imports a "module:Id"'s module (its own error if it fails) and refuses an id gymnasium
-  does not know, naming the nearest registered ids."""
-  import gymnasium  # pylint: disable=g-import-not-at-top
-  module, name = split_id(env_id)
-  if module is None and name not in gymnasium.registry:
-    for prefix, package, install in REGISTERING_PACKAGES:
-      if name.startswith(prefix):
-        try:
-          importlib.import_module(package)
-        except ImportError as error:
-          raise ValueError(f"{PREFIX}{env_id} is registered by the {package!r} package, which "
-                           f"does not import here ({error}); install it with `{install}` "
-                           "(docs/ENVIRONMENTS.md).") from error
-  if module is not None:
-    import_registering_module(env_id, module)
-  if name in gymnasium.registry:
-    return
-  close = difflib.get_close_matches(name, list(gymnasium.registry), n=3, cutoff=0.5)
-  hint = (f" The nearest registered ids: {', '.join(PREFIX + c for c in close)}."
-          if close else "")
-  where = (f" after importing {module} (does it call gymnasium.register(id={name!r}, ...)?)"
-           if module else "")
-  raise ValueError(f"{PREFIX}{env_id}: gymnasium knows no environment {name!r}{where}.{hint} "
-                   "`python -c \"import gymnasium; gymnasium.pprint_registry()\"` lists them.")
-
-
-def import_registering_module(env_id, module):
-  """Imports the module of a "module:Id" level, which registers the id (gymnasium's own form).
-
-  Raises:
-    ModuleNotFoundError: the module itself is not found: the message names the level and how to
-      make the module importable.
-    Whatever the module raised while it ran (a module it imports that is missing included):
-      the user's own error, unchanged.
-  """
-  try:
-    importlib.import_module(module)
-  except ModuleNotFoundError as error:
-    if not error.name or not (module == error.name or module.startswith(error.name + ".")):
-      raise  # Raised inside the user's module: its own message says what is missing.
-    top = module.split(".")[0]
-    raise ModuleNotFoundError(
-        f"{PREFIX}{env_id}: cannot import {module!r}, the module that should register "
-        f"{split_id(env_id)[1]!r} ({error}). The module must be importable where the run "
-        f"starts: on PYTHONPATH (run from the directory that holds {top}/ or {top}.py, or set "
-        f"PYTHONPATH to it) or an installed package (e.g. `pip install -e` of your project).",
-        name=error.name) from None
 
 
 class GymFamily(base.Family):
@@ -193,10 +111,10 @@ class GymFamily(base.Family):
   takes_env_kwargs = True
 
   def check_level(self, level_name):
-    if not split_id(gym_id(level_name))[1]:
+    if not gym_env.split_id(gym_env.gym_id(level_name))[1]:
       raise ValueError(f"{level_name!r}: after {PREFIX!r} comes a gymnasium id, e.g. "
                        "gym:CartPole-v1 or gym:my_package.envs:MyEnv-v0.")
-    check_registered(gym_id(level_name))
+    gym_env.check_registered(gym_env.gym_id(level_name))
 
   def suggestions(self, name):
     """"CartPole-v1" or "gym/CartPole-v1" -> "gym:CartPole-v1" when gymnasium has the id."""
@@ -208,8 +126,7 @@ class GymFamily(base.Family):
 
   def describe(self, level_name, env_kwargs=None):
     """gym_env.Description (spaces, kinds) of the level, made once per process."""
-    from scalable_agent_tf2.environments import gym_env  # pylint: disable=g-import-not-at-top
-    return gym_env.describe(gym_id(level_name), env_kwargs or {})
+    return gym_env.describe(gym_env.gym_id(level_name), env_kwargs or {})
 
   def presets(self, level_name, levels, algorithm, num_cores, given=None):
     env_kwargs = parse_env_kwargs((given or {}).get("env_kwargs", ""))
@@ -221,13 +138,10 @@ class GymFamily(base.Family):
       values = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, algorithm)
       values.update(base.actor_layout(values["num_actors"], num_cores))
     else:
-      from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-top
-          presets)
-      values = dict(DISCRETE_PRESET, **presets.IMPACT_PRESET)
+      values = dict(DISCRETE_PRESET, **base.IMPACT_PRESET)
       values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
     # The torso the run builds (network_config reads it): frames only; a vector or an index
     # takes its own torso, which no setting names.
-    from scalable_agent_tf2.environments import gym_env  # pylint: disable=g-import-not-at-top
     values["torso"] = (frame_torso(description.observation_shape)
                        if description.observation_kind == gym_env.FRAME else None)
     return values
@@ -260,7 +174,6 @@ class GymFamily(base.Family):
 
   def environment_constructor(self, level_name, seed, test_mode, options):
     # Test mode plays the same environment (the observation filter, if any, frozen).
-    from scalable_agent_tf2.environments import gym_env  # pylint: disable=g-import-not-at-top
     del test_mode
     return gym_env.GymEnvironment, dict(level_name=level_name, seed=seed, **options)
 
@@ -280,7 +193,6 @@ class GymFamily(base.Family):
   def network_in_words(self, config):
     """network_config's choice (below) from the environment's description, without
     TensorFlow: tests/environments/test_gym_family.py holds the two equal."""
-    from scalable_agent_tf2.environments import gym_env  # pylint: disable=g-import-not-at-top
     description = self.describe(config.levels[0], parse_env_kwargs(config.env_kwargs))
     kind, continuous = description.observation_kind, description.continuous_actions
     torso = {gym_env.VECTOR: "mlp", gym_env.INDEX: "one_hot"}.get(kind, config.torso)
@@ -354,8 +266,7 @@ def frame_torso(frame_shape):
 
 @functools.lru_cache(maxsize=64)
 def _observation_values(level_name, env_kwargs_json):
-  from scalable_agent_tf2.environments import gym_env  # pylint: disable=g-import-not-at-top
-  env = gym_env.make(gym_id(level_name), json.loads(env_kwargs_json))
+  env = gym_env.make(gym_env.gym_id(level_name), json.loads(env_kwargs_json))
   try:
     return int(env.observation_space.n)
   finally:

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import families
 
 
 @pytest.mark.parametrize("typed, suggested", [
@@ -15,22 +16,22 @@ from scalable_agent_tf2.configuration import suites
 ])
 def test_unknown_names_suggest_the_closest(typed, suggested):
   with pytest.raises(ValueError) as raised:
-    suites.level_names(typed)
+    families.level_names(typed)
   message = str(raised.value)
   assert f"did you mean {suggested}" in message
-  assert suites.LIST_LEVELS_COMMAND in message
+  assert families.LIST_LEVELS_COMMAND in message
   # One short line, not the whole list of 90 names.
   assert len(message) < 250 and "\n" not in message
 
 
 def test_no_suggestion_for_a_name_like_none():
   with pytest.raises(ValueError) as raised:
-    suites.level_names("zzz")
+    families.level_names("zzz")
   assert "did you mean" not in str(raised.value)
 
 
 def test_the_list_command_prints_every_name():
-  listing = subprocess.run([sys.executable, "-m", "scalable_agent_tf2.configuration.suites"], check=True,
+  listing = subprocess.run([sys.executable, "-m", "scalable_agent_tf2.environments.families"], check=True,
                            capture_output=True, text=True).stdout
-  for name in list(suites.SUITES) + list(suites.SINGLE_LEVELS):
+  for name in list(suites.SUITES) + families.listed_names():
     assert f"\n  {name}\n" in listing + "\n"
