@@ -1,7 +1,7 @@
-"""What the gpu test tier (tests/project/test_gpu.py) compares, as functions that run anywhere.
+"""What the gpu test tier (tests/benchmark_tools/test_gpu.py) compares, as functions that run anywhere.
 
 Each GPU test is one of these comparisons with the GPU on one side. The same functions run
-CPU against CPU in the default tier (tests/project/test_gpu_readiness.py), once where the two sides
+CPU against CPU in the default tier (tests/benchmark_tools/test_gpu_readiness.py), once where the two sides
 must agree (XLA against TensorFlow's own kernels: another order of float32 arithmetic, as on
 a GPU) and once with a forced difference that they must report (a learning rate 10% higher,
 rows handed to the wrong caller, another agent's parameters). So the tier can fail.
@@ -21,7 +21,7 @@ T x B steps and three updates it stays well under 1e-4 relative. So:
     tolerance on them would not see a wrong update.
 A learning rate 10% off moves the learning-rate statistic by 1e-1 relative and the change by
 about 1e-1: both are caught with two orders of magnitude to spare (measured in
-tests/project/test_gpu_readiness.py). TensorFloat-32 (on by default on Ampere and Hopper GPUs for
+tests/benchmark_tools/test_gpu_readiness.py). TensorFloat-32 (on by default on Ampere and Hopper GPUs for
 float32 matrix products and convolutions) rounds their inputs to 10 bits of mantissa, about
 5e-4 relative per product: the tier turns it off (without_tensor_float_32) to compare float32
 with float32; training keeps TensorFlow's default.

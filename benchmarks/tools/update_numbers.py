@@ -33,7 +33,7 @@ AGENT_SEED = 3
 
 def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
   """(learner, batch) of one case, built from its fixed seed where the caller's device scope
-  puts it (tests/project/test_gpu.py builds one under /GPU:0 and one under /CPU:0).
+  puts it (tests/benchmark_tools/test_gpu.py builds one under /GPU:0 and one under /CPU:0).
 
   Args:
     name: one of CASES.

@@ -92,3 +92,56 @@ def test_architectures_table_is_the_scripts():
   assert printed == rooms.room_table()
   assert printed in document, ("docs/ARCHITECTURE.md's import table differs from "
                                "`python -m scalable_agent_tf2.rooms`: paste its output.")
+
+
+def test_the_package_has_no_import_cycle():
+  # docs/ARCHITECTURE.md "Rooms": the arrows point one way, lazy imports and packages'
+  # __init__ included; a cycle is named with each of its modules' imports inside it.
+  assert rooms.cycle_messages() == []
+
+
+def test_the_benchmarks_have_no_import_cycle():
+  # Benchmarks import the package, and each other only one way.
+  assert rooms.cycle_messages(os.path.join(REPO, "benchmarks"), "benchmarks") == []
+
+
+def test_only_the_benchmark_tools_tests_import_benchmarks():
+  """Tests test the package; tests/benchmark_tools tests the benchmarks' own code."""
+  tests_dir = os.path.join(REPO, "tests")
+  found = [f"{i.module} line {i.line} imports {i.target}"
+           for module, path in rooms.modules(tests_dir, "tests")
+           if not module.startswith("tests.benchmark_tools")
+           for i in rooms.imports_of(module, path) if i.target.split(".")[0] == "benchmarks"]
+  assert found == []
+
+
+@pytest.mark.parametrize("files, cycle", [
+    # Two modules importing each other, one of them lazily.
+    ({"environments/__init__.py": "", "environments/a.py": "from scalable_agent_tf2."
+      "environments import b\n", "environments/b.py": "def f():\n  from scalable_agent_tf2."
+      "environments import a\n"},
+     ["scalable_agent_tf2.environments.a", "scalable_agent_tf2.environments.b"]),
+    # A package's __init__ importing a module that imports the package's submodule back:
+    # importing environments.families.base runs environments/__init__.py.
+    ({"configuration/__init__.py": "", "environments/__init__.py": "from scalable_agent_tf2."
+      "configuration import suites\n", "environments/families.py": "",
+      "configuration/suites.py": "import scalable_agent_tf2.environments.families\n"},
+     ["scalable_agent_tf2.configuration.suites", "scalable_agent_tf2.environments"]),
+    # Relative imports count too.
+    ({"utils/__init__.py": "", "utils/a.py": "from . import b\n",
+      "utils/b.py": "from .a import f\n"},
+     ["scalable_agent_tf2.utils.a", "scalable_agent_tf2.utils.b"]),
+])
+def test_an_import_cycle_is_found_and_named(tmp_path, files, cycle):
+  package_dir = _package(tmp_path, files)
+  assert rooms.cycles(rooms.import_graph(package_dir)) == [cycle]
+  message, = rooms.cycle_messages(package_dir)
+  assert all(module in message for module in cycle), message
+
+
+def test_a_module_importing_its_own_package_is_no_cycle(tmp_path):
+  # Python runs a module's own packages before it: "from p import q" inside p.r is no edge
+  # to p/__init__.py.
+  files = {"environments/__init__.py": "from scalable_agent_tf2.environments import a\n",
+           "environments/a.py": "from scalable_agent_tf2 import environments\n"}
+  assert rooms.cycles(rooms.import_graph(_package(tmp_path, files))) == []

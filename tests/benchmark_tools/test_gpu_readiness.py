@@ -2,7 +2,7 @@
 TensorFlow before its first op, the batcher's ops sit on the CPU, the GPU benchmark's code
 runs, and the one-command script parses and plans (issue 34; benchmarks/gpu/README.md).
 
-The gpu tier itself (tests/project/test_gpu.py) runs where TensorFlow sees a GPU.
+The gpu tier itself (tests/benchmark_tools/test_gpu.py) runs where TensorFlow sees a GPU.
 """
 import configparser
 import os

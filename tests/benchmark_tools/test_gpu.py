@@ -4,7 +4,7 @@
 
 Never part of the default tier (pytest.ini: -m "not slow and not gpu"); every test is skipped,
 with its reason, where TensorFlow sees no GPU. Each test is a comparison of
-benchmarks/gpu/comparisons.py with the GPU on one side; tests/project/test_gpu_readiness.py runs the
+benchmarks/gpu/comparisons.py with the GPU on one side; tests/benchmark_tools/test_gpu_readiness.py runs the
 same comparisons CPU against CPU in the default tier, where they must agree, and with a forced
 difference, which they must report. How each test here fails when its property breaks:
   - update: a statistic of one of three updates off by more than 1e-3 relative (or an
