@@ -10,6 +10,7 @@ the language instruction ('INSTR') for the language levels (Figure 3). Test mode
 5.3.1; released code, experiment.py create_environment): allowHoldOutLevels=true,
 mixerSeed=0x600D5EED, and the held-out test variant of the two levels that have one.
 """
+import difflib
 import importlib
 import importlib.util
 import os
@@ -189,8 +190,12 @@ class DmLabEnvironment(base.Environment):
       ModuleNotFoundError: deepmind_lab is not installed (see BUILD.md).
     """
     if not is_level_name(level_name):
-      raise ValueError("%r is not a DeepMind Lab level: DMLab-30 levels by their bare names, "
-                       "any other as dmlab:<level>." % (level_name,))
+      close = difflib.get_close_matches(level_name, suites.DMLAB_LEVELS, n=3, cutoff=0.6)
+      if close:  # A mistyped DMLab-30 name.
+        raise ValueError(f"Unknown level name {level_name!r}; did you mean "
+                         f"{' or '.join(close)}?")
+      raise ValueError(f"{level_name!r} is not a DeepMind Lab level: DMLab-30 levels by their "
+                       "bare names, any other as dmlab:<level>.")
     if renderer not in RENDERERS:
       raise ValueError("renderer must be one of %s, got %r." % (RENDERERS, renderer))
     if test_mode:
