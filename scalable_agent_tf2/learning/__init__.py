@@ -15,5 +15,6 @@ batch_checks.py the batch's shapes checked against the network, with messages.
 buffers.py      IMPALA's experience replay and its mixer.
 random_batches.py random batches in the agent's and the learner's shapes (tests, benchmarks).
 
-May import: configuration, structures, environments, agent, utils.
+May import: configuration, resolution (the learner's configs), structures, environments, agent,
+utils.
 """

@@ -5,5 +5,6 @@ driver.py     the population's loop: members' processes, ready, exploit, explore
 processes.py  members and the shared replay service as processes.
 pbt.py        the decisions: truncation selection, perturbation, the hyperparameters.
 
-May import: configuration, runfiles, utils; never TensorFlow.
+May import: configuration, resolution (a member's resolved flags), runfiles, utils; never
+TensorFlow.
 """
