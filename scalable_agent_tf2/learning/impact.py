@@ -18,6 +18,7 @@ from scalable_agent_tf2.learning import batch_checks
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.learning import losses
+from scalable_agent_tf2.learning import popart as popart_lib
 from scalable_agent_tf2.learning import vtrace
 
 
@@ -251,9 +252,17 @@ class ImpactLearner(learner_lib.Learner):
     kl_cost = impact.kl_cost if self.kl_target is None else self.kl_coefficient.read_value()
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
-      terms, diagnostics = impact_loss_terms(
+      if self.popart is not None:  # The network's baseline is n(x); the targets need V(x).
+        learner_outputs = learner_outputs._replace(
+            baseline=self.popart.values(learner_outputs.baseline))
+      terms, diagnostics, vs = impact_loss_terms_and_targets(
           self.agent.config.action_distribution, learner_outputs, target_policy_params,
           env_outputs, agent_outputs, config, impact)
+      if self.popart is not None:
+        # The clipped surrogate is positively homogeneous in the advantages, so dividing it by
+        # sigma is the surrogate of the normalised advantages (popart.scale_loss_terms); the
+        # KL term, like the entropy term, keeps its scale.
+        terms = popart_lib.scale_loss_terms(terms, self.popart.sigma)
       # Summed over T and B like IMPALA's terms (Algorithm 1 line 8 averages: see the class
       # docstring).
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
@@ -262,6 +271,10 @@ class ImpactLearner(learner_lib.Learner):
     gradients = tape.gradient(total_loss, self._variables)
     stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
                         num_new_trajectories)
+    if self.popart is not None:
+      kept = batch_loss.kept_transitions(env_outputs.truncated)
+      stats.update(tf.cond(stats["update_skipped"], self.popart.statistics,
+                           lambda: self.popart.update(vs, kept)))
     # A skipped step (non-finite, see _apply) is no step: it neither counts towards the
     # target refresh nor adapts the KL coefficient (whose KL would be NaN too).
     applied = tf.logical_not(stats["update_skipped"])
@@ -302,6 +315,16 @@ def impact_loss_terms(action_distribution, learner_outputs, target_policy_params
      kl_loss (sum KL(pi_target || pi));
      dict of float32 scalars: ppo_clipped_fraction, target_worker_clipped_fraction).
   """
+  terms, diagnostics, _ = impact_loss_terms_and_targets(
+      action_distribution, learner_outputs, target_policy_params, env_outputs, agent_outputs,
+      config, impact_config)
+  return terms, diagnostics
+
+
+def impact_loss_terms_and_targets(action_distribution, learner_outputs, target_policy_params,
+                                  env_outputs, agent_outputs, config, impact_config):
+  """impact_loss_terms and the value targets v_s float32 [T, B] (PopArt's statistics follow
+  them, learning/popart.py)."""
   batch = batch_loss.aligned(action_distribution, learner_outputs, env_outputs, agent_outputs,
                              config)
   target_policy = action_distribution(tf.stop_gradient(target_policy_params[:-1]))
@@ -340,4 +363,4 @@ def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs
           tf.abs(tf.exp(log_ratios) - 1.0) > impact_config.ppo_clip),
       target_worker_clipped_fraction=fraction(
           tf.math.log(beta) + behaviour_log_probs > target_log_probs))
-  return terms, diagnostics
+  return terms, diagnostics, returns.vs

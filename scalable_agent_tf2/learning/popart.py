@@ -27,6 +27,12 @@ One set of statistics per run (a single task). Hessel et al. keep one per task o
 which needs each trajectory's task in the batch; this project does not carry it there yet, so
 config.py refuses --popart on a suite.
 
+IMPACT (learning/impact.py) takes it the same way: its GAE V-trace targets and advantages are
+linear in the rewards and values, and its clipped surrogate is positively homogeneous in the
+advantages, so the surrogate divided by sigma is the surrogate of the normalised advantages;
+its KL term, like the entropy term, keeps its scale. The target network's value layer is never
+read (only its policy is), so it needs no rescaling.
+
 Step size and bounds: beta = 3e-4 (Hessel et al.'s hyperparameter table, "PopArt step size")
 and sigma clipped to [1e-4, 1e6] (the bounds rlax's popart_update takes from the paper). The moments are bias-corrected as Adam's are
 (Kingma and Ba, 2015, section 3): the statistics start at mu = 0, nu = 1 (sigma 1, the

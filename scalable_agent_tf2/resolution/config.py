@@ -478,9 +478,6 @@ def _check_popart(config):
     raise ValueError(f"--popart keeps one set of statistics, for one task; {config.level_name} "
                      "is a suite, which needs one per level (Hessel et al. 2019), not built "
                      "yet. Drop --popart (or train one level).")
-  if config.algorithm == IMPACT:
-    raise ValueError("--popart normalises IMPALA's V-trace losses; IMPACT's surrogate does not "
-                     "take it yet. Use --popart=false with --algorithm=impact.")
   if config.num_learners > 1:
     raise ValueError("--popart keeps one learner's statistics; use --num_learners=1 with it.")
 

@@ -10,6 +10,7 @@ from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import popart
 
@@ -122,6 +123,30 @@ def test_popart_makes_the_update_independent_of_the_reward_scale():
   assert norms[False, 1000.0] > 100 * norms[False, 1.0], norms
 
 
+def test_impact_popart_losses_are_the_normalised_ones():
+  """IMPACT's learner with PopArt (mu 0, sigma s) on rewards x s reports the policy-gradient
+  and baseline losses of the plain IMPACT learner on the unscaled rewards: the GAE V-trace
+  advantages and targets are linear in the rewards and values, and the clipped surrogate is
+  positively homogeneous in the advantages. Both start from one seed (their target networks
+  too), at a learning rate too small to matter."""
+  scale = 40.0
+  learners = {}
+  for popart_on in (True, False):
+    config = dataclasses.replace(_learner(popart_on).config, learning_rate=1e-12)
+    learners[popart_on] = impact.ImpactLearner(networks.Agent(VECTOR, seed=0), config,
+                                               jit_compile=False)
+  learners[True].popart.nu.assign(scale * scale)  # mu 0, sigma 40.
+  env_outputs, agent_outputs = _batch(1.0)
+  scaled = env_outputs._replace(reward=env_outputs.reward * scale)
+  got = learners[True].update((), scaled, agent_outputs)
+  want = learners[False].update((), env_outputs, agent_outputs)
+  for key in ("pg_loss", "baseline_loss", "entropy_loss", "kl_loss"):
+    np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), rtol=2e-4, atol=1e-6,
+                               err_msg=key)
+  # The statistics moved towards the scaled task's targets and the layer kept V(x).
+  assert float(got["popart_sigma"]) != scale and "popart_mu" in got
+
+
 def test_constant_schedule_keeps_the_learning_rate():
   for schedule, want in ((settings.CONSTANT, [0.01, 0.01, 0.01]),
                          (settings.LINEAR, [0.01, 0.01 * (1 - 32 / 10_000),
@@ -162,7 +187,6 @@ def test_presets_use_popart_only_where_the_papers_did_not_run():
 
 @pytest.mark.parametrize("flags, message", [
     (dict(level_name="atari57", popart=True), "one set of statistics"),
-    (dict(level_name="atari/pong", popart=True, algorithm=settings.IMPACT), "IMPACT"),
     (dict(level_name="atari/pong", popart=True, num_learners=2, num_actors=2), "num_learners")])
 def test_popart_refuses_what_it_does_not_cover(flags, message):
   with pytest.raises(ValueError, match=message):
