@@ -347,9 +347,12 @@ class ExperimentSettings:
       "Appendix G (Atari experts shallow, multi-task deep); DMLab: deep; IMPACT section 4.3",
       choices=TORSOS)
   # Learner.
-  algorithm: str = setting(
-      IMPALA, LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
-      "clipped target-worker surrogate; presets from its Table 1).", choices=ALGORITHMS)
+  algorithm: Optional[str] = _preset(
+      LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
+      "clipped target-worker surrogate; presets from its Table 1).",
+      "the papers' levels: impala; gymnasium levels: impact for Box actions (benchmarks/"
+      "RESULTS.md, 'Box actions: what learns Pendulum-v1'), else impala",
+      choices=ALGORITHMS)
   batch_size: Optional[int] = _preset(
       LEARNER, "Trajectories per learner update; with --replay_mixing=added (LASER's default) "
       "the online ones, the replayed ones coming on top.",

@@ -325,6 +325,8 @@ def resolve(config):
   for name in ("mode", "algorithm", "preset"):
     settings.check_value(name, getattr(config, name), fields[name])
   given = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
+  # The algorithm first: the other presets depend on it.
+  config = dataclasses.replace(config, algorithm=algorithm_of(config, given))
   if config.algorithm == IMPACT:
     if given.get("off_policy_correction", settings.VTRACE) != settings.VTRACE:
       raise ValueError("--off_policy_correction is IMPALA's (Table 2); IMPACT corrects with "
@@ -381,11 +383,22 @@ def short_run_batch_size(values):
   return max(1, -(-budget // (unroll * repeats)))
 
 
+def algorithm_of(config, given):
+  """--algorithm, or the level's default (presets.default_algorithm) when it is not given."""
+  if given.get("algorithm") is not None:
+    return given["algorithm"]
+  if config.preset == settings.IMPACT_PAPER:
+    return IMPALA  # The IMPACT paper's Atari setting names its algorithm by the flag.
+  return presets.default_algorithm(config.level_name, given)
+
+
 def preset_values(config, given):
   """What the presets give the settings of `config` (its level, --algorithm, --preset and
   --laser_replay), before the settings `given` win: what `resolve` fills in, and what
   experiment.py --show_settings calls the preset's."""
-  values = presets.presets(config.level_name, config.algorithm, config.preset, given=given)
+  algorithm = algorithm_of(config, given)
+  values = presets.presets(config.level_name, algorithm, config.preset, given=given)
+  values["algorithm"] = algorithm
   if config.laser_replay:
     values.update(presets.LASER_PRESET)
     values.pop(presets.MEAN_LOSS_MAX_GRAD_NORM, None)

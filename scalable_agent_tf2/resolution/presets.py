@@ -112,6 +112,13 @@ def level_family(level_name):
   return families.family_of(families.level_names(level_name)[0])
 
 
+def default_algorithm(level_name, given=None):
+  """The algorithm a run of level_name uses when --algorithm is not given (the family's
+  choice: IMPALA, or IMPACT for a gymnasium environment's Box actions)."""
+  levels = families.level_names(level_name)
+  return families.family_of(levels[0]).default_algorithm(levels, given=given)
+
+
 def presets(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET, given=None):
   """The paper's settings for a level or suite, for IMPALA or IMPACT (IMPACT paper, Table 1);
   with preset=impact_paper, the IMPACT paper's own Atari setting (`impact_paper_presets`).

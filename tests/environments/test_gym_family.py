@@ -28,12 +28,16 @@ def _resolve(level_name, **kwargs):
 
 
 def test_untuned_defaults_take_the_papers_learner_with_popart_and_a_constant_rate():
-  """One set of defaults for every observation and action kind (families/gym.py UNTUNED):
-  Table G.1's learner where it carries over, PopArt, a constant rate, RMSProp at full step."""
-  for level, env_kwargs in (("gym:CartPole-v1", ""), ("gym:Pendulum-v1", ""),
-                            ("gym:LunarLander-v3", '{"continuous": true}')):
-    config = _resolve(level, env_kwargs=env_kwargs)
+  """Discrete actions, any observation (families/gym.py UNTUNED): IMPALA with Table G.1's
+  learner where it carries over, PopArt, a constant rate, RMSProp at full step; Box actions
+  may take it with --algorithm=impala."""
+  for level, flags in (("gym:CartPole-v1", {}), ("gym:LunarLander-v3", {}),
+                       ("gym:Pendulum-v1", dict(algorithm="impala")),
+                       ("gym:LunarLander-v3", dict(env_kwargs='{"continuous": true}',
+                                                   algorithm="impala"))):
+    config = _resolve(level, **flags)
     assert families.family_of(config.level_name).name == "gym"
+    assert config.algorithm == settings.IMPALA, level
     for name in ("learning_rate", "max_grad_norm", "unroll_length", "batch_size",
                  "discounting", "baseline_cost", "decay"):
       assert getattr(config, name) == atari_family.ATARI[name], (level, name)
@@ -43,23 +47,37 @@ def test_untuned_defaults_take_the_papers_learner_with_popart_and_a_constant_rat
     assert (config.epsilon, config.rmsprop_initial_mean_square) == (1e-5, 0.0), level
     assert config.runs_as == family_base.IN_PROCESS_GROUP and config.uses_environment_groups
     assert config.num_actors * config.envs_per_actor >= atari_family.ATARI_ENVIRONMENTS
-  assert _resolve("gym:Pendulum-v1", learning_rate=0.01).learning_rate == 0.01  # Flags win.
+  assert _resolve("gym:CartPole-v1", learning_rate=0.01).learning_rate == 0.01  # Flags win.
   assert "Presets" in presets.describe_presets("gym:Pendulum-v1")
 
 
-def test_impact_takes_the_impact_papers_setting_for_the_action_kind():
+def test_box_actions_take_impact_with_popart_by_default():
+  """Box actions (families/gym.py BOX_CHANGES): IMPACT on Table 2's continuous-control
+  setting with PopArt, a constant rate, discount 0.99 and batches of 4 x 256 steps, whether
+  --algorithm=impact is given or not; the action space decides, --env_kwargs reaching
+  gymnasium.make."""
+  table2 = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, "impact")
+  for level, flags in (("gym:Pendulum-v1", {}), ("gym:Pendulum-v1", dict(algorithm="impact")),
+                       ("gym:LunarLander-v3", dict(env_kwargs='{"continuous": true}'))):
+    config = _resolve(level, **flags)
+    assert config.algorithm == settings.IMPACT, (level, flags)
+    assert (config.batch_size, config.unroll_length, config.discounting) == (4, 256, 0.99)
+    assert config.popart and config.learning_rate_schedule == settings.CONSTANT
+    for name in ("learning_rate", "epsilon", "circular_buffer_size",
+                 "circular_buffer_max_uses", "gae_lambda", "kl_target", "ppo_clip"):
+      assert getattr(config, name) == table2[name], (level, name)
+  assert _resolve("gym:Pendulum-v1", batch_size=8).batch_size == 8  # Flags win.
+  # IMPACT's own settings need no --algorithm flag where IMPACT is the default.
+  assert _resolve("gym:Pendulum-v1", circular_buffer_max_uses=4).circular_buffer_max_uses == 4
+  with pytest.raises(ValueError, match="add --algorithm=impact"):
+    _resolve("gym:CartPole-v1", circular_buffer_max_uses=4)
+
+
+def test_discrete_impact_takes_the_impact_papers_setting():
   impact = _resolve("gym:CartPole-v1", algorithm="impact")
   assert impact.circular_buffer_size == family_base.IMPACT_PRESET["circular_buffer_size"]
   assert impact.epsilon == atari_family.ATARI["epsilon"] and not impact.popart
-  config = _resolve("gym:Pendulum-v1", algorithm="impact")
-  table2 = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, "impact")
-  for name in ("learning_rate", "unroll_length", "batch_size", "discounting", "epsilon"):
-    assert getattr(config, name) == table2[name], name
-  # --env_kwargs reaches gymnasium.make, and the action space picks the presets.
-  lander = _resolve("gym:LunarLander-v3", env_kwargs='{"continuous": true}', algorithm="impact")
-  assert lander.unroll_length == table2["unroll_length"]
-  assert _resolve("gym:LunarLander-v3", algorithm="impact").unroll_length == (
-      atari_family.ATARI["unroll_length"])
+  assert impact.unroll_length == atari_family.ATARI["unroll_length"]
 
 
 @pytest.mark.parametrize("text, ok", [("", True), ('{"continuous": true}', True),

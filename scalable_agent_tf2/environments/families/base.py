@@ -149,6 +149,15 @@ class Family:
 
   # --- Settings. ------------------------------------------------------------------------
 
+  def default_algorithm(self, levels, given=None):
+    """The learning algorithm when --algorithm is not given: IMPALA (the papers' levels).
+
+    Args:
+      levels: the run's levels. given: as `presets`'.
+    """
+    del levels, given
+    return settings.IMPALA
+
   def presets(self, level_name, levels, algorithm, num_cores, given=None):
     """dict setting -> value for the settings a flag left PRESET (each value cited).
 

@@ -24,7 +24,7 @@ Presets (PRESETS_DOCUMENTATION; docs/ENVIRONMENTS.md): an environment the papers
 has no published setting. Its defaults are this project's, chosen by measurement on issue 42's
 development set (CartPole-v1, LunarLander-v3 discrete and continuous, Pendulum-v1, MiniGrid
 Empty-8x8 and Unlock; benchmarks/RESULTS.md, "Defaults for environments nobody tuned"), one
-set for every observation and action kind (UNTUNED):
+set per action kind. Discrete actions, any observation (UNTUNED):
   * the paper's learner where it carries over: V-trace, Table G.1's learning rate 0.0006,
     gradient clip 40, unroll 20, batch 32, discount 0.99, baseline cost 0.5, RMSProp with
     decay 0.99 and momentum 0, Table 1's 48 environments;
@@ -42,9 +42,12 @@ set for every observation and action kind (UNTUNED):
     0), so that the first updates move the policy;
   * one agent step is one gymnasium step (num_action_repeats 1: the environment fixes its own
     frame skip); a budget of 10M agent steps (mujoco_presets.TOTAL_ENVIRONMENT_FRAMES).
-With --algorithm=impact: the IMPACT paper's settings for the nearest published task kind,
-chosen by the action space (Box: Table 2's continuous-control setting, mujoco_presets.py;
-Discrete: Table G.1's learner with IMPACT Table 1's own settings), as before issue 42.
+Box actions take IMPACT instead (default_algorithm; --algorithm=impala gives them UNTUNED):
+the IMPALA learner uses each step once, and no variant of it tried left random play on
+Pendulum-v1 in 1M steps, where IMPACT's reuse of each batch reached -200 at 344k
+(BOX_CHANGES: Table 2's continuous-control setting with PopArt, a constant learning rate,
+discount 0.99 and batches of 4 x 256 steps). Discrete actions with --algorithm=impact:
+Table G.1's learner with IMPACT Table 1's own settings, as before issue 42.
 """
 import functools
 import json
@@ -77,6 +80,15 @@ DISCRETE_ENVIRONMENTS = atari_family.ATARI_ENVIRONMENTS
 # action kind, with --algorithm=impala.
 UNTUNED = dict(DISCRETE_PRESET, learning_rate_schedule=settings.CONSTANT, popart=True,
                epsilon=1e-5, rmsprop_initial_mean_square=0.0, entropy_cost=0.001)
+# Box actions (IMPACT, the default there): the IMPACT paper's continuous-control setting
+# (Table 2, mujoco_presets.py: a circular buffer of 16 batches each used up to 20 times, the
+# clipped target-worker surrogate, GAE lambda 0.995, an adaptive KL term) with four changes,
+# measured on Pendulum-v1 (benchmarks/RESULTS.md, "Box actions: what learns Pendulum-v1"):
+# PopArt and a constant learning rate as UNTUNED's, UNTUNED's discount 0.99 (Table 2's 0.995
+# is MuJoCo's), and batches of 4 unrolls of 256 steps, so that the first update comes after
+# 1,024 steps (Table 2's 32 x 1,024 waited 32,768: minutes on a 20 ms environment).
+BOX_CHANGES = dict(popart=True, learning_rate_schedule=settings.CONSTANT, discounting=0.99,
+                   batch_size=4, unroll_length=256)
 PRESETS_DOCUMENTATION = __doc__[__doc__.index("Presets"):]
 
 
@@ -128,6 +140,14 @@ class GymFamily(base.Family):
     """gym_env.Description (spaces, kinds) of the level, made once per process."""
     return gym_env.describe(gym_env.gym_id(level_name), env_kwargs or {})
 
+  def default_algorithm(self, levels, given=None):
+    """IMPACT for Box actions (its reuse of each batch is what learns them: BOX_CHANGES),
+    IMPALA for Discrete ones."""
+    env_kwargs = parse_env_kwargs((given or {}).get("env_kwargs", ""))
+    if self.describe(levels[0], env_kwargs).continuous_actions:
+      return settings.IMPACT
+    return settings.IMPALA
+
   def presets(self, level_name, levels, algorithm, num_cores, given=None):
     env_kwargs = parse_env_kwargs((given or {}).get("env_kwargs", ""))
     description = self.describe(levels[0], env_kwargs)
@@ -135,7 +155,8 @@ class GymFamily(base.Family):
       values = dict(UNTUNED)
       values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
     elif description.continuous_actions:
-      values = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, algorithm)
+      values = dict(mujoco_presets.presets(mujoco_presets.TABLE2_TASK, algorithm),
+                    **BOX_CHANGES)
       values.update(base.actor_layout(values["num_actors"], num_cores))
     else:
       values = dict(DISCRETE_PRESET, **base.IMPACT_PRESET)
@@ -150,6 +171,11 @@ class GymFamily(base.Family):
     return PRESETS_DOCUMENTATION
 
   def preset_summary(self, config):
+    if config.algorithm == settings.IMPACT and config.popart:
+      return ("defaults: this project's for Box actions in an environment the papers did not "
+              "run (chosen by measurement: IMPACT's continuous-control setting, Table 2, with "
+              "PopArt, a constant learning rate and batches of 4 x 256 steps; --show_settings "
+              "lists them); docs/TROUBLESHOOTING.md if it does not learn")
     if config.algorithm == settings.IMPACT:
       return ("defaults: the IMPACT paper's for the nearest published task kind (an "
               "environment the papers did not run; --show_settings says which); "
