@@ -5,11 +5,14 @@ one learner, one V-trace and one set of losses for both kinds of action.
 
 Two layers:
   - a FAMILY (`CategoricalFamily(num_actions)`, `DiagGaussianFamily(action_size)`; a network
-    config's `action_distribution`) knows the shapes: `param_size` P of the network's flat
-    parameters tensor [..., P], the action spec (`action_dtype`, `action_shape`), how to read
-    the policy out of a network's or an actor's output record (`of_outputs`, `params_of`), and
-    the actors' numpy sampling (`sample_numpy`, `sample_rows`: one generator per environment,
-    so which other actors share a forward pass never changes an environment's actions);
+    config's `action_distribution`, `for_spec` gives an environment's) knows the shapes:
+    `param_size` P of the network's flat parameters tensor [..., P] (what the policy head
+    outputs and structures.AgentOutput.policy_params carries), the action spec
+    (`action_dtype`, `action_shape`), how the network reads a previous action
+    (`action_features`), the policy of an output record (`of_outputs`), the settings that
+    fix the action tensors' shapes (`layout`), and the actors' numpy sampling
+    (`sample_numpy`, `sample_rows`: one generator per environment, so which other actors
+    share a forward pass never changes an environment's actions);
   - a DISTRIBUTION (`Categorical(logits)`, `DiagGaussian(mean, log_std)`, or
     `family(params)`) holds tensors [..., P] with any leading shape (e.g. [T, B] when learning,
     [B] when acting) and offers `log_prob(actions)`, `entropy()`, `kl(other)`, `total_kl(other)`,
@@ -24,15 +27,15 @@ Continuous actions: a Gaussian policy's log-probability is of the UNCLIPPED samp
 what the trajectory stores; action_bounds.clip_to_bounds clips only the copy sent to the
 environment (RLlib's `clip_actions` does the same). Its log standard deviation is STATE-
 DEPENDENT and unbounded by default (RLlib's DiagGaussian with free_log_std=False, which the
-IMPACT paper's code base ran; continuous_networks.GaussianPolicyHead), so the network's flat
-parameters are [..., 2A], the means then the log standard deviations.
+IMPACT paper's code base ran; heads.GaussianPolicyHead), so the network's flat parameters
+are [..., 2A], the means then the log standard deviations.
 """
 import math
 
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.structures import AgentOutput, GaussianAgentOutput
+from scalable_agent_tf2.environments import base as env_base
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _HALF_LOG_2PI_E = 0.5 * math.log(2.0 * math.pi * math.e)
@@ -181,7 +184,7 @@ class DiagGaussian:
     if not mean.shape.is_compatible_with(log_std.shape):
       raise ValueError(f"{log_std_name} has shape {log_std.shape}, expected {mean.shape} like "
                        f"{mean_name} (a state-independent log_std is broadcast by the policy "
-                       f"head, continuous_networks.GaussianPolicyHead).")
+                       f"head, heads.GaussianPolicyHead).")
     self.mean, self.log_std = mean, log_std
 
   @classmethod
@@ -313,12 +316,11 @@ class DiagGaussian:
 # ---------------------------------------------------------------------------------------------
 class CategoricalFamily:
   """Categorical policies over num_actions actions: parameters [..., N] (the logits), actions
-  int32 [] (one index); output records structures.AgentOutput / networks.NetworkOutput."""
+  int32 [] (one index)."""
 
   discrete = True
   action_dtype = np.dtype(np.int32)
   action_shape = ()
-  output_type = AgentOutput
 
   def __init__(self, num_actions):
     """Args:
@@ -344,17 +346,24 @@ class CategoricalFamily:
     """Categorical of flat parameters float32 [..., N]."""
     return Categorical(params)
 
-  def policy_fields(self):
-    """{field of the output record: its trailing shape} for the policy's parameters."""
-    return {"policy_logits": (self.num_actions,)}
-
   def of_outputs(self, outputs):
-    """The policy of an output record with a policy_logits field [..., N]."""
-    return Categorical(outputs.policy_logits)
+    """The policy of an output record (structures.AgentOutput or networks.NetworkOutput):
+    its policy_params [..., N], the logits."""
+    return Categorical(outputs.policy_params)
 
-  def params_of(self, outputs):
-    """float32 [..., N]: an output record's flat parameters."""
-    return outputs.policy_logits
+  def layout(self):
+    """What fixes the action tensors' shapes (checkpoint and wire settings)."""
+    return dict(num_actions=self.num_actions)
+
+  @property
+  def action_feature_size(self):
+    """The length of action_features' rows: N."""
+    return self.num_actions
+
+  def action_features(self, actions):
+    """A previous action as the network reads it (Figure 3): int [N'] -> one-hot float32
+    [N', N]."""
+    return tf.one_hot(tf.cast(actions, tf.int32), self.num_actions)
 
   def sample_rows(self, params, rngs):
     """One action per row of params [G, N] by the Gumbel-max trick, row g drawn with rngs[g]:
@@ -379,12 +388,10 @@ class CategoricalFamily:
 
 class DiagGaussianFamily:
   """Diagonal Gaussian policies over action_size real dimensions: parameters [..., 2A] (means
-  then log standard deviations), actions float32 [A] (unclipped samples); output records
-  structures.GaussianAgentOutput / continuous_networks.GaussianNetworkOutput."""
+  then log standard deviations), actions float32 [A] (unclipped samples)."""
 
   discrete = False
   action_dtype = np.dtype(np.float32)
-  output_type = GaussianAgentOutput
 
   def __init__(self, action_size):
     """Args:
@@ -414,16 +421,24 @@ class DiagGaussianFamily:
     """DiagGaussian of flat parameters float32 [..., 2A]."""
     return DiagGaussian.from_params(params)
 
-  def policy_fields(self):
-    return {"policy_mean": (self.action_size,), "policy_log_std": (self.action_size,)}
-
   def of_outputs(self, outputs):
-    """The policy of an output record with policy_mean and policy_log_std fields [..., A]."""
-    return DiagGaussian(outputs.policy_mean, outputs.policy_log_std)
+    """The policy of an output record (structures.AgentOutput or networks.NetworkOutput):
+    its policy_params [..., 2A], the means then the log standard deviations."""
+    return DiagGaussian.from_params(outputs.policy_params)
 
-  def params_of(self, outputs):
-    """float32 [..., 2A]: an output record's mean and log_std concatenated."""
-    return tf.concat([outputs.policy_mean, outputs.policy_log_std], axis=-1)
+  def layout(self):
+    """What fixes the action tensors' shapes (checkpoint and wire settings)."""
+    return dict(action_size=self.action_size)
+
+  @property
+  def action_feature_size(self):
+    """The length of action_features' rows: A."""
+    return self.action_size
+
+  def action_features(self, actions):
+    """A previous action as a network that reads it would: the (unclipped) sample itself,
+    float [N', A] -> float32 [N', A]."""
+    return tf.cast(actions, tf.float32)
 
   def split_numpy(self, params):
     """(mean, log_std) float32 [..., A] of numpy parameters [..., 2A]."""
@@ -468,6 +483,10 @@ def sample_gaussian_numpy(mean, log_std, rng):
   return (mean + np.exp(log_std) * noise).astype(np.float32)
 
 
-def for_network(network_config):
-  """The action distribution family of a network config (its `action_distribution`)."""
-  return network_config.action_distribution
+def for_spec(spec):
+  """The action distribution family of an environment's spec: categorical over an EnvSpec's
+  num_actions (IMPALA), diagonal Gaussian over a ContinuousEnvSpec's action_size (IMPACT
+  section 4.3)."""
+  if isinstance(spec, env_base.ContinuousEnvSpec):
+    return DiagGaussianFamily(spec.action_size)
+  return CategoricalFamily(spec.num_actions)
