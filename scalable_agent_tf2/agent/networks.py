@@ -522,6 +522,9 @@ class Agent(tf.Module):
     """
     config = self.config
     frames = tf.convert_to_tensor(env_outputs.observation.frame)
+    if not frames.shape[2:].is_compatible_with(config.frame_shape):
+      raise ValueError(f"observation.frame has shape {frames.shape}, expected "
+                       f"[T, B, *{tuple(config.frame_shape)}] (the config's frame_shape).")
     steps, batch = tf.shape(frames)[0], tf.shape(frames)[1]
     flat = lambda t: tf.reshape(t, tf.concat([[steps * batch], tf.shape(t)[2:]], 0))
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import continuous_networks
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import vtrace
-from scalable_agent_tf2.structures import AgentOutput, GaussianAgentOutput
+from scalable_agent_tf2.environments import base as env_base
+from scalable_agent_tf2.structures import AgentOutput
 from tests import reference
 
 T, B, N, A = 4, 3, 5, 2
@@ -90,15 +90,15 @@ def test_categorical_family_shapes_outputs_and_numpy_sampling():
   family = distributions.CategoricalFamily(N)
   assert family.param_size == N and family.discrete
   assert family.action_dtype == np.int32 and family.action_shape == ()
-  assert family.output_type is AgentOutput
   assert family == distributions.CategoricalFamily(N) != distributions.CategoricalFamily(N + 1)
   logits = _logits(6, (B, N))
-  outputs = AgentOutput(action=np.zeros(B, np.int32), policy_logits=logits,
+  outputs = AgentOutput(action=np.zeros(B, np.int32), policy_params=logits,
                         baseline=np.zeros(B, np.float32))
-  np.testing.assert_array_equal(family.params_of(outputs), logits)
   np.testing.assert_array_equal(family.of_outputs(outputs).logits, logits)
   np.testing.assert_array_equal(family(logits).logits, logits)
-  assert family.policy_fields() == {"policy_logits": (N,)}
+  assert family.layout() == {"num_actions": N}
+  np.testing.assert_array_equal(family.action_features(np.array([2, 0])),
+                                np.eye(N, dtype=np.float32)[[2, 0]])
   # The Gumbel-max trick with each row's own generator: argmax(logits + Gumbel noise).
   seeds = [7, 8, 9]
   want = [int(np.argmax(row + np.random.default_rng(s).gumbel(size=N)))
@@ -181,15 +181,15 @@ def test_gaussian_family_shapes_outputs_and_numpy_sampling():
   family = distributions.DiagGaussianFamily(A)
   assert family.param_size == 2 * A and not family.discrete
   assert family.action_dtype == np.float32 and family.action_shape == (A,)
-  assert family.output_type is GaussianAgentOutput
   mean, log_std = _gaussian(14, (B, A))
-  outputs = GaussianAgentOutput(action=np.zeros((B, A), np.float32), policy_mean=mean,
-                                policy_log_std=log_std, baseline=np.zeros(B, np.float32))
   params = np.concatenate([mean, log_std], -1)
-  np.testing.assert_array_equal(family.params_of(outputs), params)
+  outputs = AgentOutput(action=np.zeros((B, A), np.float32), policy_params=params,
+                        baseline=np.zeros(B, np.float32))
   np.testing.assert_array_equal(family.of_outputs(outputs).mean, mean)
+  np.testing.assert_array_equal(family.of_outputs(outputs).log_std, log_std)
   np.testing.assert_array_equal(family(params).log_std, log_std)
-  assert family.policy_fields() == {"policy_mean": (A,), "policy_log_std": (A,)}
+  assert family.layout() == {"action_size": A}
+  np.testing.assert_array_equal(family.action_features(mean), mean)
   # mean + exp(log_std) * standard normal noise from each row's own generator (unclipped).
   seeds = [1, 2, 3]
   want = np.stack([m + np.exp(s) * np.random.default_rng(seed).standard_normal(
@@ -209,9 +209,17 @@ def test_gaussian_family_shapes_outputs_and_numpy_sampling():
 def test_network_configs_name_their_action_distribution():
   assert networks.atari_config(num_actions=6).action_distribution == (
       distributions.CategoricalFamily(6))
-  config = continuous_networks.ContinuousNetworkConfig(observation_size=4, action_size=3)
+  config = networks.continuous_vector_config(observation_size=4, action_size=3)
   assert config.action_distribution == distributions.DiagGaussianFamily(3)
-  assert distributions.for_network(config) == distributions.DiagGaussianFamily(3)
+  assert config.num_actions is None
+
+
+def test_an_environment_spec_names_its_action_distribution():
+  assert distributions.for_spec(env_base.EnvSpec(num_actions=4, frame_shape=(2,))) == (
+      distributions.CategoricalFamily(4))
+  spec = env_base.ContinuousEnvSpec(action_size=2, action_low=np.zeros(2),
+                                    action_high=np.ones(2), frame_shape=(5,))
+  assert distributions.for_spec(spec) == distributions.DiagGaussianFamily(2)
 
 
 def test_from_distributions_is_from_logits_for_categoricals_and_refuses_gaussian_ablations():
