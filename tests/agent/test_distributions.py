@@ -1,5 +1,5 @@
-"""distributions.py against numpy ground truth: every method of Categorical and DiagGaussian and
-of their families, and the network configs' action_distribution."""
+"""distributions.py against numpy ground truth: every method of Categorical, DiagGaussian and
+MultiCategorical and of their families, and the network configs' action_distribution."""
 import math
 
 import numpy as np
@@ -239,3 +239,60 @@ def test_from_distributions_is_from_logits_for_categoricals_and_refuses_gaussian
   with pytest.raises(ValueError, match="discrete-action ablation"):
     vtrace.from_distributions(gaussian, gaussian, np.zeros((T, B, A), np.float32), *rest,
                               off_policy_correction="one_step_is")
+
+
+# ---------------------------------------------------------------------------------------------
+# MultiCategorical (gymnasium's MultiDiscrete actions).
+# ---------------------------------------------------------------------------------------------
+NVEC = (3, 2, 4)
+
+
+def _np_joint(logits):
+  """numpy ground truth: the joint probabilities [T, B, 3, 2, 4] of independent components."""
+  first, second, third = np.split(logits.astype(np.float64), np.cumsum(NVEC)[:-1], -1)
+  p1, p2, p3 = (reference.softmax(x) for x in (first, second, third))
+  return p1[..., :, None, None] * p2[..., None, :, None] * p3[..., None, None, :]
+
+
+def test_multi_categorical_log_prob_entropy_and_kl_match_the_joint_distribution():
+  logits, other = _logits(20, (T, B, sum(NVEC))), _logits(21, (T, B, sum(NVEC)))
+  rng = np.random.default_rng(22)
+  actions = np.stack([rng.integers(0, n, (T, B)) for n in NVEC], -1).astype(np.int32)
+  p, q = _np_joint(logits), _np_joint(other)
+  policy = distributions.MultiCategorical(logits, NVEC)
+  picked = p[np.arange(T)[:, None], np.arange(B)[None, :], actions[..., 0], actions[..., 1],
+             actions[..., 2]]
+  np.testing.assert_allclose(policy.log_prob(actions), np.log(picked), rtol=1e-5, atol=1e-6)
+  flat_p, flat_q = p.reshape(T, B, -1), q.reshape(T, B, -1)
+  np.testing.assert_allclose(policy.entropy(), -np.sum(flat_p * np.log(flat_p), -1), rtol=1e-5)
+  kl = np.sum(flat_p * np.log(flat_p / flat_q), -1)
+  other_policy = distributions.MultiCategorical(other, NVEC)
+  np.testing.assert_allclose(policy.kl(other_policy), kl, rtol=1e-4)
+  np.testing.assert_allclose(policy.total_kl(other_policy), kl.sum(), rtol=1e-4)
+  for rho_bar in (0.5, 1.0, 2.0):  # LASER's implied KL over the 24 joint actions.
+    implied = np.minimum(rho_bar * flat_q, flat_p)
+    implied /= implied.sum(-1, keepdims=True)
+    np.testing.assert_allclose(policy.implied_policy_kl(other_policy, rho_bar),
+                               np.sum(flat_p * np.log(flat_p / implied), -1),
+                               rtol=1e-4, atol=1e-6)
+  with pytest.raises(ValueError, match="one index per component"):
+    policy.log_prob(actions[..., :2])
+
+
+def test_multi_categorical_family_samples_each_component_from_its_policy():
+  family = distributions.MultiCategoricalFamily(NVEC)
+  assert family.param_size == 9 and family.action_shape == (3,) and family.discrete
+  assert family.layout() == {"nvec": [3, 2, 4]}
+  logits = np.log(np.array([0.2, 0.5, 0.3, 0.9, 0.1, 0.1, 0.2, 0.3, 0.4], np.float32))
+  rngs = [np.random.default_rng(s) for s in range(4000)]
+  actions = family.sample_rows(np.tile(logits, (4000, 1)), rngs)
+  assert actions.dtype == np.int32 and actions.shape == (4000, 3)
+  for k, want in enumerate(([0.2, 0.5, 0.3], [0.9, 0.1], [0.1, 0.2, 0.3, 0.4])):
+    np.testing.assert_allclose(np.bincount(actions[:, k], minlength=len(want)) / 4000, want,
+                               atol=0.03)
+  tf_actions = family(np.tile(logits, (4000, 1))).sample(seed=[3, 4]).numpy()
+  assert tf_actions.shape == (4000, 3)
+  np.testing.assert_allclose(np.bincount(tf_actions[:, 2], minlength=4) / 4000,
+                             [0.1, 0.2, 0.3, 0.4], atol=0.03)
+  np.testing.assert_array_equal(family.action_features(np.array([[2, 1, 0]])),
+                                [[0, 0, 1, 0, 1, 1, 0, 0, 0]])

@@ -231,3 +231,26 @@ def test_minigrid_ids_import_their_package_or_say_how_to_get_it():
       gym_family.check_registered("MiniGrid-Empty-5x5-v0")
   else:  # Installed: the plain id is registered by importing the package.
     gym_family.check_registered("BabyAI-GoToRedBall-v0")
+
+
+def test_a_new_action_distribution_needs_only_its_family():
+  # MultiDiscrete actions on a vector: the head (sum(nvec) logits), the previous action's
+  # one-hots, the sampling and the learner all follow distributions.MultiCategoricalFamily.
+  family = distributions.MultiCategoricalFamily((3, 2))
+  config = networks.NetworkConfig(
+      num_actions=None, frame_shape=(5,), torso=torsos.MLP, use_lstm=False,
+      use_instruction=False, observation_kind=torsos.VECTOR, action_distribution=family)
+  agent = networks.Agent(config, seed=1)
+  # The MLP's 256 features, the clipped reward and the previous action's 3 + 2 one-hots.
+  assert agent.policy.w.shape == (256 + 1 + 5, 5)
+  rng = np.random.default_rng(0)
+  env_outputs = _env_outputs(rng.normal(size=(T + 1, B, 5)).astype(np.float32), rng)
+  actions = np.stack([rng.integers(0, n, (T + 1, B)) for n in (3, 2)], -1).astype(np.int32)
+  agent_outputs = AgentOutput(
+      action=actions, policy_params=rng.normal(size=(T + 1, B, 5)).astype(np.float32),
+      baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
+  step, _ = agent.step(actions[0], tf.nest.map_structure(lambda t: t[0], env_outputs), ())
+  assert step.action.shape == (B, 2) and step.policy_params.shape == (B, 5)
+  space = action_spaces.for_agent(agent)
+  assert space.sample(step.policy_params.numpy()[0], rng).shape == (2,)
+  _updates_every_variable(agent, env_outputs, agent_outputs)
