@@ -156,7 +156,7 @@ def test_environment_gets_clipped_actions_and_the_trajectory_keeps_the_samples()
   assert actions.dtype == np.float32 and actions.shape == (40, 3)
   assert np.abs(actions).max() > 1.0  # Unclipped samples are stored...
   np.testing.assert_array_equal(sent, np.clip(actions, -1.0, 1.0))  # ...clipped ones sent.
-  np.testing.assert_allclose(trajectory.agent_outputs.policy_params[1:, :, 3:], math.log(2.0),
+  np.testing.assert_allclose(trajectory.agent_outputs.policy_params[1:, 3:], math.log(2.0),
                              rtol=1e-6)
   # Observations are stored filtered: the filter has seen all 41 of them.
   assert agent.observation_filter.filter.count == 41
