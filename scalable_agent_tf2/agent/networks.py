@@ -15,7 +15,7 @@ the learner's update a single XLA-compilable function.
 That is Figure 3's agent; the same pieces, with other settings of NetworkConfig, make the
 IMPACT paper's continuous-control networks (section 4.3): a diagonal Gaussian head (2A
 parameters), the observation only (reward_and_action_inputs=False), RLlib's normc weights
-(initializer=NORMC) and, on vectors, a separate value MLP (separate_value_torso: "The critic
+(initializer=NORMC_INIT) and, on vectors, a separate value MLP (separate_value_torso: "The critic
 network shares the same architecture as the policy network", not its weights).
 
 Two APIs share the same variables:
