@@ -64,16 +64,13 @@ def never_truncated_like(done):
   return np.zeros(np.shape(done), bool)
 
 
-# What the agent emits at each step. action: int32 sampled action; policy_logits: float32
-# [NUM_ACTIONS] (the behaviour policy mu, needed by V-trace); baseline: float32 V(x).
-AgentOutput = collections.namedtuple("AgentOutput", "action policy_logits baseline")
-
-# What a Gaussian policy (continuous actions, continuous_networks.ContinuousAgent) emits at each
-# step instead: action float32 [A], the UNCLIPPED sample (its log-probability is mu's density;
-# only the environment's copy is clipped, action_spaces.Gaussian); policy_mean / policy_log_std
-# float32 [A], mu's parameters (V-trace's behaviour policy); baseline float32 V(x).
-GaussianAgentOutput = collections.namedtuple(
-    "GaussianAgentOutput", "action policy_mean policy_log_std baseline")
+# What the agent emits at each step, for every action distribution (agent/distributions.py):
+# action, the sample (int32 [] of a categorical policy; float32 [A] of a diagonal Gaussian, the
+# UNCLIPPED sample: its log-probability is mu's density, only the environment's copy is
+# clipped, action_spaces.ActionSpace.to_environment); policy_params float32 [P], the behaviour
+# policy mu's flat parameters, needed by V-trace (the logits [N]; a Gaussian's means then log
+# standard deviations [2A]); baseline float32 V(x).
+AgentOutput = collections.namedtuple("AgentOutput", "action policy_params baseline")
 
 # What an actor sends to the learner. level_name: str. policy_version: int, the number of
 # learner updates when the unroll began (policy lag = updates at consumption - this).

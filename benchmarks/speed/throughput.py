@@ -173,7 +173,7 @@ def run_synchronous(config, network_config, seconds, warmup):
     stack = lambda *xs: np.stack(xs)
     current = _env_batch(envs.initial())
     agent_output = AgentOutput(action=np.zeros(batch, np.int32),
-                               policy_logits=np.zeros((batch, network_config.num_actions),
+                               policy_params=np.zeros((batch, network_config.num_actions),
                                                       np.float32),
                                baseline=np.zeros(batch, np.float32))
     state = agent.initial_state(batch)
@@ -189,7 +189,7 @@ def run_synchronous(config, network_config, seconds, warmup):
         logits, baselines = logits.numpy(), baselines.numpy()
         actions = np.argmax(logits + rng.gumbel(size=logits.shape), axis=1).astype(np.int32)
         current = _env_batch(envs.step(actions))
-        agent_output = AgentOutput(action=actions, policy_logits=logits, baseline=baselines)
+        agent_output = AgentOutput(action=actions, policy_params=logits, baseline=baselines)
         env_steps.append(current)
         agent_steps.append(agent_output)
       learner.update(initial_state, tf.nest.map_structure(stack, *env_steps),

@@ -49,12 +49,11 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
   # pylint: disable=g-import-not-at-top
   import contextlib
   from scalable_agent_tf2.learning import random_batches
-  from scalable_agent_tf2.agent import continuous_networks
   from scalable_agent_tf2.resolution import config as config_lib
   from scalable_agent_tf2.learning import learner
   from scalable_agent_tf2.learning import impact
   from scalable_agent_tf2.agent import networks
-  from scalable_agent_tf2.structures import GaussianAgentOutput
+  from scalable_agent_tf2.structures import AgentOutput
 
   if name not in CASES:
     raise ValueError(f"Unknown case {name!r}; the cases are {', '.join(CASES)}.")
@@ -62,8 +61,8 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
     raise ValueError(f"{name} needs one learner; a strategy takes {', '.join(STRATEGY_CASES)}.")
   atari = networks.atari_config(num_actions=4, torso=networks.SHALLOW, frame_shape=(24, 24, 4))
   dmlab = networks.dmlab_config(networks.DEEP, num_actions=5, frame_shape=(24, 28, 3))
-  gaussian = continuous_networks.ContinuousNetworkConfig(observation_size=7, action_size=3,
-                                                         hidden_sizes=(16, 16))
+  gaussian = networks.continuous_vector_config(observation_size=7, action_size=3,
+                                               hidden_sizes=(16, 16))
   hparams = dict(HPARAMS)
   if learning_rate is not None:
     hparams["learning_rate"] = learning_rate
@@ -74,23 +73,24 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
     observation = env_outputs.observation._replace(
         frame=rng.normal(size=(T + 1, B, 7)).astype(np.float32),
         instruction=np.zeros((T + 1, B, 0), np.int32))
-    agent_outputs = GaussianAgentOutput(
-        action=rng.normal(size=(T + 1, B, 3)).astype(np.float32),
-        policy_mean=rng.normal(size=(T + 1, B, 3)).astype(np.float32),
-        policy_log_std=(0.3 * rng.normal(size=(T + 1, B, 3)) - 0.5).astype(np.float32),
-        baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
+    action = rng.normal(size=(T + 1, B, 3)).astype(np.float32)
+    mean = rng.normal(size=(T + 1, B, 3)).astype(np.float32)
+    log_std = (0.3 * rng.normal(size=(T + 1, B, 3)) - 0.5).astype(np.float32)
+    agent_outputs = AgentOutput(action=action,
+                                policy_params=np.concatenate([mean, log_std], axis=-1),
+                                baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
     return env_outputs._replace(observation=observation), agent_outputs
 
   discrete = lambda config: (lambda T, B, seed: random_batches.random_learner_batch(
       config, T, B, seed))
-  network, agent_type, batch = {
-      "atari": (atari, networks.Agent, discrete(atari)),
-      "dmlab": (dmlab, networks.Agent, discrete(dmlab)),
-      "gaussian": (gaussian, continuous_networks.ContinuousAgent, gaussian_batch),
+  network, batch = {
+      "atari": (atari, discrete(atari)),
+      "dmlab": (dmlab, discrete(dmlab)),
+      "gaussian": (gaussian, gaussian_batch),
   }[{"impala_dmlab_deep_lstm_instructions": "dmlab", "impala_gaussian": "gaussian",
      "impact_gaussian": "gaussian"}.get(name, "atari")]
   with strategy.scope() if strategy is not None else contextlib.nullcontext():
-    agent = agent_type(network, seed=AGENT_SEED)
+    agent = networks.Agent(network, seed=AGENT_SEED)
   if name.startswith("impact"):
     return impact.ImpactLearner(agent, config_lib.LearnerConfig(**hparams),
                                 config_lib.ImpactConfig(target_update_period=2),

@@ -1,24 +1,25 @@
-"""Acting for each kind of action space: what an actor samples, stores and sends.
+"""Acting in any action space: what an actor samples, stores and sends, driven by the
+policy's action distribution (agent/distributions.py).
 
-    space = action_spaces.for_agent(agent)              # Discrete or Gaussian
-    params = space.distribution.params_of(network_output)  # one array per row: logits, or
-                                                            # [mean, log_std] concatenated
+    space = action_spaces.for_agent(agent)              # an ActionSpace
+    params = network_output.policy_params               # one row per environment: logits, or
+                                                         # [mean, log_std] concatenated
     agent_output = space.empty_agent_output(env.spec)   # paired with an episode's first step
-    env_output = space.observe(env.initial())           # the observation filter (MuJoCo)
+    env_output = space.observe(env.initial())           # the observation filter (vectors)
     action = space.sample(params_row, rng)              # what the trajectory stores
     actions = space.sample_group(params, rngs)          # the same for a group's rows
     env.step(space.to_environment(action, env.spec))    # what the environment receives
     agent_output = space.agent_output(action, params_row, baseline)
 
-Each space holds its policy's distributions family (`space.distribution`, the network config's
-`action_distribution`, distributions.py), which samples in numpy.
+The space holds its policy's distributions family (`space.distribution`, the network config's
+`action_distribution`), which samples in numpy and fixes the action's dtype and shape; the
+trajectory's structures.AgentOutput holds the action and the behaviour policy's parameters for
+every family.
 
-Discrete (IMPALA's agents): a categorical sample by the Gumbel-max trick; the trajectory's
-AgentOutput holds the int32 action and the behaviour policy's logits.
+Categorical (IMPALA's agents): a sample by the Gumbel-max trick; the action is an int32 index.
 
-Gaussian (the IMPACT paper's continuous control, section 4.3): a diagonal Gaussian sample
-(distributions.DiagGaussianFamily.sample_numpy), UNCLIPPED in the trajectory
-(structures.GaussianAgentOutput holds it with mu's mean and log_std: the behaviour
+Diagonal Gaussian (the IMPACT paper's continuous control, section 4.3): the sample
+(distributions.DiagGaussianFamily.sample_numpy) is UNCLIPPED in the trajectory (the behaviour
 log-probability is the density of that sample); only the copy sent to the environment is
 clipped to the spec's bounds (action_bounds.clip_to_bounds, RLlib's `clip_actions`).
 
@@ -39,62 +40,80 @@ from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import normalization
-from scalable_agent_tf2.structures import AgentOutput, GaussianAgentOutput
+from scalable_agent_tf2.structures import AgentOutput
 
 
-class Discrete:
-  """A finite set of actions: categorical policies (IMPALA)."""
+class ActionSpace:
+  """The actions of one policy: sampled, stored and sent as its distribution says."""
 
   def __init__(self, distribution=None, observation_filter=None):
     """Args:
-      distribution: the network's distributions.CategoricalFamily (None: sampling only
-        needs the logits' own size).
-      observation_filter: an ObservationFilter (vector observations, e.g. CartPole's), or
-        None (frames, indices: observations as the environment gives them).
+      distribution: the network's distributions family (None: a categorical over the
+        parameters' own size, or over the environment spec's num_actions: a policy stand-in
+        that has no network).
+      observation_filter: an ObservationFilter (vector observations), or None (frames,
+        indices: observations as the environment gives them).
     """
     self.distribution = distribution
     self.observation_filter = observation_filter
 
+  def _family_of_params(self, params):
+    return self.distribution or distributions.CategoricalFamily(np.shape(params)[-1])
+
+  def _family_of_spec(self, spec):
+    return self.distribution or distributions.for_spec(spec)
+
   def empty_agent_output(self, spec):
-    """The agent output paired with an episode's first observation (released code: zeros)."""
-    return AgentOutput(action=np.int32(0), policy_logits=np.zeros(spec.num_actions, np.float32),
+    """The agent output paired with an episode's first observation (released code: zeros;
+    never used: the learner's step t=0 is no action's outcome)."""
+    family = self._family_of_spec(spec)
+    return AgentOutput(action=np.zeros(family.action_shape, family.action_dtype)[()],
+                       policy_params=np.zeros(family.param_size, np.float32),
                        baseline=np.float32(0))
 
   def empty_group_outputs(self, num_envs, spec):
     """empty_agent_output for each of a group's num_envs environments: [G] rows."""
-    return AgentOutput(action=np.zeros(num_envs, np.int32),
-                       policy_logits=np.zeros((num_envs, spec.num_actions), np.float32),
-                       baseline=np.zeros(num_envs, np.float32))
+    family = self._family_of_spec(spec)
+    return AgentOutput(
+        action=np.zeros((num_envs,) + tuple(family.action_shape), family.action_dtype),
+        policy_params=np.zeros((num_envs, family.param_size), np.float32),
+        baseline=np.zeros(num_envs, np.float32))
 
   def observe(self, env_output):
-    """env_output with its observation filtered, when the space has a filter."""
+    """env_output with its observation filtered (before the policy sees or stores it), when
+    the space has a filter."""
     return _filtered(env_output, self.observation_filter)
 
-  def _family(self, policy_logits):
-    return self.distribution or distributions.CategoricalFamily(np.shape(policy_logits)[-1])
+  def sample(self, params, rng):
+    """One action from the policy's parameters [P] with rng (a Gaussian's unclipped)."""
+    return self._family_of_params(params).sample_numpy(params, rng)
 
-  def sample(self, policy_logits, rng):
-    return self._family(policy_logits).sample_numpy(policy_logits, rng)
-
-  def sample_group(self, policy_logits, rngs):
-    """The group's actions int32 [G] from its logits [G, NUM_ACTIONS], row g with rngs[g]."""
-    return self._family(policy_logits).sample_rows(policy_logits, rngs)
+  def sample_group(self, params, rngs):
+    """The group's actions [G, *action_shape] from its parameters [G, P], row g with rngs[g]."""
+    return self._family_of_params(params).sample_rows(params, rngs)
 
   def to_environment(self, action, spec):
-    del spec
-    return action
+    """The copy the environment receives: a discrete action as it is; a continuous one
+    clipped to the spec's bounds (the trajectory keeps the unclipped sample)."""
+    if self.distribution is None or self.distribution.discrete:
+      return action
+    if not isinstance(spec, base.ContinuousEnvSpec):
+      raise ValueError(f"A {self.distribution} policy acts on continuous actions; the "
+                       f"environment's spec is {spec}.")
+    return action_bounds.clip_to_bounds(action, spec.action_low, spec.action_high)
 
   def group_to_environment(self, actions, spec):
-    """What a group's step() receives for the sampled actions int32 [G]: the actions."""
-    del spec
-    return actions
+    """to_environment for each of a group's actions [G, ...]."""
+    if self.distribution is None or self.distribution.discrete:
+      return actions
+    return np.stack([self.to_environment(action, spec) for action in actions])
 
-  def agent_output(self, action, policy_logits, baseline):
-    return AgentOutput(action=np.int32(action), policy_logits=policy_logits, baseline=baseline)
-
-  def layout(self, network_config):
-    """What fixes the action tensors' shapes (checkpoint and wire settings)."""
-    return dict(num_actions=network_config.num_actions)
+  def agent_output(self, action, params, baseline):
+    """What the trajectory stores for a step: the action in the family's dtype, mu's
+    parameters [P] and the baseline."""
+    dtype = self._family_of_params(params).action_dtype
+    return AgentOutput(action=np.asarray(action, dtype)[()], policy_params=params,
+                       baseline=baseline)
 
 
 class ObservationFilter(tf.train.experimental.PythonState):
@@ -128,63 +147,6 @@ class ObservationFilter(tf.train.experimental.PythonState):
     self.filter.load_state(state)
 
 
-class Gaussian:
-  """A box of A real action dimensions: diagonal Gaussian policies (IMPACT section 4.3)."""
-
-  def __init__(self, action_size, observation_filter=None):
-    """Args:
-      action_size: A.
-      observation_filter: an ObservationFilter, or None (observations as the environment
-        gives them).
-    """
-    self.action_size = action_size
-    self.observation_filter = observation_filter
-    self.distribution = distributions.DiagGaussianFamily(action_size)
-
-  def empty_agent_output(self, spec):
-    """Zeros, like Discrete's: mean 0 and log_std 0 (never used: the learner's step t=0 is
-    no action's outcome)."""
-    zeros = np.zeros(spec.action_size, np.float32)
-    return GaussianAgentOutput(action=zeros, policy_mean=zeros.copy(),
-                               policy_log_std=zeros.copy(), baseline=np.float32(0))
-
-  def empty_group_outputs(self, num_envs, spec):
-    """empty_agent_output for each of a group's num_envs environments: [G] rows."""
-    return tf.nest.map_structure(lambda *rows: np.stack(rows),
-                                 *[self.empty_agent_output(spec) for _ in range(num_envs)])
-
-  def observe(self, env_output):
-    """env_output with its observation filtered (before the policy sees or stores it)."""
-    return _filtered(env_output, self.observation_filter)
-
-  def sample(self, params, rng):
-    """An unclipped sample float32 [A] of N(mean, exp(log_std)^2) from params [2A]."""
-    return self.distribution.sample_numpy(params, rng)
-
-  def sample_group(self, params, rngs):
-    """The group's unclipped actions float32 [G, A] from params [G, 2A], row g with rngs[g]."""
-    return self.distribution.sample_rows(params, rngs)
-
-  def to_environment(self, action, spec):
-    """The copy the environment receives, clipped to the spec's bounds."""
-    if not isinstance(spec, base.ContinuousEnvSpec):
-      raise ValueError(f"A Gaussian policy acts on continuous actions; the environment's "
-                       f"spec is {spec}.")
-    return action_bounds.clip_to_bounds(action, spec.action_low, spec.action_high)
-
-  def group_to_environment(self, actions, spec):
-    """to_environment for each of a group's actions [G, A]."""
-    return np.stack([self.to_environment(action, spec) for action in actions])
-
-  def agent_output(self, action, params, baseline):
-    mean, log_std = self.distribution.split_numpy(params)
-    return GaussianAgentOutput(action=np.asarray(action, np.float32), policy_mean=mean,
-                               policy_log_std=log_std, baseline=baseline)
-
-  def layout(self, network_config):
-    return dict(action_size=network_config.action_size)
-
-
 def _filtered(env_output, observation_filter):
   """env_output with observation.frame passed through observation_filter (None: as it is)."""
   if observation_filter is None:
@@ -202,18 +164,9 @@ def takes_observation_filter(network_config):
   return getattr(network_config, "observation_kind", "frame") == "vector"
 
 
-def is_continuous(network_config):
-  """True for a network whose policy is not discrete (a diagonal Gaussian: its
-  action_distribution says so)."""
-  return not network_config.action_distribution.discrete
-
-
 def for_network(network_config, observation_filter=None):
   """The action space of a network config (of its action distribution)."""
-  distribution = network_config.action_distribution
-  if distribution.discrete:
-    return Discrete(distribution, observation_filter)
-  return Gaussian(distribution.action_size, observation_filter)
+  return ActionSpace(network_config.action_distribution, observation_filter)
 
 
 def for_agent(agent):

@@ -77,7 +77,7 @@ class EnvironmentGroup:
 
   def __init__(self, envs, level_name, observe=None):
     """observe: callable(EnvOutput) -> EnvOutput applied to the group's stacked outputs
-    [G, ...] (the action space's observation filter, action_spaces.Gaussian.observe)."""
+    [G, ...] (the action space's observation filter, action_spaces.ActionSpace.observe)."""
     self._envs = list(envs)
     if not self._envs:
       raise ValueError("An environment group needs at least one environment.")
@@ -226,7 +226,7 @@ class EnvironmentLoop:
     self._group_factory = group_factory
     self._policy = policy
     # A policy without an action space (a test's stand-in) acts in a discrete one.
-    self._action_space = getattr(policy, "action_space", None) or action_spaces.Discrete()
+    self._action_space = getattr(policy, "action_space", None) or action_spaces.ActionSpace()
     self._rngs = list(rngs)
     self.level_name = level_name
     self._on_episode = on_episode
@@ -264,8 +264,7 @@ class EnvironmentLoop:
       raise ValueError(f"{group.num_envs} environments need as many random generators, got "
                        f"{len(self._rngs)}.")
     self.env_output = policies.encode_group_instructions(group.initial())
-    self.agent_output = policies.empty_group_outputs(self._action_space, group.num_envs,
-                                                     group.spec)
+    self.agent_output = self._action_space.empty_group_outputs(group.num_envs, group.spec)
     self.core_state = self._policy.initial_states(group.num_envs)
 
   def _crashed(self, error):
@@ -312,17 +311,16 @@ class EnvironmentLoop:
       EnvironmentRestarted: the environment failed and was replaced; the episodes in
         progress are lost and the loop starts over from new episodes.
     """
-    logits, baseline, core_state = self._policy(self.agent_output.action, self.env_output,
+    params, baseline, core_state = self._policy(self.agent_output.action, self.env_output,
                                                 self.core_state)
     space = self._action_space
-    actions = policies.sample_group_actions(space, logits, self._rngs)
+    actions = space.sample_group(params, self._rngs)
     try:
-      env_output = self._group.step(policies.group_environment_actions(
-          space, actions, self._group.spec))
+      env_output = self._group.step(space.group_to_environment(actions, self._group.spec))
     except ENVIRONMENT_FAILURES as error:
       self._crashed(error)
       raise EnvironmentRestarted(str(error)) from error
-    self.agent_output = space.agent_output(actions, logits, baseline)
+    self.agent_output = space.agent_output(actions, params, baseline)
     self.env_output = policies.encode_group_instructions(env_output)
     self.core_state = core_state
     self._report_episodes()

@@ -1,72 +1,28 @@
 """The agent's acting step for actor threads (actor.py): one call per step of a group of G
 environments, batched across threads (BatchedPolicy) or run by each thread (PerActorPolicy),
-and the numpy side around it: action sampling, empty agent outputs, instruction encoding.
+and the numpy side around it: instruction encoding.
 
     policy = BatchedPolicy(agent)   # one forward pass for many actor threads
-    logits, baseline, core_states = policy(prev_actions, env_outputs, core_states)
-    actions = sample_group_actions(policy.action_space, logits, rngs)
+    params, baseline, core_states = policy(prev_actions, env_outputs, core_states)
+    actions = policy.action_space.sample_group(params, rngs)
 
-Actions are sampled here, in numpy, from the batched policy's logits with one random generator
-per environment slot: which other actors share a forward pass never changes an environment's
-actions, so seeded evaluations are repeatable.
+Actions are sampled in numpy (action_spaces.ActionSpace), from the batched policy's
+parameters with one random generator per environment slot: which other actors share a forward
+pass never changes an environment's actions, so seeded evaluations are repeatable.
 """
 import numpy as np
 import tensorflow as tf
 
 import dynamic_batching
 from scalable_agent_tf2.acting import action_spaces
-from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
-
-def sample_action(policy_logits, rng):
-  """One action from softmax(policy_logits [NUM_ACTIONS]) by the Gumbel-max trick, an int
-  (distributions.CategoricalFamily.sample_numpy: its one home)."""
-  return distributions.CategoricalFamily(np.shape(policy_logits)[-1]).sample_numpy(
-      policy_logits, rng)
-
-
-def sample_actions(policy_logits, rngs):
-  """One action per row of policy_logits [G, NUM_ACTIONS], row g drawn with rngs[g]: int32
-  [G] (distributions.CategoricalFamily.sample_rows)."""
-  return distributions.CategoricalFamily(np.shape(policy_logits)[-1]).sample_rows(
-      policy_logits, rngs)
-
-
-def empty_agent_outputs(num_envs, num_actions):
-  """The agent outputs paired with episodes' first observations (released code: zeros), [G]."""
-  return AgentOutput(action=np.zeros(num_envs, np.int32),
-                     policy_logits=np.zeros((num_envs, num_actions), np.float32),
-                     baseline=np.zeros(num_envs, np.float32))
-
-
-def sample_group_actions(space, params, rngs):
-  """The group's actions from its policy parameters [G, P] (the space's distribution)."""
-  return space.sample_group(params, rngs)
-
-
-def empty_group_outputs(space, num_envs, spec):
-  """empty_agent_outputs for any action space: [G] rows of the space's empty output."""
-  return space.empty_group_outputs(num_envs, spec)
-
-
-def group_environment_actions(space, actions, spec):
-  """What the group's step() receives: the sampled actions, continuous ones clipped to the
-  action space's bounds (the trajectory keeps the unclipped sample)."""
-  return space.group_to_environment(actions, spec)
-
-
-def environment_actions(actions):
-  """What the group's step() receives for the sampled actions int32 [G]."""
-  return actions
-
+from scalable_agent_tf2.structures import EnvOutput, Observation
 
 def acting_step(agent):
-  """The agent's acting step on a batch: (prev_action [B], reward [B], done [B], frame
-  [B, H, W, C], instruction [B, 16] or (), core_state) -> (policy_logits [B, A], baseline [B],
-  new core_state); for a Gaussian policy (mean and log_std [B, 2A], baseline, state)."""
+  """The agent's acting step on a batch: (prev_action [B, *action_shape], reward [B],
+  done [B], frame [B, H, W, C], instruction [B, 16] or (), core_state) -> (policy_params
+  [B, P] (logits, or a Gaussian's mean and log_std), baseline [B], new core_state)."""
   use_instruction = agent.config.use_instruction
-  distribution = agent.config.action_distribution
 
   def policy(prev_action, reward, done, frame, instruction, core_state):
     if not use_instruction:
@@ -77,7 +33,7 @@ def acting_step(agent):
     add_time = lambda t: t[tf.newaxis]
     output, core_state = agent.unroll(
         add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)
-    return distribution.params_of(output)[0], output.baseline[0], core_state
+    return output.policy_params[0], output.baseline[0], core_state
   return policy
 
 
@@ -107,18 +63,18 @@ class _Policy:
     """One step of a group of G environments, in one call.
 
     Args:
-      prev_actions: int32 [G], the actions that led to env_outputs.
+      prev_actions: [G, *action_shape], the actions that led to env_outputs.
       env_outputs: EnvOutput of numpy arrays [G, ...] (instruction as int32 word ids [G, 16]).
       core_states: the states returned by the previous call, or initial_states(G).
 
     Returns:
-      (policy_logits float32 [G, NUM_ACTIONS], baseline float32 [G], new core_states).
+      (policy_params float32 [G, P], baseline float32 [G], new core_states).
     """
     instruction = env_outputs.observation.instruction if self._config.use_instruction else ()
-    logits, baseline, core_states = self._step(
+    params, baseline, core_states = self._step(
         prev_actions, env_outputs.reward, env_outputs.done, env_outputs.observation.frame,
         instruction, core_states)
-    return _to_numpy(logits), _to_numpy(baseline), tf.nest.map_structure(_to_numpy, core_states)
+    return _to_numpy(params), _to_numpy(baseline), tf.nest.map_structure(_to_numpy, core_states)
 
   def close(self):
     pass

@@ -1,11 +1,13 @@
 """The agent: networks built from the environment's spec, and action distributions.
 
-networks.py     the shallow and deep agents of the paper's Figure 3, the MLP and one-hot torsos
-                for vector and index observations, the instruction encoder (acting `step`,
-                learning `unroll`).
-continuous_networks.py  agents with a diagonal Gaussian head (IMPACT's continuous control).
+networks.py     the agent, composed from its config: torso by the observation's kind
+                (Figure 3's for frames, the MLP for vectors, one-hot for indices), core (LSTM
+                or none) and the action distribution's head; its presets (Figure 3's agents,
+                the IMPACT paper's continuous-control networks) and network_config_for_spec;
+                the instruction encoder (acting `step`, learning `unroll`).
+heads.py        the policy head, sized by the action distribution's parameter count.
 torsos.py, layers.py    the building blocks.
-distributions.py  the action distributions (categorical, diagonal Gaussian): sample,
+distributions.py  the action distributions (categorical, multi-categorical, diagonal Gaussian): sample,
                 log-probability, entropy, KL, as one object.
 
 May import: configuration, structures, environments (specs only).

@@ -1,18 +1,24 @@
-"""The policy's action distribution as one object: categorical (IMPALA's discrete actions) and
-diagonal Gaussian (the IMPACT paper's continuous control, section 4.3), after SEED RL's
+"""The policy's action distribution as one object: categorical (IMPALA's discrete actions),
+diagonal Gaussian (the IMPACT paper's continuous control, section 4.3) and multi-categorical
+(gymnasium's MultiDiscrete: independent categorical components), after SEED RL's
 parametric distributions (Espeholt et al. 2020, seed_rl/common/parametric_distribution.py):
-one learner, one V-trace and one set of losses for both kinds of action.
+one learner, one V-trace and one set of losses for every kind of action.
 
 Two layers:
-  - a FAMILY (`CategoricalFamily(num_actions)`, `DiagGaussianFamily(action_size)`; a network
-    config's `action_distribution`) knows the shapes: `param_size` P of the network's flat
-    parameters tensor [..., P], the action spec (`action_dtype`, `action_shape`), how to read
-    the policy out of a network's or an actor's output record (`of_outputs`, `params_of`), and
-    the actors' numpy sampling (`sample_numpy`, `sample_rows`: one generator per environment,
-    so which other actors share a forward pass never changes an environment's actions);
-  - a DISTRIBUTION (`Categorical(logits)`, `DiagGaussian(mean, log_std)`, or
-    `family(params)`) holds tensors [..., P] with any leading shape (e.g. [T, B] when learning,
-    [B] when acting) and offers `log_prob(actions)`, `entropy()`, `kl(other)`, `total_kl(other)`,
+  - a FAMILY (`CategoricalFamily(num_actions)`, `DiagGaussianFamily(action_size)`,
+    `MultiCategoricalFamily(nvec)`; a network config's `action_distribution`, `for_spec`
+    gives an environment's) knows the shapes:
+    `param_size` P of the network's flat parameters tensor [..., P] (what the policy head
+    outputs and structures.AgentOutput.policy_params carries), the action spec
+    (`action_dtype`, `action_shape`), how the network reads a previous action
+    (`action_features`), the policy of an output record (`of_outputs`), the settings that
+    fix the action tensors' shapes (`layout`), and the actors' numpy sampling
+    (`sample_numpy`, `sample_rows`: one generator per environment, so which other actors
+    share a forward pass never changes an environment's actions);
+  - a DISTRIBUTION (`Categorical(logits)`, `DiagGaussian(mean, log_std)`,
+    `MultiCategorical(logits, nvec)`, or `family(params)`) holds tensors [..., P] with any
+    leading shape (e.g. [T, B] when learning, [B] when acting) and offers
+    `log_prob(actions)`, `entropy()`, `kl(other)`, `total_kl(other)`,
     `implied_policy_kl(behaviour, ...)` (LASER's trust region, section 4.3) and `sample(seed)`
     (TF, stateless); `[key]` slices the leading dimensions and `stop_gradient()` detaches it.
 
@@ -24,15 +30,15 @@ Continuous actions: a Gaussian policy's log-probability is of the UNCLIPPED samp
 what the trajectory stores; action_bounds.clip_to_bounds clips only the copy sent to the
 environment (RLlib's `clip_actions` does the same). Its log standard deviation is STATE-
 DEPENDENT and unbounded by default (RLlib's DiagGaussian with free_log_std=False, which the
-IMPACT paper's code base ran; continuous_networks.GaussianPolicyHead), so the network's flat
-parameters are [..., 2A], the means then the log standard deviations.
+IMPACT paper's code base ran; heads.GaussianPolicyHead), so the network's flat parameters
+are [..., 2A], the means then the log standard deviations.
 """
 import math
 
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.structures import AgentOutput, GaussianAgentOutput
+from scalable_agent_tf2.environments import base as env_base
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _HALF_LOG_2PI_E = 0.5 * math.log(2.0 * math.pi * math.e)
@@ -181,7 +187,7 @@ class DiagGaussian:
     if not mean.shape.is_compatible_with(log_std.shape):
       raise ValueError(f"{log_std_name} has shape {log_std.shape}, expected {mean.shape} like "
                        f"{mean_name} (a state-independent log_std is broadcast by the policy "
-                       f"head, continuous_networks.GaussianPolicyHead).")
+                       f"head, heads.GaussianPolicyHead).")
     self.mean, self.log_std = mean, log_std
 
   @classmethod
@@ -308,17 +314,122 @@ class DiagGaussian:
         tf.shape(self.mean), seed=seed)
 
 
+class MultiCategorical:
+  """prod_k softmax(logits_k) over K independent categorical components of nvec[k] actions
+  each (gymnasium's MultiDiscrete(nvec) action spaces; SEED RL's
+  multi_categorical_distribution): the log-probability, entropy and KL are the components'
+  sums.
+
+  Attributes:
+    logits: float32 [..., sum(nvec)], the components' logits one after another.
+    nvec: the components' numbers of actions, a tuple of K ints.
+  """
+
+  discrete = True
+
+  def __init__(self, logits, nvec):
+    """Args:
+      logits: float32 [..., sum(nvec)].
+      nvec: K positive ints.
+    """
+    self.logits = tf.convert_to_tensor(logits, tf.float32)
+    self.nvec = tuple(int(n) for n in nvec)
+
+  @property
+  def params(self):
+    """float32 [..., sum(nvec)]: the flat parameters (the logits)."""
+    return self.logits
+
+  def components(self):
+    """The K Categorical components, [..., nvec[k]] each."""
+    return [Categorical(logits) for logits in tf.split(self.logits, self.nvec, axis=-1)]
+
+  def __getitem__(self, key):
+    return MultiCategorical(self.logits[key], self.nvec)
+
+  def stop_gradient(self):
+    return MultiCategorical(tf.stop_gradient(self.logits), self.nvec)
+
+  def log_prob(self, actions):
+    """log pi(a | x) = sum_k log pi_k(a_k | x) of the taken actions.
+
+    Args:
+      actions: int32 [..., K], one index per component.
+
+    Returns:
+      float32 [...].
+    """
+    actions = tf.convert_to_tensor(actions, dtype=tf.int32)
+    if actions.shape.rank is not None and actions.shape[-1] != len(self.nvec):
+      raise ValueError(f"actions has shape {actions.shape}, expected [..., {len(self.nvec)}] "
+                       f"(one index per component of nvec {self.nvec}).")
+    return tf.add_n([component.log_prob(actions[..., k])
+                     for k, component in enumerate(self.components())])
+
+  def entropy(self):
+    """H(pi(.|x)) = sum_k H(pi_k(.|x)), float32 [...]."""
+    return tf.add_n([component.entropy() for component in self.components()])
+
+  def kl(self, other):
+    """KL(self || other) = sum_k KL(self_k || other_k) at every step, float32 [...].
+
+    Args:
+      other: a MultiCategorical of the same nvec.
+    """
+    return tf.add_n([mine.kl(theirs)
+                     for mine, theirs in zip(self.components(), other.components())])
+
+  def total_kl(self, other):
+    """sum over every step of KL(self || other), float32 scalar."""
+    return tf.reduce_sum(self.kl(other))
+
+  def _joint_log_probs(self):
+    """log pi(a | x) of every joint action, float32 [..., prod(nvec)] (row-major in a)."""
+    joint = None
+    for component in self.components():
+      log_policy = tf.nn.log_softmax(component.logits)  # [..., nvec[k]]
+      if joint is None:
+        joint = log_policy
+      else:
+        pairs = joint[..., :, tf.newaxis] + log_policy[..., tf.newaxis, :]  # [..., J, nvec[k]]
+        joint = tf.reshape(pairs, tf.concat([tf.shape(pairs)[:-2], [-1]], 0))
+    return joint
+
+  def implied_policy_kl(self, behaviour, clip_rho_threshold=1.0, seed=None):
+    """KL(pi || pi_rho_bar) at every step (Categorical.implied_policy_kl's, LASER section 4.3),
+    exact over the prod(nvec) joint actions: min(rho_bar mu, pi) does not factor over the
+    components, so the joint distributions are enumerated (cost and memory prod(nvec) per
+    step).
+
+    Args:
+      behaviour: MultiCategorical of the same nvec, mu.
+      clip_rho_threshold: rho_bar; None or inf: 0.
+      seed: unused (the divergence is exact).
+
+    Returns:
+      float32 [...], >= 0, gradient-free.
+    """
+    return Categorical(self._joint_log_probs()).implied_policy_kl(
+        Categorical(behaviour._joint_log_probs()), clip_rho_threshold, seed)  # pylint: disable=protected-access
+
+  def sample(self, seed):
+    """Actions int32 [B, K] from logits [B, sum(nvec)], each component drawn with its own
+    stateless seed derived from `seed` (TF, XLA-compilable)."""
+    seeds = tf.random.experimental.stateless_split(seed, len(self.nvec))
+    return tf.stack([component.sample(seeds[k])
+                     for k, component in enumerate(self.components())], axis=-1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Families: the shapes, the output records, and the actors' numpy sampling.
 # ---------------------------------------------------------------------------------------------
 class CategoricalFamily:
   """Categorical policies over num_actions actions: parameters [..., N] (the logits), actions
-  int32 [] (one index); output records structures.AgentOutput / networks.NetworkOutput."""
+  int32 [] (one index)."""
 
   discrete = True
   action_dtype = np.dtype(np.int32)
   action_shape = ()
-  output_type = AgentOutput
 
   def __init__(self, num_actions):
     """Args:
@@ -344,17 +455,24 @@ class CategoricalFamily:
     """Categorical of flat parameters float32 [..., N]."""
     return Categorical(params)
 
-  def policy_fields(self):
-    """{field of the output record: its trailing shape} for the policy's parameters."""
-    return {"policy_logits": (self.num_actions,)}
-
   def of_outputs(self, outputs):
-    """The policy of an output record with a policy_logits field [..., N]."""
-    return Categorical(outputs.policy_logits)
+    """The policy of an output record (structures.AgentOutput or networks.NetworkOutput):
+    its policy_params [..., N], the logits."""
+    return Categorical(outputs.policy_params)
 
-  def params_of(self, outputs):
-    """float32 [..., N]: an output record's flat parameters."""
-    return outputs.policy_logits
+  def layout(self):
+    """What fixes the action tensors' shapes (checkpoint and wire settings)."""
+    return dict(num_actions=self.num_actions)
+
+  @property
+  def action_feature_size(self):
+    """The length of action_features' rows: N."""
+    return self.num_actions
+
+  def action_features(self, actions):
+    """A previous action as the network reads it (Figure 3): int [N'] -> one-hot float32
+    [N', N]."""
+    return tf.one_hot(tf.cast(actions, tf.int32), self.num_actions)
 
   def sample_rows(self, params, rngs):
     """One action per row of params [G, N] by the Gumbel-max trick, row g drawn with rngs[g]:
@@ -379,12 +497,10 @@ class CategoricalFamily:
 
 class DiagGaussianFamily:
   """Diagonal Gaussian policies over action_size real dimensions: parameters [..., 2A] (means
-  then log standard deviations), actions float32 [A] (unclipped samples); output records
-  structures.GaussianAgentOutput / continuous_networks.GaussianNetworkOutput."""
+  then log standard deviations), actions float32 [A] (unclipped samples)."""
 
   discrete = False
   action_dtype = np.dtype(np.float32)
-  output_type = GaussianAgentOutput
 
   def __init__(self, action_size):
     """Args:
@@ -414,16 +530,24 @@ class DiagGaussianFamily:
     """DiagGaussian of flat parameters float32 [..., 2A]."""
     return DiagGaussian.from_params(params)
 
-  def policy_fields(self):
-    return {"policy_mean": (self.action_size,), "policy_log_std": (self.action_size,)}
-
   def of_outputs(self, outputs):
-    """The policy of an output record with policy_mean and policy_log_std fields [..., A]."""
-    return DiagGaussian(outputs.policy_mean, outputs.policy_log_std)
+    """The policy of an output record (structures.AgentOutput or networks.NetworkOutput):
+    its policy_params [..., 2A], the means then the log standard deviations."""
+    return DiagGaussian.from_params(outputs.policy_params)
 
-  def params_of(self, outputs):
-    """float32 [..., 2A]: an output record's mean and log_std concatenated."""
-    return tf.concat([outputs.policy_mean, outputs.policy_log_std], axis=-1)
+  def layout(self):
+    """What fixes the action tensors' shapes (checkpoint and wire settings)."""
+    return dict(action_size=self.action_size)
+
+  @property
+  def action_feature_size(self):
+    """The length of action_features' rows: A."""
+    return self.action_size
+
+  def action_features(self, actions):
+    """A previous action as a network that reads it would: the (unclipped) sample itself,
+    float [N', A] -> float32 [N', A]."""
+    return tf.cast(actions, tf.float32)
 
   def split_numpy(self, params):
     """(mean, log_std) float32 [..., A] of numpy parameters [..., 2A]."""
@@ -448,6 +572,75 @@ class DiagGaussianFamily:
     return np.stack([self.sample_numpy(row, rng) for row, rng in zip(params, rngs)])
 
 
+class MultiCategoricalFamily:
+  """MultiCategorical policies over nvec: parameters [..., sum(nvec)] (each component's
+  logits), actions int32 [K] (one index per component)."""
+
+  discrete = True
+  action_dtype = np.dtype(np.int32)
+
+  def __init__(self, nvec):
+    """Args:
+      nvec: K positive ints, the components' numbers of actions.
+    """
+    self.nvec = tuple(int(n) for n in nvec)
+    if not self.nvec or min(self.nvec) < 1:
+      raise ValueError(f"nvec must be positive numbers of actions, got {nvec}.")
+
+  def __repr__(self):
+    return f"MultiCategoricalFamily(nvec={self.nvec})"
+
+  def __eq__(self, other):
+    return type(other) is type(self) and other.nvec == self.nvec
+
+  def __hash__(self):
+    return hash((type(self), self.nvec))
+
+  @property
+  def param_size(self):
+    """P = sum(nvec)."""
+    return sum(self.nvec)
+
+  @property
+  def action_shape(self):
+    return (len(self.nvec),)
+
+  def __call__(self, params):
+    """MultiCategorical of flat parameters float32 [..., sum(nvec)]."""
+    return MultiCategorical(params, self.nvec)
+
+  def of_outputs(self, outputs):
+    """The policy of an output record: its policy_params [..., sum(nvec)]."""
+    return MultiCategorical(outputs.policy_params, self.nvec)
+
+  def layout(self):
+    """What fixes the action tensors' shapes (checkpoint and wire settings)."""
+    return dict(nvec=list(self.nvec))
+
+  @property
+  def action_feature_size(self):
+    """The length of action_features' rows: sum(nvec)."""
+    return sum(self.nvec)
+
+  def action_features(self, actions):
+    """A previous action as the network reads it: int [N', K] -> the components' one-hots
+    concatenated, float32 [N', sum(nvec)]."""
+    actions = tf.cast(actions, tf.int32)
+    return tf.concat([tf.one_hot(actions[..., k], n) for k, n in enumerate(self.nvec)], -1)
+
+  def sample_rows(self, params, rngs):
+    """One action per row of params [G, sum(nvec)], row g drawn with rngs[g] (each
+    component by the Gumbel-max trick, CategoricalFamily's): int32 [G, K]."""
+    return np.stack([self.sample_numpy(row, rng) for row, rng in zip(params, rngs)])
+
+  def sample_numpy(self, params, rng):
+    """One action int32 [K] from parameters [sum(nvec)] with rng."""
+    params = np.asarray(params)
+    bounds = np.cumsum((0,) + self.nvec)
+    return np.array([np.argmax(params[start:end] + rng.gumbel(size=end - start))
+                     for start, end in zip(bounds[:-1], bounds[1:])], np.int32)
+
+
 def sample_gaussian_numpy(mean, log_std, rng):
   """DiagGaussian.sample's numpy counterpart for actors that sample in numpy.
 
@@ -468,6 +661,10 @@ def sample_gaussian_numpy(mean, log_std, rng):
   return (mean + np.exp(log_std) * noise).astype(np.float32)
 
 
-def for_network(network_config):
-  """The action distribution family of a network config (its `action_distribution`)."""
-  return network_config.action_distribution
+def for_spec(spec):
+  """The action distribution family of an environment's spec: categorical over an EnvSpec's
+  num_actions (IMPALA), diagonal Gaussian over a ContinuousEnvSpec's action_size (IMPACT
+  section 4.3)."""
+  if isinstance(spec, env_base.ContinuousEnvSpec):
+    return DiagGaussianFamily(spec.action_size)
+  return CategoricalFamily(spec.num_actions)

@@ -1,8 +1,10 @@
-"""The layers the agents of Figure 3 are built from, as plain tf.Modules of tf.Variables.
+"""The layers the agents are built from, as plain tf.Modules of tf.Variables.
 
-No Keras (networks.py says why). Each layer's variables start from `Initializer`, the
-released code's Sonnet 1 and TF1 defaults, so one seed gives one network. The variables'
-names (the tf.Module name scopes: linear, conv2d, lstm) are part of every checkpoint.
+No Keras (networks.py says why). Each layer's variables start from an initializer of one
+seed, so one seed gives one network: `Initializer`, the released code's Sonnet 1 and TF1
+defaults (Figure 3's agents), or `NormcInitializer`, RLlib's normc (the IMPACT paper's code
+base, which its continuous-control networks ran with, section 4.3). The variables' attribute
+paths (w, b, w_input, ...) are part of every checkpoint.
 """
 import collections
 
@@ -35,15 +37,68 @@ class Initializer:
     limit = np.sqrt(6.0 / (shape[0] + shape[1]))
     return self._generator.uniform(shape, -limit, limit)
 
+  def linear_kernel(self, shape):
+    """A Linear layer's kernel [input_size, output_size] (Sonnet 1's snt.Linear)."""
+    return self.scaled_truncated_normal(shape, shape[0])
+
+  def for_hidden_layers(self):
+    """The initializer of hidden Linear layers: Sonnet has one for every layer."""
+    return self
+
+  def for_output_layers(self):
+    """The initializer of the heads' Linear layers: the same as the hidden layers'."""
+    return self
+
+
+# RLlib's fcnet (rllib/models/tf/fcnet.py), which the IMPACT paper's code base ran: normc(1.0)
+# for hidden layers, normc(0.01) for the policy and value outputs.
+HIDDEN_KERNEL_SCALE = 1.0
+OUTPUT_KERNEL_SCALE = 0.01
+
+
+class NormcInitializer:
+  """RLlib's normc_initializer from one seed: N(0, 1) columns rescaled to norm `scale`.
+
+  Hidden and output layers draw from the same generator (in the order the agent builds
+  them), each with its own scale (for_hidden_layers, for_output_layers).
+  """
+
+  def __init__(self, seed):
+    self._generator = tf.random.Generator.from_seed(seed)
+
+  def normc(self, shape, scale):
+    columns = self._generator.normal(shape)
+    return columns * scale / tf.norm(columns, axis=0, keepdims=True)
+
+  def for_hidden_layers(self):
+    return _ScaledNormc(self, HIDDEN_KERNEL_SCALE)
+
+  def for_output_layers(self):
+    return _ScaledNormc(self, OUTPUT_KERNEL_SCALE)
+
+
+class _ScaledNormc:
+  """A NormcInitializer's kernels of one scale (what Linear asks for: linear_kernel)."""
+
+  def __init__(self, normc, scale):
+    self._normc = normc
+    self._scale = scale
+
+  def linear_kernel(self, shape):
+    return self._normc.normc(shape, self._scale)
+
 
 class Linear(tf.Module):
-  """y = x W + b.  x: [N, input_size] -> [N, output_size]."""
+  """y = x W + b.  x: [N, input_size] -> [N, output_size].
+
+  W starts as init.linear_kernel([input_size, output_size]) (Initializer's truncated normal
+  or a NormcInitializer's normc), b at zeros.
+  """
 
   def __init__(self, input_size, output_size, init, name=None):
     super().__init__(name=name)
     with self.name_scope:
-      self.w = tf.Variable(init.scaled_truncated_normal([input_size, output_size], input_size),
-                           name="w")
+      self.w = tf.Variable(init.linear_kernel([input_size, output_size]), name="w")
       self.b = tf.Variable(tf.zeros([output_size]), name="b")
 
   def __call__(self, x):

@@ -1,4 +1,4 @@
-"""The agents of the paper's Figure 3, built from tf.Variables and tf.nn ops.
+"""The agent, composed from the environment's spec, built from tf.Variables and tf.nn ops.
 
 Plain tf.Modules, no Keras: Keras 3 layers are not tf.Modules, and plain ops keep
 the learner's update a single XLA-compilable function.
@@ -6,11 +6,17 @@ the learner's update a single XLA-compilable function.
     frame [H, W, C] uint8 --/255--> torso (shallow|deep|impact_cnn): 256 -----+
       (or vector [O] float32 --> mlp torso: 256; index [] int32 --> one-hot [n])
     reward --clip [-1, 1]-----------------------------------------------------+--> core
-    previous action --one-hot-------------------------------------------------+   (LSTM 256
+    previous action --one-hot (the distribution's action_features)-----------+   (LSTM 256
     instruction --hash 1000 buckets--> embedding 20 --> LSTM 64 (last token)--+    or none)
                                                                                    |
-                                                            policy logits <-- linear --+
+             policy_params [P] <-- policy head (heads.py, P = distribution.param_size) --+
                                                             baseline V(x) <-- linear --+
+
+That is Figure 3's agent; the same pieces, with other settings of NetworkConfig, make the
+IMPACT paper's continuous-control networks (section 4.3): a diagonal Gaussian head (2A
+parameters), the observation only (reward_and_action_inputs=False), RLlib's normc weights
+(initializer=NORMC_INIT) and, on vectors, a separate value MLP (separate_value_torso: "The critic
+network shares the same architecture as the policy network", not its weights).
 
 Two APIs share the same variables:
   * acting:   `initial_state(batch_size)`, then `step(prev_action, env_output, core_state)`
@@ -24,8 +30,9 @@ layers (Linear, Conv2D, LSTM) are in layers.py, the torsos in torsos.py.
 
 The observation's kind (NetworkConfig.observation_kind, torsos.torso_for_observation) picks
 the torso: image frames take the paper's (Figure 3), float vectors the MLP (IMPACT section
-4.3's sizes), a Discrete observation's index its one-hot; the rest of the agent (reward and
-previous action inputs, core, heads) is the same for all.
+4.3's sizes), a Discrete observation's index its one-hot; the action distribution
+(NetworkConfig.action_distribution, distributions.py) sizes the policy head and reads the
+previous action; network_config_for_spec composes a config from an environment's spec.
 """
 import collections
 import dataclasses
@@ -36,6 +43,7 @@ import numpy as np
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.agent import heads
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration.settings import (  # --torso's choices.
@@ -61,8 +69,15 @@ CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
 DEEP_TORSO_CHUNK_FRAMES = 128
 PIXEL_MAX = 255.0  # uint8 pixels span [0, 255]; the torso takes them divided by it.
 
-# Output of `unroll`: the learner's own view of the trajectory.
-NetworkOutput = collections.namedtuple("NetworkOutput", "policy_logits baseline")
+# The initial weights of the Linear layers (NetworkConfig.initializer): Sonnet 1's truncated
+# normal (the released code's, layers.Initializer) or RLlib's normc (the IMPACT paper's code
+# base, layers.NormcInitializer). Frame torsos always start from Sonnet's.
+SONNET_INIT, NORMC_INIT = "sonnet", "normc"
+
+# Output of `unroll`: the learner's own view of the trajectory. policy_params float32
+# [T, B, P] (the action distribution's flat parameters: logits, or a Gaussian's means then
+# log standard deviations); baseline float32 [T, B].
+NetworkOutput = collections.namedtuple("NetworkOutput", "policy_params baseline")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +85,9 @@ class NetworkConfig:
   """Everything that fixes the network's shapes.
 
   Attributes:
-    num_actions: size of the policy (DMLab: 9, Table D.2; Atari: the game's minimal set,
-      or 18 for the multi-task agent, Appendix G).
+    num_actions: N of a categorical policy (DMLab: 9, Table D.2; Atari: the game's minimal
+      set, or 18 for the multi-task agent, Appendix G), which then need not be given as
+      action_distribution; None for other distributions.
     frame_shape: the shape of observation.frame: (height, width, channels) of the uint8
       frame; (O,) of a float32 vector; () of a Discrete observation's int32 index.
     torso: frames: 'shallow' (Figure 3 left), 'deep' (Figure 3 right) or 'impact_cnn' (the
@@ -93,8 +109,22 @@ class NetworkConfig:
     frame_max: the largest value of a frame's uint8 entries (FRAME only): frames reach the
       torso divided by it (to_unit_float), so they span [0, 1]. 255 for pixels; MiniGrid and
       BabyAI's image is the grid's encoding, indices of at most 10 (gym_env.frame_max).
+    action_distribution: the policy's distributions family (None: categorical over
+      num_actions, IMPALA section 4); it sizes the policy head (heads.policy_head) and encodes
+      the previous action.
+    reward_and_action_inputs: the core also reads the clipped reward and the previous action
+      (Figure 3); False: the observation only (the IMPACT paper's networks: RLlib feeds
+      obs_flat).
+    separate_value_torso: the baseline reads a second torso of its own (IMPACT section 4.3's
+      MuJoCo networks: "The critic network shares the same architecture as the policy
+      network", not its weights); False: the baseline shares the torso and core (Figure 3).
+    initializer: SONNET_INIT or NORMC_INIT, the Linear layers' initial weights (the MLP
+      torso's and the heads'); frame torsos, the instruction encoder and the LSTM always start
+      from Sonnet's (layers.Initializer).
+    state_dependent_log_std: a Gaussian policy's log_std from the head's layer (RLlib's
+      free_log_std=False, which the IMPACT paper's code base ran) or one learned vector.
   """
-  num_actions: int
+  num_actions: Optional[int]
   frame_shape: Tuple[int, ...]
   torso: str = DEEP
   use_lstm: bool = True
@@ -104,6 +134,11 @@ class NetworkConfig:
   num_observation_values: Optional[int] = None
   mlp_hidden_sizes: Tuple[int, ...] = torsos.MLP_HIDDEN_SIZES
   frame_max: float = PIXEL_MAX
+  action_distribution: Optional[object] = None
+  reward_and_action_inputs: bool = True
+  separate_value_torso: bool = False
+  initializer: str = SONNET_INIT
+  state_dependent_log_std: bool = True
 
   @property
   def frame_dtype(self):
@@ -125,18 +160,14 @@ class NetworkConfig:
         has_instruction=self.use_instruction and self.observation_kind == torsos.FRAME,
         hidden_sizes=self.mlp_hidden_sizes)
 
-  @property
-  def action_distribution(self):
-    """The policy's distributions family: categorical over num_actions (softmax of the
-    logits, IMPALA section 4)."""
-    return distributions.CategoricalFamily(self.num_actions)
-
   def __post_init__(self):
+    self._resolve_action_distribution()
     if self.torso_chunk_frames is None:
       object.__setattr__(self, "torso_chunk_frames",
                          DEEP_TORSO_CHUNK_FRAMES if self.torso == DEEP else 0)
-    if self.num_actions < 1:
-      raise ValueError(f"num_actions must be positive, got {self.num_actions}.")
+    if self.initializer not in (SONNET_INIT, NORMC_INIT):
+      raise ValueError(f"Unknown initializer {self.initializer!r}; expected {SONNET_INIT!r} "
+                       f"or {NORMC_INIT!r}.")
     if self.torso_chunk_frames < 0:
       raise ValueError(f"torso_chunk_frames must be 0 (no chunks) or positive, got "
                        f"{self.torso_chunk_frames}.")
@@ -160,6 +191,27 @@ class NetworkConfig:
       raise ValueError(f"The impact_cnn torso is the IMPACT paper's network for 42x42 frames "
                        f"(its 11x11 layer covers the whole map left), got "
                        f"{self.frame_shape[:2]}: use 42x42 frames (--width=42 --height=42).")
+
+  def _resolve_action_distribution(self):
+    """action_distribution from num_actions (categorical), or num_actions from a categorical
+    action_distribution; one of the two must be given, and positive."""
+    distribution = self.action_distribution
+    if distribution is None:
+      if self.num_actions is None:
+        raise ValueError("A network config needs num_actions (categorical) or an "
+                         "action_distribution.")
+      distribution = distributions.CategoricalFamily(self.num_actions)
+      object.__setattr__(self, "action_distribution", distribution)
+    if isinstance(distribution, distributions.CategoricalFamily):
+      if self.num_actions not in (None, distribution.num_actions):
+        raise ValueError(f"num_actions {self.num_actions} and {distribution} disagree.")
+      object.__setattr__(self, "num_actions", distribution.num_actions)
+    elif self.num_actions is not None:
+      raise ValueError(f"num_actions is for categorical policies; this one is {distribution}.")
+    if self.num_actions is not None and self.num_actions < 1:
+      raise ValueError(f"num_actions must be positive, got {self.num_actions}.")
+    if distribution.param_size < 1:
+      raise ValueError(f"{distribution} has no parameters: its sizes must be positive.")
 
   def _check_non_frame(self):
     """Vectors take the MLP torso, indices the one-hot; neither carries an instruction."""
@@ -213,6 +265,85 @@ def index_config(num_actions, num_values, use_lstm=False):
   return NetworkConfig(num_actions=num_actions, frame_shape=(), torso=torsos.ONE_HOT,
                        use_lstm=use_lstm, use_instruction=False,
                        observation_kind=torsos.INDEX, num_observation_values=int(num_values))
+
+
+def continuous_vector_config(observation_size, action_size, state_dependent_log_std=True,
+                             hidden_sizes=torsos.MLP_HIDDEN_SIZES, use_lstm=False):
+  """The IMPACT paper's continuous-control network on a float32 vector [O] (section 4.3, the
+  MuJoCo tasks of Figure 5): "two fully-connected layers of 256 units with nonlinear
+  activation tanh" for the policy, the same architecture, not shared, for the critic; a
+  diagonal Gaussian head (Appendix E); RLlib's defaults where the paper is silent (normc
+  weights, the observation only, feed-forward)."""
+  return NetworkConfig(
+      num_actions=None, frame_shape=(int(observation_size),), torso=torsos.MLP,
+      use_lstm=use_lstm, use_instruction=False, observation_kind=torsos.VECTOR,
+      mlp_hidden_sizes=tuple(hidden_sizes),
+      action_distribution=distributions.DiagGaussianFamily(int(action_size)),
+      reward_and_action_inputs=False, separate_value_torso=True, initializer=NORMC_INIT,
+      state_dependent_log_std=state_dependent_log_std)
+
+
+def continuous_frame_config(frame_shape, action_size, torso=SHALLOW,
+                            state_dependent_log_std=True, use_lstm=False):
+  """Box actions on uint8 frames [H, W, C] (e.g. gym:CarRacing-v3): a frame torso (Figure 3's
+  or the IMPACT paper's) shared by a diagonal Gaussian head and the baseline (the IMPACT
+  paper's image network: "The critic network shares weights with the policy network",
+  section 4.3), the heads from RLlib's normc, the observation only, feed-forward. The torso
+  runs on all frames at once (torso_chunk_frames=0), as this network always has."""
+  return NetworkConfig(
+      num_actions=None, frame_shape=tuple(int(n) for n in frame_shape), torso=torso,
+      use_lstm=use_lstm, use_instruction=False, torso_chunk_frames=0,
+      action_distribution=distributions.DiagGaussianFamily(int(action_size)),
+      reward_and_action_inputs=False, initializer=NORMC_INIT,
+      state_dependent_log_std=state_dependent_log_std)
+
+
+def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use_lstm=False,
+                            use_instruction=False, frame_max=PIXEL_MAX,
+                            num_observation_values=None, state_dependent_log_std=True):
+  """The network for an environment's spec: the torso by the observation's kind, the core
+  (use_lstm), and the head of the spec's action distribution (distributions.for_spec).
+
+  Discrete actions (an EnvSpec) take Figure 3's agent with that torso: frames (torso: --torso,
+  shallow by default; with use_instruction the language encoder; frame_max), vectors
+  (vector_config: the MLP) or indices (index_config: one-hot of num_observation_values).
+  Box actions (a ContinuousEnvSpec) take the IMPACT paper's networks (section 4.3): on vectors
+  continuous_vector_config, on frames continuous_frame_config.
+
+  Args:
+    spec: environments.base.EnvSpec or ContinuousEnvSpec (frame_shape: (H, W, C), (O,) or ()).
+    observation_kind: torsos.FRAME, VECTOR or INDEX.
+    torso: frames only: 'shallow', 'deep' or 'impact_cnn' (None: shallow).
+    use_lstm: the LSTM 256 core (Figure 3) or none.
+    use_instruction: frames only: the observation carries a language instruction.
+    frame_max: frames only: the largest value of a frame's uint8 entries.
+    num_observation_values: INDEX only: n of a Discrete(n) observation.
+    state_dependent_log_std: Box actions only: GaussianPolicyHead's choice.
+
+  Returns:
+    NetworkConfig.
+
+  Raises:
+    ValueError: a pair of observation and actions no network takes (Box actions on an index).
+  """
+  distribution = distributions.for_spec(spec)
+  frame_shape = tuple(spec.frame_shape)
+  if not distribution.discrete:
+    if observation_kind == torsos.VECTOR:
+      return continuous_vector_config(frame_shape[0], distribution.action_size,
+                                      state_dependent_log_std, use_lstm=use_lstm)
+    if observation_kind == torsos.FRAME:
+      return continuous_frame_config(frame_shape, distribution.action_size, torso or SHALLOW,
+                                     state_dependent_log_std, use_lstm=use_lstm)
+    raise ValueError(f"Box actions on {observation_kind} observations: no network takes this "
+                     "pair (one-hot the observation as a Box (n,) vector).")
+  if observation_kind == torsos.VECTOR:
+    return vector_config(distribution.num_actions, frame_shape[0], use_lstm=use_lstm)
+  if observation_kind == torsos.INDEX:
+    return index_config(distribution.num_actions, num_observation_values, use_lstm=use_lstm)
+  return NetworkConfig(num_actions=distribution.num_actions, frame_shape=frame_shape,
+                       torso=torso or SHALLOW, use_lstm=use_lstm,
+                       use_instruction=use_instruction, frame_max=frame_max)
 
 
 # ---------------------------------------------------------------------------------------
@@ -288,33 +419,60 @@ class InstructionEncoder(tf.Module):
 
 
 class Agent(tf.Module):
-  """IMPALA's actor-critic network (Figure 3) with acting and learning entry points."""
+  """The actor-critic network with acting and learning entry points, composed from its config:
+  torso (the observation's kind) + core (LSTM or none) + the action distribution's policy head
+  and a baseline (Figure 3; the IMPACT paper's continuous-control networks, section 4.3).
+
+  Its attribute paths are part of every checkpoint: torso (policy_torso and value_torso with a
+  separate value torso), instruction_encoder, core, policy, baseline, _sampler.
+  """
 
   def __init__(self, config, seed=0, name="agent"):
     """Args:
-      config: a NetworkConfig (see dmlab_config / atari_config).
+      config: a NetworkConfig (see the presets: dmlab_config, atari_config, vector_config,
+        index_config, continuous_vector_config, continuous_frame_config).
       seed: seeds the initial weights and the action sampling.
       name: module name.
     """
     super().__init__(name=name)
     self.config = config
-    init = layers.Initializer(seed)
+    distribution = config.action_distribution
+    # The Linear layers draw from one generator in the order they are built; frame torsos from
+    # Sonnet's generator (the same one when the Linear layers are Sonnet's too), so that the
+    # same seed gives the same network as before these were one stack.
+    frame_init = layers.Initializer(seed)
+    dense_init = (frame_init if config.initializer == SONNET_INIT
+                  else layers.NormcInitializer(seed))
+    torso_init = frame_init if config.observation_kind == torsos.FRAME else dense_init
     with self.name_scope:
       # The frame torsos are built as before this choice existed: the same module names and
       # order of variables, so old checkpoints restore and the same seed gives the same weights.
-      self.torso = torsos.build_torso(config.torso_choice, init)
-      torso_output_size = getattr(self.torso, "output_size", torsos.TORSO_OUTPUT_SIZE)
-      core_input_size = torso_output_size + 1 + config.num_actions
+      torso = torsos.build_torso(config.torso_choice, torso_init,
+                                 name="policy_torso" if config.separate_value_torso else None)
+      if config.separate_value_torso:
+        self.policy_torso = torso
+      else:
+        self.torso = torso
+      core_input_size = getattr(torso, "output_size", torsos.TORSO_OUTPUT_SIZE)
+      if config.reward_and_action_inputs:
+        core_input_size += 1 + distribution.action_feature_size
       if config.use_instruction:
-        self.instruction_encoder = InstructionEncoder(init=init)
+        self.instruction_encoder = InstructionEncoder(init=frame_init)
         core_input_size += INSTRUCTION_LSTM_SIZE
       if config.use_lstm:
-        self.core = layers.LSTM(core_input_size, CORE_LSTM_SIZE, init=init, name="core")
+        self.core = layers.LSTM(core_input_size, CORE_LSTM_SIZE, init=frame_init, name="core")
         core_output_size = CORE_LSTM_SIZE
       else:
         core_output_size = core_input_size
-      self.policy = layers.Linear(core_output_size, config.num_actions, init=init, name="policy")
-      self.baseline = layers.Linear(core_output_size, 1, init=init, name="baseline")
+      output_init = dense_init.for_output_layers()
+      self.policy = heads.policy_head(distribution, core_output_size, output_init,
+                                      config.state_dependent_log_std)
+      baseline_input_size = core_output_size
+      if config.separate_value_torso:
+        self.value_torso = torsos.build_torso(config.torso_choice, torso_init,
+                                              name="value_torso")
+        baseline_input_size = self.value_torso.output_size
+      self.baseline = layers.Linear(baseline_input_size, 1, init=output_init, name="baseline")
       self._sampler = tf.random.Generator.from_seed(seed + 1)
 
   def initial_state(self, batch_size):
@@ -327,72 +485,86 @@ class Agent(tf.Module):
     """One acting step for a batch of any size B.
 
     Args:
-      prev_action: int32 [B], the action that led to env_output.
+      prev_action: [B, *action_shape], the action that led to env_output (int32 [B] for a
+        categorical policy, float32 [B, A] for a Gaussian).
       env_output: EnvOutput of [B, ...] tensors (frame uint8 [B, H, W, C], float32 [B, O]
         or int32 [B] by the config's observation_kind; instruction int32
         [B, MAX_INSTRUCTION_WORDS] when the config uses language).
       core_state: the state returned by the previous step, or initial_state(B).
 
     Returns:
-      (AgentOutput(action int32 [B] sampled from the policy, policy_logits [B, A],
-       baseline [B]), new core_state).
+      (AgentOutput(action [B, *action_shape] sampled from the policy (a Gaussian's
+       unclipped), policy_params float32 [B, P], baseline [B]), new core_state).
     """
     add_time = lambda t: tf.convert_to_tensor(t)[tf.newaxis]
     output, core_state = self.unroll(
         add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)
-    policy_logits, baseline = output.policy_logits[0], output.baseline[0]
-    action = distributions.Categorical(policy_logits).sample(
+    policy_params, baseline = output.policy_params[0], output.baseline[0]
+    action = self.config.action_distribution(policy_params).sample(
         seed=self._sampler.make_seeds(1)[:, 0])
-    return AgentOutput(action=action, policy_logits=policy_logits, baseline=baseline), core_state
+    return AgentOutput(action=action, policy_params=policy_params,
+                       baseline=baseline), core_state
 
   def unroll(self, prev_actions, env_outputs, core_state):
     """Runs the network over a time-major sequence.
 
     Args:
-      prev_actions: int32 [T, B], prev_actions[t] is the action that led to env_outputs[t].
+      prev_actions: [T, B, *action_shape], prev_actions[t] is the action that led to
+        env_outputs[t] (unused without reward_and_action_inputs).
       env_outputs: EnvOutput of [T, B, ...] tensors (observation.frame [T, B, *frame_shape]
         of the config's frame_dtype); done[t] True means observation t starts a new episode,
         so the core state is reset before step t.
       core_state: the core state before step 0 (initial_state(B) or an actor's state).
 
     Returns:
-      (NetworkOutput(policy_logits float32 [T, B, A], baseline float32 [T, B]),
+      (NetworkOutput(policy_params float32 [T, B, P], baseline float32 [T, B]),
        the core state after the last step).
     """
+    config = self.config
     frames = tf.convert_to_tensor(env_outputs.observation.frame)
+    if not frames.shape[2:].is_compatible_with(config.frame_shape):
+      raise ValueError(f"observation.frame has shape {frames.shape}, expected "
+                       f"[T, B, *{tuple(config.frame_shape)}] (the config's frame_shape).")
     steps, batch = tf.shape(frames)[0], tf.shape(frames)[1]
     flat = lambda t: tf.reshape(t, tf.concat([[steps * batch], tf.shape(t)[2:]], 0))
 
-    # Section 3: the torso runs on all T x B frames at once (chunked_torso: in chunks whose
-    # activations are recomputed for the gradient; the same numbers).
     frames = flat(frames)
-    chunk_frames = self.config.torso_chunk_frames
-    if self.config.observation_kind != torsos.FRAME:
-      torso_output = self.torso(frames)  # Vectors (already filtered) or indices: no /255.
-    elif chunk_frames and (frames.shape[0] is None or frames.shape[0] > chunk_frames):
-      torso_output = chunked_torso(self.torso, frames, chunk_frames, self.config.frame_max)
-    else:
-      torso_output = self.torso(to_unit_float(frames, self.config.frame_max))
-    # The network's reward input is always clip(r, -1, 1) (released code).
-    reward = tf.clip_by_value(tf.cast(flat(env_outputs.reward), tf.float32), -1.0, 1.0)
-    parts = [torso_output, reward[:, tf.newaxis],
-             tf.one_hot(flat(tf.cast(prev_actions, tf.int32)), self.config.num_actions)]
-    if self.config.use_instruction:
+    torso = self.policy_torso if config.separate_value_torso else self.torso
+    parts = [self._apply_torso(torso, frames)]
+    if config.reward_and_action_inputs:
+      # The network's reward input is always clip(r, -1, 1) (released code).
+      reward = tf.clip_by_value(tf.cast(flat(env_outputs.reward), tf.float32), -1.0, 1.0)
+      parts += [reward[:, tf.newaxis],
+                config.action_distribution.action_features(flat(prev_actions))]
+    if config.use_instruction:
       parts.append(self.instruction_encoder(
           flat(tf.cast(env_outputs.observation.instruction, tf.int32))))
-    core_input = tf.concat(parts, axis=1)
+    core_input = tf.concat(parts, axis=1) if len(parts) > 1 else parts[0]
 
-    if self.config.use_lstm:
+    if config.use_lstm:
       core_input = tf.reshape(core_input, [steps, batch, core_input.shape[-1]])
       core_output, core_state = self.core(core_input, core_state,
                                           reset=tf.cast(env_outputs.done, tf.bool))
       core_output = flat(core_output)
     else:
       core_output = core_input
-    policy_logits = tf.reshape(self.policy(core_output),
-                               [steps, batch, self.config.num_actions])
-    baseline = tf.reshape(self.baseline(core_output), [steps, batch])
-    return NetworkOutput(policy_logits=policy_logits, baseline=baseline), core_state
+    policy_params = tf.reshape(self.policy(core_output),
+                               [steps, batch, config.action_distribution.param_size])
+    value_input = (self._apply_torso(self.value_torso, frames) if config.separate_value_torso
+                   else core_output)
+    baseline = tf.reshape(self.baseline(value_input), [steps, batch])
+    return NetworkOutput(policy_params=policy_params, baseline=baseline), core_state
+
+  def _apply_torso(self, torso, frames):
+    """torso's features [N, K] of flat observations [N, ...] (section 3: all T x B at once;
+    chunked_torso: in chunks whose activations are recomputed for the gradient, the same
+    numbers). Vectors (already filtered) and indices reach their torso as they are."""
+    chunk_frames = self.config.torso_chunk_frames
+    if self.config.observation_kind != torsos.FRAME:
+      return torso(frames)
+    if chunk_frames and (frames.shape[0] is None or frames.shape[0] > chunk_frames):
+      return chunked_torso(torso, frames, chunk_frames, self.config.frame_max)
+    return torso(to_unit_float(frames, self.config.frame_max))
 
 
 def to_unit_float(frames, frame_max=PIXEL_MAX):

@@ -136,8 +136,8 @@ def _valid_size(size, kernel, stride):
   return (size - kernel) // stride + 1
 
 
-# The IMPACT paper's MLP (section 4.3: "two fully-connected layers of 256 units", tanh; the
-# same sizes as continuous_networks.HIDDEN_SIZES), the default for vector observations.
+# The IMPACT paper's MLP (section 4.3: "two fully-connected layers of 256 units", tanh), the
+# default for vector observations, with discrete or continuous actions.
 MLP_HIDDEN_SIZES = (256, 256)
 # torso_for_observation's kinds of observation (environments/gym_env.py's names).
 FRAME, VECTOR, INDEX = "frame", "vector", "index"
@@ -146,7 +146,11 @@ FRAME_TORSOS = ("shallow", "deep", "impact_cnn")  # settings.TORSOS (not importe
 
 
 class MlpTorso(tf.Module):
-  """Fully connected tanh layers on float vectors (IMPACT section 4.3's sizes by default)."""
+  """Fully connected tanh layers on float vectors (IMPACT section 4.3's sizes by default).
+
+  The layers' kernels come from `init`'s hidden-layer initializer (layers.Initializer's for
+  Figure 3's agents, RLlib's normc(1.0) for the IMPACT paper's continuous-control MLPs).
+  """
 
   def __init__(self, observation_size, init, hidden_sizes=MLP_HIDDEN_SIZES, name="mlp_torso"):
     super().__init__(name=name)
@@ -156,7 +160,7 @@ class MlpTorso(tf.Module):
     self.layers = []
     with self.name_scope:
       for size in hidden_sizes:
-        self.layers.append(Linear(observation_size, size, init=init))
+        self.layers.append(Linear(observation_size, size, init=init.for_hidden_layers()))
         observation_size = size
 
   def __call__(self, observations):
@@ -230,8 +234,10 @@ def torso_for_observation(kind, shape, torso=None, has_instruction=False,
                    f"{FRAME} [H, W, C], {VECTOR} [O] and {INDEX} (n,).")
 
 
-def build_torso(choice, init):
-  """The tf.Module of a TorsoChoice (OneHotTorso takes no initializer)."""
+def build_torso(choice, init, name=None):
+  """The tf.Module of a TorsoChoice (OneHotTorso takes no initializer); name: the module's
+  name (None: the torso's own, e.g. mlp_torso)."""
+  names = {} if name is None else dict(name=name)
   if choice.torso_class is OneHotTorso:
-    return OneHotTorso(**choice.kwargs)
-  return choice.torso_class(init=init, **choice.kwargs)
+    return OneHotTorso(**choice.kwargs, **names)
+  return choice.torso_class(init=init, **choice.kwargs, **names)

@@ -27,7 +27,7 @@ Every value cites where it comes from. Table 2's rows and the settings they beco
     KL Target                    -> kl_target          IMPACT 0.04: the KL coefficient adapts
                                                        towards it (below)
 Section 4.3 adds: two fully connected layers of 256 tanh units for the policy and the same,
-separate, for the critic (continuous_networks.ContinuousAgent; no setting), and the tasks ran
+separate, for the critic (networks.continuous_vector_config; no setting), and the tasks ran
 "on 16 CPUs and 1 GPU"; Table 2 gives no number of workers, so num_actors follows the CPU
 count (Figure 7 varies it from 1 to 32 on HalfCheetah): 16 environments, which presets.presets
 lays out as groups stepped by one actor thread per core of this machine (families.base.actor_layout:

@@ -5,7 +5,7 @@ their compiled step).
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.structures import EnvOutput, Observation
+from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
 
 def checked_num_new_trajectories(num_new_trajectories, env_outputs):
@@ -24,8 +24,8 @@ def check_batch(network_config, agent_state, env_outputs, agent_outputs):
 
   The network config fixes the observation (frame_shape, frame_dtype: uint8 frames, or a
   float32 observation vector [O]) and its `action_distribution` (distributions.py) the
-  agent outputs: their record type, the action's dtype and shape and the policy's fields
-  (policy_logits [N], or policy_mean and policy_log_std [A]).
+  agent outputs: the action's dtype and shape and the policy's parameters (policy_params
+  [P]: the logits [N], or a Gaussian's means and log standard deviations [2A]).
 
   Returns (env_outputs, agent_outputs) with every field converted to a tensor.
   Raises ValueError (or TypeError) on a malformed batch.
@@ -34,9 +34,9 @@ def check_batch(network_config, agent_state, env_outputs, agent_outputs):
       env_outputs.observation, Observation):
     raise TypeError("env_outputs must be an EnvOutput whose observation is an Observation.")
   family = network_config.action_distribution
-  if not isinstance(agent_outputs, family.output_type):
-    raise TypeError(f"agent_outputs must be a {family.output_type.__name__} for the network's "
-                    f"{family} (got a {type(agent_outputs).__name__}).")
+  if not isinstance(agent_outputs, AgentOutput):
+    raise TypeError(f"agent_outputs must be an AgentOutput (got a "
+                    f"{type(agent_outputs).__name__}).")
   env_outputs, agent_outputs, leading = _as_tensors_of_t_plus_1_steps(env_outputs,
                                                                       agent_outputs)
   expected = {
@@ -46,8 +46,7 @@ def check_batch(network_config, agent_state, env_outputs, agent_outputs):
                                         tuple(network_config.frame_shape)),
       "agent_outputs.action": (agent_outputs.action, tuple(family.action_shape)),
   }
-  for field, trailing in family.policy_fields().items():
-    expected[f"agent_outputs.{field}"] = (getattr(agent_outputs, field), tuple(trailing))
+  expected["agent_outputs.policy_params"] = (agent_outputs.policy_params, (family.param_size,))
   expected["agent_outputs.baseline"] = (agent_outputs.baseline, ())
   if network_config.use_instruction:
     expected["env_outputs.observation.instruction"] = (

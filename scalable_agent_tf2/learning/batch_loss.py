@@ -107,9 +107,9 @@ def impala_loss_terms(action_distribution, learner_outputs, env_outputs, agent_o
     action_distribution: the policy's distributions family (the network config's
       `action_distribution`: CategoricalFamily or DiagGaussianFamily).
     learner_outputs: the network's output of [T+1, B, ...] from the learner's unroll
-      (networks.NetworkOutput or continuous_networks.GaussianNetworkOutput).
+      (networks.NetworkOutput).
     env_outputs: EnvOutput of [T+1, B, ...].
-    agent_outputs: AgentOutput (or GaussianAgentOutput) of [T+1, B, ...] (the behaviour
+    agent_outputs: AgentOutput of [T+1, B, ...] (the behaviour
       policy mu).
     config: LearnerConfig.
     entropy_mask: None, or float32 [B]: the trajectories whose entropy counts (LASER

@@ -166,7 +166,7 @@ class ImpactLearner(learner_lib.Learner):
         # their variables); a checkpoint carries it, so a resumed run continues adapting.
         self.kl_coefficient = tf.Variable(impact_config.kl_cost, dtype=tf.float32,
                                           trainable=False, name="kl_coefficient")
-      # The learner's kind of network (networks.Agent or continuous_networks.ContinuousAgent).
+      # The learner's network, composed from the same config.
       self.target_agent = type(agent)(agent.config, name="target_agent")
       # Learner steps so far: the target network is refreshed when it is a multiple of the
       # period.
@@ -201,7 +201,7 @@ class ImpactLearner(learner_lib.Learner):
 
   def _target_params(self, agent_state, env_outputs, actions):
     outputs, _ = self.target_agent.unroll(actions, env_outputs, agent_state)
-    return self.agent.config.action_distribution.params_of(outputs)
+    return outputs.policy_params
 
   def batch(self, agent_state, env_outputs, agent_outputs):
     """Learner.batch with the target network's policy on the batch, frozen now (Algorithm 1
@@ -303,7 +303,7 @@ def impact_loss_terms(action_distribution, learner_outputs, target_policy_params
     target_policy_params: float32 [T+1, B, P], the target network's flat policy parameters
       (the logits, or a Gaussian's mean and log_std concatenated; constant).
     env_outputs: EnvOutput of [T+1, B, ...].
-    agent_outputs: AgentOutput (or GaussianAgentOutput) of [T+1, B, ...] (the workers'
+    agent_outputs: AgentOutput of [T+1, B, ...] (the workers'
       policy mu).
     config: LearnerConfig (reward clipping, discounting, rho_bar and c_bar of the advantages).
     impact_config: ImpactConfig.

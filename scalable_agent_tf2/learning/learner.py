@@ -114,9 +114,8 @@ class Learner(tf.Module):
         or () for a feed-forward agent).
       env_outputs: EnvOutput of [T+1, B, ...] tensors; observation.instruction holds word
         ids (networks.hash_instructions) when the agent uses language.
-      agent_outputs: AgentOutput (or, for a Gaussian policy, GaussianAgentOutput) of
-        [T+1, B, ...] tensors from the actors (the agent config's action_distribution says
-        which).
+      agent_outputs: AgentOutput of [T+1, B, ...] tensors from the actors (the agent
+        config's action_distribution fixes its action and policy_params shapes).
       num_new_trajectories: how many of the B trajectories are new environment experience
         (the rest were trained on before: replayed); None means all B. Only new ones count
         as environment frames (the frame budget and the learning-rate schedule).

@@ -112,7 +112,7 @@ def masked_moments(targets, mask):
 class PopArt(tf.Module):
   """The run's statistics (checkpointed with the learner) and the output layer they rescale.
 
-  The layer is the agent's `baseline` (layers.Linear or continuous_networks.Dense: `w` [H, 1],
+  The layer is the agent's `baseline` (a layers.Linear: `w` [H, 1],
   `b` [1]); its output is n(x), which the actors' AgentOutput.baseline also carries.
   """
 

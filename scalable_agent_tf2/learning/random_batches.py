@@ -43,6 +43,6 @@ def random_learner_batch(config, unroll_length, batch_size, seed=0):
   rng = np.random.default_rng(seed + 1)
   agent_outputs = AgentOutput(
       action=rng.integers(0, config.num_actions, leading_shape).astype(np.int32),
-      policy_logits=rng.normal(size=leading_shape + (config.num_actions,)).astype(np.float32),
+      policy_params=rng.normal(size=leading_shape + (config.num_actions,)).astype(np.float32),
       baseline=rng.normal(size=leading_shape).astype(np.float32))
   return random_env_outputs(config, leading_shape, seed), agent_outputs

@@ -17,14 +17,14 @@ from scalable_agent_tf2.acting import watchdog
 from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2 import environments
 from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.transport import wire
 from scalable_agent_tf2.configuration.settings import IMPACT, TEST, TRAIN
-from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
+from scalable_agent_tf2.structures import AgentOutput, EnvOutput
 from scalable_agent_tf2.structures import Observation
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.utils import quiet_tensorflow
@@ -207,17 +207,16 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
                           timeouts=environment_timeouts(config, config.levels[0]))
   try:
     spec = env.spec
-    continuous = isinstance(spec, base.ContinuousEnvSpec)
     if network_config is None:
       network_config = config.network_config_for_spec(spec)
     if tuple(spec.frame_shape) != tuple(network_config.frame_shape):
       raise ValueError(f"The environment's frames are {spec.frame_shape}, the network "
                        f"expects {network_config.frame_shape}.")
-    if continuous != action_spaces.is_continuous(network_config):
+    if distributions.for_spec(spec).discrete != network_config.action_distribution.discrete:
       raise ValueError(f"The environment's spec {spec} and the network config "
                        f"{network_config} are not for the same kind of actions.")
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-      agent = _agent_class(network_config)(network_config, seed=config.seed)
+      agent = networks.Agent(network_config, seed=config.seed)
     if action_spaces.takes_observation_filter(network_config):
       agent.observation_filter = action_spaces.ObservationFilter(
           spec.frame_shape[0], update=config.mode == TRAIN)
@@ -225,15 +224,6 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
   except BaseException:
     env.close()
     raise
-
-
-def _agent_class(network_config):
-  """networks.Agent, or continuous_networks' agent for a continuous config (ContinuousAgent
-  on vectors, ContinuousFrameAgent on frames)."""
-  if action_spaces.is_continuous(network_config):
-    from scalable_agent_tf2.agent import continuous_networks  # pylint: disable=g-import-not-at-top
-    return continuous_networks.agent_class(network_config)
-  return networks.Agent
 
 
 def make_policy(config, agent, device):
@@ -261,7 +251,7 @@ def checkpoint_settings(config, agent):
   checkpoint_files.SHAPE_SETTINGS, the torso the network was built with, the action layout."""
   return {**{name: getattr(config, name) for name in checkpoint_files.SHAPE_SETTINGS},
           "torso": agent.config.torso,
-          **action_spaces.for_network(agent.config).layout(agent.config)}
+          **agent.config.action_distribution.layout()}
 
 
 class FrameCount(tf.Module):
@@ -329,14 +319,14 @@ def actor_loop_factory(config, index, policy, environment_constructor, first_env
 def trajectory_signature(network_config, unroll_length, policy):
   """tf.TensorSpecs of one trajectory as the dataset yields it (no level name).
 
-  Continuous control: float32 observation vectors [O] and GaussianAgentOutput (float32 actions
-  [A], unclipped, and mu's mean and log_std [A]).
+  The agent outputs hold the action distribution's actions (int32 [] categorical, float32 [A]
+  Gaussian: unclipped) and mu's flat parameters [P].
   """
   steps = unroll_length + 1
   spec = lambda shape, dtype: tf.TensorSpec([steps] + list(shape), dtype)
   state = tf.nest.map_structure(lambda s: tf.TensorSpec(np.shape(s), tf.float32),
                                 policy.initial_state())
-  continuous = action_spaces.is_continuous(network_config)
+  distribution = network_config.action_distribution
   env_outputs = EnvOutput(
       reward=spec([], tf.float32), done=spec([], tf.bool),
       # The network config names its observations' dtype (uint8 frames, float32 vectors).
@@ -344,22 +334,17 @@ def trajectory_signature(network_config, unroll_length, policy):
                                          tf.as_dtype(network_config.frame_dtype)),
                               instruction=spec([networks.MAX_INSTRUCTION_WORDS], tf.int32)),
       episode_return=spec([], tf.float32), episode_step=spec([], tf.int32))
-  if continuous:
-    action_spec = spec([network_config.action_size], tf.float32)
-    agent_outputs = GaussianAgentOutput(action=action_spec, policy_mean=action_spec,
-                                        policy_log_std=action_spec,
-                                        baseline=spec([], tf.float32))
-  else:
-    agent_outputs = AgentOutput(action=spec([], tf.int32),
-                                policy_logits=spec([network_config.num_actions], tf.float32),
-                                baseline=spec([], tf.float32))
+  agent_outputs = AgentOutput(
+      action=spec(distribution.action_shape, tf.as_dtype(distribution.action_dtype)),
+      policy_params=spec([distribution.param_size], tf.float32),
+      baseline=spec([], tf.float32))
   return (tf.TensorSpec([], tf.int64), state, env_outputs, agent_outputs)
 
 
 def layout_settings(config, network_config):
   """What peers exchanging trajectories must share besides the tensors' shapes."""
   return dict(level_name=config.level_name, torso=network_config.torso,
-              **action_spaces.for_network(network_config).layout(network_config),
+              **network_config.action_distribution.layout(),
               use_lstm=network_config.use_lstm,
               use_instruction=network_config.use_instruction)
 

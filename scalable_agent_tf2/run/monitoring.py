@@ -328,8 +328,9 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
   if config.excluded_level_names:
     lines.append(f"  excluded levels: {', '.join(config.excluded_level_names)}")
   lines.append("  " + family_base.network_in_words(
-      network.torso, network.use_lstm, getattr(network, "num_actions", None),
-      getattr(network, "action_size", None), network.frame_shape))
+      network.torso, network.use_lstm,
+      **network.action_distribution.layout(),  # num_actions or action_size.
+      observation_shape=network.frame_shape))
   if mode == "train":
     batch_frames = config_lib.frames_per_batch(config.batch_size, config.unroll_length,
                                                config.num_action_repeats)

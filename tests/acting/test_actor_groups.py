@@ -87,7 +87,7 @@ def test_trajectories_have_the_learner_layout():
     assert new.env_outputs.observation.frame.shape == (6, 84, 84, 4)
     assert new.env_outputs.observation.frame.flags["C_CONTIGUOUS"]
     assert new.env_outputs.observation.instruction.shape == (6, networks.MAX_INSTRUCTION_WORDS)
-    assert new.agent_outputs.policy_logits.shape == (6, 6)
+    assert new.agent_outputs.policy_params.shape == (6, 6)
     assert new.agent_outputs.action.dtype == np.int32
     # Step 0 repeats the previous unroll's last step; the state is the one before step 0.
     np.testing.assert_array_equal(new.env_outputs.observation.frame[0],

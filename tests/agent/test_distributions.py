@@ -1,16 +1,16 @@
-"""distributions.py against numpy ground truth: every method of Categorical and DiagGaussian and
-of their families, and the network configs' action_distribution."""
+"""distributions.py against numpy ground truth: every method of Categorical, DiagGaussian and
+MultiCategorical and of their families, and the network configs' action_distribution."""
 import math
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import continuous_networks
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import vtrace
-from scalable_agent_tf2.structures import AgentOutput, GaussianAgentOutput
+from scalable_agent_tf2.environments import base as env_base
+from scalable_agent_tf2.structures import AgentOutput
 from tests import reference
 
 T, B, N, A = 4, 3, 5, 2
@@ -90,15 +90,15 @@ def test_categorical_family_shapes_outputs_and_numpy_sampling():
   family = distributions.CategoricalFamily(N)
   assert family.param_size == N and family.discrete
   assert family.action_dtype == np.int32 and family.action_shape == ()
-  assert family.output_type is AgentOutput
   assert family == distributions.CategoricalFamily(N) != distributions.CategoricalFamily(N + 1)
   logits = _logits(6, (B, N))
-  outputs = AgentOutput(action=np.zeros(B, np.int32), policy_logits=logits,
+  outputs = AgentOutput(action=np.zeros(B, np.int32), policy_params=logits,
                         baseline=np.zeros(B, np.float32))
-  np.testing.assert_array_equal(family.params_of(outputs), logits)
   np.testing.assert_array_equal(family.of_outputs(outputs).logits, logits)
   np.testing.assert_array_equal(family(logits).logits, logits)
-  assert family.policy_fields() == {"policy_logits": (N,)}
+  assert family.layout() == {"num_actions": N}
+  np.testing.assert_array_equal(family.action_features(np.array([2, 0])),
+                                np.eye(N, dtype=np.float32)[[2, 0]])
   # The Gumbel-max trick with each row's own generator: argmax(logits + Gumbel noise).
   seeds = [7, 8, 9]
   want = [int(np.argmax(row + np.random.default_rng(s).gumbel(size=N)))
@@ -181,15 +181,15 @@ def test_gaussian_family_shapes_outputs_and_numpy_sampling():
   family = distributions.DiagGaussianFamily(A)
   assert family.param_size == 2 * A and not family.discrete
   assert family.action_dtype == np.float32 and family.action_shape == (A,)
-  assert family.output_type is GaussianAgentOutput
   mean, log_std = _gaussian(14, (B, A))
-  outputs = GaussianAgentOutput(action=np.zeros((B, A), np.float32), policy_mean=mean,
-                                policy_log_std=log_std, baseline=np.zeros(B, np.float32))
   params = np.concatenate([mean, log_std], -1)
-  np.testing.assert_array_equal(family.params_of(outputs), params)
+  outputs = AgentOutput(action=np.zeros((B, A), np.float32), policy_params=params,
+                        baseline=np.zeros(B, np.float32))
   np.testing.assert_array_equal(family.of_outputs(outputs).mean, mean)
+  np.testing.assert_array_equal(family.of_outputs(outputs).log_std, log_std)
   np.testing.assert_array_equal(family(params).log_std, log_std)
-  assert family.policy_fields() == {"policy_mean": (A,), "policy_log_std": (A,)}
+  assert family.layout() == {"action_size": A}
+  np.testing.assert_array_equal(family.action_features(mean), mean)
   # mean + exp(log_std) * standard normal noise from each row's own generator (unclipped).
   seeds = [1, 2, 3]
   want = np.stack([m + np.exp(s) * np.random.default_rng(seed).standard_normal(
@@ -209,9 +209,17 @@ def test_gaussian_family_shapes_outputs_and_numpy_sampling():
 def test_network_configs_name_their_action_distribution():
   assert networks.atari_config(num_actions=6).action_distribution == (
       distributions.CategoricalFamily(6))
-  config = continuous_networks.ContinuousNetworkConfig(observation_size=4, action_size=3)
+  config = networks.continuous_vector_config(observation_size=4, action_size=3)
   assert config.action_distribution == distributions.DiagGaussianFamily(3)
-  assert distributions.for_network(config) == distributions.DiagGaussianFamily(3)
+  assert config.num_actions is None
+
+
+def test_an_environment_spec_names_its_action_distribution():
+  assert distributions.for_spec(env_base.EnvSpec(num_actions=4, frame_shape=(2,))) == (
+      distributions.CategoricalFamily(4))
+  spec = env_base.ContinuousEnvSpec(action_size=2, action_low=np.zeros(2),
+                                    action_high=np.ones(2), frame_shape=(5,))
+  assert distributions.for_spec(spec) == distributions.DiagGaussianFamily(2)
 
 
 def test_from_distributions_is_from_logits_for_categoricals_and_refuses_gaussian_ablations():
@@ -231,3 +239,60 @@ def test_from_distributions_is_from_logits_for_categoricals_and_refuses_gaussian
   with pytest.raises(ValueError, match="discrete-action ablation"):
     vtrace.from_distributions(gaussian, gaussian, np.zeros((T, B, A), np.float32), *rest,
                               off_policy_correction="one_step_is")
+
+
+# ---------------------------------------------------------------------------------------------
+# MultiCategorical (gymnasium's MultiDiscrete actions).
+# ---------------------------------------------------------------------------------------------
+NVEC = (3, 2, 4)
+
+
+def _np_joint(logits):
+  """numpy ground truth: the joint probabilities [T, B, 3, 2, 4] of independent components."""
+  first, second, third = np.split(logits.astype(np.float64), np.cumsum(NVEC)[:-1], -1)
+  p1, p2, p3 = (reference.softmax(x) for x in (first, second, third))
+  return p1[..., :, None, None] * p2[..., None, :, None] * p3[..., None, None, :]
+
+
+def test_multi_categorical_log_prob_entropy_and_kl_match_the_joint_distribution():
+  logits, other = _logits(20, (T, B, sum(NVEC))), _logits(21, (T, B, sum(NVEC)))
+  rng = np.random.default_rng(22)
+  actions = np.stack([rng.integers(0, n, (T, B)) for n in NVEC], -1).astype(np.int32)
+  p, q = _np_joint(logits), _np_joint(other)
+  policy = distributions.MultiCategorical(logits, NVEC)
+  picked = p[np.arange(T)[:, None], np.arange(B)[None, :], actions[..., 0], actions[..., 1],
+             actions[..., 2]]
+  np.testing.assert_allclose(policy.log_prob(actions), np.log(picked), rtol=1e-5, atol=1e-6)
+  flat_p, flat_q = p.reshape(T, B, -1), q.reshape(T, B, -1)
+  np.testing.assert_allclose(policy.entropy(), -np.sum(flat_p * np.log(flat_p), -1), rtol=1e-5)
+  kl = np.sum(flat_p * np.log(flat_p / flat_q), -1)
+  other_policy = distributions.MultiCategorical(other, NVEC)
+  np.testing.assert_allclose(policy.kl(other_policy), kl, rtol=1e-4)
+  np.testing.assert_allclose(policy.total_kl(other_policy), kl.sum(), rtol=1e-4)
+  for rho_bar in (0.5, 1.0, 2.0):  # LASER's implied KL over the 24 joint actions.
+    implied = np.minimum(rho_bar * flat_q, flat_p)
+    implied /= implied.sum(-1, keepdims=True)
+    np.testing.assert_allclose(policy.implied_policy_kl(other_policy, rho_bar),
+                               np.sum(flat_p * np.log(flat_p / implied), -1),
+                               rtol=1e-4, atol=1e-6)
+  with pytest.raises(ValueError, match="one index per component"):
+    policy.log_prob(actions[..., :2])
+
+
+def test_multi_categorical_family_samples_each_component_from_its_policy():
+  family = distributions.MultiCategoricalFamily(NVEC)
+  assert family.param_size == 9 and family.action_shape == (3,) and family.discrete
+  assert family.layout() == {"nvec": [3, 2, 4]}
+  logits = np.log(np.array([0.2, 0.5, 0.3, 0.9, 0.1, 0.1, 0.2, 0.3, 0.4], np.float32))
+  rngs = [np.random.default_rng(s) for s in range(4000)]
+  actions = family.sample_rows(np.tile(logits, (4000, 1)), rngs)
+  assert actions.dtype == np.int32 and actions.shape == (4000, 3)
+  for k, want in enumerate(([0.2, 0.5, 0.3], [0.9, 0.1], [0.1, 0.2, 0.3, 0.4])):
+    np.testing.assert_allclose(np.bincount(actions[:, k], minlength=len(want)) / 4000, want,
+                               atol=0.03)
+  tf_actions = family(np.tile(logits, (4000, 1))).sample(seed=[3, 4]).numpy()
+  assert tf_actions.shape == (4000, 3)
+  np.testing.assert_allclose(np.bincount(tf_actions[:, 2], minlength=4) / 4000,
+                             [0.1, 0.2, 0.3, 0.4], atol=0.03)
+  np.testing.assert_array_equal(family.action_features(np.array([[2, 1, 0]])),
+                                [[0, 0, 1, 0, 1, 1, 0, 0, 0]])

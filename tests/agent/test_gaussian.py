@@ -1,5 +1,5 @@
-"""Diagonal Gaussian policies (distributions.DiagGaussian, action_bounds.py,
-continuous_networks.py) against numpy ground truths: closed forms written differently from the
+"""Diagonal Gaussian policies (distributions.DiagGaussian, action_bounds.py, heads.py and the
+IMPACT paper's networks of networks.py) against numpy ground truths: closed forms written differently from the
 implementation, Monte-Carlo estimates and numerical integration."""
 import math
 
@@ -8,7 +8,9 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.environments import action_bounds
-from scalable_agent_tf2.agent import continuous_networks
+from scalable_agent_tf2.agent import heads
+from scalable_agent_tf2.agent import layers
+from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import vtrace
@@ -356,12 +358,15 @@ def _env_outputs(observations):
 
 @pytest.mark.parametrize("state_dependent", [True, False])
 def test_policy_head_log_std_dependence(state_dependent):
-  init = continuous_networks.NormcInitializer(0)
-  head = continuous_networks.GaussianPolicyHead(8, 3, init,
-                                                state_dependent_log_std=state_dependent)
+  init = layers.NormcInitializer(0).for_output_layers()
+  head = heads.policy_head(distributions.DiagGaussianFamily(3), 8, init,
+                           state_dependent_log_std=state_dependent)
+  assert isinstance(head, heads.GaussianPolicyHead)
   head.linear.w.assign(tf.random.normal(head.linear.w.shape, seed=1))
   inputs = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
-  mean, log_std = head(inputs)
+  params = head(inputs)
+  assert params.shape == (5, 6)
+  mean, log_std = params[:, :3], params[:, 3:]
   assert mean.shape == log_std.shape == (5, 3)
   outputs = inputs @ head.linear.w.numpy() + head.linear.b.numpy()
   np.testing.assert_allclose(mean, outputs[:, :3], rtol=1e-5, atol=1e-5)
@@ -369,12 +374,13 @@ def test_policy_head_log_std_dependence(state_dependent):
     np.testing.assert_allclose(log_std, outputs[:, 3:], rtol=1e-5, atol=1e-5)
   else:  # RLlib's free_log_std: one learned vector, initialised to 0.
     head.log_std.assign([0.1, -0.2, 0.3])
-    np.testing.assert_allclose(head(inputs)[1], np.tile([0.1, -0.2, 0.3], (5, 1)), rtol=1e-6)
+    np.testing.assert_allclose(head(inputs)[:, 3:], np.tile([0.1, -0.2, 0.3], (5, 1)),
+                               rtol=1e-6)
 
 
 def test_agent_architecture_initialisation_and_separate_networks():
-  config = continuous_networks.ContinuousNetworkConfig(observation_size=11, action_size=3)
-  agent = continuous_networks.ContinuousAgent(config, seed=0)
+  config = networks.continuous_vector_config(observation_size=11, action_size=3)
+  agent = networks.Agent(config, seed=0)
   for torso in (agent.policy_torso, agent.value_torso):
     assert [layer.w.shape for layer in torso.layers] == [(11, 256), (256, 256)]
     for layer in torso.layers:
@@ -386,34 +392,34 @@ def test_agent_architecture_initialisation_and_separate_networks():
   with tf.GradientTape(persistent=True) as tape:
     output, state = agent.unroll(np.zeros((4, 2, 3), np.float32), _env_outputs(observations),
                                  agent.initial_state(2))
-    policy_total = tf.reduce_sum(output.policy_mean) + tf.reduce_sum(output.policy_log_std)
+    policy_total = tf.reduce_sum(output.policy_params)
     value_total = tf.reduce_sum(output.baseline)
   assert state == () and output.baseline.shape == (4, 2)
-  assert output.policy_mean.shape == output.policy_log_std.shape == (4, 2, 3)
+  assert output.policy_params.shape == (4, 2, 6)
   value_variables = agent.value_torso.trainable_variables + agent.baseline.trainable_variables
   policy_variables = agent.policy_torso.trainable_variables + agent.policy.trainable_variables
   assert all(g is None for g in tape.gradient(policy_total, value_variables))
   assert all(g is None for g in tape.gradient(value_total, policy_variables))
   gradients = tape.gradient(policy_total, policy_variables)
   assert all(np.all(np.isfinite(g)) for g in gradients)
-  # tanh hidden units: the first layer's output is the tanh of its affine map.
-  layer = agent.policy_torso.layers[0]
-  np.testing.assert_allclose(layer(observations[0]),
-                             np.tanh(observations[0] @ layer.w.numpy() + layer.b.numpy()),
-                             rtol=1e-5, atol=1e-6)
+  # tanh hidden units: each layer's output is the tanh of its affine map.
+  want = observations[0]
+  for layer in agent.policy_torso.layers:
+    want = np.tanh(want @ layer.w.numpy() + layer.b.numpy())
+  np.testing.assert_allclose(agent.policy_torso(observations[0]), want, rtol=1e-5, atol=1e-6)
 
 
 def test_agent_step_matches_unroll_and_samples_float_actions():
-  config = continuous_networks.ContinuousNetworkConfig(
-      observation_size=5, action_size=2, state_dependent_log_std=False)
-  agent = continuous_networks.ContinuousAgent(config, seed=3)
+  config = networks.continuous_vector_config(observation_size=5, action_size=2,
+                                             state_dependent_log_std=False)
+  agent = networks.Agent(config, seed=3)
   observations = np.random.default_rng(1).normal(size=(1, 4, 5)).astype(np.float32)
   output, _ = agent.unroll(np.zeros((1, 4, 2), np.float32), _env_outputs(observations), ())
   env_output = tf.nest.map_structure(lambda x: x[0], _env_outputs(observations))
   step_output, _ = agent.step(np.zeros((4, 2), np.float32), env_output, ())
   assert step_output.action.dtype == tf.float32 and step_output.action.shape == (4, 2)
-  np.testing.assert_allclose(step_output.policy_mean, output.policy_mean[0], rtol=1e-6)
+  np.testing.assert_allclose(step_output.policy_params, output.policy_params[0], rtol=1e-6)
   np.testing.assert_allclose(step_output.baseline, output.baseline[0], rtol=1e-6)
-  np.testing.assert_array_equal(step_output.policy_log_std, 0.0)
-  with pytest.raises(ValueError, match="observation_size"):
+  np.testing.assert_array_equal(step_output.policy_params[:, 2:], 0.0)  # log_std starts at 0.
+  with pytest.raises(ValueError, match="frame_shape"):
     agent.unroll(np.zeros((1, 4, 2), np.float32), _env_outputs(observations[..., :4]), ())

@@ -1,9 +1,9 @@
 """The network follows the environment's spec, for any combination (issue 31): vectors take
 the MLP torso, Discrete observations the one-hot, frames the paper's torsos (an image with a
 text mission also the instruction encoder); discrete actions the categorical head, Box
-actions the diagonal Gaussian (on vectors: the IMPACT paper's MLPs; on frames:
-ContinuousFrameAgent). Vector observations pass through the run's observation filter whatever
-the actions."""
+actions the diagonal Gaussian (on vectors: the IMPACT paper's MLPs; on frames: a frame torso
+with a Gaussian head), all one networks.Agent composed by networks.network_config_for_spec.
+Vector observations pass through the run's observation filter whatever the actions."""
 import dataclasses
 import re
 import types
@@ -15,12 +15,13 @@ import tensorflow as tf
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.agent import continuous_networks
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.environments.families import gym as gym_family
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, GaussianAgentOutput
+from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.structures import AgentOutput, EnvOutput
 from scalable_agent_tf2.structures import Observation
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.environments import gym_env
@@ -43,7 +44,7 @@ def _discrete_batch(config, frames, rng, instructions=None):
   leading = frames.shape[:2]
   agent_outputs = AgentOutput(
       action=rng.integers(0, config.num_actions, leading).astype(np.int32),
-      policy_logits=rng.normal(size=leading + (config.num_actions,)).astype(np.float32),
+      policy_params=rng.normal(size=leading + (config.num_actions,)).astype(np.float32),
       baseline=rng.normal(size=leading).astype(np.float32))
   return _env_outputs(frames, rng, instructions), agent_outputs
 
@@ -68,7 +69,7 @@ def test_vectors_with_discrete_actions_take_the_mlp_torso_and_update():
   frames = rng.normal(size=(T + 1, B, 4)).astype(np.float32)
   env_outputs, agent_outputs = _discrete_batch(config, frames, rng)
   output, _ = agent.unroll(agent_outputs.action, env_outputs, agent.initial_state(B))
-  assert output.policy_logits.shape == (T + 1, B, 2) and output.baseline.shape == (T + 1, B)
+  assert output.policy_params.shape == (T + 1, B, 2) and output.baseline.shape == (T + 1, B)
   _updates_every_variable(agent, env_outputs, agent_outputs)
 
 
@@ -79,7 +80,7 @@ def test_vector_agent_with_an_lstm_core():
   env_output = tf.nest.map_structure(lambda t: t[0], _env_outputs(
       np.ones((1, 2, 5), np.float32), np.random.default_rng(0)))
   agent_output, state = agent.step(np.zeros(2, np.int32), env_output, agent.initial_state(2))
-  assert agent_output.policy_logits.shape == (2, 3) and state.h.shape == (2, 256)
+  assert agent_output.policy_params.shape == (2, 3) and state.h.shape == (2, 256)
 
 
 def test_discrete_observations_take_the_one_hot_torso_and_update():
@@ -96,29 +97,29 @@ def test_discrete_observations_take_the_one_hot_torso_and_update():
   logits = [agent.unroll(np.zeros((1, 1), np.int32),
                          one._replace(observation=one.observation._replace(
                              frame=np.full((1, 1), index, np.int32))),
-                         ())[0].policy_logits.numpy() for index in (0, 5)]
+                         ())[0].policy_params.numpy() for index in (0, 5)]
   assert not np.allclose(*logits)
 
 
 def test_box_actions_on_frames_take_the_frame_torso_with_a_gaussian_head():
-  config = continuous_networks.ContinuousFrameNetworkConfig(frame_shape=(24, 24, 3),
-                                                            action_size=3)
-  agent = continuous_networks.ContinuousFrameAgent(config, seed=2)
+  config = networks.continuous_frame_config(frame_shape=(24, 24, 3), action_size=3)
+  agent = networks.Agent(config, seed=2)
   assert isinstance(agent.torso, torsos.ShallowTorso) and agent.initial_state(B) == ()
   assert not action_spaces.takes_observation_filter(config)
   rng = np.random.default_rng(0)
   frames = rng.integers(0, 256, (T + 1, B, 24, 24, 3)).astype(np.uint8)
-  agent_outputs = GaussianAgentOutput(
+  agent_outputs = AgentOutput(
       action=rng.normal(size=(T + 1, B, 3)).astype(np.float32),
-      policy_mean=rng.normal(size=(T + 1, B, 3)).astype(np.float32),
-      policy_log_std=(0.3 * rng.normal(size=(T + 1, B, 3)) - 0.5).astype(np.float32),
+      policy_params=np.concatenate([rng.normal(size=(T + 1, B, 3)),
+                                    0.3 * rng.normal(size=(T + 1, B, 3)) - 0.5],
+                                   axis=-1).astype(np.float32),
       baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
   env_outputs = _env_outputs(frames, rng)
   agent_output, _ = agent.step(np.zeros((B, 3), np.float32),
                                tf.nest.map_structure(lambda t: t[0], env_outputs), ())
   assert agent_output.action.shape == (B, 3) and agent_output.baseline.shape == (B,)
   _updates_every_variable(agent, env_outputs, agent_outputs)
-  # IMPACT's learner builds its target network from the agent's type and config.
+  # IMPACT's learner builds its target network from the agent's config.
   impact.ImpactLearner(agent, config_lib.LearnerConfig(**HPARAMS),
                             config_lib.ImpactConfig(target_update_period=2), jit_compile=False)
 
@@ -161,18 +162,25 @@ def _gym_config(tmp_path, level_name, *extra):
                                       *extra])
 
 
-@pytest.mark.parametrize("level_name, config_type, kind, filtered", [
-    ("gym:CartPole-v1", networks.NetworkConfig, torsos.VECTOR, True),
-    ("gym:FrozenLake-v1", networks.NetworkConfig, torsos.INDEX, False),
-    ("gym:Pendulum-v1", continuous_networks.ContinuousNetworkConfig, torsos.VECTOR, True),
-    ("gym:CarRacing-v3", continuous_networks.ContinuousFrameNetworkConfig, torsos.FRAME,
-     False)])
-def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, config_type, kind,
+@pytest.mark.parametrize("level_name, family_type, kind, filtered", [
+    ("gym:CartPole-v1", distributions.CategoricalFamily, torsos.VECTOR, True),
+    ("gym:FrozenLake-v1", distributions.CategoricalFamily, torsos.INDEX, False),
+    ("gym:Pendulum-v1", distributions.DiagGaussianFamily, torsos.VECTOR, True),
+    ("gym:CarRacing-v3", distributions.DiagGaussianFamily, torsos.FRAME, False)])
+def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, family_type, kind,
                                                         filtered):
   config = _gym_config(tmp_path, level_name)
   agent, env = assembly.build_agent(config, assembly.default_environment_constructor(config))
   try:
-    assert type(agent.config) is config_type and agent.config.observation_kind == kind
+    assert type(agent.config.action_distribution) is family_type
+    assert agent.config.observation_kind == kind
+    # The family's choice is the composition network_config_for_spec makes from the spec.
+    continuous = family_type is distributions.DiagGaussianFamily
+    assert agent.config == networks.network_config_for_spec(
+        env.spec, kind, torso=config.torso if kind == torsos.FRAME else None,
+        use_lstm=kind == torsos.FRAME and not continuous,
+        num_observation_values=16 if kind == torsos.INDEX else None,
+        state_dependent_log_std=config.algorithm == settings.IMPACT)
     assert hasattr(agent, "observation_filter") == filtered
     assert (action_spaces.for_agent(agent).observation_filter is not None) == filtered
     if kind == torsos.INDEX:
@@ -206,7 +214,7 @@ def test_the_gym_family_maps_an_image_with_a_mission_to_the_instruction_path(mon
 def test_discrete_actions_filter_vector_observations():
   obs_filter = action_spaces.ObservationFilter(2)
   space = action_spaces.for_network(networks.vector_config(2, 2), obs_filter)
-  assert isinstance(space, action_spaces.Discrete) and space.observation_filter is obs_filter
+  assert space.distribution.discrete and space.observation_filter is obs_filter
   rng = np.random.default_rng(0)
   for _ in range(5):
     raw = tf.nest.map_structure(lambda t: t[0, 0], _env_outputs(
@@ -224,3 +232,26 @@ def test_minigrid_ids_import_their_package_or_say_how_to_get_it():
       gym_env.check_registered("MiniGrid-Empty-5x5-v0")
   else:  # Installed: the plain id is registered by importing the package.
     gym_env.check_registered("BabyAI-GoToRedBall-v0")
+
+
+def test_a_new_action_distribution_needs_only_its_family():
+  # MultiDiscrete actions on a vector: the head (sum(nvec) logits), the previous action's
+  # one-hots, the sampling and the learner all follow distributions.MultiCategoricalFamily.
+  family = distributions.MultiCategoricalFamily((3, 2))
+  config = networks.NetworkConfig(
+      num_actions=None, frame_shape=(5,), torso=torsos.MLP, use_lstm=False,
+      use_instruction=False, observation_kind=torsos.VECTOR, action_distribution=family)
+  agent = networks.Agent(config, seed=1)
+  # The MLP's 256 features, the clipped reward and the previous action's 3 + 2 one-hots.
+  assert agent.policy.w.shape == (256 + 1 + 5, 5)
+  rng = np.random.default_rng(0)
+  env_outputs = _env_outputs(rng.normal(size=(T + 1, B, 5)).astype(np.float32), rng)
+  actions = np.stack([rng.integers(0, n, (T + 1, B)) for n in (3, 2)], -1).astype(np.int32)
+  agent_outputs = AgentOutput(
+      action=actions, policy_params=rng.normal(size=(T + 1, B, 5)).astype(np.float32),
+      baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
+  step, _ = agent.step(actions[0], tf.nest.map_structure(lambda t: t[0], env_outputs), ())
+  assert step.action.shape == (B, 2) and step.policy_params.shape == (B, 5)
+  space = action_spaces.for_agent(agent)
+  assert space.sample(step.policy_params.numpy()[0], rng).shape == (2,)
+  _updates_every_variable(agent, env_outputs, agent_outputs)

@@ -57,8 +57,8 @@ def test_unroll_equals_successive_steps_with_resets(config):
   for t in range(T):
     output, step_state = agent.step(
         prev_actions[t], tf.nest.map_structure(lambda x: x[t], env_outputs), step_state)
-    np.testing.assert_allclose(output.policy_logits.numpy(),
-                               unrolled.policy_logits.numpy()[t], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(output.policy_params.numpy(),
+                               unrolled.policy_params.numpy()[t], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(output.baseline.numpy(), unrolled.baseline.numpy()[t],
                                rtol=1e-4, atol=1e-5)
     assert output.action.shape == (B,) and output.action.dtype == tf.int32
@@ -77,11 +77,11 @@ def test_done_resets_the_core_state():
   reset = env_output._replace(done=np.array([True, True]))
   from_busy, _ = agent.step(prev_action, reset, busy_state)
   from_zero, _ = agent.step(prev_action, reset, agent.initial_state(2))
-  np.testing.assert_allclose(from_busy.policy_logits.numpy(), from_zero.policy_logits.numpy(),
+  np.testing.assert_allclose(from_busy.policy_params.numpy(), from_zero.policy_params.numpy(),
                              rtol=1e-6)
   carried = env_output._replace(done=np.array([False, False]))
   not_reset, _ = agent.step(prev_action, carried, busy_state)
-  assert not np.allclose(not_reset.policy_logits.numpy(), from_zero.policy_logits.numpy())
+  assert not np.allclose(not_reset.policy_params.numpy(), from_zero.policy_params.numpy())
 
 
 @pytest.mark.parametrize("batch_size", [1, 5])
@@ -92,7 +92,7 @@ def test_step_takes_any_batch_size(batch_size):
       lambda x: x[0], _random_env_outputs(np.random.default_rng(0), config, 1, batch_size))
   output, state = agent.step(np.zeros(batch_size, np.int32), env_output,
                              agent.initial_state(batch_size))
-  assert output.policy_logits.shape == (batch_size, 18)
+  assert output.policy_params.shape == (batch_size, 18)
   assert output.baseline.shape == (batch_size,)
   assert state == ()  # Atari agents are feed-forward (section 5.3.2).
 
@@ -129,7 +129,7 @@ def test_frames_are_scaled_by_255():
                          episode_return=np.zeros(1), episode_step=np.zeros(1))
   core_input = tf.concat([torso_on_ones, [[0.0]], tf.one_hot([0], 2)], axis=1)
   output, _ = agent.step(np.zeros(1, np.int32), env_output, ())
-  np.testing.assert_allclose(output.policy_logits.numpy(), agent.policy(core_input).numpy(),
+  np.testing.assert_allclose(output.policy_params.numpy(), agent.policy(core_input).numpy(),
                              rtol=1e-6)
 
 
@@ -140,7 +140,7 @@ def test_reward_input_is_clipped():
       lambda x: x[0], _random_env_outputs(np.random.default_rng(1), config, 1, 1))
   big, _ = agent.step([0], env_output._replace(reward=np.array([50.0], np.float32)), ())
   one, _ = agent.step([0], env_output._replace(reward=np.array([1.0], np.float32)), ())
-  np.testing.assert_allclose(big.policy_logits.numpy(), one.policy_logits.numpy(), rtol=1e-6)
+  np.testing.assert_allclose(big.policy_params.numpy(), one.policy_params.numpy(), rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------
@@ -192,7 +192,7 @@ def test_instruction_changes_the_policy():
       lambda x: x[0], _random_env_outputs(np.random.default_rng(4), config, 1, 1))
   state = agent.initial_state(1)
   outputs = [agent.step([0], env_output._replace(observation=env_output.observation._replace(
-      instruction=networks.hash_instructions([text]))), state)[0].policy_logits.numpy()
+      instruction=networks.hash_instructions([text]))), state)[0].policy_params.numpy()
              for text in ("red ball", "blue ball")]
   assert not np.allclose(outputs[0], outputs[1])
 
@@ -225,7 +225,7 @@ def test_impact_cnn_shapes_42x42_to_21_to_11_to_one_fully_connected_256():
   output, state = networks.Agent(IMPACT_CNN_CONFIG).unroll(
       np.zeros([T, B], np.int32), random_batches.random_env_outputs(IMPACT_CNN_CONFIG, (T, B)),
       ())
-  assert tuple(output.policy_logits.shape) == (T, B, 6)
+  assert tuple(output.policy_params.shape) == (T, B, 6)
   assert tuple(output.baseline.shape) == (T, B) and state == ()
 
 
@@ -247,7 +247,7 @@ def test_impact_cnn_gradients_reach_every_variable_and_every_pixel():
   with tf.GradientTape() as tape:
     features = agent.torso(tf.reshape(frames, [6, 42, 42, 4]))
     output, _ = agent.unroll(np.zeros([2, 3], np.int32), env_outputs, ())
-    loss = tf.reduce_sum(output.policy_logits ** 2) + tf.reduce_sum(output.baseline ** 2)
+    loss = tf.reduce_sum(output.policy_params ** 2) + tf.reduce_sum(output.baseline ** 2)
     loss += tf.reduce_sum(features)
   gradients = tape.gradient(loss, agent.trainable_variables + (frames,))
   for variable, gradient in zip(agent.trainable_variables, gradients):

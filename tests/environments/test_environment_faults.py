@@ -33,7 +33,7 @@ class _FilteringPolicy(_UniformPolicy):
   agent on vector observations."""
 
   def __init__(self, observation_size):
-    self.action_space = action_spaces.Discrete(
+    self.action_space = action_spaces.ActionSpace(
         observation_filter=action_spaces.ObservationFilter(observation_size))
 
 

@@ -93,9 +93,9 @@ def _near_on_policy_batch(agent, T, B, seed):
   env_outputs, agent_outputs = random_batches.random_learner_batch(agent.config, T, B, seed)
   state = agent.initial_state(B)
   outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
-  noise = np.random.default_rng(seed).uniform(-0.3, 0.3, outputs.policy_logits.shape)
+  noise = np.random.default_rng(seed).uniform(-0.3, 0.3, outputs.policy_params.shape)
   return state, env_outputs, agent_outputs._replace(
-      policy_logits=(outputs.policy_logits.numpy() + noise).astype(np.float32))
+      policy_params=(outputs.policy_params.numpy() + noise).astype(np.float32))
 
 
 def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas():

@@ -61,10 +61,10 @@ def _collect_on_policy(agent, T, B, seed):
     output, state = agent.step(actions[-1], tf.nest.map_structure(lambda x: x[t], env_outputs),
                                state)
     actions.append(output.action.numpy())
-    logits.append(output.policy_logits.numpy())
+    logits.append(output.policy_params.numpy())
     baselines.append(output.baseline.numpy())
   del rng
-  agent_outputs = AgentOutput(action=np.stack(actions), policy_logits=np.stack(logits),
+  agent_outputs = AgentOutput(action=np.stack(actions), policy_params=np.stack(logits),
                               baseline=np.stack(baselines).astype(np.float32))
   return first_state, env_outputs, agent_outputs
 
@@ -148,8 +148,8 @@ def test_gradient_norm_clipping_is_applied():
     (lambda e, a: (e._replace(observation=e.observation._replace(
         frame=e.observation.frame.astype(np.float32))), a), "uint8"),
     (lambda e, a: (e, a._replace(action=a.action[:, :2])), "agent_outputs.action"),
-    (lambda e, a: (e, a._replace(policy_logits=a.policy_logits[..., :3])),
-     "agent_outputs.policy_logits"),
+    (lambda e, a: (e, a._replace(policy_params=a.policy_params[..., :3])),
+     "agent_outputs.policy_params"),
     (lambda e, a: (e._replace(done=e.done[:-1]), a), "env_outputs.done"),
     (lambda e, a: (e._replace(observation=e.observation._replace(
         instruction=e.observation.instruction[..., :3])), a), "instruction"),

@@ -29,7 +29,7 @@ def loss_and_gradients(config, jit_compile=False):
     with tf.GradientTape() as tape:
       output, _ = agent.unroll(agent_outputs.action, env_outputs,
                                agent.initial_state(BATCH_SIZE))
-      loss = (tf.reduce_sum(tf.nn.log_softmax(output.policy_logits)[..., 0])
+      loss = (tf.reduce_sum(tf.nn.log_softmax(output.policy_params)[..., 0])
               + tf.reduce_sum(tf.square(output.baseline)))
     return loss, tape.gradient(loss, agent.trainable_variables)
   loss, gradients = compute()

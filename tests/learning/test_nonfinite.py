@@ -40,9 +40,9 @@ def _poisoned(batch, where):
     reward = env_outputs.reward.copy()
     reward[2, 1] = np.nan
     return env_outputs._replace(reward=reward), agent_outputs
-  logits = agent_outputs.policy_logits.copy()
+  logits = agent_outputs.policy_params.copy()
   logits[1, 0, 2] = np.inf
-  return env_outputs, agent_outputs._replace(policy_logits=logits)
+  return env_outputs, agent_outputs._replace(policy_params=logits)
 
 
 # [reward-xla] in the slow tier: the default tier keeps a poisoned reward (plain) and poisoned
@@ -104,10 +104,10 @@ def test_non_finite_fields_names_each_field_and_ignores_integer_frames():
   trajectory = _trajectory(frame_dtype=np.float32)  # A vector observation (MuJoCo).
   frame = trajectory.env_outputs.observation.frame
   frame[0, 0, 0, 0] = frame[1, 0, 0, 0] = -np.inf
-  logits = trajectory.agent_outputs.policy_logits
+  logits = trajectory.agent_outputs.policy_params
   logits[2, 1] = np.nan
   assert input_pipeline.non_finite_fields(trajectory) == [
-      "env_outputs/observation/frame (2)", "agent_outputs/policy_logits (1)"]
+      "env_outputs/observation/frame (2)", "agent_outputs/policy_params (1)"]
 
 
 class _Config:

@@ -73,8 +73,8 @@ def _batch(seed=0, on_policy=True, truncated=TRUNCATED):
       episode_step=np.zeros((steps, batch), np.int32), truncated=truncated)
   agent_outputs = AgentOutput(
       action=rng.integers(0, NUM_ACTIONS, (steps, batch)).astype(np.int32),
-      policy_logits=behaviour, baseline=np.zeros((steps, batch), np.float32))
-  learner_outputs = networks.NetworkOutput(policy_logits=tf.constant(learner_logits),
+      policy_params=behaviour, baseline=np.zeros((steps, batch), np.float32))
+  learner_outputs = networks.NetworkOutput(policy_params=tf.constant(learner_logits),
                                            baseline=tf.constant(VALUES))
   return learner_outputs, env_outputs, agent_outputs
 
@@ -88,8 +88,8 @@ def _numpy_rhos(learner_outputs, agent_outputs):
   """pi(a_t|x_t) / mu(a_t|x_t) [T, B] in numpy."""
   actions = agent_outputs.action[1:]
   pick = lambda logits: np.take_along_axis(_log_softmax(logits), actions[..., None], -1)[..., 0]
-  return np.exp(pick(learner_outputs.policy_logits.numpy()[:-1])
-                - pick(agent_outputs.policy_logits[1:]))
+  return np.exp(pick(learner_outputs.policy_params.numpy()[:-1])
+                - pick(agent_outputs.policy_params[1:]))
 
 
 def _terms(config, batch, entropy_mask=None):
@@ -143,7 +143,7 @@ def test_off_policy_targets_and_losses_match_numpy(correction):
         REWARDS[1:, b], values[:, b], VALUES[-1, b], DONE[:, b], TRUNCATED[:, b], GAMMA,
         clip_rho=math.inf, clip_c=math.inf) for b in range(3)], 1)
     np.testing.assert_allclose(returns.vs.numpy(), want_vs, rtol=1e-5, atol=1e-6)
-  logits = learner_outputs.policy_logits.numpy()[:-1]
+  logits = learner_outputs.policy_params.numpy()[:-1]
   log_pi = _log_softmax(logits)
   entropy = -(np.exp(log_pi) * log_pi).sum(-1)
   action_log_probs = returns.target_action_log_probs.numpy()
@@ -161,12 +161,12 @@ def _ignored_action_changed(batch):
   learner_outputs, env_outputs, agent_outputs = batch
   action = agent_outputs.action.copy()
   action[3, 0] = (action[3, 0] + 1) % NUM_ACTIONS
-  logits = agent_outputs.policy_logits.copy()
+  logits = agent_outputs.policy_params.copy()
   logits[3, 0] += np.array([3.0, -2.0, 0.5], np.float32)
   reward = env_outputs.reward.copy()
   reward[3, 0] = 7.0
   return (learner_outputs, env_outputs._replace(reward=reward),
-          agent_outputs._replace(action=action, policy_logits=logits))
+          agent_outputs._replace(action=action, policy_params=logits))
 
 
 # inf: no trust region (IMPALA); 0.05 rejects some steps; 1e9 keeps every step.
@@ -204,7 +204,7 @@ def test_laser_online_entropy_mask_and_trust_region_leave_the_cut_step_out():
   entropy_mask = np.array([1.0, 0.0, 1.0], np.float32)
   terms, returns = _terms(config, batch, entropy_mask)
   assert float(terms["trust_region_rejected"]) == 0.0
-  log_pi = _log_softmax(batch[0].policy_logits.numpy()[:-1])
+  log_pi = _log_softmax(batch[0].policy_params.numpy()[:-1])
   entropy = -(np.exp(log_pi) * log_pi).sum(-1)
   steps = (~TRUNCATED[:-1]) & (entropy_mask > 0)[None]
   np.testing.assert_allclose(float(terms["entropy_loss"]), -entropy[steps].sum(), rtol=1e-5)
@@ -220,7 +220,7 @@ def test_impact_bootstraps_a_truncated_step_and_ignores_its_reset():
   impact_config = config_lib.ImpactConfig(gae_lambda=1.0)
   config = _config()
   learner_outputs, env_outputs, agent_outputs = _batch(seed=4)
-  target = learner_outputs.policy_logits
+  target = learner_outputs.policy_params
   terms, _ = impact.impact_loss_terms(FAMILY, learner_outputs, target, env_outputs,
                                           agent_outputs, config, impact_config)
   want_vs = np.stack([truncation.vtrace_targets(

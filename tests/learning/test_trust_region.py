@@ -282,8 +282,8 @@ def test_learner_trust_region_compiles_and_leaves_rejected_steps_out():
   # rejects some steps and keeps others.
   agent = networks.Agent(SMALL, seed=0)
   outputs, _ = agent.unroll(agent_outputs.action, env_outputs, ())
-  kl = numpy_implied_policy_kl(agent_outputs.policy_logits[1:],
-                               outputs.policy_logits[:-1].numpy(), 1.0)
+  kl = numpy_implied_policy_kl(agent_outputs.policy_params[1:],
+                               outputs.policy_params[:-1].numpy(), 1.0)
   threshold = float(np.median(kl))
   config = config_lib.LearnerConfig(trust_region_threshold=threshold, reward_clipping="abs_one")
   terms, returns = batch_loss.impala_loss_terms(agent.config.action_distribution, outputs,
@@ -300,7 +300,7 @@ def test_learner_trust_region_compiles_and_leaves_rejected_steps_out():
                              0.5 * np.sum(mask * (returns.vs.numpy() - values) ** 2), rtol=1e-5)
   # LASER section 4.3: rejected "for all estimates", the entropy term too.
   np.testing.assert_allclose(terms["entropy_loss"].numpy(),
-                             np.sum(mask * numpy_neg_entropy(outputs.policy_logits[:-1])),
+                             np.sum(mask * numpy_neg_entropy(outputs.policy_params[:-1])),
                              rtol=1e-5)
 
   compiled = _learner(True, trust_region_threshold=threshold)

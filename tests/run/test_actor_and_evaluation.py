@@ -7,6 +7,7 @@ from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import monitoring
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.configuration import suites
@@ -56,7 +57,8 @@ def test_episode_tracker_on_real_atari_life_losses():
 def test_sample_action_follows_the_policy():
   rng = np.random.default_rng(1)
   logits = np.log(np.array([0.7, 0.2, 0.1], np.float32))
-  counts = np.bincount([policies.sample_action(logits, rng) for _ in range(20000)], minlength=3)
+  space = action_spaces.ActionSpace(distributions.CategoricalFamily(3))
+  counts = np.bincount([space.sample(logits, rng) for _ in range(20000)], minlength=3)
   np.testing.assert_allclose(counts / 20000, [0.7, 0.2, 0.1], atol=0.015)
 
 
@@ -88,7 +90,7 @@ class _CountingEnvironment(base.Environment):
 
 class _FixedPolicy:
   """Stands in for BatchedPolicy: logits favour action 1, state counts calls."""
-  action_space = action_spaces.Discrete()
+  action_space = action_spaces.ActionSpace()
 
   def initial_states(self, num_envs):
     return np.zeros((num_envs, 2), np.float32)

@@ -12,15 +12,15 @@ from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.agent import continuous_networks
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import mujoco
-from scalable_agent_tf2.structures import EnvOutput, GaussianAgentOutput, Observation
+from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 from scalable_agent_tf2.learning import impact as impact_lib
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -135,7 +135,7 @@ class _RecordingEnvironment(mujoco.MujocoEnvironment):
 
 def _continuous_agent(env, update_filter=True, **config):
   spec = env.spec
-  agent = continuous_networks.ContinuousAgent(continuous_networks.ContinuousNetworkConfig(
+  agent = networks.Agent(networks.continuous_vector_config(
       observation_size=spec.frame_shape[0], action_size=spec.action_size, **config))
   agent.observation_filter = action_spaces.ObservationFilter(spec.frame_shape[0],
                                                              update=update_filter)
@@ -152,11 +152,11 @@ def test_environment_gets_clipped_actions_and_the_trajectory_keeps_the_samples()
   [trajectory] = loop.unroll(40)
   actions = trajectory.agent_outputs.action[1:]
   sent = np.stack(env.sent)
-  assert isinstance(trajectory.agent_outputs, GaussianAgentOutput)
+  assert isinstance(trajectory.agent_outputs, AgentOutput)
   assert actions.dtype == np.float32 and actions.shape == (40, 3)
   assert np.abs(actions).max() > 1.0  # Unclipped samples are stored...
   np.testing.assert_array_equal(sent, np.clip(actions, -1.0, 1.0))  # ...clipped ones sent.
-  np.testing.assert_allclose(trajectory.agent_outputs.policy_log_std[1:], math.log(2.0),
+  np.testing.assert_allclose(trajectory.agent_outputs.policy_params[1:, 3:], math.log(2.0),
                              rtol=1e-6)
   # Observations are stored filtered: the filter has seen all 41 of them.
   assert agent.observation_filter.filter.count == 41
@@ -204,13 +204,22 @@ def _batch(seed=0):
       observation=Observation(frame=f32(T + 1, B, O), instruction=np.zeros((T + 1, B, 16),
                                                                            np.int32)),
       episode_return=f32(T + 1, B), episode_step=np.zeros((T + 1, B), np.int32))
-  agent_outputs = GaussianAgentOutput(action=2 * f32(T + 1, B, A), policy_mean=f32(T + 1, B, A),
-                                      policy_log_std=0.3 * f32(T + 1, B, A),
-                                      baseline=f32(T + 1, B))
-  learner_outputs = continuous_networks.GaussianNetworkOutput(
-      policy_mean=f32(T + 1, B, A), policy_log_std=0.3 * f32(T + 1, B, A),
-      baseline=f32(T + 1, B))
+  action = 2 * f32(T + 1, B, A)
+  agent_params = np.concatenate([f32(T + 1, B, A), 0.3 * f32(T + 1, B, A)], -1)
+  agent_outputs = AgentOutput(action=action, policy_params=agent_params, baseline=f32(T + 1, B))
+  learner_params = np.concatenate([f32(T + 1, B, A), 0.3 * f32(T + 1, B, A)], -1)
+  learner_outputs = networks.NetworkOutput(policy_params=learner_params, baseline=f32(T + 1, B))
   return env_outputs, agent_outputs, learner_outputs
+
+
+def _mean(outputs):
+  """The means [..., A] of an output record's Gaussian parameters [..., 2A]."""
+  return outputs.policy_params[..., :A]
+
+
+def _log_std(outputs):
+  """The log standard deviations [..., A] of an output record's Gaussian parameters."""
+  return outputs.policy_params[..., A:]
 
 
 def _np_log_prob(mean, log_std, action):
@@ -239,15 +248,15 @@ def test_gaussian_impala_loss_terms_match_numpy():
   terms, _ = batch_loss.impala_loss_terms(GAUSSIAN, learner_outputs, env_outputs,
                                           agent_outputs, config)
   actions = agent_outputs.action[1:]
-  log_pi = _np_log_prob(learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1],
+  log_pi = _np_log_prob(_mean(learner_outputs)[:-1], _log_std(learner_outputs)[:-1],
                         actions)
-  log_mu = _np_log_prob(agent_outputs.policy_mean[1:], agent_outputs.policy_log_std[1:],
+  log_mu = _np_log_prob(_mean(agent_outputs)[1:], _log_std(agent_outputs)[1:],
                         actions)
   discounts = 0.9 * (1.0 - env_outputs.done[1:])
   values = learner_outputs.baseline[:-1]
   vs, pg_advantages = _np_vtrace(log_pi - log_mu, discounts, env_outputs.reward[1:], values,
                                  learner_outputs.baseline[-1])
-  entropy = np.sum(learner_outputs.policy_log_std[:-1] + 0.5 * math.log(2 * math.pi * math.e),
+  entropy = np.sum(_log_std(learner_outputs)[:-1] + 0.5 * math.log(2 * math.pi * math.e),
                    -1)
   np.testing.assert_allclose(terms["pg_loss"], -np.sum(log_pi * pg_advantages), rtol=1e-4)
   np.testing.assert_allclose(terms["baseline_loss"], 0.5 * np.sum((vs - values) ** 2),
@@ -263,9 +272,8 @@ def test_gaussian_impact_loss_terms_match_numpy():
   # advantages, and KL(pi_target || pi) = 0.
   # mu at step t+1 is the policy at observation t (learner.py's module docstring).
   shifted = lambda x: np.concatenate([x[:1], x[:-1]], 0)
-  on_policy = agent_outputs._replace(policy_mean=shifted(learner_outputs.policy_mean),
-                                     policy_log_std=shifted(learner_outputs.policy_log_std))
-  target = np.concatenate([learner_outputs.policy_mean, learner_outputs.policy_log_std], -1)
+  on_policy = agent_outputs._replace(policy_params=shifted(learner_outputs.policy_params))
+  target = learner_outputs.policy_params
   terms, diagnostics = impact_lib.impact_loss_terms(
       GAUSSIAN, learner_outputs, target, env_outputs, on_policy, config, impact)
   values = learner_outputs.baseline[:-1]
@@ -284,7 +292,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
       GAUSSIAN, learner_outputs, np.concatenate([target_mean, target_log_std], -1), env_outputs,
       on_policy, config, impact)
   p_mean, p_log_std = target_mean[:-1], target_log_std[:-1]
-  q_mean, q_log_std = learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1]
+  q_mean, q_log_std = _mean(learner_outputs)[:-1], _log_std(learner_outputs)[:-1]
   kl = np.sum(q_log_std - p_log_std + (np.exp(2 * p_log_std) + (p_mean - q_mean) ** 2)
               / (2 * np.exp(2 * q_log_std)) - 0.5)
   np.testing.assert_allclose(terms["kl_loss"], kl, rtol=1e-4)
@@ -292,8 +300,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
 
 def test_learner_update_on_a_gaussian_batch_trains_and_checks_shapes():
   env_outputs, agent_outputs, _ = _batch(2)
-  agent = continuous_networks.ContinuousAgent(
-      continuous_networks.ContinuousNetworkConfig(observation_size=O, action_size=A))
+  agent = networks.Agent(networks.continuous_vector_config(observation_size=O, action_size=A))
   learner = learner_lib.Learner(agent, config_lib.LearnerConfig(reward_clipping="none"),
                                 jit_compile=False)
   stats = learner.update((), env_outputs, agent_outputs)
@@ -308,15 +315,15 @@ def test_gaussian_trust_region_leaves_rejected_steps_out_of_the_entropy_too():
   # included; section 5.1: with entropy_mask, only the online trajectories' entropy counts.
   env_outputs, agent_outputs, learner_outputs = _batch(3)
   implied_kl = distributions.DiagGaussian(
-      learner_outputs.policy_mean[:-1], learner_outputs.policy_log_std[:-1]).implied_policy_kl(
-          distributions.DiagGaussian(agent_outputs.policy_mean[1:],
-                                     agent_outputs.policy_log_std[1:])).numpy()
+      _mean(learner_outputs)[:-1], _log_std(learner_outputs)[:-1]).implied_policy_kl(
+          distributions.DiagGaussian(_mean(agent_outputs)[1:],
+                                     _log_std(agent_outputs)[1:])).numpy()
   threshold = float(np.median(implied_kl))
   kept = (implied_kl <= threshold).astype(np.float32)  # Ground truth: steps at or below.
   assert 0 < kept.sum() < kept.size
   online = np.array([1, 1, 0], np.float32)
   config = config_lib.LearnerConfig(reward_clipping="none", trust_region_threshold=threshold)
-  entropy = np.sum(learner_outputs.policy_log_std[:-1] + 0.5 * math.log(2 * math.pi * math.e),
+  entropy = np.sum(_log_std(learner_outputs)[:-1] + 0.5 * math.log(2 * math.pi * math.e),
                    -1)
   for entropy_mask, steps in ((None, kept), (online, kept * online)):
     terms, returns = batch_loss.impala_loss_terms(

@@ -39,7 +39,7 @@ def test_steady_progress_is_never_a_stall():
 def test_every_trajectory_dropped_for_the_stall_time_is_divergence():
   watch = _watch(stall_secs=60)
   assert watch.observe(Counters(16, 0, 2, True), 10.0) is None  # Trained on until 10 s.
-  fields = ["agent_outputs/policy_logits (30)", "agent_outputs/baseline (10)"]
+  fields = ["agent_outputs/policy_params (30)", "agent_outputs/baseline (10)"]
   stall = None
   for second in range(11, 80):  # From 11 s on every trajectory is dropped.
     produced = 16 + (second - 10) * 4
@@ -48,7 +48,7 @@ def test_every_trajectory_dropped_for_the_stall_time_is_divergence():
       break
   assert second == 70, second  # 60 s after the last trajectory trained on.
   assert stall.startswith("every trajectory for 60 s (240 of them) carried non-finite "
-                          "behaviour outputs (agent_outputs/policy_logits (30)")
+                          "behaviour outputs (agent_outputs/policy_params (30)")
   assert "the parameters have diverged" in stall
   assert watch.diverged
 

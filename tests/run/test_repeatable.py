@@ -217,7 +217,7 @@ def test_lockstep_batches_are_the_tf_data_batches():
             episode_return=rng.standard_normal(steps).astype(np.float32),
             episode_step=np.arange(steps, dtype=np.int32)),
         agent_outputs=AgentOutput(action=rng.integers(0, 3, steps).astype(np.int32),
-                                  policy_logits=rng.standard_normal((steps, 3)).astype(
+                                  policy_params=rng.standard_normal((steps, 3)).astype(
                                       np.float32),
                                   baseline=rng.standard_normal(steps).astype(np.float32)))
   trajectories = [trajectory(version) for version in range(6)]

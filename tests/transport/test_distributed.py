@@ -85,7 +85,7 @@ def toy_trajectory(frame_shape=toy_environment.FRAME_SHAPE):
       episode_return=np.zeros(steps, np.float32), episode_step=np.zeros(steps, np.int32))
   agent_outputs = structures.AgentOutput(
       action=np.zeros(steps, np.int32),
-      policy_logits=np.zeros((steps, toy_environment.NUM_ACTIONS), np.float32),
+      policy_params=np.zeros((steps, toy_environment.NUM_ACTIONS), np.float32),
       baseline=np.zeros(steps, np.float32))
   return structures.Trajectory(level_name="toy", policy_version=2, agent_state=(),
                           env_outputs=env_outputs, agent_outputs=agent_outputs)

@@ -66,7 +66,7 @@ def unroll(mark, starts=(), unroll_length=T):
       episode_step=np.arange(steps, dtype=np.int32) + mark)
   agent_outputs = structures.AgentOutput(
       action=rng.integers(0, 3, steps).astype(np.int32),
-      policy_logits=rng.normal(size=(steps, toy_environment.NUM_ACTIONS)).astype(np.float32),
+      policy_params=rng.normal(size=(steps, toy_environment.NUM_ACTIONS)).astype(np.float32),
       baseline=rng.normal(size=steps).astype(np.float32))
   state = layers.LSTMState(c=np.full(STATE_SIZE, mark, np.float32),
                            h=-np.full(STATE_SIZE, mark, np.float32))
@@ -229,7 +229,7 @@ def test_an_agent_with_another_layout_is_refused_with_what_differs():
   assert "replay service at" in message and "refused b" in message
   assert "torso: 'deep', expected 'shallow'" in message
   assert f"env_outputs/done: shape [{T + 3}], expected [{T + 1}]" in message
-  assert "agent_outputs/policy_logits: shape" in message
+  assert "agent_outputs/policy_params: shape" in message
   assert "same level with the same network and --unroll_length" in message
   assert any("refused b" in line and "torso" in line for line in lines)
   # The refused agent added nothing; the replay is a's alone.

@@ -252,8 +252,8 @@ def frame_network_config(config, num_actions, channels, use_lstm, use_instructio
 
 def continuous_network_config(spec, state_dependent_log_std=True):
   """The IMPACT paper's continuous-control network (section 4.3) for a ContinuousEnvSpec
-  (state_dependent_log_std: RLlib's default, which ran it; continuous_networks.py)."""
-  from scalable_agent_tf2.agent import continuous_networks  # pylint: disable=g-import-not-at-top
-  return continuous_networks.ContinuousNetworkConfig(
-      observation_size=spec.frame_shape[0], action_size=spec.action_size,
-      state_dependent_log_std=state_dependent_log_std)
+  (state_dependent_log_std: RLlib's default, which ran it; networks.continuous_vector_config)."""
+  from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
+  return networks.network_config_for_spec(spec, torsos.VECTOR,
+                                          state_dependent_log_std=state_dependent_log_std)

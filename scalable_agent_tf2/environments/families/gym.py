@@ -233,14 +233,14 @@ class GymFamily(base.Family):
     (torsos.torso_for_observation picks the torso, the action space the head):
 
       vectors [O]:   the MLP torso (IMPACT section 4.3's two tanh layers of 256); Box actions:
-                     the IMPACT paper's separate policy and value MLPs (continuous_networks);
+                     the IMPACT paper's separate policy and value MLPs
+                     (networks.continuous_vector_config);
                      Discrete: IMPALA's agent (networks.vector_config), feed-forward;
       frames:        Figure 3's frame torso (--torso; shallow by default, deep for frames too
                      small for the shallow one's VALID convolutions); Discrete: IMPALA's
                      agent with its LSTM 256 and, for an image with a text mission (a dict
                      observation), the paper's instruction encoder (Figure 3); Box: the frame
-                     torso with a diagonal Gaussian head (continuous_networks.
-                     ContinuousFrameAgent);
+                     torso with a diagonal Gaussian head (networks.continuous_frame_config);
       Discrete(n):   the one-hot [n] torso (networks.index_config), feed-forward.
     """
     from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
@@ -256,29 +256,17 @@ class GymFamily(base.Family):
                        f"{kind} observations of shape {tuple(spec.frame_shape)} take the "
                        f"{torsos.MLP if kind == torsos.VECTOR else torsos.ONE_HOT} torso. "
                        "Drop --torso.")
-    if kind == torsos.VECTOR:
-      if continuous:
-        return base.continuous_network_config(
-            spec, state_dependent_log_std=config.algorithm == settings.IMPACT)
-      return networks.vector_config(spec.num_actions, spec.frame_shape[0])
-    if kind == torsos.INDEX:
-      if continuous:
-        raise ValueError(f"{config.levels[0]}: Box actions on a Discrete observation: no "
-                         "network takes this pair (wrap the environment to one-hot its "
-                         "observation as a Box (n,) vector).")
-      return networks.index_config(spec.num_actions, observation_values(config.levels[0],
-                                                                        env_kwargs))
-    frame_shape = tuple(spec.frame_shape)
-    torso = config.torso  # The preset's frame_torso, or the flag's.
-    if continuous:
-      from scalable_agent_tf2.agent import (  # pylint: disable=g-import-not-at-top
-          continuous_networks)
-      return continuous_networks.ContinuousFrameNetworkConfig(
-          frame_shape=frame_shape, action_size=spec.action_size, torso=torso,
-          state_dependent_log_std=config.algorithm == settings.IMPACT)
-    return networks.NetworkConfig(
-        num_actions=spec.num_actions, frame_shape=frame_shape, torso=torso, use_lstm=True,
-        use_instruction=description.has_instruction, frame_max=description.frame_max)
+    if kind == torsos.INDEX and continuous:
+      raise ValueError(f"{config.levels[0]}: Box actions on a Discrete observation: no "
+                       "network takes this pair (wrap the environment to one-hot its "
+                       "observation as a Box (n,) vector).")
+    return networks.network_config_for_spec(
+        spec, kind, torso=config.torso if kind == torsos.FRAME else None,
+        use_lstm=kind == torsos.FRAME and not continuous,
+        use_instruction=description.has_instruction, frame_max=description.frame_max,
+        num_observation_values=(observation_values(config.levels[0], env_kwargs)
+                                if kind == torsos.INDEX else None),
+        state_dependent_log_std=config.algorithm == settings.IMPACT)
 
 
 def frame_torso(frame_shape):

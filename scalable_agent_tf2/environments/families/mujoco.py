@@ -6,7 +6,7 @@ Presets: the IMPACT paper's Table 2, IMPALA or IMPACT column (mujoco_presets.py,
 table), its 16 workers laid out as groups. Environments: groups stepped in the training
 process (a MuJoCo step costs 40-90 core-us, far less than a process's round trip;
 benchmarks/RESULTS.md). Observations: float32 vectors, normalised by the run's MeanStdFilter
-(action_spaces.ObservationFilter); the IMPACT paper's MLPs (continuous_networks.py).
+(action_spaces.ObservationFilter); the IMPACT paper's MLPs (networks.continuous_vector_config).
 """
 from scalable_agent_tf2.configuration import mujoco_presets
 from scalable_agent_tf2.configuration import suites
