@@ -450,6 +450,11 @@ def run_ours(env, seed, logdir, max_seconds, print_fn):
         if exited:  # By itself: only a clean exit at the budget (or the threshold) finishes.
           reason = reason if process.returncode == 0 else None
           break
+        if reason is not None and steps >= env.budget and not sb3_gym.target_reached(
+            [r["episode_return"] for r in episodes], env.threshold, WINDOW):
+          # At the budget the run stops by itself: its exit code decides (a run that logged
+          # its last records and then failed was taken for a finished one).
+          reason = None
     finally:
       runs.interrupt(process, STOP_GRACE_SECONDS)
   if reason is None:

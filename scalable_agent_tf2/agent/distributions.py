@@ -38,7 +38,6 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.environments import base as env_base
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _HALF_LOG_2PI_E = 0.5 * math.log(2.0 * math.pi * math.e)
@@ -664,7 +663,8 @@ def sample_gaussian_numpy(mean, log_std, rng):
 def for_spec(spec):
   """The action distribution family of an environment's spec: categorical over an EnvSpec's
   num_actions (IMPALA), diagonal Gaussian over a ContinuousEnvSpec's action_size (IMPACT
-  section 4.3)."""
-  if isinstance(spec, env_base.ContinuousEnvSpec):
+  section 4.3). The spec is read by its fields, not its class: the agent does not import the
+  environments package (whose families import the agent to build their networks)."""
+  if hasattr(spec, "action_size"):
     return DiagGaussianFamily(spec.action_size)
   return CategoricalFamily(spec.num_actions)
