@@ -422,10 +422,28 @@ class MultiCategorical:
 # ---------------------------------------------------------------------------------------------
 # Families: the shapes, the output records, and the actors' numpy sampling.
 # ---------------------------------------------------------------------------------------------
-class CategoricalFamily:
+class _Family:
+  """A family is a value: equal, hashable and printed by its one defining field (`_FIELD`), so
+  that network configs holding one compare and print as data."""
+
+  _FIELD = ""
+
+  def __repr__(self):
+    return f"{type(self).__name__}({self._FIELD}={getattr(self, self._FIELD)})"
+
+  def __eq__(self, other):
+    return type(other) is type(self) and getattr(other, self._FIELD) == getattr(
+        self, self._FIELD)
+
+  def __hash__(self):
+    return hash((type(self), getattr(self, self._FIELD)))
+
+
+class CategoricalFamily(_Family):
   """Categorical policies over num_actions actions: parameters [..., N] (the logits), actions
   int32 [] (one index)."""
 
+  _FIELD = "num_actions"
   discrete = True
   action_dtype = np.dtype(np.int32)
   action_shape = ()
@@ -435,15 +453,6 @@ class CategoricalFamily:
       num_actions: N.
     """
     self.num_actions = num_actions
-
-  def __repr__(self):
-    return f"CategoricalFamily(num_actions={self.num_actions})"
-
-  def __eq__(self, other):
-    return type(other) is type(self) and other.num_actions == self.num_actions
-
-  def __hash__(self):
-    return hash((type(self), self.num_actions))
 
   @property
   def param_size(self):
@@ -494,10 +503,11 @@ class CategoricalFamily:
     return int(np.argmax(params + rng.gumbel(size=params.shape)))
 
 
-class DiagGaussianFamily:
+class DiagGaussianFamily(_Family):
   """Diagonal Gaussian policies over action_size real dimensions: parameters [..., 2A] (means
   then log standard deviations), actions float32 [A] (unclipped samples)."""
 
+  _FIELD = "action_size"
   discrete = False
   action_dtype = np.dtype(np.float32)
 
@@ -506,15 +516,6 @@ class DiagGaussianFamily:
       action_size: A.
     """
     self.action_size = action_size
-
-  def __repr__(self):
-    return f"DiagGaussianFamily(action_size={self.action_size})"
-
-  def __eq__(self, other):
-    return type(other) is type(self) and other.action_size == self.action_size
-
-  def __hash__(self):
-    return hash((type(self), self.action_size))
 
   @property
   def param_size(self):
@@ -571,10 +572,11 @@ class DiagGaussianFamily:
     return np.stack([self.sample_numpy(row, rng) for row, rng in zip(params, rngs)])
 
 
-class MultiCategoricalFamily:
+class MultiCategoricalFamily(_Family):
   """MultiCategorical policies over nvec: parameters [..., sum(nvec)] (each component's
   logits), actions int32 [K] (one index per component)."""
 
+  _FIELD = "nvec"
   discrete = True
   action_dtype = np.dtype(np.int32)
 
@@ -585,15 +587,6 @@ class MultiCategoricalFamily:
     self.nvec = tuple(int(n) for n in nvec)
     if not self.nvec or min(self.nvec) < 1:
       raise ValueError(f"nvec must be positive numbers of actions, got {nvec}.")
-
-  def __repr__(self):
-    return f"MultiCategoricalFamily(nvec={self.nvec})"
-
-  def __eq__(self, other):
-    return type(other) is type(self) and other.nvec == self.nvec
-
-  def __hash__(self):
-    return hash((type(self), self.nvec))
 
   @property
   def param_size(self):
