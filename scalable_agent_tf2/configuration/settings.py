@@ -350,8 +350,8 @@ class ExperimentSettings:
   algorithm: Optional[str] = _preset(
       LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
       "clipped target-worker surrogate; presets from its Table 1).",
-      "the papers' levels: impala; gymnasium levels: impact for Box actions (benchmarks/"
-      "RESULTS.md, 'Box actions: what learns Pendulum-v1'), else impala",
+      "the papers' levels: impala; gymnasium levels: impact (benchmarks/RESULTS.md, 'One set "
+      "of defaults: IMPACT with batches of 4 x 64')",
       choices=ALGORITHMS)
   batch_size: Optional[int] = _preset(
       LEARNER, "Trajectories per learner update; with --replay_mixing=added (LASER's default) "

@@ -114,7 +114,7 @@ def level_family(level_name):
 
 def default_algorithm(level_name, given=None):
   """The algorithm a run of level_name uses when --algorithm is not given (the family's
-  choice: IMPALA, or IMPACT for a gymnasium environment's Box actions)."""
+  choice: IMPALA, or IMPACT for a gymnasium environment)."""
   levels = families.level_names(level_name)
   return families.family_of(levels[0]).default_algorithm(levels, given=given)
 

@@ -155,7 +155,9 @@ def _preset_name(config):
   if config.preset == settings.IMPACT_PAPER:
     return f"the IMPACT paper's Atari setting (--preset={settings.IMPACT_PAPER})"
   name = config.family.title
-  if config.algorithm == settings.IMPACT:
+  # A family that owns its IMPACT presets (MuJoCo's and gymnasium's: Table 2's) names them in
+  # its own documentation; the others take IMPACT Table 1's (families.base.IMPACT_PRESET).
+  if config.algorithm == settings.IMPACT and not config.family.owns_algorithm_presets:
     name += ", IMPACT Table 1"
   if config.laser_replay:
     name += ", LASER section 5.1"

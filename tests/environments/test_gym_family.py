@@ -27,15 +27,13 @@ def _resolve(level_name, **kwargs):
   return config_lib.resolve(config_lib.ExperimentConfig(level_name=level_name, **kwargs))
 
 
-def test_untuned_defaults_take_the_papers_learner_with_popart_and_a_constant_rate():
-  """Discrete actions, any observation (families/gym.py UNTUNED): IMPALA with Table G.1's
-  learner where it carries over, PopArt, a constant rate, RMSProp at full step; Box actions
-  may take it with --algorithm=impala."""
+def test_impala_takes_the_papers_learner_with_popart_and_a_constant_rate():
+  """--algorithm=impala (families/gym.py UNTUNED), any observation and action kind: Table G.1's
+  learner where it carries over, PopArt, a constant rate, RMSProp at full step."""
   for level, flags in (("gym:CartPole-v1", {}), ("gym:LunarLander-v3", {}),
-                       ("gym:Pendulum-v1", dict(algorithm="impala")),
-                       ("gym:LunarLander-v3", dict(env_kwargs='{"continuous": true}',
-                                                   algorithm="impala"))):
-    config = _resolve(level, **flags)
+                       ("gym:Pendulum-v1", {}),
+                       ("gym:LunarLander-v3", dict(env_kwargs='{"continuous": true}'))):
+    config = _resolve(level, algorithm="impala", **flags)
     assert families.family_of(config.level_name).name == "gym"
     assert config.algorithm == settings.IMPALA, level
     for name in ("learning_rate", "max_grad_norm", "unroll_length", "batch_size",
@@ -47,37 +45,39 @@ def test_untuned_defaults_take_the_papers_learner_with_popart_and_a_constant_rat
     assert (config.epsilon, config.rmsprop_initial_mean_square) == (1e-5, 0.0), level
     assert config.runs_as == family_base.IN_PROCESS_GROUP and config.uses_environment_groups
     assert config.num_actors * config.envs_per_actor >= atari_family.ATARI_ENVIRONMENTS
-  assert _resolve("gym:CartPole-v1", learning_rate=0.01).learning_rate == 0.01  # Flags win.
+  assert _resolve("gym:CartPole-v1", algorithm="impala",
+                  learning_rate=0.01).learning_rate == 0.01  # Flags win.
+  with pytest.raises(ValueError, match="add --algorithm=impact"):
+    _resolve("gym:CartPole-v1", algorithm="impala", circular_buffer_max_uses=4)
   assert "Presets" in presets.describe_presets("gym:Pendulum-v1")
 
 
-def test_box_actions_take_impact_with_popart_by_default():
-  """Box actions (families/gym.py BOX_CHANGES): IMPACT on Table 2's continuous-control
-  setting with PopArt, a constant rate, discount 0.99 and batches of 4 x 256 steps, whether
-  --algorithm=impact is given or not; the action space decides, --env_kwargs reaching
-  gymnasium.make."""
+@pytest.mark.parametrize("level, flags", [
+    ("gym:CartPole-v1", {}), ("gym:CartPole-v1", dict(algorithm="impact")),
+    ("gym:LunarLander-v3", {}), ("gym:Pendulum-v1", {}),
+    ("gym:LunarLander-v3", dict(env_kwargs='{"continuous": true}'))])
+def test_every_action_kind_takes_impact_with_the_gym_changes(level, flags):
+  """One set of defaults (families/gym.py GYM_CHANGES): IMPACT on Table 2's continuous-control
+  setting with PopArt, a constant rate, discount 0.99 and batches of 4 x 64 steps, for
+  Discrete and Box actions alike, whether --algorithm=impact is given or not."""
   table2 = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, "impact")
-  for level, flags in (("gym:Pendulum-v1", {}), ("gym:Pendulum-v1", dict(algorithm="impact")),
-                       ("gym:LunarLander-v3", dict(env_kwargs='{"continuous": true}'))):
-    config = _resolve(level, **flags)
-    assert config.algorithm == settings.IMPACT, (level, flags)
-    assert (config.batch_size, config.unroll_length, config.discounting) == (4, 256, 0.99)
-    assert config.popart and config.learning_rate_schedule == settings.CONSTANT
-    for name in ("learning_rate", "epsilon", "circular_buffer_size",
-                 "circular_buffer_max_uses", "gae_lambda", "kl_target", "ppo_clip"):
-      assert getattr(config, name) == table2[name], (level, name)
-  assert _resolve("gym:Pendulum-v1", batch_size=8).batch_size == 8  # Flags win.
-  # IMPACT's own settings need no --algorithm flag where IMPACT is the default.
-  assert _resolve("gym:Pendulum-v1", circular_buffer_max_uses=4).circular_buffer_max_uses == 4
-  with pytest.raises(ValueError, match="add --algorithm=impact"):
-    _resolve("gym:CartPole-v1", circular_buffer_max_uses=4)
+  config = _resolve(level, **flags)
+  assert config.algorithm == settings.IMPACT, (level, flags)
+  assert (config.batch_size, config.unroll_length, config.discounting) == (4, 64, 0.99)
+  assert config.popart and config.learning_rate_schedule == settings.CONSTANT
+  for name in ("learning_rate", "epsilon", "entropy_cost", "circular_buffer_size",
+               "circular_buffer_max_uses", "gae_lambda", "kl_target", "ppo_clip"):
+    assert getattr(config, name) == table2[name], (level, name)
+  # Table 2's clip of 0.5 on the mean loss, on our summed loss of T x B steps.
+  assert config.max_grad_norm == 0.5 * 4 * 64
+  assert (config.num_action_repeats, config.reward_clipping) == (1, settings.NO_CLIPPING)
 
 
-def test_discrete_impact_takes_the_impact_papers_setting():
-  impact = _resolve("gym:CartPole-v1", algorithm="impact")
-  assert impact.circular_buffer_size == family_base.IMPACT_PRESET["circular_buffer_size"]
-  assert impact.epsilon == atari_family.ATARI["epsilon"] and not impact.popart
-  assert impact.unroll_length == atari_family.ATARI["unroll_length"]
+def test_gym_flags_win_and_impacts_own_flags_need_no_algorithm_flag():
+  assert _resolve("gym:Pendulum-v1", batch_size=8).batch_size == 8
+  assert _resolve("gym:CartPole-v1", unroll_length=256).max_grad_norm == 0.5 * 4 * 256
+  assert _resolve("gym:CartPole-v1",
+                  circular_buffer_max_uses=4).circular_buffer_max_uses == 4
 
 
 @pytest.mark.parametrize("text, ok", [("", True), ('{"continuous": true}', True),

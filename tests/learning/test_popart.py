@@ -182,7 +182,8 @@ def test_presets_use_popart_only_where_the_papers_did_not_run():
   for paper_level in ("atari/pong", "mujoco/hopper", "toy/lit_side"):
     resolved = _resolved(paper_level)
     assert not resolved.popart and resolved.learning_rate_schedule == settings.LINEAR, paper_level
-  assert not _resolved("gym:CartPole-v1", algorithm=settings.IMPACT).popart
+  for algorithm in (settings.IMPACT, settings.IMPALA):  # Both gymnasium sets learn with it.
+    assert _resolved("gym:CartPole-v1", algorithm=algorithm).popart
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -23,31 +23,32 @@ benchmarks/RESULTS.md, "A dictionary observation").
 Presets (PRESETS_DOCUMENTATION; docs/ENVIRONMENTS.md): an environment the papers did not run
 has no published setting. Its defaults are this project's, chosen by measurement on issue 42's
 development set (CartPole-v1, LunarLander-v3 discrete and continuous, Pendulum-v1, MiniGrid
-Empty-8x8 and Unlock; benchmarks/RESULTS.md, "Defaults for environments nobody tuned"), one
-set per action kind. Discrete actions, any observation (UNTUNED):
-  * the paper's learner where it carries over: V-trace, Table G.1's learning rate 0.0006,
-    gradient clip 40, unroll 20, batch 32, discount 0.99, baseline cost 0.5, RMSProp with
-    decay 0.99 and momentum 0, Table 1's 48 environments;
-  * entropy cost 0.001 (inside Table D.1's sweep, 5e-5 to 1e-2): against PopArt's normalised
-    advantages Table G.1's 0.01 kept LunarLander's policy too random to land (a running mean
-    of 100-121 from 1M to 3M steps; 200 at 1.28M with 0.001) and slowed MiniGrid-Empty (0.9
-    at 177k steps; 0.96 by 81k with 0.001), and 0.001 was as fast on CartPole and Acrobot;
+Empty-8x8 and Unlock; benchmarks/RESULTS.md, "Defaults for environments nobody tuned") and
+judged on Acrobot-v1, which nobody tuned for. One set for every observation and action kind
+(GYM_CHANGES): IMPACT (Luo et al. 2020) on its paper's continuous-control setting (Table 2,
+mujoco_presets.py: a circular buffer of 16 batches, each used up to 20 times, the clipped
+target-worker surrogate, GAE lambda 0.995, an adaptive KL term towards 0.04, learning rate
+3e-4, no entropy bonus), with these changes:
+  * batches of 4 unrolls of 64 steps: the first update after 256 steps (Table 2's 32 x 1,024
+    waited 32,768: minutes on a 20 ms environment), and, since each batch is trained on at
+    most 20 times, one update per 12.8 steps where Table 2's batches allowed one per 1,638
+    (measured: CartPole-v1 at 475 in 61k steps with 4 x 64, 114k with 4 x 256; Acrobot-v1 at
+    -100 in 50k and 178k; Pendulum-v1 at -200 in about 200k and 295k);
   * values learned in a normalised scale (PopArt, Hessel et al. 2019, learning/popart.py), so
     that returns of any size and sign (-1 a step, +-100 events, 1 once an episode) give
     gradients of one size; rewards unclipped (Table G.1 clips Atari's to [-1, 1], which would
     change the task of an environment whose rewards carry their size);
   * a constant learning rate (a shorter --total_environment_frames trains exactly as the start
-    of the default run) and RMSProp at full step from the first update with a negligible
-    epsilon (1e-5 inside the root, a value of Table D.1's sweep; the accumulator starting at
-    0), so that the first updates move the policy;
+    of the default run);
+  * discount 0.99 (Table 2's 0.995 is MuJoCo's);
   * one agent step is one gymnasium step (num_action_repeats 1: the environment fixes its own
     frame skip); a budget of 10M agent steps (mujoco_presets.TOTAL_ENVIRONMENT_FRAMES).
-Box actions take IMPACT instead (default_algorithm; --algorithm=impala gives them UNTUNED):
-the IMPALA learner uses each step once, and no variant of it tried left random play on
-Pendulum-v1 in 1M steps, where IMPACT's reuse of each batch reached -200 at 344k
-(BOX_CHANGES: Table 2's continuous-control setting with PopArt, a constant learning rate,
-discount 0.99 and batches of 4 x 256 steps). Discrete actions with --algorithm=impact:
-Table G.1's learner with IMPACT Table 1's own settings, as before issue 42.
+Why IMPACT and not IMPALA's learner: IMPALA uses each step once (one update per 640 steps at
+Table G.1's 32 x 20); no variant of it tried left random play on Pendulum-v1 in 1M steps, and
+on CartPole-v1 it needed 2.1x the steps of Stable-Baselines3's PPO. IMPACT's reuse of each
+batch is what PPO's epochs do. --algorithm=impala gives the IMPALA set (UNTUNED): Table G.1's
+learner with PopArt, a constant rate 0.0006, RMSProp at full step (epsilon 1e-5, the
+accumulator starting at 0), entropy cost 0.001 and Table 1's 48 environments.
 """
 import functools
 import json
@@ -68,27 +69,23 @@ PREFIX = gym_env.LEVEL_PREFIX
 # 23 us, LunarLander 50, MinAtar Breakout 11, MiniGrid-Unlock 566, BipedalWalker 908 (groups)
 # and CarRacing 21,700 (processes).
 OWN_PROCESS_STEP_SECONDS = 2e-3
-# Discrete actions under --algorithm=impact: Table G.1's learner (atari_family.ATARI), one
-# gymnasium step per agent step, unclipped rewards, the project's 10M-step budget.
+# Table G.1's learner (atari_family.ATARI) for a gymnasium environment: one gymnasium step per
+# agent step, unclipped rewards, the project's 10M-step budget (UNTUNED's base).
 DISCRETE_PRESET = dict(atari_family.ATARI, num_action_repeats=1,
                        reward_clipping=settings.NO_CLIPPING,
                        total_environment_frames=mujoco_presets.TOTAL_ENVIRONMENT_FRAMES,
                        width=None, height=None, torso=None)
 # Table 1's 48 environments (as Atari's), laid out by base.actor_layout.
 DISCRETE_ENVIRONMENTS = atari_family.ATARI_ENVIRONMENTS
-# The defaults of an environment nobody tuned for (module docstring), any observation and
-# action kind, with --algorithm=impala.
+# --algorithm=impala's set for an environment nobody tuned for (module docstring), any
+# observation and action kind.
 UNTUNED = dict(DISCRETE_PRESET, learning_rate_schedule=settings.CONSTANT, popart=True,
                epsilon=1e-5, rmsprop_initial_mean_square=0.0, entropy_cost=0.001)
-# Box actions (IMPACT, the default there): the IMPACT paper's continuous-control setting
-# (Table 2, mujoco_presets.py: a circular buffer of 16 batches each used up to 20 times, the
-# clipped target-worker surrogate, GAE lambda 0.995, an adaptive KL term) with four changes,
-# measured on Pendulum-v1 (benchmarks/RESULTS.md, "Box actions: what learns Pendulum-v1"):
-# PopArt and a constant learning rate as UNTUNED's, UNTUNED's discount 0.99 (Table 2's 0.995
-# is MuJoCo's), and batches of 4 unrolls of 256 steps, so that the first update comes after
-# 1,024 steps (Table 2's 32 x 1,024 waited 32,768: minutes on a 20 ms environment).
-BOX_CHANGES = dict(popart=True, learning_rate_schedule=settings.CONSTANT, discounting=0.99,
-                   batch_size=4, unroll_length=256)
+# The defaults of every gymnasium environment (IMPACT; module docstring): the IMPACT paper's
+# continuous-control setting (Table 2, mujoco_presets.py) with these changes, measured on the
+# development set (benchmarks/RESULTS.md, "One set of defaults: IMPACT with batches of 4 x 64").
+GYM_CHANGES = dict(popart=True, learning_rate_schedule=settings.CONSTANT, discounting=0.99,
+                   batch_size=4, unroll_length=64)
 PRESETS_DOCUMENTATION = __doc__[__doc__.index("Presets"):]
 
 
@@ -141,25 +138,20 @@ class GymFamily(base.Family):
     return gym_env.describe(gym_env.gym_id(level_name), env_kwargs or {})
 
   def default_algorithm(self, levels, given=None):
-    """IMPACT for Box actions (its reuse of each batch is what learns them: BOX_CHANGES),
-    IMPALA for Discrete ones."""
-    env_kwargs = parse_env_kwargs((given or {}).get("env_kwargs", ""))
-    if self.describe(levels[0], env_kwargs).continuous_actions:
-      return settings.IMPACT
-    return settings.IMPALA
+    """IMPACT for every action kind: its reuse of each batch is what learns environments
+    nobody tuned for (GYM_CHANGES, the module docstring)."""
+    del levels, given
+    return settings.IMPACT
 
   def presets(self, level_name, levels, algorithm, num_cores, given=None):
     env_kwargs = parse_env_kwargs((given or {}).get("env_kwargs", ""))
     description = self.describe(levels[0], env_kwargs)
-    if algorithm != settings.IMPACT:
-      values = dict(UNTUNED)
-      values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
-    elif description.continuous_actions:
+    if algorithm == settings.IMPACT:
       values = dict(mujoco_presets.presets(mujoco_presets.TABLE2_TASK, algorithm),
-                    **BOX_CHANGES)
+                    **GYM_CHANGES)
       values.update(base.actor_layout(values["num_actors"], num_cores))
     else:
-      values = dict(DISCRETE_PRESET, **base.IMPACT_PRESET)
+      values = dict(UNTUNED)
       values.update(base.actor_layout(DISCRETE_ENVIRONMENTS, num_cores))
     # The torso the run builds (network_config reads it): frames only; a vector or an index
     # takes its own torso, which no setting names.
@@ -171,19 +163,15 @@ class GymFamily(base.Family):
     return PRESETS_DOCUMENTATION
 
   def preset_summary(self, config):
-    if config.algorithm == settings.IMPACT and config.popart:
-      return ("defaults: this project's for Box actions in an environment the papers did not "
-              "run (chosen by measurement: IMPACT's continuous-control setting, Table 2, with "
-              "PopArt, a constant learning rate and batches of 4 x 256 steps; --show_settings "
-              "lists them); docs/TROUBLESHOOTING.md if it does not learn")
     if config.algorithm == settings.IMPACT:
-      return ("defaults: the IMPACT paper's for the nearest published task kind (an "
-              "environment the papers did not run; --show_settings says which); "
-              "docs/TROUBLESHOOTING.md if it does not learn")
-    return ("defaults: this project's for an environment the papers did not run (one set for "
-            "every gymnasium environment, chosen by measurement: Table G.1's learner with "
-            "PopArt, a constant learning rate and RMSProp at full step; --show_settings lists "
-            "them); docs/TROUBLESHOOTING.md if it does not learn")
+      return ("defaults: this project's for an environment the papers did not run (one set for "
+              "every gymnasium environment, chosen by measurement: IMPACT's continuous-control "
+              "setting, Table 2, with PopArt, a constant learning rate and batches of 4 x 64 "
+              "steps; --show_settings lists them); docs/TROUBLESHOOTING.md if it does not learn")
+    return ("defaults: this project's IMPALA set for an environment the papers did not run "
+            "(--algorithm=impala: Table G.1's learner with PopArt, a constant learning rate "
+            "and RMSProp at full step; --show_settings lists them); docs/TROUBLESHOOTING.md if "
+            "it does not learn")
 
   def check_config(self, config):
     parse_env_kwargs(config.env_kwargs)
