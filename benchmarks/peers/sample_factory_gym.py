@@ -194,7 +194,7 @@ def setting(algorithm):
         discount=preset["discounting"], rmsprop_epsilon=preset["epsilon"],
         mean_loss_clip=preset["max_grad_norm"] / steps, baseline_cost=preset["baseline_cost"],
         environments=gym_family.DISCRETE_ENVIRONMENTS, sgd_passes=1, ppo_clip=0.1, kl_cost=0.0,
-        shared_torso=True, ours_flags=())
+        shared_torso=True, ours_flags=("--algorithm=impala",))  # IMPACT is the gym default.
   preset = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, mujoco_presets.IMPACT)
   return Setting(
       unroll=IMPACT_UNROLL, batch=IMPACT_BATCH, learning_rate=preset["learning_rate"],

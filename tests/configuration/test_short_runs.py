@@ -10,7 +10,7 @@ def _resolved(level, **values):
 
 
 # The issue's case: a Box level under the IMPACT paper's setting (Table 2: 32 unrolls of 1,024
-# steps; the gymnasium defaults' own batches, 32 x 20 and for Box actions 4 x 256, are below
+# steps; the gymnasium defaults' own batches, 4 x 64 (IMPALA's set: 32 x 20), are below
 # 2,000 already, so a gymnasium level shows it with its unrolls lengthened).
 @pytest.mark.parametrize("level, flags", [
     ("mujoco/hopper", dict(algorithm="impact")),
