@@ -1,6 +1,9 @@
 """Runs: assembling the parts, the supervisors of training and testing, and the launcher.
 
-experiment_main.py  the command line of experiment.py (--mode=train|test).
+experiment_main.py  experiment.py's start: the one stop-signal handler, the config resolved
+                 once, handed to training, testing or an actor process.
+command_line.py  experiment.py's flags: --help, --show_settings, the checks before
+                 TensorFlow (--mode=train|test).
 assembly.py      builds agent, learner, policy and environments from a configuration.
 training.py      the training supervisor (_Run): actors, learner, logs, checkpoints, stops.
 evaluation.py    test mode: plays the checkpoint's policy, prints the paper's tables.

@@ -130,7 +130,7 @@ class TrainResult:
 
 def train(config, environment_constructor=None, network_config=None, print_fn=print,
           listen_address=None, shared_replay=None, agent_tag=None, cluster_secret=None,
-          insecure_open_cluster=False):
+          insecure_open_cluster=False, stop_request=None):
   """Trains until config.total_environment_frames; resumes from logdir's checkpoint.
 
   Args:
@@ -151,6 +151,10 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     cluster_secret: bytes (distributed.cluster_secret) that every call to this learner's
       address and to a shared replay service must prove; None: nothing is checked, and the
       learner listens on a loopback address only unless insecure_open_cluster.
+    stop_request: the stop_signals.StopRequest installed by the command that runs this
+      training (experiment_main.py's, installed before anything loaded), handed over as it
+      is: it raises Stopping while the run is built, then only wakes the supervisor. None (a
+      library caller: tests, shared_replay_runs.py): train installs one for its call.
 
   Returns:
     TrainResult.
@@ -167,7 +171,9 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
   """
   if config.repeatable:
     repeatable.check_run(listen_address, shared_replay)
-  stop_request = stop_signals.StopRequest(print_fn).install()
+  owns_stop_request = stop_request is None
+  if owns_stop_request:
+    stop_request = stop_signals.StopRequest(print_fn).install()
   deterministic_ops = repeatable.DeterministicOps(config.repeatable)  # Off again at the end.
   try:
     return _build_and_supervise(config, environment_constructor, network_config, print_fn,
@@ -186,7 +192,8 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
   except LevelCannotRun as error:  # The first environment (build_agent's) cannot start.
     raise LevelsCannotRun.of([error], config, " Nothing was trained.") from error
   finally:
-    stop_request.restore()
+    if owns_stop_request:  # The command's stays installed until the command ends.
+      stop_request.restore()
     deterministic_ops.restore()
 
 
