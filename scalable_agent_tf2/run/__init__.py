@@ -5,7 +5,11 @@ experiment_main.py  experiment.py's start: the one stop-signal handler, the conf
 command_line.py  experiment.py's flags: --help, --show_settings, the checks before
                  TensorFlow (--mode=train|test).
 assembly.py      builds agent, learner, policy and environments from a configuration.
-training.py      the training supervisor (_Run): actors, learner, logs, checkpoints, stops.
+training.py      --mode=train: builds a run and supervises it (train).
+supervisor.py    one training run (Run): its parts, the learner thread, watch, stop, report.
+local_actors.py  a one-machine run's actor threads, replaced when their environments hang.
+run_failures.py  what stops a run early: RunFailed and its kinds, LevelsCannotRun.
+training_result.py  what train returns: TrainResult, the trajectory accounts.
 evaluation.py    test mode: plays the checkpoint's policy, prints the paper's tables.
 evaluation_episodes.py  test mode's episodes: levels split over workers, the progress line.
 evaluation_videos.py  test mode's videos of the first episodes of each level.

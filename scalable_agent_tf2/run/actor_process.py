@@ -275,7 +275,8 @@ class _ActorProcess:
 
 
 class RemoteActors:
-  """A cluster learner's actor processes, as training.py's supervisor sees its actors.
+  """A cluster learner's actor processes, as the training supervisor (supervisor.py) sees its
+  actors.
 
   A learner_service.TrajectoryServer on the learner's address receives their trajectories; a
   pump thread moves them into the learner's queues (dropping repeated messages, refusing
