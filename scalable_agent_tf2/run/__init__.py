@@ -16,7 +16,9 @@ evaluation_videos.py  test mode's videos of the first episodes of each level.
 actor_process.py actors in a process of their own, feeding a learner over RPC.
 input_pipeline.py  learner queues (local and remote actors) -> replay mixing -> tf.data
                  batches [T+1, B].
-monitoring.py    the console line, TensorBoard and the run log's records.
+monitoring.py    the console line, TensorBoard and the run log's records; the start banner.
+console_pace.py  the console line's rates, time to go, and what a still run waits for.
+learning_curve.py  the learning curve, redrawn in a child process.
 checkpoints.py   the atomic checkpointer (writes through runfiles.checkpoint_files).
 launch.py        starts a cluster's processes on one machine or over SSH.
 shared_replay_runs.py  runs feeding LASER's shared replay service.

@@ -29,6 +29,7 @@ from scalable_agent_tf2.acting import watchdog
 from scalable_agent_tf2.run import actor_process
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.run import console_pace
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import progress_watch
@@ -107,7 +108,7 @@ class Run:
     self.monitor = monitoring.Monitor(config.logdir, sorted(set(config.levels)),
                                       config.total_environment_frames, print_fn=self.print)
     cleanup.callback(self.monitor.close)
-    self.monitor.watch_activity(lambda: monitoring.activity_of(
+    self.monitor.watch_activity(lambda: console_pace.activity_of(
         self.actors, assembly.environment_group_size(config)))
     self.policy = assembly.make_policy(config, self.agent, self.device)
     cleanup.callback(self.policy.close)
