@@ -6,7 +6,7 @@ MuJoCo and cheap gymnasium environments; vector groups: Atari's ale-py threads) 
 interrupted: Python cannot stop a thread, and a C extension stuck in a call never returns to
 Python. Moving them into processes would cost a round trip per step (the reason they run
 in-process: docs/PERFORMANCE.md). So their calls are timed instead: each actor's environments
-report to its `CallClock` when a call starts and ends, the supervisor (training._Run.watch)
+report to its `CallClock` when a call starts and ends, the supervisor (supervisor.Run.watch)
 finds a call overdue, reports it, gives the actor's thread up (`abandon`) and starts a new
 actor with new environments; the run goes on. The abandoned thread holds its environment for as
 long as the call hangs; if the call ever returns, its thread ends there (`Abandoned`) without

@@ -1,15 +1,24 @@
 """Runs: assembling the parts, the supervisors of training and testing, and the launcher.
 
-experiment_main.py  the command line of experiment.py (--mode=train|test).
+experiment_main.py  experiment.py's start: the one stop-signal handler, the config resolved
+                 once, handed to training, testing or an actor process.
+command_line.py  experiment.py's flags: --help, --show_settings, the checks before
+                 TensorFlow (--mode=train|test).
 assembly.py      builds agent, learner, policy and environments from a configuration.
-training.py      the training supervisor (_Run): actors, learner, logs, checkpoints, stops.
+training.py      --mode=train: builds a run and supervises it (train).
+supervisor.py    one training run (Run): its parts, the learner thread, watch, stop, report.
+local_actors.py  a one-machine run's actor threads, replaced when their environments hang.
+run_failures.py  what stops a run early: RunFailed and its kinds, LevelsCannotRun.
+training_result.py  what train returns: TrainResult, the trajectory accounts.
 evaluation.py    test mode: plays the checkpoint's policy, prints the paper's tables.
 evaluation_episodes.py  test mode's episodes: levels split over workers, the progress line.
 evaluation_videos.py  test mode's videos of the first episodes of each level.
 actor_process.py actors in a process of their own, feeding a learner over RPC.
 input_pipeline.py  learner queues (local and remote actors) -> replay mixing -> tf.data
                  batches [T+1, B].
-monitoring.py    the console line, TensorBoard and the run log's records.
+monitoring.py    the console line, TensorBoard and the run log's records; the start banner.
+console_pace.py  the console line's rates, time to go, and what a still run waits for.
+learning_curve.py  the learning curve, redrawn in a child process.
 checkpoints.py   the atomic checkpointer (writes through runfiles.checkpoint_files).
 launch.py        starts a cluster's processes on one machine or over SSH.
 shared_replay_runs.py  runs feeding LASER's shared replay service.

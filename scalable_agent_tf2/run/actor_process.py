@@ -58,14 +58,17 @@ class ActorProcessResult:
 
 def run_actor_process(config, learner_address, task, environment_constructor=None,
                       network_config=None, print_fn=print, connect_timeout_secs=300.0,
-                      secret=None):
+                      secret=None, stop_request=None):
   """An actor process of a cluster: --num_actors actor threads feeding a remote learner.
 
   The threads' inference is batched on this host (dynamic_batching); the local network is
   refreshed from the learner at the start of every unroll (service_client.ParameterSync).
   Levels and seeds follow the global actor number task * num_actors + i, so a cluster
   assigns levels round-robin like one machine does. `secret` (bytes; distributed.cluster_secret)
-  must be the learner's, else it refuses every call.
+  must be the learner's, else it refuses every call. `stop_request`: the command's
+  stop_signals.StopRequest (experiment_main.py), under which SIGINT and SIGTERM raise Stopping
+  in the main thread; None (a library caller): SIGTERM raises it while the threads run
+  (stop_signals.SigtermRaises).
 
   Returns:
     ActorProcessResult.
@@ -98,7 +101,8 @@ def run_actor_process(config, learner_address, task, environment_constructor=Non
     print_fn(f"Actor task {task}: {config.num_actors} actors connected to {learner_address}.")
     process = _ActorProcess(config, task, client, sync, filter_sync, print_fn)
     return process.run(policy, environment_constructor, first_env, first_env_owner,
-                       give_up_secs=connect_timeout_secs)
+                       give_up_secs=connect_timeout_secs,
+                       signals_raise=stop_request is not None)
 
 
 class Heartbeat:
@@ -222,16 +226,19 @@ class _ActorProcess:
         first_stream=i * size)
             for i in range(self._first_index, self._first_index + config.num_actors)]
 
-  def run(self, policy, environment_constructor, first_env, first_env_owner, give_up_secs):
+  def run(self, policy, environment_constructor, first_env, first_env_owner, give_up_secs,
+          signals_raise=False):
     """Runs the threads until the learner is gone, an actor fails, or a signal.
 
     first_env_owner: the contextlib.ExitStack that closes first_env; actor 0 takes it over.
     give_up_secs: how long a silent learner is waited for (the Heartbeat's budget).
+    signals_raise: the caller's handler already raises Stopping for a stop signal (the
+      command's StopRequest); otherwise SIGTERM is made to raise it here.
     """
     actors = self._threads(policy, environment_constructor, first_env)
     heartbeat = Heartbeat(self._client, self._stop_event, self._on_learner_gone, self._print,
                           give_up_secs)
-    sigterm = stop_signals.SigtermRaises()
+    sigterm = None if signals_raise else stop_signals.SigtermRaises()
     stop_reason = "learner gone"
     try:
       heartbeat.start()
@@ -245,7 +252,8 @@ class _ActorProcess:
     except (KeyboardInterrupt, stop_signals.Stopping) as interrupt:
       stop_reason = f"interrupted ({stop_signals.interrupt_name(interrupt)})"
     finally:
-      sigterm.restore()
+      if sigterm is not None:
+        sigterm.restore()
       self._stop_event.set()
       policy.close()
       for thread in actors:
@@ -267,7 +275,8 @@ class _ActorProcess:
 
 
 class RemoteActors:
-  """A cluster learner's actor processes, as training.py's supervisor sees its actors.
+  """A cluster learner's actor processes, as the training supervisor (supervisor.py) sees its
+  actors.
 
   A learner_service.TrajectoryServer on the learner's address receives their trajectories; a
   pump thread moves them into the learner's queues (dropping repeated messages, refusing

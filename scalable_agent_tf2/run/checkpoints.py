@@ -20,6 +20,7 @@ import time
 import tensorflow as tf
 
 from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoint_leftovers
 
 # Settings that fix the shapes of the checkpointed variables (checkpoint_files.py, which
 # compares them without TensorFlow too).
@@ -122,7 +123,7 @@ class Checkpointer:
   checkpoint_files.MAX_TO_KEEP).
 
   Creating one cleans what saves cut short left in the directory
-  (checkpoint_files.clean_leftovers).
+  (checkpoint_leftovers.clean_leftovers).
 
   Attributes:
     set_aside: path prefixes of the checkpoints this one moved to set_aside/ (never deleted):
@@ -130,7 +131,7 @@ class Checkpointer:
       restore(restore_from=...), one in the way of a save; set_aside_note says it in a line.
     removed: names of the leftovers of interrupted saves it deleted at creation.
     adopted: names of the checkpoints it made the newest at creation: complete, but their
-      save was killed before it named them in the state file (checkpoint_files.clean_leftovers).
+      save was killed before it named them in the state file (checkpoint_leftovers.clean_leftovers).
   """
 
   def __init__(self, logdir, settings, **trackables):
@@ -151,7 +152,7 @@ class Checkpointer:
     self.removed = []
     self.adopted = []
     try:
-      self.removed, self.set_aside, self.adopted = checkpoint_files.clean_leftovers(logdir)
+      self.removed, self.set_aside, self.adopted = checkpoint_leftovers.clean_leftovers(logdir)
     except OSError:
       pass  # A read-only logdir (testing a copied run): nothing to clean that a save needs.
 

@@ -13,259 +13,30 @@ Actor threads report episodes and environment restarts; the training loop report
     from).
 At each checkpoint (`checkpointed`) and at the stop (`close`) the learning curve
 logdir/learning_curve.png is redrawn from log.jsonl (runfiles/plot.py) in a child process
-(CurveWriter), so that drawing it never holds up the run.
+(learning_curve.CurveWriter), so that drawing it never holds up the run. The console line's
+pace (rates, time to go, what the run waits for) is console_pace.py's.
 """
 import collections
-import dataclasses
 import math
 import os
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.run import learning_curve
+from scalable_agent_tf2.run.console_pace import RATE_WINDOW_UPDATES, Activity
+from scalable_agent_tf2.run.console_pace import eta_rate, eta_window_start, format_eta
+from scalable_agent_tf2.run.console_pace import waiting_message, windowed_rates
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments.families import base as family_base
 
 # Console and TensorBoard summaries average the last this many episodes per level.
 RECENT_EPISODES = 100
-# frames/s and updates/s are measured over at least this long and at least this many updates
-# (when there were that many): a DMLab learner (batch 32 x unroll 100) updates every few
-# seconds to tens of seconds on a small machine, so rates over one --log_secs interval
-# alternate between 0 and their peak.
-RATE_WINDOW_SECS = 60.0
-RATE_WINDOW_UPDATES = 4
-# The console says "no update for N s" once the last update is older than this: longer than
-# the rate window, so a DMLab learner's normal pace (an update every 10-20 s on a small
-# machine) never reads as a stall.
-STALL_SECS = 2 * RATE_WINDOW_SECS
-# How long the stop waits for the final learning curve (a child process; a long run's
-# log.jsonl of millions of episodes reads and draws in tens of seconds on a small machine).
-FINAL_CURVE_TIMEOUT_SECS = 120.0
-# The drawing's priority below the run's (nice): on a machine the run keeps busy it takes
-# a few percent of the CPU (about 2 CPU-seconds for a short run's log, so tens of seconds).
-CURVE_NICE = 10
-
-
-def windowed_rates(samples, now, num_frames, num_updates,
-                   window_secs=RATE_WINDOW_SECS, window_updates=RATE_WINDOW_UPDATES):
-  """(frames/s, updates/s) from the newest earlier sample that spans the window.
-
-  Args:
-    samples: earlier (time, frames, updates) tuples, oldest first.
-    now, num_frames, num_updates: the current sample.
-    window_secs, window_updates: the window spans at least this long and this many updates,
-      or reaches back to the oldest sample.
-
-  Returns:
-    (frames per second, updates per second); (0, 0) without an earlier sample.
-  """
-  chosen = None
-  for sample in reversed(samples):
-    chosen = sample
-    time_, _, updates = sample
-    if now - time_ >= window_secs and num_updates - updates >= window_updates:
-      break
-  if chosen is None:
-    return 0.0, 0.0
-  elapsed = max(now - chosen[0], 1e-9)
-  return (num_frames - chosen[1]) / elapsed, (num_updates - chosen[2]) / elapsed
-
-
-def eta_window_start(changes, now, window_secs=RATE_WINDOW_SECS):
-  """Where the rate for the time to go is measured from: the newest frame change at least
-  window_secs before `now`, else the oldest one; None without an earlier change.
-
-  Args:
-    changes: (time, frames) of the writes at which the learner's frame count had moved since
-      the write before, oldest first (the first one is the first update's, so the start-up's
-      wait is never in the rate).
-    now: the current write's time.
-
-  Measured between frame changes, the window holds whole update intervals: windowed_rates'
-  window (which starts at any write) counts one update too many when it starts just after
-  one, 20% too fast at DMLab's pace.
-  """
-  chosen = None
-  for change in reversed(changes):
-    if change[0] >= now:
-      continue
-    chosen = change
-    if now - change[0] >= window_secs:
-      break
-  return chosen
-
-
-def eta_rate(changes, now, num_frames, window_secs=RATE_WINDOW_SECS):
-  """frames/s from eta_window_start to (now, num_frames); None when unknown (no earlier
-  change, or no frames since)."""
-  start = eta_window_start(changes, now, window_secs)
-  if start is None or num_frames <= start[1]:
-    return None
-  return (num_frames - start[1]) / max(now - start[0], 1e-9)
-
-
-def format_eta(seconds):
-  """The console's time to go: "" when unknown (nan) or done (0), else hours, minutes or
-  seconds (never "0 min" while frames remain: under 2 minutes it is counted in seconds)."""
-  if seconds is None or math.isnan(seconds) or seconds <= 0:  # Unknown, or done.
-    return ""
-  if seconds >= 3600:
-    return f", {seconds / 3600:.1f} h to go"
-  if seconds >= 120:
-    return f", {seconds / 60:.0f} min to go"
-  return f", {max(seconds, 1):.0f} s to go"
-
-
-@dataclasses.dataclass(frozen=True)
-class Activity:
-  """What the actors have done so far, for the console's waiting line; None: not known.
-
-  environments: environments the run starts (all actors'); environments_ready: those started
-  (built and reset); unrolls: trajectories delivered to the learner's input.
-  """
-  environments: Optional[int] = None
-  environments_ready: Optional[int] = None
-  unrolls: Optional[int] = None
-
-
-def activity_of(actors, group_size):
-  """Activity of a training run's actors: local actor threads (environments of group_size
-  each, acting.actor.ActorThread) or a cluster's remote actor processes (only the unrolls
-  they delivered are known here)."""
-  threads = getattr(actors, "threads", None)
-  if threads is None:
-    return Activity(unrolls=actors.delivered()["produced"])
-  return Activity(environments=len(threads) * group_size,
-                  environments_ready=sum(getattr(t, "num_envs_ready", 0) for t in threads),
-                  unrolls=sum(t.num_trajectories for t in threads))
-
-
-def waiting_message(elapsed, num_updates, since_update, activity=Activity()):
-  """What the run waits for, or None while it moves.
-
-  Args:
-    elapsed: seconds since training started (Monitor.start).
-    num_updates: learner updates since then.
-    since_update: seconds since the last update (None before the first).
-    activity: Activity of the actors.
-  """
-  if num_updates == 0:
-    if (activity.environments and activity.environments_ready is not None
-        and activity.environments_ready < activity.environments):
-      return (f"starting {activity.environments} environments: "
-              f"{activity.environments_ready} ready ({elapsed:.0f} s)")
-    if activity.unrolls == 0:
-      return f"waiting for the first unroll ({elapsed:.0f} s)"
-    delivered = f": {activity.unrolls} unrolls delivered" if activity.unrolls else ""
-    return f"waiting for the first update{delivered} ({elapsed:.0f} s)"
-  if since_update is not None and since_update >= STALL_SECS:
-    return f"no update for {since_update:.0f} s"
-  return None
-
-
-class CurveWriter:
-  """Redraws a run's learning curve (runfiles/plot.py, `python -m ...plot LOGDIR`) in a child
-  process: the training process never loads matplotlib nor gives its threads' time to
-  drawing (the child runs at a lower priority), and a drawing that fails or hangs cannot
-  touch the run. The child writes under a temporary name and renames (plot._save).
-
-  `request` starts a drawing unless one is running (the next request draws what it missed);
-  `finish` (at the stop) replaces a running drawing with a final one and waits for it. A
-  failure is printed once; the run goes on.
-  """
-
-  def __init__(self, logdir, print_fn, timeout_secs=FINAL_CURVE_TIMEOUT_SECS):
-    self._logdir = logdir
-    self._print = print_fn
-    self._timeout_secs = timeout_secs
-    self._child = None
-    self._errors = None
-    self._failed_once = False
-
-  def _command(self, nice):
-    return [sys.executable, "-m", "scalable_agent_tf2.runfiles.plot", self._logdir,
-            f"--nice={nice}"]
-
-  def _environment(self):
-    """The child finds this package even where it is not installed (experiment.py run from
-    a checkout, from another folder)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [root] + ([environment["PYTHONPATH"]] if environment.get("PYTHONPATH") else []))
-    return environment
-
-  def request(self, nice=None):
-    """Starts a drawing now unless one is running; nice: its priority below this process's
-    (default CURVE_NICE)."""
-    if self.poll():
-      return
-    try:
-      self._errors = tempfile.TemporaryFile()
-      # Its own session: a Ctrl-C at the terminal is the run's to handle, not the child's.
-      self._child = subprocess.Popen(self._command(CURVE_NICE if nice is None else nice),
-                                     stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=self._errors,
-                                     env=self._environment(), start_new_session=True)
-    except OSError as error:
-      self._child = None
-      self._failed(f"could not start its drawing ({error})")
-
-  def poll(self):
-    """Whether a drawing is running; reports one that failed."""
-    if self._child is None:
-      return False
-    code = self._child.poll()
-    if code is None:
-      return True
-    self._ended(code)
-    return False
-
-  def _ended(self, code):
-    self._errors.seek(0)
-    errors = self._errors.read().decode(errors="replace").strip().splitlines()
-    self._errors.close()
-    self._child = self._errors = None
-    if code != 0:
-      self._failed(f"its drawing ended with exit code {code}"
-                   + (f": {errors[-1]}" if errors else ""))
-
-  def _failed(self, what):
-    if not self._failed_once:
-      self._failed_once = True
-      self._print(f"Learning curve not drawn: {what}. Training goes on; draw it later with "
-                  f"python -m scalable_agent_tf2.runfiles.plot {self._logdir}")
-
-  def _stop_child(self):
-    """Kills the running drawing (this class's own child) without reporting it."""
-    self._child.kill()
-    self._child.wait()
-    self._errors.close()
-    self._child = self._errors = None
-
-  def finish(self):
-    """The final drawing (of the whole log), waited for up to timeout_secs. At the run's
-    normal priority: the run has stopped, and the stop waits for it."""
-    if self.poll():
-      self._stop_child()  # Drawing an older log: the final one replaces it.
-    self.request(nice=0)
-    if self._child is None:
-      return
-    try:
-      self._ended(self._child.wait(self._timeout_secs))
-    except subprocess.TimeoutExpired:
-      self._stop_child()
-      self._failed(f"its final drawing took more than {self._timeout_secs:g} s and was "
-                   "stopped")
 
 
 def _mean(values):
@@ -390,7 +161,7 @@ class Monitor:
         os.path.getsize(runlog.log_path(logdir)))
     self._writer = tf.summary.create_file_writer(logdir)
     self._log = runlog.Writer(logdir)
-    self._curves = CurveWriter(logdir, print_fn)
+    self._curves = learning_curve.CurveWriter(logdir, print_fn)
 
   def start(self, num_frames):
     """Marks the start of training at num_frames (rates are measured from here).

@@ -3,7 +3,7 @@
 A run can go on forever without training: every trajectory dropped as non-finite (diverged
 parameters make the actors' outputs NaN; an environment returns NaN), actors that deliver
 nothing (an environment or the inference stuck), or a learner that gets trajectories and makes
-no update. The supervisor (training._Run.watch) feeds `ProgressWatch.observe` its counters on
+no update. The supervisor (supervisor.Run.watch) feeds `ProgressWatch.observe` its counters on
 every tick; the first stall that lasts --stall_secs becomes the run's `error:` line.
 
 No TensorFlow here: the rules are plain arithmetic on counters and a clock, tested with a fake

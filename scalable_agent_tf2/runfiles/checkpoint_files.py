@@ -21,7 +21,7 @@ A kill at any moment leaves a restorable checkpoint (issue 30): a checkpoint is 
 temporary directory (SAVING_PREFIX) and moved into place, data files before the .index, and
 only then named in the state file, which is replaced atomically. An .index thus means a complete
 checkpoint; data files without one, and the temporary files, are leftovers of a save cut short,
-which clean_leftovers removes at the next start.
+which checkpoint_leftovers.clean_leftovers removes at the next start.
 """
 import contextlib
 import errno
@@ -51,7 +51,7 @@ SET_ASIDE_SUBDIR = "set_aside"
 SAVING_PREFIX = ".saving-"
 # Temporary files replaced onto the state and settings files: <name>.tmp<hex> (TensorFlow's
 # CheckpointManager names its own the same way).
-_TEMP_SUFFIX = ".tmp"
+TEMP_SUFFIX = ".tmp"
 _NAME = re.compile(rf"{PREFIX}-(\d+)")
 # Settings that fix the shapes of the checkpointed variables: resuming with other values
 # cannot work. Everything else (learning rate, number of actors, ...) may change on resume.
@@ -143,7 +143,7 @@ def sync_directory(path):
 def write_atomically(path, text):
   """Replaces file `path` with `text`: after a kill or a power loss it holds the old text or
   the new, never a part (a temporary file is synced, then renamed onto it)."""
-  temp = f"{path}{_TEMP_SUFFIX}{secrets.token_hex(4)}"
+  temp = f"{path}{TEMP_SUFFIX}{secrets.token_hex(4)}"
   try:
     with open(temp, "w") as f:
       f.write(text)
@@ -240,88 +240,6 @@ def saving_dir_name(name):
   """The name of the temporary directory of a save of checkpoint `name`: it says which
   checkpoint was being saved (clean_leftovers adopts it when only the state file is missing)."""
   return f"{SAVING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.{name}"
-
-
-def _is_leftover(directory, name, names):
-  """Whether file or directory `name` is what an interrupted save left behind."""
-  if os.path.isdir(os.path.join(directory, name)):
-    # Ours, and TensorFlow's shards before it merges them (ckpt-N_temp/).
-    return name.startswith(SAVING_PREFIX) or (name.startswith(PREFIX + "-")
-                                              and "_temp" in name)
-  if name.startswith((STATE_FILE + _TEMP_SUFFIX, SETTINGS_FILE + _TEMP_SUFFIX)):
-    return True
-  if name.startswith(PREFIX + "-") and ".tempstate" in name:  # TensorFlow's file writer's.
-    return True
-  return (name.startswith(PREFIX + "-") and ".data-" in name
-          and name.split(".data-")[0] + ".index" not in names)
-
-
-def clean_leftovers(logdir):
-  """Tidies a run's checkpoint directory after saves cut short (at the next start).
-
-  A save killed after moving its checkpoint in but before naming it in the state file left
-  its complete checkpoint and its temporary directory, which names it (saving_dir_name): that
-  checkpoint is adopted, made the newest, when it is newer than every other. This is safe: the
-  save read every tensor of it back and synced its files before moving them in, its .index
-  last (an .index there before the save began would have been set aside or, as the newest, not
-  saved again, so this one is the save's own).
-
-  Then deletes temporary files and directories and data files without an .index (incomplete
-  checkpoints). Moves other complete checkpoints that the state file does not list into
-  set_aside/ (files someone put there): they might be someone's, so they are kept, out of the
-  way of later saves. Only those older than every listed one while the list is full are
-  deleted: the run itself deletes them (MAX_TO_KEEP) right after writing the state file, and a
-  kill came between. Without a state file nothing complete is touched (Checkpointer.restore
-  asks which to resume from).
-
-  Does nothing while another process holds the directory's lock (it is saving: its
-  temporary files are no leftovers).
-
-  Returns:
-    (names deleted, paths of the checkpoints moved to set_aside/, names adopted).
-  """
-  directory = checkpoint_dir(logdir)
-  removed, moved, adopted = [], [], []
-  if not os.path.isdir(directory):
-    return removed, moved, adopted
-  with locked(directory, wait=False) as held:
-    if not held:
-      return removed, moved, adopted
-    names = os.listdir(directory)
-    state = read_state(directory)
-    complete = complete_checkpoints(directory)
-    for name in sorted(names):
-      saving = (name[len(SAVING_PREFIX):].partition(".")[2]
-                if name.startswith(SAVING_PREFIX) else "")
-      # The newest complete checkpoint, unlisted; without a state file, the only one.
-      if (saving and complete and saving == complete[-1]
-          and (saving not in state[1] if state else complete == [saving])):
-        write_state(directory, ((state[1] if state else []) + [saving])[-MAX_TO_KEEP:])
-        adopted.append(saving)
-        state = read_state(directory)
-    for name in sorted(names):
-      if _is_leftover(directory, name, names):
-        path = os.path.join(directory, name)
-        if os.path.isdir(path):
-          shutil.rmtree(path)
-        else:
-          os.remove(path)
-        removed.append(name)
-    if state is not None:
-      listed = [checkpoint_number(name) for name in state[1]]
-      oldest = min((n for n in listed if n is not None), default=None)
-      for name in complete_checkpoints(directory):
-        if name in state[1]:
-          continue
-        if (len(state[1]) >= MAX_TO_KEEP and oldest is not None
-            and checkpoint_number(name) < oldest):
-          remove_checkpoint(directory, name)
-          removed.append(name)
-        else:
-          moved.append(set_aside(logdir, name))
-    if removed:
-      sync_directory(directory)
-  return removed, moved, adopted
 
 
 # A logdir that holds a policy only (run/export_policy.py: the agent's weights and the frame

@@ -162,6 +162,6 @@ def test_sigterm_stops_a_run_with_a_hung_environment_within_10_s_with_its_checkp
   assert process.returncode == 0, out[-2000:] + err[-2000:]
   assert "Stopped: interrupted (SIGTERM). Checkpoint " in out, out[-2000:]
   assert os.path.exists(tmp_path / "checkpoints")
-  # The stop waits 3 s at most for threads (training.STOP_JOIN_SECS); about 3 s on an idle
+  # The stop waits 3 s at most for threads (supervisor.STOP_JOIN_SECS); about 3 s on an idle
   # 2-core machine, and then the final curve is drawn (about 3 s more before the exit).
   assert stopped is not None and stopped < 10, stopped

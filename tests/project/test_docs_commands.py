@@ -265,8 +265,8 @@ def _run_case(case):
   """Runs one case; (outcome, exit code, output). outcome: "parsed", "exited", "returned"."""
   import runpy  # pylint: disable=g-import-not-at-top
   if case["kind"] == "experiment":
-    from scalable_agent_tf2.run import experiment_main  # pylint: disable=g-import-not-at-top
-    experiment_main.FLAGS.unparse_flags()
+    from scalable_agent_tf2.run import command_line  # pylint: disable=g-import-not-at-top
+    command_line.FLAGS.unparse_flags()
     sys.argv = ["experiment.py", *case["arguments"], "--show_settings"]
     run = lambda: runpy.run_path(os.path.join(ROOT, "experiment.py"), run_name="__main__")
   else:

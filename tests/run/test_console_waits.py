@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from scalable_agent_tf2.run import console_pace
 from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import monitoring
 
@@ -19,22 +20,22 @@ class _Clock:
 
 
 def test_waiting_message_says_what_the_run_waits_for():
-  starting = monitoring.Activity(environments=48, environments_ready=12, unrolls=0)
-  assert (monitoring.waiting_message(12.4, 0, None, starting)
+  starting = console_pace.Activity(environments=48, environments_ready=12, unrolls=0)
+  assert (console_pace.waiting_message(12.4, 0, None, starting)
           == "starting 48 environments: 12 ready (12 s)")
-  started = monitoring.Activity(environments=48, environments_ready=48, unrolls=0)
-  assert monitoring.waiting_message(30, 0, None, started) == "waiting for the first unroll (30 s)"
-  delivered = monitoring.Activity(environments=48, environments_ready=48, unrolls=40)
-  assert (monitoring.waiting_message(45, 0, None, delivered)
+  started = console_pace.Activity(environments=48, environments_ready=48, unrolls=0)
+  assert console_pace.waiting_message(30, 0, None, started) == "waiting for the first unroll (30 s)"
+  delivered = console_pace.Activity(environments=48, environments_ready=48, unrolls=40)
+  assert (console_pace.waiting_message(45, 0, None, delivered)
           == "waiting for the first update: 40 unrolls delivered (45 s)")
   # A cluster's learner knows only the unrolls its actor processes delivered.
-  assert (monitoring.waiting_message(20, 0, None, monitoring.Activity(unrolls=0))
+  assert (console_pace.waiting_message(20, 0, None, console_pace.Activity(unrolls=0))
           == "waiting for the first unroll (20 s)")
-  assert monitoring.waiting_message(20, 0, None) == "waiting for the first update (20 s)"
+  assert console_pace.waiting_message(20, 0, None) == "waiting for the first update (20 s)"
   # Once updates come, nothing is said until one is overdue.
-  assert monitoring.waiting_message(500, 10, monitoring.STALL_SECS - 1, delivered) is None
-  assert (monitoring.waiting_message(500, 10, monitoring.STALL_SECS + 5, delivered)
-          == f"no update for {monitoring.STALL_SECS + 5:.0f} s")
+  assert console_pace.waiting_message(500, 10, console_pace.STALL_SECS - 1, delivered) is None
+  assert (console_pace.waiting_message(500, 10, console_pace.STALL_SECS + 5, delivered)
+          == f"no update for {console_pace.STALL_SECS + 5:.0f} s")
 
 
 def test_activity_of_local_actor_threads_and_of_a_clusters_actor_processes():
@@ -45,29 +46,29 @@ def test_activity_of_local_actor_threads_and_of_a_clusters_actor_processes():
   class LocalActors:
     threads = [Thread(24, 3), Thread(0, 0)]
 
-  assert monitoring.activity_of(LocalActors(), group_size=24) == monitoring.Activity(
+  assert console_pace.activity_of(LocalActors(), group_size=24) == console_pace.Activity(
       environments=48, environments_ready=24, unrolls=3)
 
   class RemoteActors:  # run/actor_process.RemoteActors: no threads here.
     def delivered(self):
       return dict(produced=7, by_actor_process={0: 7}, duplicates={})
 
-  assert monitoring.activity_of(RemoteActors(), group_size=24) == monitoring.Activity(unrolls=7)
+  assert console_pace.activity_of(RemoteActors(), group_size=24) == console_pace.Activity(unrolls=7)
 
 
 def test_console_lines_of_a_starting_run_name_the_wait_with_seconds_elapsed(tmp_path):
   clock, lines = _Clock(), []
   monitor = monitoring.Monitor(str(tmp_path), ["atari/pong"], total_frames=10**6,
                                print_fn=lines.append, clock=clock)
-  activity = [monitoring.Activity(environments=48, environments_ready=0, unrolls=0)]
+  activity = [console_pace.Activity(environments=48, environments_ready=0, unrolls=0)]
   monitor.watch_activity(lambda: activity[0])
   monitor.start(0)
   clock.now = 5.0
   monitor.write(0, queue_fill=0.0)
-  activity[0] = monitoring.Activity(environments=48, environments_ready=48, unrolls=0)
+  activity[0] = console_pace.Activity(environments=48, environments_ready=48, unrolls=0)
   clock.now = 10.0
   monitor.write(0, queue_fill=0.0)
-  activity[0] = monitoring.Activity(environments=48, environments_ready=48, unrolls=96)
+  activity[0] = console_pace.Activity(environments=48, environments_ready=48, unrolls=96)
   clock.now = 15.0
   monitor.write(0, queue_fill=0.5)
   assert lines == ["frames 0 (0.0%) | starting 48 environments: 0 ready (5 s)",
@@ -77,9 +78,9 @@ def test_console_lines_of_a_starting_run_name_the_wait_with_seconds_elapsed(tmp_
   monitor.record_update({"num_env_frames": 2560, "total_loss": 1.0}, [0])
   monitor.write(2560, queue_fill=0.5)
   assert "fps" in lines[-1] and "waiting" not in lines[-1]
-  clock.now = 20.0 + monitoring.STALL_SECS + 10  # The learner stops updating.
+  clock.now = 20.0 + console_pace.STALL_SECS + 10  # The learner stops updating.
   monitor.write(2560, queue_fill=1.0)
-  assert f"episodes 0 | no update for {monitoring.STALL_SECS + 10:.0f} s" in lines[-1]
+  assert f"episodes 0 | no update for {console_pace.STALL_SECS + 10:.0f} s" in lines[-1]
   monitor.close()
 
 
@@ -125,7 +126,7 @@ def test_no_time_to_go_before_the_rate_is_known_and_never_zero_before_the_end(tm
   monitor.write(0, queue_fill=0.0)
   frames, updates, records = _run_at(monitor, clock, 1000, 100, 0, 0, every=1.0)
   first_known = next(i for i, r in enumerate(records) if not math.isnan(r["eta_seconds"]))
-  assert first_known >= monitoring.RATE_WINDOW_UPDATES - 1
+  assert first_known >= console_pace.RATE_WINDOW_UPDATES - 1
   assert all("to go" not in line for line in lines[:first_known + 1])
   # From there on, the time left at 1,000 frames/s (the start-up's 30 s are not in it), in
   # seconds under two minutes: never "0 min to go" halfway through a short run.
@@ -163,7 +164,7 @@ def test_the_countdown_gives_way_to_the_rate_when_the_run_slows_down(tmp_path):
     (float("nan"), ""), (0.0, ""), (28.4, ", 28 s to go"), (0.3, ", 1 s to go"),
     (119.0, ", 119 s to go"), (150.0, ", 2 min to go"), (5400.0, ", 1.5 h to go")])
 def test_format_eta(seconds, text):
-  assert monitoring.format_eta(seconds) == text
+  assert console_pace.format_eta(seconds) == text
 
 
 def test_test_modes_time_to_go_leaves_the_start_up_out():

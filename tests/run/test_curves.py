@@ -1,5 +1,5 @@
 """Learning curves (issue 33, point 1): every training run draws logdir/learning_curve.png from
-its log.jsonl at each checkpoint and at the stop (monitoring.CurveWriter, runfiles/plot.py);
+its log.jsonl at each checkpoint and at the stop (learning_curve.CurveWriter, runfiles/plot.py);
 the plot command overlays several logdirs; each episode carries its own frame count."""
 import dataclasses
 import os
@@ -123,9 +123,9 @@ def test_a_drawing_that_fails_leaves_the_previous_file_whole(tmp_path, monkeypat
 
 
 def test_a_curve_that_cannot_be_drawn_is_reported_once_and_the_run_goes_on(tmp_path):
-  from scalable_agent_tf2.run import monitoring  # pylint: disable=import-outside-toplevel
+  from scalable_agent_tf2.run import learning_curve  # pylint: disable=import-outside-toplevel
   lines = []
-  curves = monitoring.CurveWriter(str(tmp_path), lines.append)
+  curves = learning_curve.CurveWriter(str(tmp_path), lines.append)
   curves._command = lambda nice: [sys.executable, "-c",
                                   "import sys; sys.exit('no display: boom')"]
   for _ in range(3):
@@ -139,20 +139,20 @@ def test_a_curve_that_cannot_be_drawn_is_reported_once_and_the_run_goes_on(tmp_p
 
 
 def test_checkpoints_draw_at_low_priority_and_the_stop_at_the_runs(tmp_path):
-  from scalable_agent_tf2.run import monitoring  # pylint: disable=import-outside-toplevel
+  from scalable_agent_tf2.run import learning_curve  # pylint: disable=import-outside-toplevel
   asked = []
-  curves = monitoring.CurveWriter(str(tmp_path), print)
+  curves = learning_curve.CurveWriter(str(tmp_path), print)
   curves._command = lambda nice: asked.append(nice) or [sys.executable, "-c", "pass"]
   curves.request()
   curves.finish()
-  assert asked == [monitoring.CURVE_NICE, 0] and monitoring.CURVE_NICE > 0
-  assert "--nice=10" in monitoring.CurveWriter(str(tmp_path), print)._command(10)
+  assert asked == [learning_curve.CURVE_NICE, 0] and learning_curve.CURVE_NICE > 0
+  assert "--nice=10" in learning_curve.CurveWriter(str(tmp_path), print)._command(10)
 
 
 def test_a_curve_that_takes_too_long_at_the_stop_is_stopped(tmp_path):
-  from scalable_agent_tf2.run import monitoring  # pylint: disable=import-outside-toplevel
+  from scalable_agent_tf2.run import learning_curve  # pylint: disable=import-outside-toplevel
   lines = []
-  curves = monitoring.CurveWriter(str(tmp_path), lines.append, timeout_secs=0.5)
+  curves = learning_curve.CurveWriter(str(tmp_path), lines.append, timeout_secs=0.5)
   curves._command = lambda nice: [sys.executable, "-c", "import time; time.sleep(60)"]
   started = time.monotonic()
   curves.finish()
@@ -229,10 +229,10 @@ class _Watch:
 @pytest.mark.timeout(600)
 def test_a_training_run_draws_its_curve_at_a_checkpoint_and_at_the_stop(tmp_path,
                                                                        monkeypatch):
-  from scalable_agent_tf2.run import monitoring  # pylint: disable=import-outside-toplevel
+  from scalable_agent_tf2.run import learning_curve  # pylint: disable=import-outside-toplevel
   from tests.run import test_training  # pylint: disable=import-outside-toplevel
   # The test machine is shared with other work: a drawing at low priority could take minutes.
-  monkeypatch.setattr(monitoring, "CURVE_NICE", 0)
+  monkeypatch.setattr(learning_curve, "CURVE_NICE", 0)
   config = test_training.toy_config(tmp_path, total_frames=24_000, log_secs=0.5,
                                     checkpoint_secs=2.0)
   watch = _Watch(os.path.join(str(tmp_path), plot.CURVE_FILE))

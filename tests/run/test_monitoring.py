@@ -3,6 +3,7 @@ import math
 
 import pytest
 
+from scalable_agent_tf2.run import console_pace
 from scalable_agent_tf2.run import monitoring
 
 
@@ -10,7 +11,7 @@ def test_windowed_rates_span_the_window_and_several_updates():
   # Writes every 5 s; an update of 3,200 frames every 20 s.
   samples = [(t, 3200 * (t // 20), t // 20) for t in range(0, 200, 5)]
   now, frames, updates = 200, 3200 * 10, 10
-  fps, ups = monitoring.windowed_rates(samples, now, frames, updates, window_secs=60,
+  fps, ups = console_pace.windowed_rates(samples, now, frames, updates, window_secs=60,
                                        window_updates=4)
   # The newest sample at least 60 s and 4 updates back: t=135 (6 updates, 19,200 frames).
   assert fps == pytest.approx((32_000 - 19_200) / 65)
@@ -18,9 +19,9 @@ def test_windowed_rates_span_the_window_and_several_updates():
 
 
 def test_windowed_rates_reach_back_to_the_oldest_sample_early_on():
-  fps, ups = monitoring.windowed_rates([(0, 0, 0), (5, 0, 0)], 10, 3200, 1)
+  fps, ups = console_pace.windowed_rates([(0, 0, 0), (5, 0, 0)], 10, 3200, 1)
   assert fps == pytest.approx(320) and ups == pytest.approx(0.1)
-  assert monitoring.windowed_rates([], 10, 3200, 1) == (0.0, 0.0)
+  assert console_pace.windowed_rates([], 10, 3200, 1) == (0.0, 0.0)
 
 
 class _Clock:

@@ -449,7 +449,7 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
     assert "Learner: refused a call to parameters: not authenticated" in output
     assert "Learner: refused a call to enqueue: not authenticated" in output
     assert "Learner: refused a call to challenge: not authenticated" in output
-    # The stop summary counts them (training._Run.report).
+    # The stop summary counts them (supervisor.Run.report).
     assert re.search(r"Learner: \d+ calls refused \(", output), output[-3000:]
     # The actor process's own calls (many threads on one connection) were never refused.
     assert credentials.REPLAYED_CREDENTIAL not in output, output[-3000:]
