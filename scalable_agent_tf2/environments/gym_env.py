@@ -12,7 +12,7 @@ Discrete(n) -> int32 [] index; a Dict of an image (Box (H, W, C) uint8) and a te
 (gymnasium's Text, or any space of str such as MiniGrid's MissionSpace: MiniGrid and BabyAI's
 Dict(image, direction, mission)) -> the image as the frame and the text as the instruction, as
 DeepMind Lab's INSTR (environments/dmlab.py): the actor hashes it into word ids
-(policies.encode_group_instructions, networks.hash_instructions) and the network encodes it
+(policies.encode_group_instructions, language.hash_instructions) and the network encodes it
 with the paper's instruction encoder (Figure 3). A Dict's other entries (MiniGrid's direction)
 are not observed: Description.ignored_keys names them. Actions: Discrete(n) ->
 base.EnvSpec(n, ...); Box (A,) -> ContinuousEnvSpec, the action clipped to the bounds only in
