@@ -19,6 +19,7 @@ import math
 import os
 from typing import Optional
 
+from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
@@ -554,7 +555,7 @@ def _resolve_laser(config):
 
 
 def config_from_flags(flag_values):
-  """The resolved config of parsed absl flags (defined by settings.define_flags).
+  """The resolved config of parsed absl flags (defined by command_line.define_flags).
 
   Raises:
     ValueError: a bad value, with what to do about it.
@@ -575,7 +576,7 @@ def config_from_argv(argv):
   """
   from absl import flags  # pylint: disable=g-import-not-at-top
   flag_values = flags.FlagValues()
-  settings.define_flags(flag_values)
+  command_line.define_flags(flag_values)
   try:
     flag_values(["experiment.py", *argv])
   except flags.Error as error:

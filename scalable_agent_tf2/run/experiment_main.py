@@ -46,6 +46,7 @@ from absl import logging
 # The settings and their checks import no TensorFlow: a bad flag is reported at once.
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.resolution import presets
+from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
@@ -61,7 +62,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # before TensorFlow's import (environment processes do not re-import this file either:
 # environments/process.py starts them without the parent's main script).
 
-settings.define_flags(flags.FLAGS)
+command_line.define_flags(flags.FLAGS)
 FLAGS = flags.FLAGS
 _HELP_ARGUMENTS = ("-h", "-help", "--help", "-?", "--helpshort")
 
@@ -79,7 +80,7 @@ def _bad_flags(error):
 def parse_flags(argv):
   """absl's parsing, with --help by topic (exit 0) and a bad flag an `error:` line (exit 2)."""
   if any(argument in _HELP_ARGUMENTS for argument in argv[1:]):
-    print(f"{__doc__}\nFlags (python experiment.py --flag=value):\n{settings.help_text()}")
+    print(f"{__doc__}\nFlags (python experiment.py --flag=value):\n{command_line.help_text()}")
     sys.exit(0)
   try:
     argv = FLAGS(argv)

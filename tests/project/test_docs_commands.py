@@ -220,7 +220,7 @@ class _CaseTimeout(Exception):
 def _stop_after_parsing():
   """Makes argparse (and the settings tables' parse_settings) stop a command once parsed."""
   import argparse  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.configuration import settings  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.configuration import command_line  # pylint: disable=g-import-not-at-top
   depth = [0]
 
   def stopping(method):
@@ -237,7 +237,7 @@ def _stop_after_parsing():
 
   argparse.ArgumentParser.parse_known_args = stopping(argparse.ArgumentParser.parse_known_args)
   argparse.ArgumentParser.parse_args = stopping(argparse.ArgumentParser.parse_args)
-  settings.CommandParser.parse_settings = stopping(settings.CommandParser.parse_settings)
+  command_line.CommandParser.parse_settings = stopping(command_line.CommandParser.parse_settings)
 
 
 def _paper_hardware():
