@@ -234,7 +234,7 @@ def check_before_tensorflow(config, job_name):
   restore nothing (the learner owns the run): they share the learner's --logdir without
   holding it.
   """
-  testing = config.mode == config_lib.TEST
+  testing = config.mode == settings.TEST
   try:
     run_directory.check_path(config.logdir)
     if job_name == "actor":
@@ -257,7 +257,7 @@ def check_before_tensorflow(config, job_name):
 def stopped_before_start(config, interrupt, job_name=""):
   """The "Stopped:" line of a run stopped before its threads started (training.py's words)."""
   name = stop_signals.interrupt_name(interrupt)
-  if config.mode == config_lib.TEST:
+  if config.mode == settings.TEST:
     return f"Stopped: interrupted ({name}) before testing started; nothing was played."
   if job_name == "actor":  # The learner owns the run's checkpoints.
     return f"Stopped: interrupted ({name}) before acting started."
@@ -291,7 +291,7 @@ def main(argv):
     from scalable_agent_tf2.run import training
   except stop_signals.Stopping as interrupt:
     print(stopped_before_start(held_config, interrupt, FLAGS.job_name), flush=True)
-    return TEST_STOPPED if held_config.mode == config_lib.TEST else 0
+    return TEST_STOPPED if held_config.mode == settings.TEST else 0
   finally:
     _started()  # The handlers from before the command started come back.
   try:
@@ -305,14 +305,14 @@ def main(argv):
     # Raises distributed.ClusterError (a ValueError) for an unreadable or empty file.
     secret = distributed.cluster_secret(FLAGS.cluster_secret_file)
     if job_name:
-      if config.mode != config_lib.TRAIN:
+      if config.mode != settings.TRAIN:
         raise ValueError("--job_name is for training; test on one machine (--job_name=).")
       learner_address = distributed.parse_cluster(FLAGS.cluster)[distributed.LEARNER_JOB][0]
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
   try:
-    if config.mode == config_lib.TEST:
+    if config.mode == settings.TEST:
       return _test(config, evaluation)
     elif job_name == distributed.ACTOR_JOB:
       actor_process.run_actor_process(config, learner_address, task, secret=secret)
