@@ -96,7 +96,7 @@ class NetworkConfig:
     mlp_hidden_sizes: the MLP torso's layers (VECTOR only; IMPACT section 4.3's 256, 256).
     frame_max: the largest value of a frame's uint8 entries (FRAME only): frames reach the
       torso divided by it (to_unit_float), so they span [0, 1]. 255 for pixels; MiniGrid and
-      BabyAI's image is the grid's encoding, indices of at most 10 (gym_env.frame_max).
+      BabyAI's image is the grid's encoding, indices of at most 10 (gym_spaces.frame_max).
     action_distribution: the policy's distributions family (None: categorical over
       num_actions, IMPALA section 4); it sizes the policy head (heads.policy_head) and encodes
       the previous action.

@@ -198,7 +198,7 @@ def test_the_gym_family_refuses_a_frame_torso_for_vectors(tmp_path):
 
 def test_the_gym_family_maps_an_image_with_a_mission_to_the_instruction_path(monkeypatch,
                                                                             tmp_path):
-  # What gym_env.Description will say of a Dict(image, mission) observation (MiniGrid).
+  # What gym_spaces.Description will say of a Dict(image, mission) observation (MiniGrid).
   from scalable_agent_tf2.environments import base
   # The torso a resolved MiniGrid config holds: the family's preset for 7x7 frames.
   config = dataclasses.replace(_gym_config(tmp_path, "gym:CartPole-v1"),

@@ -17,6 +17,7 @@ from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.environments import gym_env
+from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import training
@@ -106,7 +107,7 @@ def test_a_short_training_updates_the_embeddings_of_the_missions_words(tmp_path)
     ("TestNoImage-v0", r"it has 0 image entries \(Box \(H, W, C\) uint8\)"),
     ("TestTwoTexts-v0", r"it has 2 text entries: 'hint', 'mission'")])
 def test_an_unsupported_dict_is_refused_naming_what_is_supported(tmp_path, env_id, problem):
-  with pytest.raises(gym_env.UnsupportedSpace,
+  with pytest.raises(gym_spaces.UnsupportedSpace,
                      match=f"gym:{HERE}{env_id}: its observation space Dict\\(.*{problem}; "
                            r"supported: .*Dict of one image .* and at most one text"):
     config_lib.resolve(config_lib.ExperimentConfig(level_name=f"gym:{HERE}{env_id}",
@@ -168,7 +169,7 @@ def test_a_minigrid_image_is_scaled_by_its_largest_index_not_by_255(tmp_path):
   rendered = wrappers.RGBImgPartialObsWrapper(gymnasium.make("MiniGrid-Fetch-5x5-N2-v0"))
   try:
     image_shape = rendered.observation_space["image"].shape
-    assert gym_env.frame_max(rendered.unwrapped, image_shape) == 255.0
+    assert gym_spaces.frame_max(rendered.unwrapped, image_shape) == 255.0
   finally:
     rendered.close()
 

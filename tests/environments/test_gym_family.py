@@ -14,6 +14,7 @@ from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments import gym_env
+from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
@@ -153,7 +154,7 @@ def test_a_missing_minigrid_is_answered_with_the_documented_install(monkeypatch)
     ("UserDictObservations-v0", "observation space", "Dict"),
     ("UserMultiDiscrete-v0", "action space", "MultiDiscrete")])
 def test_unsupported_spaces_are_named_with_what_is_supported(env_id, field, space):
-  with pytest.raises(gym_env.UnsupportedSpace, match=f"its {field} {space}.*supported: "):
+  with pytest.raises(gym_spaces.UnsupportedSpace, match=f"its {field} {space}.*supported: "):
     _resolve(USER + env_id)
 
 
