@@ -30,8 +30,8 @@ truncated episode like a terminated one, as the MuJoCo tasks do (environments/mu
 
 Faults. A step() or reset() that raises is reported as EnvironmentStepFailed, naming the
 user's error and the line of their code that raised it (base.innermost_frame_in); an
-observation or reward of the wrong shape or dtype as EnvironmentOutputError, naming the level,
-the field, the step and episode, what came and what the space promised (NaN and infinities
+observation or reward of the wrong shape or dtype as base.EnvironmentOutputError, naming the
+level, the field, the step and episode, what came and what the space promised (NaN and infinities
 are the actor's check, base.output_problem, for every family). Both are base.EnvironmentFault:
 actors replace the environment as they replace a dead environment process, drop the episode
 in progress and log the failure; a level whose environments keep failing stops the run with
@@ -128,10 +128,6 @@ class EnvironmentStepFailed(base.EnvironmentFault):
   """The environment's own step() or reset() raised: actors replace it as they replace a dead
   environment process (actor.ENVIRONMENT_FAILURES). The message names the level, the step and
   episode and the error, and where in the environment's code it was raised (user_frame)."""
-
-
-# An observation or reward that breaks the environment's spaces (base.EnvironmentFault too).
-EnvironmentOutputError = base.EnvironmentOutputError
 
 
 class EnvironmentCannotBeMade(base.EnvironmentFault, ValueError):
@@ -282,8 +278,8 @@ class GymEnvironment(base.Environment):
   def _output_error(self, what):
     """EnvironmentOutputError: "<level>: step 3 of episode 1: the environment returned
     <what>."."""
-    return EnvironmentOutputError(f"{self.level_name}: {self._where}: the environment "
-                                  f"returned {what}.")
+    return base.EnvironmentOutputError(f"{self.level_name}: {self._where}: the environment "
+                                       f"returned {what}.")
 
   def _call_environment(self, method, *args, **kwargs):
     """The gymnasium environment's `method` (step or reset); EnvironmentStepFailed naming

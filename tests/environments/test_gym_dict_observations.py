@@ -16,6 +16,7 @@ from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments.families import base as family_base
@@ -119,7 +120,7 @@ def test_a_mission_that_is_not_a_text_mid_episode_names_the_field():
   try:
     env.initial()
     env.step(0)
-    with pytest.raises(gym_env.EnvironmentOutputError,
+    with pytest.raises(base.EnvironmentOutputError,
                        match="TestMissionRoomBadMission-v0: step 1 of episode 2: the "
                              "environment returned int for the observation's 'mission'"):
       env.step(0)

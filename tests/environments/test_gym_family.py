@@ -163,7 +163,7 @@ def test_a_wrong_shape_mid_episode_names_the_environment_and_the_field():
   env.initial()
   env.step([0.0])
   env.step([0.0])
-  with pytest.raises(gym_env.EnvironmentOutputError,
+  with pytest.raises(base.EnvironmentOutputError,
                      match=r"UserTarget-v0: .*observation of shape \(3,\).*promises \(2,\)"):
     env.step([0.0])
 
