@@ -256,8 +256,11 @@ def sample_gaussian_numpy(mean, log_std, rng):
 def for_spec(spec):
   """The action distribution family of an environment's spec: categorical over an EnvSpec's
   num_actions (IMPALA), diagonal Gaussian over a ContinuousEnvSpec's action_size (IMPACT
-  section 4.3). The spec is read by its fields, not its class: the agent does not import the
-  environments package (whose families import the agent to build their networks)."""
+  section 4.3), multi-categorical over a MultiDiscreteEnvSpec's nvec (gymnasium's
+  MultiDiscrete). The spec is read by its fields, not its class, as every spec is a plain
+  record (environments/base.py)."""
   if hasattr(spec, "action_size"):
     return DiagGaussianFamily(spec.action_size)
+  if hasattr(spec, "nvec"):
+    return MultiCategoricalFamily(spec.nvec)
   return CategoricalFamily(spec.num_actions)

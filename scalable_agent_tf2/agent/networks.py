@@ -238,21 +238,25 @@ def atari_config(num_actions, torso=SHALLOW, frame_shape=(84, 84, 4)):
 
 
 def vector_config(num_actions, observation_size, use_lstm=False,
-                  hidden_sizes=torsos.MLP_HIDDEN_SIZES):
+                  hidden_sizes=torsos.MLP_HIDDEN_SIZES, action_distribution=None):
   """Discrete actions on a float32 vector [O] (e.g. gym:CartPole-v1): the MLP torso (IMPACT
   section 4.3's two tanh layers of 256), feed-forward by default: a vector of a gymnasium
-  task is the full state, as MuJoCo's is for the IMPACT paper's feed-forward MLPs."""
+  task is the full state, as MuJoCo's is for the IMPACT paper's feed-forward MLPs.
+  action_distribution: another discrete family (num_actions None), e.g. MultiDiscrete's."""
   return NetworkConfig(num_actions=num_actions, frame_shape=(int(observation_size),),
                        torso=torsos.MLP, use_lstm=use_lstm, use_instruction=False,
-                       observation_kind=torsos.VECTOR, mlp_hidden_sizes=tuple(hidden_sizes))
+                       observation_kind=torsos.VECTOR, mlp_hidden_sizes=tuple(hidden_sizes),
+                       action_distribution=action_distribution)
 
 
-def index_config(num_actions, num_values, use_lstm=False):
+def index_config(num_actions, num_values, use_lstm=False, action_distribution=None):
   """Discrete actions on a Discrete(n) observation (its int32 index, e.g. gym:FrozenLake-v1):
-  the one-hot [n] torso, feed-forward by default (the index is the state)."""
+  the one-hot [n] torso, feed-forward by default (the index is the state).
+  action_distribution: as vector_config's."""
   return NetworkConfig(num_actions=num_actions, frame_shape=(), torso=torsos.ONE_HOT,
                        use_lstm=use_lstm, use_instruction=False,
-                       observation_kind=torsos.INDEX, num_observation_values=int(num_values))
+                       observation_kind=torsos.INDEX, num_observation_values=int(num_values),
+                       action_distribution=action_distribution)
 
 
 def continuous_vector_config(observation_size, action_size, state_dependent_log_std=True,
@@ -292,14 +296,16 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
   """The network for an environment's spec: the torso by the observation's kind, the core
   (use_lstm), and the head of the spec's action distribution (action_families.for_spec).
 
-  Discrete actions (an EnvSpec) take Figure 3's agent with that torso: frames (torso: --torso,
-  shallow by default; with use_instruction the language encoder; frame_max), vectors
-  (vector_config: the MLP) or indices (index_config: one-hot of num_observation_values).
+  Discrete actions (an EnvSpec, or a MultiDiscreteEnvSpec: a categorical per choice) take
+  Figure 3's agent with that torso: frames (torso: --torso, shallow by default; with
+  use_instruction the language encoder; frame_max), vectors (vector_config: the MLP) or
+  indices (index_config: one-hot of num_observation_values).
   Box actions (a ContinuousEnvSpec) take the IMPACT paper's networks (section 4.3): on vectors
   continuous_vector_config, on frames continuous_frame_config.
 
   Args:
-    spec: environments.base.EnvSpec or ContinuousEnvSpec (frame_shape: (H, W, C), (O,) or ()).
+    spec: environments.base.EnvSpec, MultiDiscreteEnvSpec or ContinuousEnvSpec (frame_shape:
+      (H, W, C), (O,) or ()).
     observation_kind: torsos.FRAME, VECTOR or INDEX.
     torso: frames only: 'shallow', 'deep' or 'impact_cnn' (None: shallow).
     use_lstm: the LSTM 256 core (Figure 3) or none.
@@ -325,14 +331,18 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
                                      state_dependent_log_std, use_lstm=use_lstm)
     raise ValueError(f"Box actions on {observation_kind} observations: no network takes this "
                      "pair (one-hot the observation as a Box (n,) vector).")
+  # Every discrete family (a categorical, or one per MultiDiscrete choice) takes IMPALA's
+  # networks, its head sized by the family (a categorical's config is the same as one given
+  # num_actions: NetworkConfig resolves one from the other).
   if observation_kind == torsos.VECTOR:
-    return vector_config(distribution.num_actions, frame_shape[0], use_lstm=use_lstm)
+    return vector_config(None, frame_shape[0], use_lstm=use_lstm,
+                         action_distribution=distribution)
   if observation_kind == torsos.INDEX:
-    return index_config(distribution.num_actions, num_observation_values, use_lstm=use_lstm)
-  return NetworkConfig(num_actions=distribution.num_actions, frame_shape=frame_shape,
-                       torso=torso or SHALLOW, use_lstm=use_lstm,
+    return index_config(None, num_observation_values, use_lstm=use_lstm,
+                        action_distribution=distribution)
+  return NetworkConfig(num_actions=None, action_distribution=distribution,
+                       frame_shape=frame_shape, torso=torso or SHALLOW, use_lstm=use_lstm,
                        use_instruction=use_instruction, frame_max=frame_max)
-
 
 
 class Agent(tf.Module):

@@ -15,8 +15,9 @@ DeepMind Lab's INSTR (environments/dmlab.py): the actor hashes it into word ids
 (policies.encode_group_instructions, language.hash_instructions) and the network encodes it
 with the paper's instruction encoder (Figure 3). A Dict's other entries (MiniGrid's direction)
 are not observed: gym_spaces.Description.ignored_keys names them. Actions: Discrete(n) ->
-base.EnvSpec(n, ...); Box (A,) -> ContinuousEnvSpec, the action clipped to the bounds only in
-the copy sent to gymnasium (action_bounds.py).
+base.EnvSpec(n, ...); MultiDiscrete(nvec) -> MultiDiscreteEnvSpec(nvec, ...); Box (A,) ->
+ContinuousEnvSpec, the action clipped to the bounds only in the copy sent to gymnasium
+(gym_spaces.Description.sent_action, action_bounds.py).
 
 Episode ends. gymnasium tells a termination (the task ended: no value after it) from a
 truncation (a time limit cut it: the return would have gone on). A termination sets `done` on
@@ -43,7 +44,6 @@ import importlib
 
 import numpy as np
 
-from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments import rendering
@@ -370,19 +370,12 @@ class GymEnvironment(base.Environment):
     self._episode = 0
     return base.make_env_output(0.0, True, *self._reset(), 0.0, 0)
 
-  def _sent_action(self, action):
-    if self._description.continuous_actions:
-      action = base.check_continuous_action(action, self._spec.action_size)
-      return action_bounds.clip_to_bounds(action, self._description.action_low,
-                                          self._description.action_high)
-    return base.check_action(action, self._spec.num_actions) + self._description.action_start
-
   def step(self, action):
     """Acts; resets by itself after an episode ends (base.py). With emit_truncation_step, the
     step after a truncated episode's last observation ignores its action and starts the next
     episode (reward 0, done True)."""
     self._check_open()
-    sent = self._sent_action(action)
+    sent = self._description.sent_action(action)
     if self._pending_reset:
       self._pending_reset = False
       return base.make_env_output(0.0, True, *self._reset(), *self._last_statistics)

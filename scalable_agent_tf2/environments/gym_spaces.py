@@ -7,14 +7,17 @@ Observations: Box (O,) -> VECTOR (float32 [O]); Box (H, W, C) of uint8 or bool -
 Discrete(n) -> INDEX (its int32 index); a Dict of one image and at most one text (gymnasium's
 Text, or any space of str such as MiniGrid's MissionSpace) -> FRAME with the text as the
 instruction the paper's encoder reads (Figure 3), as DeepMind Lab's INSTR. Actions:
-Discrete(n) -> a categorical policy (IMPALA); Box (A,) -> a diagonal Gaussian (the IMPACT
-paper's continuous control, section 4.3). The spec a Description gives (base.EnvSpec or
-ContinuousEnvSpec) chooses the network's head (agent/action_families.for_spec).
+Discrete(n) -> a categorical policy (IMPALA); MultiDiscrete(nvec) -> one categorical per
+choice, sampled independently (SEED RL's multi-categorical distribution); Box (A,) -> a
+diagonal Gaussian (the IMPACT paper's continuous control, section 4.3). The spec a
+Description gives (base.EnvSpec, MultiDiscreteEnvSpec or ContinuousEnvSpec) chooses the
+network's head (agent/action_families.for_spec), and `sent_action` the copy gymnasium gets.
 """
 import sys
 
 import numpy as np
 
+from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
 
 VECTOR, FRAME, INDEX = "vector", "frame", "index"
@@ -27,7 +30,8 @@ SUPPORTED_OBSERVATIONS = ("Box of shape (O,) (a float vector)",
                           "(gymnasium Text, or a space of str such as MiniGrid's "
                           "MissionSpace), other entries ignored (MiniGrid/BabyAI's "
                           "Dict(image, direction, mission))")
-SUPPORTED_ACTIONS = ("Discrete(n)", "Box of shape (A,) (continuous actions)")
+SUPPORTED_ACTIONS = ("Discrete(n)", "MultiDiscrete(nvec) of one dimension (several discrete "
+                     "choices per step)", "Box of shape (A,) (continuous actions)")
 
 
 class UnsupportedSpace(ValueError):
@@ -45,8 +49,9 @@ class Description:
       (text_key None: a Dict without text); both None for a plain space.
     ignored_keys: a Dict's other entries, sorted (not observed; e.g. MiniGrid's direction).
     frame_max: FRAME only: the largest value of the image's entries (frame_max), None else.
-    continuous_actions: Box actions. num_actions (Discrete) or action_size, action_low,
-    action_high (Box).
+    continuous_actions: Box actions. num_actions (Discrete), nvec (MultiDiscrete: a tuple of
+      the K choices' numbers of options; None for the other kinds) or action_size,
+      action_low, action_high (Box).
   """
 
   def __init__(self, env_id, observation_space, action_space, unwrapped=None):
@@ -70,29 +75,60 @@ class Description:
     self.frame_max = (None if self.observation_kind != FRAME else 1.0 if self.frame_is_bool
                       else frame_max(unwrapped, self.observation_shape))
     self.step_seconds = None  # Measured by describe() (measure_step_seconds).
-    if isinstance(action_space, spaces.Discrete):
-      self.continuous_actions, self.num_actions = False, int(action_space.n)
-      self.action_start = int(action_space.start)
-    elif isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
-      self.continuous_actions = True
-      self.action_size = int(action_space.shape[0])
-      self.action_low = np.asarray(action_space.low, np.float32)
-      self.action_high = np.asarray(action_space.high, np.float32)
+    self._read_actions(env_id, action_space, spaces)
+
+  def _read_actions(self, env_id, space, spaces):
+    """The action kind and sizes of a supported action space; UnsupportedSpace otherwise."""
+    self.continuous_actions = isinstance(space, spaces.Box) and len(space.shape) == 1
+    self.nvec = None
+    if isinstance(space, spaces.Discrete):
+      self.num_actions, self.action_start = int(space.n), int(space.start)
+    elif isinstance(space, spaces.MultiDiscrete) and len(space.nvec.shape) == 1:
+      self.nvec = tuple(int(n) for n in space.nvec)
+      self.action_start = np.asarray(space.start, np.int64)
+    elif self.continuous_actions:
+      self.action_size = int(space.shape[0])
+      self.action_low = np.asarray(space.low, np.float32)
+      self.action_high = np.asarray(space.high, np.float32)
     else:
       raise UnsupportedSpace(
-          f"gym:{env_id}: its action space {action_space} is not supported; supported: "
+          f"gym:{env_id}: its action space {space} is not supported; supported: "
           f"{', '.join(SUPPORTED_ACTIONS)}. Wrap the environment (e.g. "
           "gymnasium.wrappers.FlattenObservation, a discretising ActionWrapper) in your own "
           "package and register the wrapped one.")
 
   def spec(self):
-    """base.EnvSpec (discrete actions) or base.ContinuousEnvSpec (Box actions)."""
+    """base.EnvSpec (Discrete actions), base.ContinuousEnvSpec (Box actions) or
+    base.MultiDiscreteEnvSpec (MultiDiscrete actions)."""
     if self.continuous_actions:
       return base.ContinuousEnvSpec(action_size=self.action_size,
                                     action_low=self.action_low.copy(),
                                     action_high=self.action_high.copy(),
                                     frame_shape=self.observation_shape)
+    if self.nvec is not None:
+      return base.MultiDiscreteEnvSpec(nvec=self.nvec, frame_shape=self.observation_shape)
     return base.EnvSpec(num_actions=self.num_actions, frame_shape=self.observation_shape)
+
+  def action_layout(self):
+    """The action sizes by name, as the network's action distribution family gives them
+    (action_families' `layout`: num_actions, action_size or nvec): what the network's line
+    in words says (families/base.py network_in_words), known without TensorFlow."""
+    if self.continuous_actions:
+      return dict(action_size=self.action_size)
+    if self.nvec is not None:
+      return dict(nvec=list(self.nvec))
+    return dict(num_actions=self.num_actions)
+
+  def sent_action(self, action):
+    """The copy of an agent's action that gymnasium receives, checked against the space: a
+    Box action clipped to its bounds (the trajectory keeps the unclipped sample,
+    action_bounds.py); Discrete and MultiDiscrete indices shifted by the space's start."""
+    if self.continuous_actions:
+      action = base.check_continuous_action(action, self.action_size)
+      return action_bounds.clip_to_bounds(action, self.action_low, self.action_high)
+    if self.nvec is not None:
+      return base.check_multi_discrete_action(action, self.nvec) + self.action_start
+    return base.check_action(action, self.num_actions) + self.action_start
 
 
 def frame_max(unwrapped, image_shape):

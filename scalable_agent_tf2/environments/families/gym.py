@@ -8,9 +8,10 @@ dimension (float32 vectors, normalised by the run's MeanStdFilter as the MuJoCo 
 of three (uint8 frames [H, W, C], or bool feature planes such as MinAtar's, stored as 0 / 1);
 Discrete observations (their index); a Dict of one image and at most one text, e.g. MiniGrid
 and BabyAI's (image, direction, mission) (the image is the frame, the text the instruction the paper's encoder reads, as DeepMind Lab's; other entries
-are not observed and gym_spaces.Description.ignored_keys names them); Discrete actions, or
-Box actions of one dimension (a diagonal Gaussian policy, clipped to the bounds only when
-sent). Anything else is refused with the list of what is supported.
+are not observed and gym_spaces.Description.ignored_keys names them); Discrete actions,
+MultiDiscrete actions of one dimension (a categorical policy per choice), or Box actions of
+one dimension (a diagonal Gaussian policy, clipped to the bounds only when sent). Anything
+else is refused with the list of what is supported.
 
 How they run, by the step's cost measured when the level is first described (runs_as,
 OWN_PROCESS_STEP_SECONDS): a step dearer than 2 ms (rendered frames, e.g. CarRacing's 20 ms) in
@@ -225,9 +226,7 @@ class GymFamily(base.Family):
     torso = {gym_spaces.VECTOR: "mlp", gym_spaces.INDEX: "one_hot"}.get(kind, config.torso)
     return base.network_in_words(
         torso, use_lstm=kind == gym_spaces.FRAME and not continuous,
-        num_actions=None if continuous else description.num_actions,
-        action_size=description.action_size if continuous else None,
-        observation_shape=description.observation_shape)
+        **description.action_layout(), observation_shape=description.observation_shape)
 
   def network_config(self, config, spec):
     """The network follows the first environment's spec, for any supported combination
@@ -243,6 +242,9 @@ class GymFamily(base.Family):
                      observation), the paper's instruction encoder (Figure 3); Box: the frame
                      torso with a diagonal Gaussian head (networks.continuous_frame_config);
       Discrete(n):   the one-hot [n] torso (networks.index_config), feed-forward.
+
+    MultiDiscrete actions take the Discrete ones' network, with a categorical head per choice
+    (agent/action_families.MultiCategoricalFamily, chosen from the spec).
     """
     from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
     from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
