@@ -118,10 +118,16 @@ def test_other_action_spaces_are_refused_naming_multi_discrete_among_the_support
     gym_spaces.Description("Mine-v0", spaces.Box(-1.0, 1.0, (2,), np.float32), action_space)
 
 
-def test_a_short_run_trains_learner_updates_on_multi_discrete_actions(tmp_path):
+# Each learner over the multi-categorical policy: IMPALA's, IMPACT's (its target network's KL
+# and ratios) and LASER's trust region (the implied policy's KL over the joint actions).
+@pytest.mark.parametrize("flags", [(), ("--algorithm=impact",),
+                                   ("--replay_fraction=0.5", "--laser_replay",
+                                    "--trust_region_threshold=0.5")],
+                         ids=["impala", "impact", "laser_trust_region"])
+def test_a_short_run_trains_learner_updates_on_multi_discrete_actions(tmp_path, flags):
   from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import training  # pylint: disable=g-import-not-at-top
-  config = _config(tmp_path)
+  config = _config(tmp_path, *flags)
   agent, env = assembly.build_agent(config, assembly.default_environment_constructor(config))
   env.close()
   assert agent.config.action_distribution == action_families.MultiCategoricalFamily(NVEC)
