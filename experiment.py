@@ -3,7 +3,7 @@
     python experiment.py --mode=train --level_name=atari/pong --logdir=/tmp/pong
 
 The command is scalable_agent_tf2/run/experiment_main.py (its start: signals, the config
-resolved once) and scalable_agent_tf2/run/command_line.py (its flags), inside the package so
+resolved once) and scalable_agent_tf2/run/experiment_flags.py (its flags), inside the package so
 that an installed copy (`pip install .`) runs it too, as
 `python -m scalable_agent_tf2.run.experiment_main`; this file is the checkout's entry point,
 the one README.md uses.
@@ -14,6 +14,6 @@ if __name__ == "__main__":
   from scalable_agent_tf2.run import experiment_main
   experiment_main.run()
 else:  # Imported (tests read the flags): the command line's flags and parsers.
-  from scalable_agent_tf2.run.command_line import FLAGS  # noqa: F401
-  from scalable_agent_tf2.run.command_line import config_from_flags  # noqa: F401
-  from scalable_agent_tf2.run.command_line import parse_flags  # noqa: F401
+  from scalable_agent_tf2.run.experiment_flags import FLAGS  # noqa: F401
+  from scalable_agent_tf2.run.experiment_flags import config_from_flags  # noqa: F401
+  from scalable_agent_tf2.run.experiment_flags import parse_flags  # noqa: F401

@@ -12,7 +12,7 @@ import numpy as np
 # One observation. frame: uint8 [H, W, C] (DMLab: 72x96x3 RGB; Atari: 84x84x4 stacked grey
 # frames), or float32 [O] for continuous control (MuJoCo's observation vector). instruction: on
 # the environment side a str ('' when the level has none); on the agent side int32 word ids
-# [MAX_INSTRUCTION_WORDS] from networks.hash_instructions (strings never enter XLA,
+# [MAX_INSTRUCTION_WORDS] from language.hash_instructions (strings never enter XLA,
 # docs/ARCHITECTURE.md "Records").
 Observation = collections.namedtuple("Observation", "frame instruction")
 

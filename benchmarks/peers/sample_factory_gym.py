@@ -184,6 +184,7 @@ def setting(algorithm):
     sys.path.insert(0, REPOSITORY)
   # pylint: disable=import-outside-toplevel
   from scalable_agent_tf2.configuration import mujoco_presets
+  from scalable_agent_tf2.configuration import settings
   from scalable_agent_tf2.environments.families import gym as gym_family
   if algorithm == IMPALA:
     preset = gym_family.DISCRETE_PRESET
@@ -195,7 +196,7 @@ def setting(algorithm):
         mean_loss_clip=preset["max_grad_norm"] / steps, baseline_cost=preset["baseline_cost"],
         environments=gym_family.DISCRETE_ENVIRONMENTS, sgd_passes=1, ppo_clip=0.1, kl_cost=0.0,
         shared_torso=True, ours_flags=("--algorithm=impala",))  # IMPACT is the gym default.
-  preset = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, mujoco_presets.IMPACT)
+  preset = mujoco_presets.presets(mujoco_presets.TABLE2_TASK, settings.IMPACT)
   return Setting(
       unroll=IMPACT_UNROLL, batch=IMPACT_BATCH, learning_rate=preset["learning_rate"],
       entropy=preset["entropy_cost"], discount=preset["discounting"],

@@ -40,6 +40,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 import dynamic_batching  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import layers  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.agent import language  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.structures import EnvOutput  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.structures import Observation  # pylint: disable=g-import-not-at-top
 
@@ -64,7 +65,7 @@ def actor_inputs(config, seed, rows=1):
       done=np.zeros([rows], bool),
       observation=Observation(
           frame=rng.integers(0, 256, (rows,) + config.frame_shape, dtype=np.uint8),
-          instruction=networks.hash_instructions(["pick the red object"] * rows)),
+          instruction=language.hash_instructions(["pick the red object"] * rows)),
       episode_return=np.zeros([rows], np.float32),
       episode_step=np.zeros([rows], np.int32))
   state = ()

@@ -16,7 +16,7 @@ The arithmetic printed next to it:
   * the torso's activations kept for backprop: N = B x (T+1) frames times the float32 values
     per frame that the gradient needs (`activation_floats_per_frame`: every convolution's and
     fully connected layer's input, every max-pool's input and output, every ReLU's output).
-    With NetworkConfig.torso_chunk_frames > 0 (networks.chunked_torso) only one chunk's
+    With NetworkConfig.torso_chunk_frames > 0 (torsos.chunked_torso) only one chunk's
     activations live at a time, in the backward pass.
 
     python -m benchmarks.speed.learner_memory                       # shallow and deep, B=32, T=100
@@ -92,7 +92,7 @@ def synthetic_batch(signature, batch_size, seed=0):
   """(agent_state, env_outputs, agent_outputs) numpy arrays of one batch, time-major."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import language  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   _, state_spec, env_spec, agent_spec = signature
 
@@ -106,7 +106,7 @@ def synthetic_batch(signature, batch_size, seed=0):
       return rng.integers(0, 9, shape).astype(np.int32)
     return rng.normal(size=shape).astype(np.float32)
   env_outputs, agent_outputs = tf.nest.map_structure(fill, (env_spec, agent_spec))
-  instructions = networks.hash_instructions(
+  instructions = language.hash_instructions(
       rng.choice(["pick the red hat", "go to the blue room", ""], size=shape_of(env_outputs)))
   env_outputs = env_outputs._replace(
       observation=env_outputs.observation._replace(instruction=instructions))

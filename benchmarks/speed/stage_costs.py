@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.utils import profiling
@@ -83,7 +84,7 @@ def inference_cost(config, network_config, batch_size, seconds):
             np.zeros(batch_size, bool),
             rng.integers(0, 256, (batch_size,) + tuple(network_config.frame_shape),
                          dtype=np.uint8),
-            np.zeros((batch_size, networks.MAX_INSTRUCTION_WORDS), np.int32)
+            np.zeros((batch_size, language.MAX_INSTRUCTION_WORDS), np.int32)
             if network_config.use_instruction else (),
             agent.initial_state(batch_size))
   step(*inputs)  # Trace.

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import dynamic_batching
 from scalable_agent_tf2.acting import action_spaces
-from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.structures import EnvOutput, Observation
 
 def acting_step(agent):
@@ -26,7 +26,7 @@ def acting_step(agent):
 
   def policy(prev_action, reward, done, frame, instruction, core_state):
     if not use_instruction:
-      instruction = tf.zeros([tf.shape(frame)[0], networks.MAX_INSTRUCTION_WORDS], tf.int32)
+      instruction = tf.zeros([tf.shape(frame)[0], language.MAX_INSTRUCTION_WORDS], tf.int32)
     env_output = EnvOutput(reward=reward, done=done,
                            observation=Observation(frame=frame, instruction=instruction),
                            episode_return=(), episode_step=())
@@ -133,7 +133,7 @@ def encode_instruction(env_output):
   """The env output with its instruction string(s) replaced by int32 word ids [..., 16]."""
   observation = env_output.observation
   return env_output._replace(observation=observation._replace(
-      instruction=networks.hash_instructions(observation.instruction)))
+      instruction=language.hash_instructions(observation.instruction)))
 
 
 def encode_group_instructions(env_outputs):
@@ -141,8 +141,8 @@ def encode_group_instructions(env_outputs):
   instruction is empty (Atari, the toy levels)."""
   instructions = env_outputs.observation.instruction
   if not any(instructions):
-    encoded = networks.empty_instructions([len(instructions)])
+    encoded = language.empty_instructions([len(instructions)])
   else:
-    encoded = networks.hash_instructions(np.asarray(list(instructions), dtype=object))
+    encoded = language.hash_instructions(np.asarray(list(instructions), dtype=object))
   return env_outputs._replace(
       observation=env_outputs.observation._replace(instruction=encoded))

@@ -7,8 +7,10 @@ networks.py     the agent, composed from its config: torso by the observation's 
                 the instruction encoder (acting `step`, learning `unroll`).
 heads.py        the policy head, sized by the action distribution's parameter count.
 torsos.py, layers.py    the building blocks.
-distributions.py  the action distributions (categorical, multi-categorical, diagonal Gaussian): sample,
-                log-probability, entropy, KL, as one object.
+distributions.py  the action distributions (categorical, multi-categorical, diagonal
+                Gaussian) as TF objects: sample, log-probability, entropy, KL.
+action_families.py  each action kind's shapes: head size, action spec, previous-action
+                features, numpy sampling; for_spec (the family of an environment's spec).
 
 May import: configuration, structures, environments (specs only).
 """

@@ -25,49 +25,37 @@ Two APIs share the same variables:
               torso to all T+1 frames at once (section 3: "folding time into the batch
               dimension") and resetting the core wherever an episode ended.
 
-This module holds the agent, its config and its language input (hashing, encoder); the
-layers (Linear, Conv2D, LSTM) are in layers.py, the torsos in torsos.py.
+This module holds the agent and its config; the language input (hashing, encoder) is
+language.py's, the layers (Linear, Conv2D, LSTM) layers.py's, the torsos (and how frames
+reach them: to_unit_float, chunked_torso) torsos.py's.
 
 The observation's kind (NetworkConfig.observation_kind, torsos.torso_for_observation) picks
 the torso: image frames take the paper's (Figure 3), float vectors the MLP (IMPACT section
 4.3's sizes), a Discrete observation's index its one-hot; the action distribution
-(NetworkConfig.action_distribution, distributions.py) sizes the policy head and reads the
+(NetworkConfig.action_distribution, action_families.py) sizes the policy head and reads the
 previous action; network_config_for_spec composes a config from an environment's spec.
 """
 import collections
 import dataclasses
-import functools
 from typing import Optional, Tuple
 
-import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import heads
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration.settings import (  # --torso's choices.
     DEEP, IMPACT_CNN, SHALLOW, SHALLOW_MIN_FRAME_SIZE, TORSOS)
 from scalable_agent_tf2.structures import AgentOutput
 
-# Instruction encoder (section 5, Figure 3): words hashed into 1000 buckets, embedding 20,
-# LSTM 64 (released code: tf.string_to_hash_bucket_fast(words, 1000), snt.Embed(1000, 20),
-# LSTMBlockCell(64)).
-INSTRUCTION_HASH_BUCKETS = 1000
-INSTRUCTION_EMBEDDING_SIZE = 20
-INSTRUCTION_LSTM_SIZE = 64
-# Fixed instruction length so shapes stay static under XLA. The DMLab-30 README's example
-# instructions ("Pick the red object in the blue room.", "Get the red hat from the blue
-# room.") have 8 words; longer instructions are truncated to their first 16 words.
-MAX_INSTRUCTION_WORDS = 16
-
 CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
 # The learner's deep torso runs in chunks of at most this many frames, each chunk's activations
-# recomputed in the backward pass (chunked_torso). Not in the paper: a memory choice. DMLab,
+# recomputed in the backward pass (torsos.chunked_torso). Not in the paper: a memory choice. DMLab,
 # B=32, T=100 (benchmarks/speed/learner_memory.py): the training process's peak RSS falls from
 # 8.3 GB to 1.8 GB (256 frames: 2.2 GB); the shallow torso's activations (0.4 GB) are left alone.
 DEEP_TORSO_CHUNK_FRAMES = 128
-PIXEL_MAX = 255.0  # uint8 pixels span [0, 255]; the torso takes them divided by it.
 
 # The initial weights of the Linear layers (NetworkConfig.initializer): Sonnet 1's truncated
 # normal (the released code's, layers.Initializer) or RLlib's normc (the IMPACT paper's code
@@ -108,7 +96,7 @@ class NetworkConfig:
     mlp_hidden_sizes: the MLP torso's layers (VECTOR only; IMPACT section 4.3's 256, 256).
     frame_max: the largest value of a frame's uint8 entries (FRAME only): frames reach the
       torso divided by it (to_unit_float), so they span [0, 1]. 255 for pixels; MiniGrid and
-      BabyAI's image is the grid's encoding, indices of at most 10 (gym_env.frame_max).
+      BabyAI's image is the grid's encoding, indices of at most 10 (gym_spaces.frame_max).
     action_distribution: the policy's distributions family (None: categorical over
       num_actions, IMPALA section 4); it sizes the policy head (heads.policy_head) and encodes
       the previous action.
@@ -133,7 +121,7 @@ class NetworkConfig:
   observation_kind: str = torsos.FRAME
   num_observation_values: Optional[int] = None
   mlp_hidden_sizes: Tuple[int, ...] = torsos.MLP_HIDDEN_SIZES
-  frame_max: float = PIXEL_MAX
+  frame_max: float = torsos.PIXEL_MAX
   action_distribution: Optional[object] = None
   reward_and_action_inputs: bool = True
   separate_value_torso: bool = False
@@ -200,9 +188,9 @@ class NetworkConfig:
       if self.num_actions is None:
         raise ValueError("A network config needs num_actions (categorical) or an "
                          "action_distribution.")
-      distribution = distributions.CategoricalFamily(self.num_actions)
+      distribution = action_families.CategoricalFamily(self.num_actions)
       object.__setattr__(self, "action_distribution", distribution)
-    if isinstance(distribution, distributions.CategoricalFamily):
+    if isinstance(distribution, action_families.CategoricalFamily):
       if self.num_actions not in (None, distribution.num_actions):
         raise ValueError(f"num_actions {self.num_actions} and {distribution} disagree.")
       object.__setattr__(self, "num_actions", distribution.num_actions)
@@ -250,21 +238,25 @@ def atari_config(num_actions, torso=SHALLOW, frame_shape=(84, 84, 4)):
 
 
 def vector_config(num_actions, observation_size, use_lstm=False,
-                  hidden_sizes=torsos.MLP_HIDDEN_SIZES):
+                  hidden_sizes=torsos.MLP_HIDDEN_SIZES, action_distribution=None):
   """Discrete actions on a float32 vector [O] (e.g. gym:CartPole-v1): the MLP torso (IMPACT
   section 4.3's two tanh layers of 256), feed-forward by default: a vector of a gymnasium
-  task is the full state, as MuJoCo's is for the IMPACT paper's feed-forward MLPs."""
+  task is the full state, as MuJoCo's is for the IMPACT paper's feed-forward MLPs.
+  action_distribution: another discrete family (num_actions None), e.g. MultiDiscrete's."""
   return NetworkConfig(num_actions=num_actions, frame_shape=(int(observation_size),),
                        torso=torsos.MLP, use_lstm=use_lstm, use_instruction=False,
-                       observation_kind=torsos.VECTOR, mlp_hidden_sizes=tuple(hidden_sizes))
+                       observation_kind=torsos.VECTOR, mlp_hidden_sizes=tuple(hidden_sizes),
+                       action_distribution=action_distribution)
 
 
-def index_config(num_actions, num_values, use_lstm=False):
+def index_config(num_actions, num_values, use_lstm=False, action_distribution=None):
   """Discrete actions on a Discrete(n) observation (its int32 index, e.g. gym:FrozenLake-v1):
-  the one-hot [n] torso, feed-forward by default (the index is the state)."""
+  the one-hot [n] torso, feed-forward by default (the index is the state).
+  action_distribution: as vector_config's."""
   return NetworkConfig(num_actions=num_actions, frame_shape=(), torso=torsos.ONE_HOT,
                        use_lstm=use_lstm, use_instruction=False,
-                       observation_kind=torsos.INDEX, num_observation_values=int(num_values))
+                       observation_kind=torsos.INDEX, num_observation_values=int(num_values),
+                       action_distribution=action_distribution)
 
 
 def continuous_vector_config(observation_size, action_size, state_dependent_log_std=True,
@@ -278,7 +270,7 @@ def continuous_vector_config(observation_size, action_size, state_dependent_log_
       num_actions=None, frame_shape=(int(observation_size),), torso=torsos.MLP,
       use_lstm=use_lstm, use_instruction=False, observation_kind=torsos.VECTOR,
       mlp_hidden_sizes=tuple(hidden_sizes),
-      action_distribution=distributions.DiagGaussianFamily(int(action_size)),
+      action_distribution=action_families.DiagGaussianFamily(int(action_size)),
       reward_and_action_inputs=False, separate_value_torso=True, initializer=NORMC_INIT,
       state_dependent_log_std=state_dependent_log_std)
 
@@ -293,25 +285,27 @@ def continuous_frame_config(frame_shape, action_size, torso=SHALLOW,
   return NetworkConfig(
       num_actions=None, frame_shape=tuple(int(n) for n in frame_shape), torso=torso,
       use_lstm=use_lstm, use_instruction=False, torso_chunk_frames=0,
-      action_distribution=distributions.DiagGaussianFamily(int(action_size)),
+      action_distribution=action_families.DiagGaussianFamily(int(action_size)),
       reward_and_action_inputs=False, initializer=NORMC_INIT,
       state_dependent_log_std=state_dependent_log_std)
 
 
 def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use_lstm=False,
-                            use_instruction=False, frame_max=PIXEL_MAX,
+                            use_instruction=False, frame_max=torsos.PIXEL_MAX,
                             num_observation_values=None, state_dependent_log_std=True):
   """The network for an environment's spec: the torso by the observation's kind, the core
-  (use_lstm), and the head of the spec's action distribution (distributions.for_spec).
+  (use_lstm), and the head of the spec's action distribution (action_families.for_spec).
 
-  Discrete actions (an EnvSpec) take Figure 3's agent with that torso: frames (torso: --torso,
-  shallow by default; with use_instruction the language encoder; frame_max), vectors
-  (vector_config: the MLP) or indices (index_config: one-hot of num_observation_values).
+  Discrete actions (an EnvSpec, or a MultiDiscreteEnvSpec: a categorical per choice) take
+  Figure 3's agent with that torso: frames (torso: --torso, shallow by default; with
+  use_instruction the language encoder; frame_max), vectors (vector_config: the MLP) or
+  indices (index_config: one-hot of num_observation_values).
   Box actions (a ContinuousEnvSpec) take the IMPACT paper's networks (section 4.3): on vectors
   continuous_vector_config, on frames continuous_frame_config.
 
   Args:
-    spec: environments.base.EnvSpec or ContinuousEnvSpec (frame_shape: (H, W, C), (O,) or ()).
+    spec: environments.base.EnvSpec, MultiDiscreteEnvSpec or ContinuousEnvSpec (frame_shape:
+      (H, W, C), (O,) or ()).
     observation_kind: torsos.FRAME, VECTOR or INDEX.
     torso: frames only: 'shallow', 'deep' or 'impact_cnn' (None: shallow).
     use_lstm: the LSTM 256 core (Figure 3) or none.
@@ -326,7 +320,7 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
   Raises:
     ValueError: a pair of observation and actions no network takes (Box actions on an index).
   """
-  distribution = distributions.for_spec(spec)
+  distribution = action_families.for_spec(spec)
   frame_shape = tuple(spec.frame_shape)
   if not distribution.discrete:
     if observation_kind == torsos.VECTOR:
@@ -337,85 +331,18 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
                                      state_dependent_log_std, use_lstm=use_lstm)
     raise ValueError(f"Box actions on {observation_kind} observations: no network takes this "
                      "pair (one-hot the observation as a Box (n,) vector).")
+  # Every discrete family (a categorical, or one per MultiDiscrete choice) takes IMPALA's
+  # networks, its head sized by the family (a categorical's config is the same as one given
+  # num_actions: NetworkConfig resolves one from the other).
   if observation_kind == torsos.VECTOR:
-    return vector_config(distribution.num_actions, frame_shape[0], use_lstm=use_lstm)
+    return vector_config(None, frame_shape[0], use_lstm=use_lstm,
+                         action_distribution=distribution)
   if observation_kind == torsos.INDEX:
-    return index_config(distribution.num_actions, num_observation_values, use_lstm=use_lstm)
-  return NetworkConfig(num_actions=distribution.num_actions, frame_shape=frame_shape,
-                       torso=torso or SHALLOW, use_lstm=use_lstm,
+    return index_config(None, num_observation_values, use_lstm=use_lstm,
+                        action_distribution=distribution)
+  return NetworkConfig(num_actions=None, action_distribution=distribution,
+                       frame_shape=frame_shape, torso=torso or SHALLOW, use_lstm=use_lstm,
                        use_instruction=use_instruction, frame_max=frame_max)
-
-
-# ---------------------------------------------------------------------------------------
-# The language input: instructions hashed in the actor (never inside XLA), encoded by the
-# network.
-
-
-@functools.lru_cache(maxsize=4096)
-def _hash_instruction(instruction):
-  """Word ids of one instruction: bucket + 1 per word (0 is padding), as a tuple."""
-  words = instruction.split()[:MAX_INSTRUCTION_WORDS]
-  if not words:
-    return ()
-  # Fingerprint64 of each word: the same ids in every process and on every machine
-  # (unlike Python's salted hash()).
-  buckets = tf.strings.to_hash_bucket_fast(words, INSTRUCTION_HASH_BUCKETS).numpy()
-  return tuple(int(b) + 1 for b in buckets)
-
-
-def hash_instructions(instructions):
-  """Hashes instructions into padded word ids.
-
-  Args:
-    instructions: a str, or a sequence / numpy array of str (or bytes), shape [...].
-
-  Returns:
-    int32 numpy array [..., MAX_INSTRUCTION_WORDS]: the words (split on white space) of each
-    instruction hashed into buckets 1..1000, zero-padded; an empty instruction is all zeros.
-  """
-  array = np.asarray(instructions, dtype=object)
-  out = np.zeros(array.shape + (MAX_INSTRUCTION_WORDS,), dtype=np.int32)
-  for index, instruction in np.ndenumerate(array):
-    if isinstance(instruction, bytes):
-      instruction = instruction.decode("utf-8")
-    ids = _hash_instruction(str(instruction))
-    out[index][:len(ids)] = ids
-  return out
-
-
-def empty_instructions(batch_shape):
-  """int32 zeros [*batch_shape, MAX_INSTRUCTION_WORDS]: the ids of '' (no instruction)."""
-  return np.zeros(tuple(batch_shape) + (MAX_INSTRUCTION_WORDS,), dtype=np.int32)
-
-
-class InstructionEncoder(tf.Module):
-  """Word ids -> embedding 20 -> LSTM 64; the encoding is the output at the last real word.
-
-  An empty instruction (all padding) encodes to zeros, as in the released code.
-  """
-
-  def __init__(self, init, name="instruction_encoder"):
-    super().__init__(name=name)
-    with self.name_scope:
-      self.embeddings = tf.Variable(
-          init.truncated_normal([INSTRUCTION_HASH_BUCKETS, INSTRUCTION_EMBEDDING_SIZE]),
-          name="embeddings")
-      self.lstm = layers.LSTM(INSTRUCTION_EMBEDDING_SIZE, INSTRUCTION_LSTM_SIZE, init=init)
-
-  def __call__(self, word_ids):
-    """word_ids: int32 [N, MAX_INSTRUCTION_WORDS] from hash_instructions -> [N, 64]."""
-    is_word = word_ids > 0
-    embedded = tf.gather(self.embeddings, tf.maximum(word_ids - 1, 0))  # [N, L, 20]
-    # Padding steps leave the state alone, so the final state is the last real word's.
-    _, final_state = self.lstm(
-        tf.transpose(embedded, [1, 0, 2]),
-        self.lstm.initial_state(tf.shape(word_ids)[0]),
-        keep=tf.transpose(is_word))
-    return final_state.h
-
-
-# ---------------------------------------------------------------------------------------
-# The agent.
 
 
 class Agent(tf.Module):
@@ -457,8 +384,8 @@ class Agent(tf.Module):
       if config.reward_and_action_inputs:
         core_input_size += 1 + distribution.action_feature_size
       if config.use_instruction:
-        self.instruction_encoder = InstructionEncoder(init=frame_init)
-        core_input_size += INSTRUCTION_LSTM_SIZE
+        self.instruction_encoder = language.InstructionEncoder(init=frame_init)
+        core_input_size += language.INSTRUCTION_LSTM_SIZE
       if config.use_lstm:
         self.core = layers.LSTM(core_input_size, CORE_LSTM_SIZE, init=frame_init, name="core")
         core_output_size = CORE_LSTM_SIZE
@@ -563,62 +490,5 @@ class Agent(tf.Module):
     if self.config.observation_kind != torsos.FRAME:
       return torso(frames)
     if chunk_frames and (frames.shape[0] is None or frames.shape[0] > chunk_frames):
-      return chunked_torso(torso, frames, chunk_frames, self.config.frame_max)
-    return torso(to_unit_float(frames, self.config.frame_max))
-
-
-def to_unit_float(frames, frame_max=PIXEL_MAX):
-  """uint8 frames whose entries are at most frame_max -> float32 in [0, 1] (the torso's
-  input)."""
-  return tf.cast(frames, tf.float32) / frame_max
-
-
-def chunked_torso(torso, frames, chunk_frames, frame_max=PIXEL_MAX):
-  """torso(to_unit_float(frames, frame_max)), chunk by chunk, with a gradient that recomputes.
-
-  Backprop through the torso over all N frames at once keeps every layer's activations of
-  the N frames until the backward pass (the deep torso: 6.3 GB for N = 32 x 101 DMLab
-  frames). Here the forward pass keeps only the torso's outputs; the backward pass reruns the
-  torso on one chunk at a time (a sequential loop) and adds up the variables' gradients, so
-  one chunk's activations live at a time. The gradients are those of the plain torso up to
-  float rounding (a sum over chunks instead of one reduction over N frames). No gradient
-  flows to the frames (uint8 observations).
-
-  Args:
-    torso: a torso module (torsos.py): float [n, H, W, C] -> [n, torsos.TORSO_OUTPUT_SIZE].
-    frames: uint8 [N, H, W, C].
-    chunk_frames: the most frames per chunk; N is split into ceil(N / chunk_frames) chunks of
-      equal size (the last one padded with zero frames, whose outputs are dropped).
-
-  Returns:
-    float32 [N, torsos.TORSO_OUTPUT_SIZE].
-  """
-  num_frames = tf.shape(frames)[0]
-  num_chunks = (num_frames + chunk_frames - 1) // chunk_frames
-  chunk_size = (num_frames + num_chunks - 1) // num_chunks
-  padded = tf.pad(frames, [[0, num_chunks * chunk_size - num_frames]] + [[0, 0]] * 3)
-  chunks = tf.reshape(padded, tf.concat([[num_chunks, chunk_size], tf.shape(frames)[1:]], 0))
-  apply_torso = lambda chunk: torso(to_unit_float(chunk, frame_max))
-
-  @tf.custom_gradient
-  def run(chunks):
-    outputs = tf.map_fn(apply_torso, chunks, parallel_iterations=1,
-                        fn_output_signature=tf.float32)
-
-    def gradient(d_outputs, variables):
-      def add_chunk(index, sums):
-        with tf.GradientTape() as tape:
-          output = apply_torso(chunks[index])
-        grads = tape.gradient(output, variables, output_gradients=d_outputs[index],
-                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return index + 1, [total + grad for total, grad in zip(sums, grads)]
-      # parallel_iterations=1: one chunk's activations at a time.
-      _, sums = tf.while_loop(lambda index, _: index < num_chunks, add_chunk,
-                              (tf.constant(0), [tf.zeros_like(v) for v in variables]),
-                              parallel_iterations=1)
-      return None, sums
-    return outputs, gradient
-
-  outputs = run(chunks)
-  return tf.reshape(outputs, [-1, outputs.shape[-1]])[:num_frames]
-
+      return torsos.chunked_torso(torso, frames, chunk_frames, self.config.frame_max)
+    return torso(torsos.to_unit_float(frames, self.config.frame_max))

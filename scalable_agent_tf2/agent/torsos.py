@@ -1,5 +1,5 @@
 """The torsos of the paper's Figure 3 and of the IMPACT paper (--torso): frames in [0, 1]
-(networks.to_unit_float) to the 256 features the agent's core and heads read.
+(to_unit_float) to the 256 features the agent's core and heads read.
 
     shallow:    Figure 3 (left), two convolutions and FC 256;
     deep:       Figure 3 (right), the 15-layer residual network;
@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.agent.layers import Conv2D, Linear
 
+PIXEL_MAX = 255.0  # uint8 pixels span [0, 255]; the torso takes them divided by it.
 TORSO_OUTPUT_SIZE = 256  # Figure 3: "FC 256" after the convolutions.
 # Figure 3 (right): three sections of [16, 32, 32] channels, two residual blocks each.
 DEEP_SECTIONS = ((16, 2), (32, 2), (32, 2))
@@ -202,7 +203,7 @@ def torso_for_observation(kind, shape, torso=None, has_instruction=False,
     torso: --torso for frames ("shallow", "deep", "impact_cnn"; None: shallow, Figure 3
       left); must be None for other kinds.
     has_instruction: frames with a text mission (a dict observation of an image and a
-      string): the frame torso plus the paper's instruction encoder (networks.py).
+      string): the frame torso plus the paper's instruction encoder (language.py).
     hidden_sizes: the MLP's layer sizes for VECTOR (default IMPACT section 4.3's).
 
   Returns:
@@ -241,3 +242,59 @@ def build_torso(choice, init, name=None):
   if choice.torso_class is OneHotTorso:
     return OneHotTorso(**choice.kwargs, **names)
   return choice.torso_class(init=init, **choice.kwargs, **names)
+
+
+def to_unit_float(frames, frame_max=PIXEL_MAX):
+  """uint8 frames whose entries are at most frame_max -> float32 in [0, 1] (the torso's
+  input)."""
+  return tf.cast(frames, tf.float32) / frame_max
+
+
+def chunked_torso(torso, frames, chunk_frames, frame_max=PIXEL_MAX):
+  """torso(to_unit_float(frames, frame_max)), chunk by chunk, with a gradient that recomputes.
+
+  Backprop through the torso over all N frames at once keeps every layer's activations of
+  the N frames until the backward pass (the deep torso: 6.3 GB for N = 32 x 101 DMLab
+  frames). Here the forward pass keeps only the torso's outputs; the backward pass reruns the
+  torso on one chunk at a time (a sequential loop) and adds up the variables' gradients, so
+  one chunk's activations live at a time. The gradients are those of the plain torso up to
+  float rounding (a sum over chunks instead of one reduction over N frames). No gradient
+  flows to the frames (uint8 observations).
+
+  Args:
+    torso: a torso module (torsos.py): float [n, H, W, C] -> [n, torsos.TORSO_OUTPUT_SIZE].
+    frames: uint8 [N, H, W, C].
+    chunk_frames: the most frames per chunk; N is split into ceil(N / chunk_frames) chunks of
+      equal size (the last one padded with zero frames, whose outputs are dropped).
+
+  Returns:
+    float32 [N, torsos.TORSO_OUTPUT_SIZE].
+  """
+  num_frames = tf.shape(frames)[0]
+  num_chunks = (num_frames + chunk_frames - 1) // chunk_frames
+  chunk_size = (num_frames + num_chunks - 1) // num_chunks
+  padded = tf.pad(frames, [[0, num_chunks * chunk_size - num_frames]] + [[0, 0]] * 3)
+  chunks = tf.reshape(padded, tf.concat([[num_chunks, chunk_size], tf.shape(frames)[1:]], 0))
+  apply_torso = lambda chunk: torso(to_unit_float(chunk, frame_max))
+
+  @tf.custom_gradient
+  def run(chunks):
+    outputs = tf.map_fn(apply_torso, chunks, parallel_iterations=1,
+                        fn_output_signature=tf.float32)
+
+    def gradient(d_outputs, variables):
+      def add_chunk(index, sums):
+        with tf.GradientTape() as tape:
+          output = apply_torso(chunks[index])
+        grads = tape.gradient(output, variables, output_gradients=d_outputs[index],
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return index + 1, [total + grad for total, grad in zip(sums, grads)]
+      # parallel_iterations=1: one chunk's activations at a time.
+      _, sums = tf.while_loop(lambda index, _: index < num_chunks, add_chunk,
+                              (tf.constant(0), [tf.zeros_like(v) for v in variables]),
+                              parallel_iterations=1)
+      return None, sums
+    return outputs, gradient
+
+  outputs = run(chunks)
+  return tf.reshape(outputs, [-1, outputs.shape[-1]])[:num_frames]

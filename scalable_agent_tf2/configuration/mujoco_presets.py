@@ -70,10 +70,7 @@ Not in the paper, from its code base (RLlib, 2019) or from how gymnasium counts:
 No TensorFlow here.
 """
 from scalable_agent_tf2.configuration import suites
-
-# Project algorithm names (learner.IMPALA, learner.IMPACT), spelt out to stay TF-free.
-IMPALA = "impala"
-IMPACT = "impact"
+from scalable_agent_tf2.configuration.settings import IMPACT, IMPALA
 
 # Table 2 (IMPALA column) and section 4.3, in the project's setting names.
 IMPALA_TABLE2 = {

@@ -1,34 +1,31 @@
 """Every setting of a run, written once: its flag name, type, default, topic, help and check.
 
 The fields of `ExperimentSettings` (and `ClusterSettings`) are the table: experiment.py's
-command-line flags and `python experiment.py --help` are generated from them (`define_flags`,
-`help_text`), `config.ExperimentConfig` is `ExperimentSettings` with behaviour added, and the
-learner's and IMPACT's configs (`config.LearnerConfig`, `config.ImpactConfig`) hold the
-settings marked for them (`part_of`; a test keeps them in step). Flag names are the released
-code's (deepmind/scalable_agent, experiment.py) where it had the setting.
+command-line flags and `python experiment.py --help` are generated from them
+(command_line.py: `define_flags`, `help_text`), `config.ExperimentConfig` is
+`ExperimentSettings` with behaviour added, and the learner's and IMPACT's configs
+(`config.LearnerConfig`, `config.ImpactConfig`) hold the settings marked for them (`part_of`;
+a test keeps them in step). Flag names are the released code's (deepmind/scalable_agent,
+experiment.py) where it had the setting. What a setting is (its field, its Check) is
+setting_fields.py's; the other commands' tables (population, replay service, launcher) are
+command_settings.py's, each flag there defined once too (test_settings_tables.py).
 
-The other commands have a table each, and their argparse parsers and `--help` are generated
-from it (`CommandParser`): `PopulationSettings` (python -m scalable_agent_tf2.population),
-`ReplayServiceSettings` (python -m scalable_agent_tf2.transport.replay_service) and `LaunchSettings`
-(python -m scalable_agent_tf2.run.launch). A flag that also is experiment.py's (--seed,
---replay_capacity, --log_secs, ...) is that setting reused (`reuse`): one definition of its
-type, choices, check and source, with the command's own default and help where they differ.
-Every flag is defined once across all tables (test_settings_tables.py).
-
-A setting whose default is `PRESET` (None) takes the paper's value for the run's level or suite
-(`presets.presets`: Table G.1 for Atari, Table D.3 and the released code for DeepMind Lab); a
-value given on the command line always wins. `config.resolve` fills the presets and runs every
-setting's check and the checks that combine settings.
+A setting whose default is PRESET (None; setting_fields.preset_setting) takes the paper's
+value for the run's level or suite (`presets.presets`: Table G.1 for Atari, Table D.3 and the
+released code for DeepMind Lab); a value given on the command line always wins.
+`config.resolve` fills the presets and runs every setting's check (`check_values`) and the
+checks that combine settings.
 
 This module, presets.py and config.py import neither TensorFlow nor the project's TensorFlow
 modules, so a bad flag is reported in well under a second (TensorFlow takes seconds to load).
 """
-import argparse
 import dataclasses
-import json
-import math
-import textwrap
-from typing import Any, Callable, Optional
+from typing import Optional
+
+from scalable_agent_tf2.configuration.setting_fields import (
+    AT_LEAST_ONE, GPU_MEMORY, JSON_OBJECT, NON_NEGATIVE, OPEN_UNIT_INTERVAL,
+    POSITIVE, POSITIVE_INT, TRUST_REGION, UNIT_INTERVAL, WHOLE_POSITIVE, preset_setting,
+    setting)
 
 
 # Defaults whose source is a paper's text rather than a table row (cited here once).
@@ -112,90 +109,6 @@ ALL_TOPICS = {**TOPICS, **COMMAND_TOPICS}
 # Which derived config a setting also belongs to (config.LearnerConfig, config.ImpactConfig).
 FOR_LEARNER, FOR_IMPACT = "learner", "impact"
 
-PRESET = None  # The default of a setting whose value comes from the level's preset.
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-  """A condition on one value: `holds(value)`; else "--name must be <requirement>"."""
-  holds: Callable[[Any], bool]
-  requirement: str
-
-
-POSITIVE_INT = Check(lambda v: v >= 1, "a positive integer")
-NON_NEGATIVE = Check(lambda v: v >= 0, ">= 0")
-POSITIVE = Check(lambda v: v > 0, "positive")
-UNIT_INTERVAL = Check(lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
-AT_LEAST_ONE = Check(lambda v: v >= 1.0, ">= 1 (IMPACT section 3.1)")
-OPEN_UNIT_INTERVAL = Check(lambda v: 0.0 < v < 1.0, "in (0, 1)")
-TRUST_REGION = Check(lambda v: not math.isnan(v) and v >= 0, ">= 0 (inf: off)")
-JSON_OBJECT = Check(lambda v: _is_json_object(v),
-                    "a JSON object of gymnasium.make's keyword arguments, e.g. "
-                    "'{\"continuous\": true}' (or empty)")
-WHOLE_POSITIVE = Check(lambda v: v >= 1 and float(v).is_integer(), "a positive integer")
-A_NUMBER = Check(lambda v: not math.isnan(v), "a number")
-GPU_MEMORY = Check(lambda v: v in ("growth", "all") or (v.isdigit() and int(v) > 0),
-                   "growth, all, or a positive number of MiB")
-OFF_OR_POSITIVE = Check(lambda v: v >= 0, ">= 0 (0: off)")
-PORT = Check(lambda v: 0 <= v <= 65535, "a port number, 0-65535 (0: a free one)")
-
-
-def _is_json_object(text):
-  """Whether text is "" or a JSON object ({...})."""
-  if not text:
-    return True
-  try:
-    return isinstance(json.loads(text), dict)
-  except ValueError:
-    return False
-
-
-def setting(default, topic, doc, *, source="", choices=None, check=None, part_of=None,
-            preset=False):
-  """A field of the table.
-
-  Args:
-    topic: one of TOPICS (its section in --help).
-    doc: the flag's help text.
-    source: where the value comes from (the paper's section or table, or the released code).
-    choices: the allowed values (an enum flag).
-    check: a Check every resolved value must pass (None values are not checked).
-    part_of: FOR_LEARNER or FOR_IMPACT: also a field of that derived config.
-    preset: the default is PRESET: presets.presets gives the level's value.
-  """
-  return dataclasses.field(default=default, metadata=dict(
-      topic=topic, doc=doc, source=source, choices=choices, check=check, part_of=part_of,
-      preset=preset, reused_from=None))
-
-
-REQUIRED = dataclasses.MISSING  # reuse(..., default=REQUIRED): the flag must be given.
-_SAME = object()
-
-
-def reuse(table, name, *, default=_SAME, topic=None, doc=None):
-  """Setting `name` of `table` as a field of another command's table: the same flag.
-
-  Its type (the annotation, which test_settings_tables.py compares), choices, check and
-  source stay the definition's, so the flag means and checks the same in every command; the
-  command may give its own default (REQUIRED: no default), topic and help text.
-  """
-  original = {f.name: f for f in dataclasses.fields(table)}[name]
-  if original.metadata["reused_from"]:
-    raise ValueError(f"Reuse {name} from {original.metadata['reused_from']}, its definition.")
-  metadata = dict(original.metadata, reused_from=f"{table.__name__}.{name}",
-                  part_of=None, preset=False)
-  if topic is not None:
-    metadata["topic"] = topic
-  if doc is not None:
-    metadata["doc"] = doc
-  return dataclasses.field(default=original.default if default is _SAME else default,
-                           metadata=metadata)
-
-
-def _preset(topic, doc, source, **kwargs):
-  return setting(PRESET, topic, doc, source=source, preset=True, **kwargs)
-
-
 _G1_D3 = "Tables G.1 (Atari) and D.3 (DMLab)"
 
 
@@ -221,18 +134,18 @@ class ExperimentSettings:
       "its network on four 42x42 frames (--torso=impact_cnn) and Table 1's column of the "
       "algorithm (presets.impact_paper_presets lists what still differs from the paper's runs).",
       source="IMPALA Tables G.1, D.3; IMPACT section 4.3, Table 1", choices=PRESETS)
-  total_environment_frames: Optional[int] = _preset(
+  total_environment_frames: Optional[int] = preset_setting(
       RUN, "Stop (and reach learning rate 0) after this many frames.",
       "Table G.1: 200M per game; released code: 10e9 (DMLab-30), 1e9 (one level)",
       check=POSITIVE_INT, part_of=FOR_LEARNER)
-  num_actors: Optional[int] = _preset(
+  num_actors: Optional[int] = preset_setting(
       RUN, "Actor threads. Each drives --envs_per_actor environments: Atari games or MuJoCo "
       "tasks stepped together in this process, otherwise one environment process. "
       "Environments in all: num_actors x envs_per_actor (the paper's \"48 actors\" are 48 "
       "environments, each with its own actor: e.g. 2 x 24 here). Atari and MuJoCo presets: "
       "by the machine's cores (families.base.actor_layout).",
       "Table 1 (48); section 5.3.1 (150 for DMLab-30)", check=POSITIVE_INT)
-  envs_per_actor: Optional[int] = _preset(
+  envs_per_actor: Optional[int] = preset_setting(
       RUN, "Environments each actor thread steps together, with one batched forward pass "
       "per step for all of them. Atari games (ale-py's vector environment, without sticky "
       "actions, at 84x84 with action repeat 4) and MuJoCo tasks run in groups; every other "
@@ -241,14 +154,14 @@ class ExperimentSettings:
   batched_inference: bool = setting(
       True, RUN, "Batch the actors' forward passes (dynamic_batching); false: each actor "
       "thread runs the network itself.", source="Table 1's comparison")
-  queue_capacity: Optional[int] = _preset(
+  queue_capacity: Optional[int] = preset_setting(
       RUN, "Trajectories waiting for the learner at most.", "4 batches (not in the paper)",
       check=POSITIVE_INT)
   num_learners: int = setting(
       1, RUN, "Synchronous learners (the paper's \"8 learners\"): one per GPU, else logical "
       "CPU devices; each trains on --batch_size trajectories of its own actors per update, "
       "gradients all-reduced.", source="Figure 1 (right), Table 3", check=POSITIVE_INT)
-  intra_op_threads: Optional[int] = _preset(
+  intra_op_threads: Optional[int] = preset_setting(
       RUN, "TensorFlow threads per op, set when TensorFlow starts (experiment.py starts it "
       "after reading the flags); 0: TensorFlow's default (one per core).",
       "not in the paper; Atari's shallow network on machines of at most 2 cores: 1, else 0 "
@@ -324,13 +237,13 @@ class ExperimentSettings:
       "GPU at start), or a limit in MiB (e.g. 20000). No effect without a GPU.",
       source="not in the paper", check=GPU_MEMORY)
   # Environment.
-  num_action_repeats: Optional[int] = _preset(
+  num_action_repeats: Optional[int] = preset_setting(
       ENVIRONMENT, "Environment frames per agent step.", _G1_D3 + ": 4",
       check=POSITIVE_INT, part_of=FOR_LEARNER)
-  width: Optional[int] = _preset(ENVIRONMENT, "Frame width.", _G1_D3 + ": 84, 96",
-                                 check=POSITIVE_INT)
-  height: Optional[int] = _preset(ENVIRONMENT, "Frame height.", _G1_D3 + ": 84, 72",
-                                  check=POSITIVE_INT)
+  width: Optional[int] = preset_setting(ENVIRONMENT, "Frame width.", _G1_D3 + ": 84, 96",
+                                        check=POSITIVE_INT)
+  height: Optional[int] = preset_setting(ENVIRONMENT, "Frame height.", _G1_D3 + ": 84, 72",
+                                         check=POSITIVE_INT)
   dataset_path: str = setting("", ENVIRONMENT, "DMLab: directory of the Brady et al. images.")
   renderer: str = setting("software", ENVIRONMENT, "DMLab renderer.", choices=RENDERERS)
   level_cache_dir: str = setting("", ENVIRONMENT, "DMLab: cache directory for compiled maps.")
@@ -341,64 +254,63 @@ class ExperimentSettings:
   sticky_actions: bool = setting(False, ENVIRONMENT,
                                  "Atari: repeat the last action with p=0.25.")
   # Network.
-  torso: Optional[str] = _preset(
+  torso: Optional[str] = preset_setting(
       NETWORK, "Figure 3's network (shallow, deep), or the IMPACT paper's Atari network "
       "(impact_cnn: 42x42 frames only).",
       "Appendix G (Atari experts shallow, multi-task deep); DMLab: deep; IMPACT section 4.3",
       choices=TORSOS)
   # Learner.
-  algorithm: Optional[str] = _preset(
+  algorithm: Optional[str] = preset_setting(
       LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
       "clipped target-worker surrogate; presets from its Table 1).",
       "the papers' levels: impala; gymnasium levels: impact (benchmarks/RESULTS.md, 'One set "
       "of defaults: IMPACT with batches of 4 x 64')",
       choices=ALGORITHMS)
-  batch_size: Optional[int] = _preset(
+  batch_size: Optional[int] = preset_setting(
       LEARNER, "Trajectories per learner update; with --replay_mixing=added (LASER's default) "
       "the online ones, the replayed ones coming on top.",
       "Table G.1: 32 (Atari); released code: 32 (DMLab)", check=POSITIVE_INT)
-  unroll_length: Optional[int] = _preset(LEARNER, "Agent steps per trajectory (T).",
-                                         _G1_D3 + ": 20, 100", check=POSITIVE_INT)
-  entropy_cost: Optional[float] = _preset(
+  unroll_length: Optional[int] = preset_setting(LEARNER, "Agent steps per trajectory (T).",
+                                                _G1_D3 + ": 20, 100", check=POSITIVE_INT)
+  entropy_cost: Optional[float] = preset_setting(
       LEARNER, "Entropy loss weight.", "Table G.1: 0.01; released code (Table D.1 sweep); "
       "gymnasium levels: 0.001 (families/gym.py, measured)",
       check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  baseline_cost: Optional[float] = _preset(
+  baseline_cost: Optional[float] = preset_setting(
       LEARNER, "Baseline loss weight.", _G1_D3 + ": 0.5; IMPACT Table 1: 1.0",
       check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  discounting: Optional[float] = _preset(LEARNER, "Discount gamma.", _G1_D3 + ": 0.99",
-                                         check=UNIT_INTERVAL, part_of=FOR_LEARNER)
-  reward_clipping: Optional[str] = _preset(
+  discounting: Optional[float] = preset_setting(LEARNER, "Discount gamma.", _G1_D3 + ": 0.99",
+                                                check=UNIT_INTERVAL, part_of=FOR_LEARNER)
+  reward_clipping: Optional[str] = preset_setting(
       LEARNER, "Reward clipping for the loss.",
       "Table D.3, Figure D.1 (DMLab-30 optimistic asymmetric); Table G.1 (abs_one)",
       choices=REWARD_CLIPPING_MODES, part_of=FOR_LEARNER)
-  learning_rate: Optional[float] = _preset(
+  learning_rate: Optional[float] = preset_setting(
       LEARNER, "Initial RMSProp learning rate.", "Table G.1: 0.0006; released code (DMLab-30)",
       check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  decay: Optional[float] = _preset(LEARNER, "RMSProp decay.", "released code: 0.99",
-                                   check=UNIT_INTERVAL, part_of=FOR_LEARNER)
-  momentum: Optional[float] = _preset(LEARNER, "RMSProp momentum.", "Table D.3: 0",
-                                      check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  epsilon: Optional[float] = _preset(LEARNER, "RMSProp epsilon.",
-                                     "Table G.1: 0.01; released code: 0.1 (DMLab); MuJoCo: 1e-16 "
-                                     "(mujoco_presets.py); gymnasium levels: 1e-5 (Table D.1's "
-                                     "sweep; families/gym.py)",
-                                     check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  rmsprop_initial_mean_square: Optional[float] = _preset(
+  decay: Optional[float] = preset_setting(LEARNER, "RMSProp decay.", "released code: 0.99",
+                                          check=UNIT_INTERVAL, part_of=FOR_LEARNER)
+  momentum: Optional[float] = preset_setting(LEARNER, "RMSProp momentum.", "Table D.3: 0",
+                                             check=NON_NEGATIVE, part_of=FOR_LEARNER)
+  epsilon: Optional[float] = preset_setting(
+      LEARNER, "RMSProp epsilon.", "Table G.1: 0.01; released code: 0.1 (DMLab); MuJoCo: 1e-16 "
+      "(mujoco_presets.py); gymnasium levels: 1e-5 (Table D.1's sweep; families/gym.py)",
+      check=NON_NEGATIVE, part_of=FOR_LEARNER)
+  rmsprop_initial_mean_square: Optional[float] = preset_setting(
       LEARNER, "Where RMSProp's mean-square accumulator starts. 1: TF1's RMSPropOptimizer, "
       "the paper's; its steps stay small for the first ~500 updates. 0: full-size steps from "
       "the first update (PyTorch's and Keras' RMSprop start there; the MuJoCo presets, as "
       "RLlib's Adam). See benchmarks/RESULTS.md, 'Short budgets'.",
       "released code (TF1 RMSProp): 1; MuJoCo: 0 (mujoco_presets.py)",
       check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  learning_rate_schedule: Optional[str] = _preset(
+  learning_rate_schedule: Optional[str] = preset_setting(
       LEARNER, "linear: the learning rate falls linearly to 0 at --total_environment_frames "
       "(the papers'); constant: it stays at --learning_rate, so a shorter budget trains "
       "exactly as the start of a longer one.",
       "Tables D.3, G.1 (released code's polynomial_decay): linear; gymnasium levels: "
       "constant (benchmarks/RESULTS.md, 'Defaults for environments nobody tuned')",
       choices=LEARNING_RATE_SCHEDULES, part_of=FOR_LEARNER)
-  popart: Optional[bool] = _preset(
+  popart: Optional[bool] = preset_setting(
       LEARNER, "Learn the values in a normalised scale (PopArt): the baseline's targets and "
       "the policy gradient's advantages divided by a running standard deviation of V-trace's "
       "targets, the value layer rescaled to keep its outputs; rewards of any size and sign "
@@ -406,11 +318,11 @@ class ExperimentSettings:
       "Hessel et al. 2019 (the IMPALA follow-up); the papers' presets: off; gymnasium "
       "levels: on (benchmarks/RESULTS.md, 'Defaults for environments nobody tuned')",
       part_of=FOR_LEARNER)
-  max_grad_norm: Optional[float] = _preset(
+  max_grad_norm: Optional[float] = preset_setting(
       LEARNER, "Global gradient-norm clip; 0 for none (the default with --laser_replay).",
       "Table G.1: 40; DMLab: none (released code); LASER section 5.1: none",
       part_of=FOR_LEARNER)
-  off_policy_correction: Optional[str] = _preset(
+  off_policy_correction: Optional[str] = preset_setting(
       LEARNER, "Table 2's off-policy correction.", "Table 2: vtrace",
       choices=OFF_POLICY_CORRECTIONS, part_of=FOR_LEARNER)
   jit_compile: str = setting("auto", LEARNER, "XLA-compile the learner update; auto: on GPUs "
@@ -443,7 +355,7 @@ class ExperimentSettings:
   entropy_on_online_only: Optional[bool] = setting(
       None, REPLAY, "Entropy cost on the batch's online trajectories only. Default: on with "
       "--laser_replay, off otherwise.", source="LASER section 5.1")
-  trust_region_threshold: Optional[float] = _preset(
+  trust_region_threshold: Optional[float] = preset_setting(
       REPLAY, "LASER's trust-region V-trace: steps whose KL(pi || pi_rho_bar) exceeds this are "
       "left out of the policy and value losses and cut the V-trace traces. Default: inf (off, "
       "plain IMPALA).", "LASER section 4.3", check=TRUST_REGION, part_of=FOR_LEARNER)
@@ -463,24 +375,24 @@ class ExperimentSettings:
       None, IMPACT_TOPIC, "Learner steps between target-network refreshes. Default: "
       "circular_buffer_size x circular_buffer_max_uses.", source="IMPACT section 4.1.1",
       check=WHOLE_POSITIVE, part_of=FOR_IMPACT)
-  circular_buffer_size: Optional[int] = _preset(
+  circular_buffer_size: Optional[int] = preset_setting(
       IMPACT_TOPIC, "N, batches in the circular buffer.", "IMPACT Table 1: 4",
       check=POSITIVE_INT)
-  circular_buffer_max_uses: Optional[int] = _preset(
+  circular_buffer_max_uses: Optional[int] = preset_setting(
       IMPACT_TOPIC, "K, learner steps on each batch before it is dropped.",
       "IMPACT Table 1: 2", check=POSITIVE_INT)
-  ppo_clip: Optional[float] = _preset(IMPACT_TOPIC, "PPO's clipping epsilon of the surrogate.",
-                                      "IMPACT Table 1: 0.3", check=OPEN_UNIT_INTERVAL,
-                                      part_of=FOR_IMPACT)
-  target_worker_clipping: Optional[float] = _preset(
+  ppo_clip: Optional[float] = preset_setting(
+      IMPACT_TOPIC, "PPO's clipping epsilon of the surrogate.", "IMPACT Table 1: 0.3",
+      check=OPEN_UNIT_INTERVAL, part_of=FOR_IMPACT)
+  target_worker_clipping: Optional[float] = preset_setting(
       IMPACT_TOPIC, "rho: ratio pi / max(pi_target, mu / rho).", "IMPACT Table 1: 2.0",
       check=AT_LEAST_ONE, part_of=FOR_IMPACT)
-  gae_lambda: Optional[float] = _preset(IMPACT_TOPIC, "lambda of the V-trace GAE advantages.",
-                                        "IMPACT Table 1: 0.995", check=UNIT_INTERVAL,
-                                        part_of=FOR_IMPACT)
-  kl_cost: Optional[float] = _preset(IMPACT_TOPIC, "Weight of KL(pi_target || pi).",
-                                     "IMPACT Table 1: 0.0", check=NON_NEGATIVE,
-                                     part_of=FOR_IMPACT)
+  gae_lambda: Optional[float] = preset_setting(
+      IMPACT_TOPIC, "lambda of the V-trace GAE advantages.", "IMPACT Table 1: 0.995",
+      check=UNIT_INTERVAL, part_of=FOR_IMPACT)
+  kl_cost: Optional[float] = preset_setting(IMPACT_TOPIC, "Weight of KL(pi_target || pi).",
+                                            "IMPACT Table 1: 0.0", check=NON_NEGATIVE,
+                                            part_of=FOR_IMPACT)
   kl_target: Optional[float] = setting(
       None, IMPACT_TOPIC, "The KL(pi_target || pi) an adaptive --kl_cost steers towards: at "
       "each target-network refresh the coefficient is scaled by 1.5 when the step's mean KL "
@@ -514,95 +426,6 @@ class ClusterSettings:
       "trust completely; the learner says so at start.")
 
 
-# Loopback: a replay service listens on this machine only unless told otherwise
-# (replay_service.DEFAULT_REPLAY_ADDRESS, which imports TensorFlow; a test keeps them equal).
-DEFAULT_REPLAY_ADDRESS = "localhost:8010"
-# --initial_hyperparameters: drawn from Table D.1 (the paper), or the flags' for every member.
-TABLE_D1, FLAGS_INITIAL = "table_d1", "flags"
-INITIAL_HYPERPARAMETERS = (TABLE_D1, FLAGS_INITIAL)
-
-
-@dataclasses.dataclass(frozen=True)
-class PopulationSettings:
-  """python -m scalable_agent_tf2.population's flags (population.py); the members' own flags
-  (after "--") are experiment.py's."""
-  logdir: str = reuse(ExperimentSettings, "logdir", default=REQUIRED, topic=POPULATION_TOPIC,
-                      doc="The population's directory (each member's is <logdir>/member_NN).")
-  population_size: int = setting(POPULATION_SIZE, POPULATION_TOPIC, "Members.",
-                                 source="Tables D.1 and G.1: 24", check=POSITIVE_INT)
-  initial_hyperparameters: str = setting(
-      TABLE_D1, POPULATION_TOPIC, "table_d1: each member draws entropy cost, learning rate and "
-      "RMSProp epsilon from Table D.1 (the paper); flags: every member starts from the level's "
-      "presets and the flags.", source="Table D.1", choices=INITIAL_HYPERPARAMETERS)
-  seed: int = reuse(ExperimentSettings, "seed", topic=POPULATION_TOPIC,
-                    doc="Seeds the sampling, the decisions and the members' seeds.")
-  curve_of: Optional[int] = setting(
-      None, POPULATION_TOPIC, "Do not train: print member K's learning curve across its "
-      "ancestors (JSON lines, log.jsonl records) and exit.", check=NON_NEGATIVE)
-  burn_in_frames: int = setting(
-      BURN_IN_FRAMES, EVOLUTION, "No evolution before a member has trained this many "
-      "frames.", source="Appendix F: 20M", check=NON_NEGATIVE)
-  ready_episodes: int = setting(
-      READY_EPISODES, EVOLUTION, "A member evolves after this many new episodes; its "
-      "fitness is measured on its last this many.", source="Appendix F: 5,000",
-      check=POSITIVE_INT)
-  exploit_threshold: float = setting(
-      EXPLOIT_THRESHOLD, EVOLUTION, "Copy a member whose fitness is more than this higher "
-      "(mean capped human-normalised score; raw return on a single level).",
-      source="Appendix F: 5 points", check=A_NUMBER)
-  poll_secs: float = setting(10.0, MEMBERS, "Seconds between checks of the members.",
-                             check=POSITIVE)
-  stop_timeout_secs: float = setting(
-      300.0, MEMBERS, "A stopping member has this long to write its checkpoint.",
-      check=POSITIVE)
-  max_crashes: int = setting(
-      3, MEMBERS, "Stop when a member crashes this many times in a row without a new "
-      "checkpoint.", check=POSITIVE_INT)
-  member_prefix: str = setting(
-      "", MEMBERS, 'Command put before each member\'s "python -m '
-      'scalable_agent_tf2.run.experiment_main ..." (a cluster launcher, e.g. "srun --nodes=1 '
-      '--ntasks=1"); {member} is replaced by the member\'s index.')
-  shared_replay_capacity: int = setting(
-      0, SHARED_REPLAY, "Unrolls of one LASER episode replay shared by every member, served by "
-      "a replay service process the driver runs on a free loopback port; members get "
-      "--laser_replay, --shared_replay_address and --agent_tag=member_NN (give "
-      "--replay_fraction after '--'). 0: off.", source="LASER section 5.4",
-      check=OFF_OR_POSITIVE)
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplayServiceSettings:
-  """python -m scalable_agent_tf2.transport.replay_service's flags (replay_service.py)."""
-  address: str = setting(DEFAULT_REPLAY_ADDRESS, REPLAY_SERVICE,
-                         "host:port to listen on (default: loopback only).")
-  replay_capacity: int = reuse(
-      ExperimentSettings, "replay_capacity", topic=REPLAY_SERVICE,
-      doc="Unrolls held, oldest episodes removed first (LASER section 5.3 counts "
-      "observations: capacity x T).")
-  seed: int = reuse(ExperimentSettings, "seed", default=0, topic=REPLAY_SERVICE,
-                    doc="Seeds the uniform sampling.")
-  log_secs: float = reuse(ExperimentSettings, "log_secs", default=30.0, topic=REPLAY_SERVICE,
-                          doc="Seconds between console lines of the replay's contents.")
-  cluster_secret_file: str = reuse(
-      ClusterSettings, "cluster_secret_file",
-      doc="A file holding the secret every agent must prove (the same as their "
-      "--cluster_secret_file). Default: the environment variable IMPALA_CLUSTER_SECRET (the "
-      "secret itself), else none: then the service listens on loopback only.")
-  insecure_open_cluster: bool = reuse(
-      ClusterSettings, "insecure_open_cluster",
-      doc="Let a service without a secret listen beyond loopback: anyone who reaches it can "
-      "read and fill the replay.")
-
-
-@dataclasses.dataclass(frozen=True)
-class LaunchSettings:
-  """python -m scalable_agent_tf2.run.launch's flags (launch.py); the flags after "--" are every
-  process's experiment flags."""
-  num_actor_processes: int = setting(2, LAUNCH, "Actor processes next to the learner.",
-                                     check=POSITIVE_INT)
-  port: Optional[int] = setting(None, LAUNCH, "Learner port (default: free).", check=PORT)
-
-
 # The learner's fixed V-trace settings (LearnerConfig fields without a flag).
 VTRACE_CONSTANTS = (
     ("clip_rho_threshold", 1.0),     # rho_bar, section 5.2.1.
@@ -614,8 +437,6 @@ IMPACT_SETTINGS = tuple(f.name for f in dataclasses.fields(ExperimentSettings)
                         if f.metadata["topic"] == IMPACT_TOPIC)
 CLUSTER_SETTINGS = tuple(f.name for f in dataclasses.fields(ClusterSettings))
 TABLES = (ExperimentSettings, ClusterSettings)  # experiment.py's.
-COMMAND_TABLES = (PopulationSettings, ReplayServiceSettings, LaunchSettings)
-ALL_TABLES = TABLES + COMMAND_TABLES
 
 
 def all_settings():
@@ -656,119 +477,3 @@ def check_arguments(table, arguments):
   against its table. Raises ValueError: "--name must be <requirement>, got <value>."."""
   for field in dataclasses.fields(table):
     check_value(field.name, getattr(arguments, field.name), field)
-
-
-def _flag_type(field):
-  if field.metadata["choices"] is not None:
-    return "enum"
-  return {bool: "bool", int: "integer", float: "float", str: "string"}[_base_type(field)]
-
-
-def _base_type(field):
-  """int for Optional[int], and so on."""
-  hint = field.type
-  return next((t for t in (bool, int, float, str) if hint in (t, Optional[t])), str)
-
-
-def _flag_help(field):
-  text = field.metadata["doc"]
-  if field.metadata["preset"] and "Default" not in text:
-    text += " (default: the level's preset)"
-  return text
-
-
-def define_flags(flag_values):
-  """Defines one absl flag per setting on `flag_values` (absl.flags.FLAGS in experiment.py).
-
-  Each flag is registered under its topic's title as its module, so absl's --helpfull groups
-  them by topic too.
-  """
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  for field in all_settings():
-    kwargs = dict(flag_values=flag_values, module_name=TOPICS[field.metadata["topic"]])
-    kind, help_text_ = _flag_type(field), _flag_help(field)
-    if kind == "enum":
-      flags.DEFINE_enum(field.name, field.default, list(field.metadata["choices"]),
-                        help_text_, **kwargs)
-    else:
-      getattr(flags, f"DEFINE_{kind}")(field.name, field.default, help_text_, **kwargs)
-
-
-def help_text(width=100, tables=TABLES):
-  """The settings of `tables` (experiment.py's by default) by topic: flag, type or choices,
-  default, help and source (--help)."""
-  lines = []
-  fields = [field for table in tables for field in dataclasses.fields(table)]
-  for topic, title in ALL_TOPICS.items():
-    in_topic = [f for f in fields if f.metadata["topic"] == topic]
-    if not in_topic:
-      continue
-    lines += ["", f"{title}:"]
-    for field in in_topic:
-      choices = field.metadata["choices"]
-      kind = "|".join(repr(c) if c == "" else c for c in choices) if choices else (
-          _base_type(field).__name__)
-      if field.default is REQUIRED:
-        default = "required"
-      else:
-        default = "default: " + (
-            "the level's preset" if field.metadata["preset"] else repr(field.default))
-      lines.append(f"  --{field.name}: {kind} ({default})")
-      text = field.metadata["doc"]
-      if field.metadata["source"]:
-        text += f" [Source: {field.metadata['source']}.]"
-      lines += textwrap.wrap(text, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
-  return "\n".join(lines)
-
-
-class CommandParser(argparse.ArgumentParser):
-  """The argparse parser of a command whose flags are a table's settings (one flag each).
-
-  Values are converted by argparse (a malformed number: argparse's usage error, exit 2); the
-  table's checks run in `parse_settings` (or `check_arguments`), so a bad value reads as
-  experiment.py's do. --help lists the flags by topic with their defaults and sources, as
-  `python experiment.py --help` does.
-  """
-
-  def __init__(self, table, prog, description, **kwargs):
-    super().__init__(prog=prog, description=description, **kwargs)
-    self.table = table
-    groups = {}
-    for field in dataclasses.fields(table):
-      topic = field.metadata["topic"]
-      if topic not in groups:
-        groups[topic] = self.add_argument_group(ALL_TOPICS[topic])
-      options = dict(dest=field.name, help=_flag_help(field).replace("%", "%%"))
-      if field.default is REQUIRED:
-        options["required"] = True
-      else:
-        options["default"] = field.default
-      if _base_type(field) is bool:
-        if field.default is not False:
-          raise ValueError(f"--{field.name}: a command's bool flag is off by default.")
-        options["action"] = "store_true"
-      else:
-        options["type"] = _base_type(field)
-        if field.metadata["choices"] is not None:
-          options["choices"] = field.metadata["choices"]
-      groups[topic].add_argument(f"--{field.name}", **options)
-
-  def format_help(self):
-    description = textwrap.fill(self.description, 100)
-    return (f"{self.format_usage()}\n{description}\n\nFlags ({self.prog} "
-            f"--flag=value):\n{help_text(tables=(self.table,))}\n")
-
-  def parse_settings(self, argv=None, known_only=False):
-    """(the table's instance, the arguments it left: those after "--" with `known_only`).
-
-    Raises:
-      ValueError: a value fails its setting's check, naming the flag.
-    """
-    if known_only:
-      arguments, rest = self.parse_known_args(argv)
-    else:
-      arguments, rest = self.parse_args(argv), []
-    values = self.table(**{f.name: getattr(arguments, f.name)
-                           for f in dataclasses.fields(self.table)})
-    check_arguments(self.table, values)
-    return values, rest

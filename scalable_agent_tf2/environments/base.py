@@ -36,6 +36,11 @@ EnvSpec = collections.namedtuple("EnvSpec", "num_actions frame_shape")
 ContinuousEnvSpec = collections.namedtuple(
     "ContinuousEnvSpec", "action_size action_low action_high frame_shape")
 
+# Several discrete choices per step (gymnasium's MultiDiscrete, gym_spaces.py): nvec, a tuple of
+# K numbers of choices, an action being K indices, action[k] in [0, nvec[k]) (a categorical
+# policy per component, agent/action_families.MultiCategoricalFamily); frame_shape as EnvSpec's.
+MultiDiscreteEnvSpec = collections.namedtuple("MultiDiscreteEnvSpec", "nvec frame_shape")
+
 # Frames are uint8 (structures.Observation); continuous-control observations float32.
 FRAME_DTYPE = np.uint8
 OBSERVATION_DTYPE = np.float32
@@ -242,10 +247,31 @@ def check_continuous_action(action, action_size):
   return checked
 
 
+def check_multi_discrete_action(action, nvec):
+  """The action as a new int64 [K] array of indices, action[k] in [0, nvec[k]), or a clear
+  error (gymnasium's MultiDiscrete takes int64).
+
+  Raises:
+    ValueError: not integers, not of shape [K], or an index out of its range.
+  """
+  checked = np.asarray(action)
+  if checked.shape != (len(nvec),) or not np.issubdtype(checked.dtype, np.integer):
+    raise ValueError("Action must be %d integer indices (one per choice of %s), got %r." % (
+        len(nvec), list(nvec), action))
+  out_of_range = [k for k, (index, n) in enumerate(zip(checked, nvec)) if not 0 <= index < n]
+  if out_of_range:
+    raise ValueError("Action %s is out of range at %s: this environment's choices have %s "
+                     "options each." % (checked.tolist(), out_of_range, list(nvec)))
+  return checked.astype(np.int64)
+
+
 def check_action_for_spec(action, spec):
-  """check_action for an EnvSpec, check_continuous_action for a ContinuousEnvSpec."""
+  """check_action for an EnvSpec, check_continuous_action for a ContinuousEnvSpec,
+  check_multi_discrete_action for a MultiDiscreteEnvSpec."""
   if isinstance(spec, ContinuousEnvSpec):
     return check_continuous_action(action, spec.action_size)
+  if isinstance(spec, MultiDiscreteEnvSpec):
+    return check_multi_discrete_action(action, spec.nvec)
   return check_action(action, spec.num_actions)
 
 
@@ -305,7 +331,8 @@ class Environment(abc.ABC):
   @property
   @abc.abstractmethod
   def spec(self):
-    """EnvSpec (number of actions, frame shape) or ContinuousEnvSpec (action bounds)."""
+    """EnvSpec (number of actions, frame shape), ContinuousEnvSpec (action bounds) or
+    MultiDiscreteEnvSpec (numbers of choices)."""
 
   @abc.abstractmethod
   def initial(self):
@@ -313,8 +340,8 @@ class Environment(abc.ABC):
 
   @abc.abstractmethod
   def step(self, action):
-    """Acts (int in [0, spec.num_actions), or float [A] for a ContinuousEnvSpec); returns the
-    next EnvOutput (auto-reset on done)."""
+    """Acts (int in [0, spec.num_actions), float [A] for a ContinuousEnvSpec, int [K] for a
+    MultiDiscreteEnvSpec); returns the next EnvOutput (auto-reset on done)."""
 
   @abc.abstractmethod
   def close(self):

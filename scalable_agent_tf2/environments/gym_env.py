@@ -12,11 +12,12 @@ Discrete(n) -> int32 [] index; a Dict of an image (Box (H, W, C) uint8) and a te
 (gymnasium's Text, or any space of str such as MiniGrid's MissionSpace: MiniGrid and BabyAI's
 Dict(image, direction, mission)) -> the image as the frame and the text as the instruction, as
 DeepMind Lab's INSTR (environments/dmlab.py): the actor hashes it into word ids
-(policies.encode_group_instructions, networks.hash_instructions) and the network encodes it
+(policies.encode_group_instructions, language.hash_instructions) and the network encodes it
 with the paper's instruction encoder (Figure 3). A Dict's other entries (MiniGrid's direction)
-are not observed: Description.ignored_keys names them. Actions: Discrete(n) ->
-base.EnvSpec(n, ...); Box (A,) -> ContinuousEnvSpec, the action clipped to the bounds only in
-the copy sent to gymnasium (action_bounds.py).
+are not observed: gym_spaces.Description.ignored_keys names them. Actions: Discrete(n) ->
+base.EnvSpec(n, ...); MultiDiscrete(nvec) -> MultiDiscreteEnvSpec(nvec, ...); Box (A,) ->
+ContinuousEnvSpec, the action clipped to the bounds only in the copy sent to gymnasium
+(gym_spaces.Description.sent_action, action_bounds.py).
 
 Episode ends. gymnasium tells a termination (the task ended: no value after it) from a
 truncation (a time limit cut it: the return would have gone on). A termination sets `done` on
@@ -30,8 +31,8 @@ truncated episode like a terminated one, as the MuJoCo tasks do (environments/mu
 
 Faults. A step() or reset() that raises is reported as EnvironmentStepFailed, naming the
 user's error and the line of their code that raised it (base.innermost_frame_in); an
-observation or reward of the wrong shape or dtype as EnvironmentOutputError, naming the level,
-the field, the step and episode, what came and what the space promised (NaN and infinities
+observation or reward of the wrong shape or dtype as base.EnvironmentOutputError, naming the
+level, the field, the step and episode, what came and what the space promised (NaN and infinities
 are the actor's check, base.output_problem, for every family). Both are base.EnvironmentFault:
 actors replace the environment as they replace a dead environment process, drop the episode
 in progress and log the failure; a level whose environments keep failing stops the run with
@@ -40,27 +41,17 @@ one message (actor.RestartPolicy).
 import difflib
 import functools
 import importlib
-import sys
 
 import numpy as np
 
-from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments import rendering
 
 # The levels' names: "gym:<id>" (environments/families/gym.py is their family).
 LEVEL_PREFIX = "gym:"
-VECTOR, FRAME, INDEX = "vector", "frame", "index"
-# The spaces the "gym:" levels take (what an unsupported space's message lists).
-SUPPORTED_OBSERVATIONS = ("Box of shape (O,) (a float vector)",
-                          "Box of shape (H, W, C) and dtype uint8 or bool (image frames, "
-                          "feature planes)",
-                          "Discrete(n) (an index)",
-                          "Dict of one image (Box (H, W, C) uint8) and at most one text "
-                          "(gymnasium Text, or a space of str such as MiniGrid's "
-                          "MissionSpace), other entries ignored (MiniGrid/BabyAI's "
-                          "Dict(image, direction, mission))")
-SUPPORTED_ACTIONS = ("Discrete(n)", "Box of shape (A,) (continuous actions)")
+
+
 def gym_id(level_name):
   """"gym:CartPole-v1" -> "CartPole-v1"; "gym:pkg.envs:MyEnv-v0" -> "pkg.envs:MyEnv-v0"."""
   return level_name[len(LEVEL_PREFIX):]
@@ -133,16 +124,10 @@ def import_registering_module(env_id, module):
         name=error.name) from None
 
 
-
-
 class EnvironmentStepFailed(base.EnvironmentFault):
   """The environment's own step() or reset() raised: actors replace it as they replace a dead
   environment process (actor.ENVIRONMENT_FAILURES). The message names the level, the step and
   episode and the error, and where in the environment's code it was raised (user_frame)."""
-
-
-# An observation or reward that breaks the environment's spaces (base.EnvironmentFault too).
-EnvironmentOutputError = base.EnvironmentOutputError
 
 
 class EnvironmentCannotBeMade(base.EnvironmentFault, ValueError):
@@ -150,152 +135,6 @@ class EnvironmentCannotBeMade(base.EnvironmentFault, ValueError):
   command line answers it with an `error:` line when the settings are resolved (the family
   reads the spaces then), and an environment fault, so that an actor that meets it retries
   and then reports the level (actor.RestartPolicy)."""
-
-
-class UnsupportedSpace(ValueError):
-  """An observation or action space the project cannot act on."""
-
-
-class Description:
-  """What a gymnasium environment observes and does, read from its spaces.
-
-  Attributes:
-    observation_kind: VECTOR, FRAME or INDEX. observation_shape: (O,), (H, W, C) or ().
-    has_instruction: the observation carries a text (a Dict's mission): the network takes the
-      paper's instruction encoder (families/gym.py network_config).
-    image_key, text_key: a Dict observation's entries read as the frame and the instruction
-      (text_key None: a Dict without text); both None for a plain space.
-    ignored_keys: a Dict's other entries, sorted (not observed; e.g. MiniGrid's direction).
-    frame_max: FRAME only: the largest value of the image's entries (frame_max), None else.
-    continuous_actions: Box actions. num_actions (Discrete) or action_size, action_low,
-    action_high (Box).
-  """
-
-  def __init__(self, env_id, observation_space, action_space, unwrapped=None):
-    from gymnasium import spaces  # pylint: disable=g-import-not-at-top
-    self.env_id = env_id
-    self.image_key = self.text_key = None
-    self.ignored_keys = ()
-    if isinstance(observation_space, spaces.Dict):
-      self.image_key, self.text_key, self.ignored_keys = dict_keys(env_id, observation_space)
-      self.observation_kind = FRAME
-      self.observation_shape = tuple(int(n) for n in
-                                     observation_space[self.image_key].shape)
-    else:
-      self.observation_kind, self.observation_shape = _observation_kind(
-          env_id, observation_space, spaces)
-    self.has_instruction = self.text_key is not None
-    image_space = (observation_space[self.image_key] if self.image_key is not None
-                   else observation_space)
-    self.frame_is_bool = (self.observation_kind == FRAME
-                          and image_space.dtype == np.dtype(np.bool_))
-    self.frame_max = (None if self.observation_kind != FRAME else 1.0 if self.frame_is_bool
-                      else frame_max(unwrapped, self.observation_shape))
-    self.step_seconds = None  # Measured by describe() (measure_step_seconds).
-    if isinstance(action_space, spaces.Discrete):
-      self.continuous_actions, self.num_actions = False, int(action_space.n)
-      self.action_start = int(action_space.start)
-    elif isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
-      self.continuous_actions = True
-      self.action_size = int(action_space.shape[0])
-      self.action_low = np.asarray(action_space.low, np.float32)
-      self.action_high = np.asarray(action_space.high, np.float32)
-    else:
-      raise UnsupportedSpace(
-          f"gym:{env_id}: its action space {action_space} is not supported; supported: "
-          f"{', '.join(SUPPORTED_ACTIONS)}. Wrap the environment (e.g. "
-          "gymnasium.wrappers.FlattenObservation, a discretising ActionWrapper) in your own "
-          "package and register the wrapped one.")
-
-  def spec(self):
-    """base.EnvSpec (discrete actions) or base.ContinuousEnvSpec (Box actions)."""
-    if self.continuous_actions:
-      return base.ContinuousEnvSpec(action_size=self.action_size,
-                                    action_low=self.action_low.copy(),
-                                    action_high=self.action_high.copy(),
-                                    frame_shape=self.observation_shape)
-    return base.EnvSpec(num_actions=self.num_actions, frame_shape=self.observation_shape)
-
-
-def frame_max(unwrapped, image_shape):
-  """The largest value an image observation's uint8 entries take: 255 for pixels, and the
-  largest index for MiniGrid and BabyAI's image, which is not pixels but the grid's encoding
-  (object, colour and state indices of the agent's view, minigrid.core.constants: at most
-  10). Divided by 255 as pixels, that image reached the torso about 25 times weaker than a
-  frame does (benchmarks/RESULTS.md, "A dictionary observation"). MiniGrid's own
-  RGBImgPartialObsWrapper renders pixels instead, of another shape: 255 again.
-
-  Args:
-    unwrapped: the environment's env.unwrapped, or None (then pixels).
-    image_shape: (H, W, C) of the image.
-  """
-  minigrid_env = getattr(sys.modules.get("minigrid.minigrid_env"), "MiniGridEnv", None)
-  if minigrid_env is not None and isinstance(unwrapped, minigrid_env):
-    view = unwrapped.agent_view_size
-    if tuple(image_shape) == (view, view, 3):  # Grid encoding, not rendered pixels.
-      from minigrid.core import constants  # pylint: disable=g-import-not-at-top
-      return float(max(*constants.OBJECT_TO_IDX.values(), *constants.COLOR_TO_IDX.values(),
-                       *constants.STATE_TO_IDX.values()))
-  return 255.0
-
-
-# The dtypes of a frame the family takes: uint8 (pixels, MiniGrid's grid encoding) and bool
-# (feature planes, e.g. MinAtar's 10x10xC), stored as uint8 (bool as 0 / 1: frame_max 1).
-FRAME_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_))
-
-
-def _is_image(space, spaces):
-  """A Box (H, W, C) of uint8 or bool: an image frame."""
-  return (isinstance(space, spaces.Box) and len(space.shape) == 3
-          and space.dtype in FRAME_DTYPES)
-
-
-def _is_text(space, spaces):
-  """gymnasium's Text, or any space whose values are str (MiniGrid's MissionSpace is a
-  Space[str] of dtype str, not a Text)."""
-  dtype = getattr(space, "dtype", None)
-  return isinstance(space, spaces.Text) or (dtype is not None and dtype.kind in "US")
-
-
-def dict_keys(env_id, space):
-  """(image key, text key or None, the other keys sorted) of a Dict observation space the
-  project takes: exactly one image entry (Box (H, W, C) uint8) and at most one text entry;
-  UnsupportedSpace naming the entries otherwise."""
-  from gymnasium import spaces  # pylint: disable=g-import-not-at-top
-  images = [key for key, entry in space.spaces.items() if _is_image(entry, spaces)]
-  texts = [key for key, entry in space.spaces.items() if _is_text(entry, spaces)]
-  problem = None
-  if len(images) != 1:
-    problem = (f"it has {len(images)} image entries (Box (H, W, C) uint8)"
-               + (f": {', '.join(map(repr, images))}" if images else ""))
-  elif len(texts) > 1:
-    problem = f"it has {len(texts)} text entries: {', '.join(map(repr, texts))}"
-  if problem is not None:
-    entries = ", ".join(f"{key!r}: {entry}" for key, entry in space.spaces.items())
-    raise UnsupportedSpace(
-        f"gym:{env_id}: its observation space Dict({entries}) is not supported: {problem}; "
-        f"supported: {', '.join(SUPPORTED_OBSERVATIONS)}. Wrap the environment "
-        "(e.g. gymnasium.wrappers.FilterObservation to keep one image and one text, "
-        "FlattenObservation for vectors) in your own package and register the wrapped one.")
-  text_key = texts[0] if texts else None
-  ignored = tuple(sorted(key for key in space.spaces if key not in (images[0], text_key)))
-  return images[0], text_key, ignored
-
-
-def _observation_kind(env_id, space, spaces):
-  """(kind, shape) of a supported observation space; UnsupportedSpace otherwise."""
-  if isinstance(space, spaces.Discrete):
-    return INDEX, ()
-  if isinstance(space, spaces.Box):
-    if len(space.shape) == 1:
-      return VECTOR, tuple(int(n) for n in space.shape)
-    if len(space.shape) == 3 and space.dtype in FRAME_DTYPES:
-      return FRAME, tuple(int(n) for n in space.shape)
-  raise UnsupportedSpace(
-      f"gym:{env_id}: its observation space {space} is not supported; supported: "
-      f"{', '.join(SUPPORTED_OBSERVATIONS)}. Wrap the environment (e.g. "
-      "gymnasium.wrappers.FlattenObservation for Dict or Tuple observations) in your own "
-      "package and register the wrapped one.")
 
 
 def make(env_id, env_kwargs):
@@ -384,7 +223,8 @@ def _describe(env_id, env_kwargs_json):
   import json  # pylint: disable=g-import-not-at-top
   env = make(env_id, json.loads(env_kwargs_json))
   try:
-    description = Description(env_id, env.observation_space, env.action_space, env.unwrapped)
+    description = gym_spaces.Description(env_id, env.observation_space, env.action_space,
+                                         env.unwrapped)
   except BaseException:
     env.close()
     raise
@@ -420,7 +260,7 @@ class GymEnvironment(base.Environment):
     self.level_name = level_name
     self._id = gym_id(level_name)
     self._env = make(self._id, dict(env_kwargs or {}))
-    self._description = Description(self._id, self._env.observation_space,
+    self._description = gym_spaces.Description(self._id, self._env.observation_space,
                                     self._env.action_space, self._env.unwrapped)
     self._spec = self._description.spec()
     self._seed, self._seeded = int(seed), False
@@ -438,8 +278,8 @@ class GymEnvironment(base.Environment):
   def _output_error(self, what):
     """EnvironmentOutputError: "<level>: step 3 of episode 1: the environment returned
     <what>."."""
-    return EnvironmentOutputError(f"{self.level_name}: {self._where}: the environment "
-                                  f"returned {what}.")
+    return base.EnvironmentOutputError(f"{self.level_name}: {self._where}: the environment "
+                                       f"returned {what}.")
 
   def _call_environment(self, method, *args, **kwargs):
     """The gymnasium environment's `method` (step or reset); EnvironmentStepFailed naming
@@ -481,7 +321,7 @@ class GymEnvironment(base.Environment):
     """A plain observation (or a Dict's image) as the frame the project stores."""
     kind, shape = self._description.observation_kind, self._description.observation_shape
     array = np.asarray(observation)
-    if kind == INDEX:
+    if kind == gym_spaces.INDEX:
       if array.shape != () or not np.issubdtype(array.dtype, np.integer):
         raise self._output_error(
             f"an observation of shape {array.shape} and dtype {array.dtype}; its Discrete "
@@ -490,7 +330,7 @@ class GymEnvironment(base.Environment):
     if array.shape != shape:
       raise self._output_error(
           f"an observation of shape {array.shape}; its observation space promises {shape}")
-    if kind == FRAME:
+    if kind == gym_spaces.FRAME:
       promised = np.bool_ if self._description.frame_is_bool else np.uint8
       if array.dtype != promised:
         raise self._output_error(
@@ -530,19 +370,12 @@ class GymEnvironment(base.Environment):
     self._episode = 0
     return base.make_env_output(0.0, True, *self._reset(), 0.0, 0)
 
-  def _sent_action(self, action):
-    if self._description.continuous_actions:
-      action = base.check_continuous_action(action, self._spec.action_size)
-      return action_bounds.clip_to_bounds(action, self._description.action_low,
-                                          self._description.action_high)
-    return base.check_action(action, self._spec.num_actions) + self._description.action_start
-
   def step(self, action):
     """Acts; resets by itself after an episode ends (base.py). With emit_truncation_step, the
     step after a truncated episode's last observation ignores its action and starts the next
     episode (reward 0, done True)."""
     self._check_open()
-    sent = self._sent_action(action)
+    sent = self._description.sent_action(action)
     if self._pending_reset:
       self._pending_reset = False
       return base.make_env_output(0.0, True, *self._reset(), *self._last_statistics)

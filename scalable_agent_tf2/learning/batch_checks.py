@@ -4,7 +4,7 @@ their compiled step).
 """
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
 
@@ -50,7 +50,7 @@ def check_batch(network_config, agent_state, env_outputs, agent_outputs):
   expected["agent_outputs.baseline"] = (agent_outputs.baseline, ())
   if network_config.use_instruction:
     expected["env_outputs.observation.instruction"] = (
-        env_outputs.observation.instruction, (networks.MAX_INSTRUCTION_WORDS,))
+        env_outputs.observation.instruction, (language.MAX_INSTRUCTION_WORDS,))
   for name, (tensor, trailing) in expected.items():
     want = tf.TensorShape(list(leading) + list(trailing))
     if not tensor.shape.is_compatible_with(want):

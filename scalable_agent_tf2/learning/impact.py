@@ -4,6 +4,7 @@
     steps               Algorithm 1 lines 6, 7, 10: the learner's steps over the circular buffer.
     ImpactLearner       Algorithm 1: a target network and the clipped target-worker surrogate.
     impact_loss_terms   Algorithm 1 line 8: one batch's loss terms.
+    gae_from_importance_weights  section 3.1: V-trace's GAE-lambda advantages.
 
 The per-step math it shares with IMPALA is elsewhere in this room: V-trace (vtrace.py), the
 surrogate, the ratio and the KL coefficient's adaptation (losses.py: impact_log_ratio,
@@ -344,7 +345,7 @@ def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs
   pi_target and mu (any action space), and the entropy and KL terms."""
   # A cut transition (a truncated episode's reset step) has rho = c = 0, so its advantage is
   # 0 and the one into it bootstraps from V(x_t) (module docstring); its terms weigh 0.
-  returns = vtrace.gae_from_importance_weights(
+  returns = gae_from_importance_weights(
       target_log_probs - behaviour_log_probs, batch.discounts, batch.rewards, batch.values,
       batch.bootstrap_value, lambda_=impact_config.gae_lambda,
       clip_rho_threshold=config.clip_rho_threshold, clip_c_threshold=config.clip_c_threshold,
@@ -364,3 +365,37 @@ def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs
       target_worker_clipped_fraction=fraction(
           tf.math.log(beta) + behaviour_log_probs > target_log_probs))
   return terms, diagnostics, returns.vs
+
+
+def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
+                                lambda_, clip_rho_threshold=1.0, clip_c_threshold=1.0,
+                                transition_mask=None,
+                                name="vtrace_gae_from_importance_weights"):
+  r"""IMPACT's V-trace GAE-lambda advantages (IMPACT paper, section 3.1, after Han & Sung).
+
+      A_t = sum_{i=t}^{T-1} (prod_{j=t}^{i-1} lambda gamma_j c_j) delta_i V,
+      delta_i V = rho_i (r_i + gamma_i V(x_{i+1}) - V(x_i)),
+  with rho_i = min(rho_bar, pi/mu), c_j = min(c_bar, pi/mu) and V(x_T) = bootstrap_value.
+  This is V-trace's v_t - V(x_t) with Remark 2's lambda, so the value target is v_t = V(x_t)
+  + A_t. IMPACT takes pi = the target network's policy and mu = the worker's.
+
+  Args:
+    log_rhos: float32 [T, B], log(pi(a_t|x_t) / mu(a_t|x_t)).
+    discounts, rewards, values, bootstrap_value: as in vtrace.from_importance_weights.
+    lambda_: GAE's lambda (IMPACT Table 1, discrete: 0.995).
+    clip_rho_threshold: rho_bar, or None. clip_c_threshold: c_bar, or None.
+    transition_mask: None, or float32 [T, B] as in vtrace.from_importance_weights (A_t = 0 where it
+      is 0, and A_{t-1} bootstraps from V(x_t)).
+    name: name scope.
+
+  Returns:
+    VTraceReturns(vs float32 [T, B], pg_advantages float32 [T, B] = A_t), gradient-free.
+  """
+  with tf.name_scope(name):
+    values = tf.convert_to_tensor(values, dtype=tf.float32)
+    returns = vtrace.from_importance_weights(
+        log_rhos, discounts, rewards, values, bootstrap_value,
+        clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=None,
+        clip_c_threshold=clip_c_threshold, lambda_=lambda_, transition_mask=transition_mask)
+    return vtrace.VTraceReturns(vs=returns.vs,
+                                pg_advantages=tf.stop_gradient(returns.vs - values))

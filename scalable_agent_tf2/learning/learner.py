@@ -48,7 +48,7 @@ class Learner(tf.Module):
       jit_compile = default_jit_compile()
     self.jit_compile = jit_compile
     if jit_compile and getattr(agent.config, "torso_chunk_frames", 0):
-      # XLA cannot compile the chunked torso's recomputing loop (networks.chunked_torso), and
+      # XLA cannot compile the chunked torso's recomputing loop (torsos.chunked_torso), and
       # its own rematerialisation manages activation memory: the torso runs unchunked.
       agent.config = dataclasses.replace(agent.config, torso_chunk_frames=0)
     self.agent = agent
@@ -113,7 +113,7 @@ class Learner(tf.Module):
       agent_state: the core state at each trajectory's first step (LSTMState of [B, 256],
         or () for a feed-forward agent).
       env_outputs: EnvOutput of [T+1, B, ...] tensors; observation.instruction holds word
-        ids (networks.hash_instructions) when the agent uses language.
+        ids (language.hash_instructions) when the agent uses language.
       agent_outputs: AgentOutput of [T+1, B, ...] tensors from the actors (the agent
         config's action_distribution fixes its action and policy_params shapes).
       num_new_trajectories: how many of the B trajectories are new environment experience
@@ -216,7 +216,7 @@ class Learner(tf.Module):
     An update whose loss or gradient norm is not finite (a diverged network, a batch that
     overflows) is skipped: RMSProp's step would write NaN into every parameter and slot, and
     a checkpoint would then keep them. Parameters, optimizer state and the frame count stay
-    as they were (the batch was not trained on); `update_skipped` says so (training.py counts
+    as they were (the batch was not trained on); `update_skipped` says so (supervisor.py counts
     skipped updates in a row and stops the run at --max_nonfinite_updates).
     """
     config = self.config

@@ -7,7 +7,7 @@ package, so it lives here: tests do not import benchmarks, and benchmarks do not
 """
 import numpy as np
 
-from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
 _INSTRUCTIONS = ("pick the red hat", "go to the blue room", "")
@@ -22,7 +22,7 @@ def random_env_outputs(config, leading_shape, seed=0, done_probability=0.1):
   rng = np.random.default_rng(seed)
   leading_shape = tuple(leading_shape)
   if config.use_instruction:
-    instructions = networks.hash_instructions(rng.choice(_INSTRUCTIONS, size=leading_shape))
+    instructions = language.hash_instructions(rng.choice(_INSTRUCTIONS, size=leading_shape))
   else:
     instructions = np.zeros(leading_shape + (0,), np.int32)
   return EnvOutput(

@@ -12,8 +12,9 @@ at entry, as rlax's vtrace.py does: `vtrace_returns` (the paper's method),
 `trust_region_returns` (LASER's trust-region V-trace, Schmitt et al. 2019 section 4, with the
 distributions' `implied_policy_kl` as the relevance function and `trust_region_mask`), and
 Table 2's ablations `one_step_is_returns`, `epsilon_correction_returns`,
-`no_correction_returns`. `from_distributions` picks one from the settings' strings;
-`from_logits` is it for logits; `gae_from_importance_weights` is IMPACT's.
+`no_correction_returns`. `from_distributions` picks one from the settings' strings (the
+table VARIANTS); `from_logits` is it for logits. IMPACT's GAE advantages, built on
+`from_importance_weights`, are impact.py's (`gae_from_importance_weights`).
 
 Everything is time-major: T is the unroll length, B the batch size. The returned targets carry
 no gradient (the paper differentiates neither v_s nor the advantage).
@@ -178,13 +179,8 @@ def from_distributions(behaviour_policy, target_policy, actions, discounts, rewa
     if trust_region_threshold is not None:
       return trust_region_returns(trust_region_threshold=trust_region_threshold,
                                   trust_region_seed=trust_region_seed, **clipping, **shared)
-    if off_policy_correction == VTRACE:
-      return vtrace_returns(**clipping, **shared)
-    if off_policy_correction == ONE_STEP_IS:
-      return one_step_is_returns(clip_pg_rho_threshold=clip_pg_rho_threshold, **shared)
-    if off_policy_correction == EPSILON:
-      return epsilon_correction_returns(**shared)
-    return no_correction_returns(**shared)
+    variant, clipped_by = VARIANTS[off_policy_correction]
+    return variant(**{threshold: clipping[threshold] for threshold in clipped_by}, **shared)
 
 
 def vtrace_returns(behaviour_policy, target_policy, actions, discounts, rewards, values,
@@ -321,6 +317,18 @@ def no_correction_returns(behaviour_policy, target_policy, actions, discounts, r
     return _record(returns, log_probs, tf.ones_like(log_probs.log_rhos))
 
 
+# --off_policy_correction's choices (Table 2's rows) -> (the variant, the truncation thresholds
+# it takes): `from_distributions`' table. The ablations ignore mu in their targets, so only
+# 1-step importance sampling keeps a threshold (its advantage's weight).
+VARIANTS = {
+    VTRACE: (vtrace_returns, ("clip_rho_threshold", "clip_pg_rho_threshold",
+                              "clip_c_threshold")),
+    ONE_STEP_IS: (one_step_is_returns, ("clip_pg_rho_threshold",)),
+    EPSILON: (epsilon_correction_returns, ()),
+    NO_CORRECTION: (no_correction_returns, ()),
+}
+
+
 def trust_region_mask(kl, threshold):
   """1.0 where a step is kept (KL <= threshold), 0.0 where it is rejected (LASER 4.3).
 
@@ -335,39 +343,6 @@ def trust_region_mask(kl, threshold):
     raise ValueError(f"The trust-region threshold must be a number >= 0 (inf: keep every "
                      f"step), got {threshold}.")
   return tf.cast(tf.convert_to_tensor(kl, tf.float32) <= threshold, tf.float32)
-
-
-def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
-                                lambda_, clip_rho_threshold=1.0, clip_c_threshold=1.0,
-                                transition_mask=None,
-                                name="vtrace_gae_from_importance_weights"):
-  r"""IMPACT's V-trace GAE-lambda advantages (IMPACT paper, section 3.1, after Han & Sung).
-
-      A_t = sum_{i=t}^{T-1} (prod_{j=t}^{i-1} lambda gamma_j c_j) delta_i V,
-      delta_i V = rho_i (r_i + gamma_i V(x_{i+1}) - V(x_i)),
-  with rho_i = min(rho_bar, pi/mu), c_j = min(c_bar, pi/mu) and V(x_T) = bootstrap_value.
-  This is V-trace's v_t - V(x_t) with Remark 2's lambda, so the value target is v_t = V(x_t)
-  + A_t. IMPACT takes pi = the target network's policy and mu = the worker's.
-
-  Args:
-    log_rhos: float32 [T, B], log(pi(a_t|x_t) / mu(a_t|x_t)).
-    discounts, rewards, values, bootstrap_value: as in `from_importance_weights`.
-    lambda_: GAE's lambda (IMPACT Table 1, discrete: 0.995).
-    clip_rho_threshold: rho_bar, or None. clip_c_threshold: c_bar, or None.
-    transition_mask: None, or float32 [T, B] as in `from_importance_weights` (A_t = 0 where it
-      is 0, and A_{t-1} bootstraps from V(x_t)).
-    name: name scope.
-
-  Returns:
-    VTraceReturns(vs float32 [T, B], pg_advantages float32 [T, B] = A_t), gradient-free.
-  """
-  with tf.name_scope(name):
-    values = tf.convert_to_tensor(values, dtype=tf.float32)
-    returns = from_importance_weights(
-        log_rhos, discounts, rewards, values, bootstrap_value,
-        clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=None,
-        clip_c_threshold=clip_c_threshold, lambda_=lambda_, transition_mask=transition_mask)
-    return VTraceReturns(vs=returns.vs, pg_advantages=tf.stop_gradient(returns.vs - values))
 
 
 _Inputs = collections.namedtuple(
@@ -401,14 +376,33 @@ def _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask
 
 def _action_log_probs(behaviour_policy, target_policy, actions, rewards):
   """log pi(a_t|x_t), log mu(a_t|x_t) of the taken actions and log_rhos, their difference
-  ([T, B] each); ValueError unless they are [T, B] like rewards."""
+  ([T, B] each); ValueError unless both policies' parameters are [T, B, P] alike and the
+  actions [T, B, ...], [T, B] being rewards'."""
+  _check_policies(behaviour_policy, target_policy, rewards)
+  # The actions' own dtype is the distribution's to convert (a Gaussian's float64 numpy
+  # samples become float32 there): only their shape is read here.
+  actions_shape = tf.convert_to_tensor(actions).shape
+  if actions_shape.rank is not None and not actions_shape[:2].is_compatible_with(rewards.shape):
+    raise ValueError(f"actions has shape {actions_shape}, expected [T, B, ...] with [T, B] = "
+                     f"{rewards.shape} (time-major).")
   target = target_policy.log_prob(actions)
   behaviour = behaviour_policy.log_prob(actions)
-  target.shape.assert_has_rank(2)
-  if not target.shape.is_compatible_with(rewards.shape):
-    raise ValueError(f"actions {tf.convert_to_tensor(actions).shape} give log-probabilities "
-                     f"of shape {target.shape}, expected [T, B] = {rewards.shape}.")
   return _ActionLogProbs(target=target, behaviour=behaviour, log_rhos=target - behaviour)
+
+
+def _check_policies(behaviour_policy, target_policy, rewards):
+  """ValueError naming the policy whose flat parameters are not [T, B, P] (T, B: rewards')
+  or differ from the other's: mu and pi must be of the same steps and action kind."""
+  for name, policy in (("behaviour_policy", behaviour_policy),
+                       ("target_policy", target_policy)):
+    params = policy.params
+    if params.shape.rank is not None and (
+        params.shape.rank != 3 or not params.shape[:2].is_compatible_with(rewards.shape)):
+      raise ValueError(f"{name}'s parameters have shape {params.shape}, expected [T, B, P] "
+                       f"with [T, B] = {rewards.shape} (time-major).")
+  if not behaviour_policy.params.shape.is_compatible_with(target_policy.params.shape):
+    raise ValueError(f"behaviour_policy's parameters {behaviour_policy.params.shape} and "
+                     f"target_policy's {target_policy.params.shape} differ.")
 
 
 def _ablation_returns(correction, behaviour_policy, target_policy, actions, lambda_, inputs):

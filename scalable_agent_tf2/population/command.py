@@ -49,9 +49,11 @@ from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import driver
 from scalable_agent_tf2.population import processes
+from scalable_agent_tf2.configuration import command_line
+from scalable_agent_tf2.configuration import command_settings
 from scalable_agent_tf2.configuration import settings as settings_lib
 
-TABLE_D1, FLAGS_INITIAL = settings_lib.TABLE_D1, settings_lib.FLAGS_INITIAL
+TABLE_D1, FLAGS_INITIAL = command_settings.TABLE_D1, command_settings.FLAGS_INITIAL
 # experiment.py flags the driver sets for every member itself.
 _DRIVER_FLAGS = ("logdir", "mode", "seed", "job_name", "task", "cluster")
 # ... and with a shared replay (processes.SharedReplay.member_flags).
@@ -90,9 +92,10 @@ def resolve_member_flags(experiment_flags, logdir):
 
 
 def _check_arguments(args, experiment_flags, shared_replay):
-  """The checks that need no resolved flags: each flag's own (settings.PopulationSettings),
-  then those that involve the members' flags. Raises ValueError."""
-  settings_lib.check_arguments(settings_lib.PopulationSettings, args)
+  """The checks that need no resolved flags: each flag's own
+  (command_settings.PopulationSettings), then those that involve the members' flags. Raises
+  ValueError."""
+  settings_lib.check_arguments(command_settings.PopulationSettings, args)
   driver_flags = _DRIVER_FLAGS + (_SHARED_REPLAY_FLAGS if shared_replay is not None else ())
   for name in _flag_names(experiment_flags):
     if name in driver_flags:
@@ -141,9 +144,9 @@ def settings_from_arguments(args, experiment_flags, shared_replay=None):
 
 
 def _parser():
-  """The command line: settings.PopulationSettings' flags (defaults, help, checks there)."""
-  return settings_lib.CommandParser(
-      settings_lib.PopulationSettings, prog="python -m scalable_agent_tf2.population",
+  """The command line: command_settings.PopulationSettings' flags (defaults, help, checks there)."""
+  return command_line.CommandParser(
+      command_settings.PopulationSettings, prog="python -m scalable_agent_tf2.population",
       usage="python -m scalable_agent_tf2.population --logdir=DIR [flags] -- "
             "[experiment.py flags of every member]",
       description="Population-based training (IMPALA Appendix F) of experiment.py members. "

@@ -5,6 +5,7 @@ presets.py  the paper's settings for a level or suite, asked of its family (envi
             setting, LASER); threads per op.
 config.py   flags + presets -> one checked run configuration; the derived configs
             (LearnerConfig, ImpactConfig) as classes.
+combinations.py  the checks and defaults that involve more than one setting.
 
 May import: structures, utils, configuration, environments (the families and their level
 registry); nothing with TensorFlow. Nothing below it imports it.

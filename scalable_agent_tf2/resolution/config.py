@@ -19,15 +19,15 @@ import math
 import os
 from typing import Optional
 
+from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.environments.families import dmlab as dmlab_family
+from scalable_agent_tf2.resolution import combinations
 from scalable_agent_tf2.resolution import presets
-from scalable_agent_tf2.configuration.settings import (  # noqa: F401 (API)
-    IMPACT, IMPALA, TEST, TRAIN)
 
 
 def num_replayed_per_batch(batch_size, replay_fraction):
@@ -327,7 +327,7 @@ def resolve(config):
   given = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
   # The algorithm first: the other presets depend on it.
   config = dataclasses.replace(config, algorithm=algorithm_of(config, given))
-  if config.algorithm == IMPACT:
+  if config.algorithm == settings.IMPACT:
     if given.get("off_policy_correction", settings.VTRACE) != settings.VTRACE:
       raise ValueError("--off_policy_correction is IMPALA's (Table 2); IMPACT corrects with "
                        "its clipped target-worker ratio. Drop one of the two flags.")
@@ -346,16 +346,16 @@ def resolve(config):
     values["batch_size"] = short_run_batch_size(values)
   config = ExperimentConfig(**{name: values.get(name) for name in fields})
   settings.check_values(config)
-  _check_combinations(config)
-  config = _resolve_envs_per_actor(config, given)
-  if config.algorithm == IMPACT and config.target_update_period is None:
+  combinations.check_combinations(config)
+  config = combinations.resolve_envs_per_actor(config, given)
+  if config.algorithm == settings.IMPACT and config.target_update_period is None:
     # IMPACT section 4.1.1: "Our primary benchmark for target update frequency is n = N K".
     config = dataclasses.replace(
         config, target_update_period=config.circular_buffer_size * config.circular_buffer_max_uses)
-  config = _resolve_laser(config)
+  config = combinations.resolve_laser(config)
   # The learner's own checks (those that combine its settings).
   config.learner_config()
-  if config.algorithm == IMPACT:
+  if config.algorithm == settings.IMPACT:
     config.impact_config()
   return config
 
@@ -388,7 +388,7 @@ def algorithm_of(config, given):
   if given.get("algorithm") is not None:
     return given["algorithm"]
   if config.preset == settings.IMPACT_PAPER:
-    return IMPALA  # The IMPACT paper's Atari setting names its algorithm by the flag.
+    return settings.IMPALA  # The IMPACT paper's Atari setting names its algorithm by the flag.
   return presets.default_algorithm(config.level_name, given)
 
 
@@ -403,22 +403,6 @@ def preset_values(config, given):
     values.update(presets.LASER_PRESET)
     values.pop(presets.MEAN_LOSS_MAX_GRAD_NORM, None)
   return values
-
-
-def _check_levels(config):
-  """What can be known about the levels before any environment starts."""
-  excluded = config.excluded_level_names
-  if excluded:
-    if not config.is_multi_task:
-      raise ValueError("--excluded_levels leaves levels out of a suite; --level_name="
-                       f"{config.level_name} is one level. Drop --excluded_levels.")
-    suite_levels = families.level_names(config.level_name)
-    unknown = [name for name in excluded if name not in suite_levels]
-    if unknown:
-      raise ValueError(f"--excluded_levels: {', '.join(unknown)} not in {config.level_name}; "
-                       f"`{families.LIST_LEVELS_COMMAND}` lists its levels.")
-    if not config.levels:
-      raise ValueError(f"--excluded_levels leaves none of {config.level_name}'s levels.")
 
 
 def machine_memory_gb():
@@ -439,122 +423,8 @@ def check_levels_can_run(config):
   config.family.check_can_run(config, machine_memory_gb())
 
 
-def _resolve_envs_per_actor(config, given):
-  """--envs_per_actor is 1 where environments do not run in groups (an error if asked for)."""
-  if config.uses_environment_groups or config.envs_per_actor == 1:
-    return config
-  if "envs_per_actor" in given:
-    raise ValueError(
-        f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks and Atari games at "
-        f"84x84, action repeat 4 and without sticky actions (and gymnasium environments "
-        f"without frames) run in groups; {config.level_name} "
-        f"with these settings runs one environment process per actor. Drop --envs_per_actor "
-        f"(or set it to 1).")
-  return dataclasses.replace(config, envs_per_actor=1)
-
-
-def _check_combinations(config):
-  """The checks of one resolved config that involve more than one setting."""
-  _check_levels(config)
-  if config.env_kwargs and not config.family.takes_env_kwargs:
-    raise ValueError(f"--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> "
-                     f"levels; {config.level_name} is not one ({config.family.title}). Drop "
-                     "--env_kwargs.")
-  config.family.check_config(config)
-  if config.record_video_episodes and config.mode != settings.TEST:
-    raise ValueError(f"--record_video_episodes records test episodes: add --mode=test, or "
-                     f"drop it (got --mode={config.mode}).")
-  if config.torso == settings.IMPACT_CNN and (config.width, config.height) != (42, 42):
-    raise ValueError(f"--torso={settings.IMPACT_CNN} is the IMPACT paper's network for 42x42 "
-                     f"frames (section 4.3), got {config.width}x{config.height}: add "
-                     "--width=42 --height=42, or use --preset=impact_paper.")
-  if config.num_actors < config.num_learners:
-    raise ValueError(f"Each learner trains on its own actors' trajectories: --num_actors "
-                     f"({config.num_actors}) must be at least --num_learners "
-                     f"({config.num_learners}).")
-  if config.queue_capacity < config.batch_size:
-    raise ValueError(f"--queue_capacity ({config.queue_capacity}) must hold at least one "
-                     f"batch (--batch_size {config.batch_size}).")
-  if config.num_learners > 1 and (config.replay_fraction > 0 or config.algorithm == IMPACT):
-    raise ValueError("--num_learners > 1 trains each learner on its own actors' "
-                     "trajectories; experience replay and --algorithm=impact are built for "
-                     "one learner so far. Use --num_learners=1.")
-  if config.popart:
-    _check_popart(config)
-  if config.repeatable:
-    _check_repeatable(config)
-
-
-def _check_popart(config):
-  """--popart's refusals: what learning/popart.py does not cover yet."""
-  if config.is_multi_task:
-    raise ValueError(f"--popart keeps one set of statistics, for one task; {config.level_name} "
-                     "is a suite, which needs one per level (Hessel et al. 2019), not built "
-                     "yet. Drop --popart (or train one level).")
-  if config.num_learners > 1:
-    raise ValueError("--popart keeps one learner's statistics; use --num_learners=1 with it.")
-
-
-def _check_repeatable(config):
-  """--repeatable's refusals: what it cannot make repeat (run/repeatable.py; a cluster's
-  learner is refused when it starts, training.train)."""
-  if config.mode != TRAIN:
-    raise ValueError("--repeatable is for --mode=train: a test run with a --seed repeats "
-                     "already (its policy is frozen). Drop --repeatable.")
-  if config.num_learners > 1:
-    raise ValueError(f"--repeatable with --num_learners={config.num_learners}: the mode "
-                     "schedules one learner's batches (several learners each take their own "
-                     "actors' unrolls and sum gradients across devices). Use --num_learners=1.")
-  if config.shared_replay_address:
-    raise ValueError("--repeatable cannot repeat a run whose LASER replay is shared "
-                     "(--shared_replay_address): the other runs add episodes whenever they are "
-                     "ready. Drop one of the two flags.")
-
-
-def _resolve_laser(config):
-  """Checks the replay settings; entropy_on_online_only defaults to laser_replay, and
-  replay_mixing to added with laser_replay (LASER section 5.1), within_batch otherwise."""
-  replays = config.replay_fraction > 0
-  _ = config.num_replayed_per_batch  # Checks --replay_fraction against the batch.
-  if config.replay_mixing is not None and not replays:
-    raise ValueError(f"--replay_mixing={config.replay_mixing} says where replayed "
-                     "trajectories go: set --replay_fraction in (0, 1), or drop the flag.")
-  if config.laser_replay and not replays:
-    raise ValueError("--laser_replay mixes replayed episodes into every batch: set "
-                     "--replay_fraction in (0, 1), e.g. LASER's 0.875 (7 replayed "
-                     "trajectories for each online one, section 5.3).")
-  if config.laser_replay and config.algorithm == IMPACT:
-    raise ValueError("--laser_replay is built for IMPALA's learner; drop --algorithm=impact "
-                     "or --laser_replay.")
-  online_only = config.entropy_on_online_only
-  if online_only is None:
-    online_only = config.laser_replay
-  if online_only and not replays:
-    raise ValueError("--entropy_on_online_only needs replayed data to leave out: set "
-                     "--replay_fraction > 0, or drop the flag.")
-  if online_only and config.algorithm == IMPACT:
-    raise ValueError("--entropy_on_online_only is built for IMPALA's learner; drop "
-                     "--algorithm=impact or the flag.")
-  if config.shared_replay_address:
-    if not config.laser_replay:
-      raise ValueError("--shared_replay_address shares LASER's episode replay: add "
-                       "--laser_replay (and --replay_fraction, e.g. 0.875).")
-    host, _, port = config.shared_replay_address.rpartition(":")
-    if not host or not port.isdigit():
-      raise ValueError(f"--shared_replay_address must be host:port, e.g. localhost:8010; got "
-                       f"{config.shared_replay_address!r}.")
-  elif config.agent_tag:
-    raise ValueError("--agent_tag names this run in a shared replay: add "
-                     "--shared_replay_address.")
-  mixing = None  # No replay: nothing to mix (and a resolved config resolves again).
-  if replays:
-    mixing = settings.REPLAY_ADDED if config.replays_added else settings.REPLAY_WITHIN_BATCH
-  return dataclasses.replace(config, entropy_on_online_only=bool(online_only),
-                             replay_mixing=mixing)
-
-
 def config_from_flags(flag_values):
-  """The resolved config of parsed absl flags (defined by settings.define_flags).
+  """The resolved config of parsed absl flags (defined by command_line.define_flags).
 
   Raises:
     ValueError: a bad value, with what to do about it.
@@ -575,7 +445,7 @@ def config_from_argv(argv):
   """
   from absl import flags  # pylint: disable=g-import-not-at-top
   flag_values = flags.FlagValues()
-  settings.define_flags(flag_values)
+  command_line.define_flags(flag_values)
   try:
     flag_values(["experiment.py", *argv])
   except flags.Error as error:

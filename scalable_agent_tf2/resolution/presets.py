@@ -153,5 +153,5 @@ def describe_presets(level_name):
 # use gradient clipping by norm". With --laser_replay this replaces the level's clip (Table
 # G.1's 40 on Atari); a --max_grad_norm given still wins. (Its other section 5.1 defaults,
 # the replay mini-batch added to the online one and the entropy cost on online data only,
-# are resolved in config._resolve_laser.)
+# are resolved in combinations.resolve_laser.)
 LASER_PRESET = dict(max_grad_norm=0.0)

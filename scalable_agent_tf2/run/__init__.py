@@ -2,7 +2,7 @@
 
 experiment_main.py  experiment.py's start: the one stop-signal handler, the config resolved
                  once, handed to training, testing or an actor process.
-command_line.py  experiment.py's flags: --help, --show_settings, the checks before
+experiment_flags.py  experiment.py's flags: --help, --show_settings, the checks before
                  TensorFlow (--mode=train|test).
 assembly.py      builds agent, learner, policy and environments from a configuration.
 training.py      --mode=train: builds a run and supervises it (train).

@@ -17,7 +17,8 @@ from scalable_agent_tf2.acting import watchdog
 from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2 import environments
 from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.transport import wire
@@ -212,7 +213,7 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
     if tuple(spec.frame_shape) != tuple(network_config.frame_shape):
       raise ValueError(f"The environment's frames are {spec.frame_shape}, the network "
                        f"expects {network_config.frame_shape}.")
-    if distributions.for_spec(spec).discrete != network_config.action_distribution.discrete:
+    if action_families.for_spec(spec).discrete != network_config.action_distribution.discrete:
       raise ValueError(f"The environment's spec {spec} and the network config "
                        f"{network_config} are not for the same kind of actions.")
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
@@ -332,7 +333,7 @@ def trajectory_signature(network_config, unroll_length, policy):
       # The network config names its observations' dtype (uint8 frames, float32 vectors).
       observation=Observation(frame=spec(network_config.frame_shape,
                                          tf.as_dtype(network_config.frame_dtype)),
-                              instruction=spec([networks.MAX_INSTRUCTION_WORDS], tf.int32)),
+                              instruction=spec([language.MAX_INSTRUCTION_WORDS], tf.int32)),
       episode_return=spec([], tf.float32), episode_step=spec([], tf.int32))
   agent_outputs = AgentOutput(
       action=spec(distribution.action_shape, tf.as_dtype(distribution.action_dtype)),

@@ -2,7 +2,7 @@
 installed): the one layer that owns SIGINT and SIGTERM and resolves the run's configuration.
 
     run()  1. installs the command's stop_signals.StopRequest, before anything else loads;
-           2. parses the flags (command_line.py: --help, --show_settings, every check the flags
+           2. parses the flags (experiment_flags.py: --help, --show_settings, every check the flags
               alone allow) into one resolved config, the only resolution of the run;
            3. takes the logdir and checks its checkpoint, then imports TensorFlow;
            4. hands that config, and the same StopRequest, to the run: training.train (whose
@@ -17,7 +17,7 @@ of a traceback. The handler comes first because a SIGTERM half a second after th
 end the process by the default action, without that line (issue 41): this module imports nothing
 heavy before it is installed.
 
-Exit codes: command_line.py's docstring (--help), which is the command's.
+Exit codes: experiment_flags.py's docstring (--help), which is the command's.
 """
 import os
 import sys
@@ -62,8 +62,8 @@ class _Command:
 
   def parse_flags(self, argv):
     # pylint: disable-next=g-import-not-at-top
-    from scalable_agent_tf2.run import command_line  # absl's flags and the settings.
-    self._parsed = command_line.parse_command_line(argv)
+    from scalable_agent_tf2.run import experiment_flags  # absl's flags and the settings.
+    self._parsed = experiment_flags.parse_command_line(argv)
     return self._parsed.argv
 
   def main(self, argv):
@@ -77,22 +77,22 @@ def main(config, cluster, stop_request):
   (stop_request raises Stopping until then) prints the "Stopped:" line."""
   # pylint: disable=g-import-not-at-top
   from absl import logging
-  from scalable_agent_tf2.resolution import config as config_lib
+  from scalable_agent_tf2.configuration import settings
   logging.set_verbosity(logging.WARNING)  # TensorFlow's Python INFO lines (checkpointing).
   try:
     _check_and_import_tensorflow(config, cluster)
     return _run(config, cluster, stop_request)
   except stop_signals.Stopping as interrupt:
     print(stopped_before_start(config, interrupt, cluster.job_name), flush=True)
-    return TEST_STOPPED if config.mode == config_lib.TEST else 0
+    return TEST_STOPPED if config.mode == settings.TEST else 0
 
 
 def _check_and_import_tensorflow(config, cluster):
   """The logdir and its checkpoint (exit 2 with an `error:` line), then TensorFlow."""
   # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.run import command_line
+  from scalable_agent_tf2.run import experiment_flags
   from scalable_agent_tf2.utils import quiet_tensorflow
-  command_line.check_before_tensorflow(config, cluster.job_name)
+  experiment_flags.check_before_tensorflow(config, cluster.job_name)
   # Threads per op and GPU memory can only be set before TensorFlow's first op, which this
   # import runs.
   quiet_tensorflow.import_tensorflow(config.intra_op_threads, config.gpu_memory)
@@ -102,7 +102,7 @@ def _cluster_role(config, cluster, distributed):
   """(job name, task, learner address or None, secret) of this process: the flags, else
   TF_CONFIG. Raises ValueError (distributed.ClusterError among them) for a bad one."""
   # pylint: disable-next=g-import-not-at-top
-  from scalable_agent_tf2.resolution import config as config_lib
+  from scalable_agent_tf2.configuration import settings
   job_name, task = distributed.task_from_environment()
   job_name = cluster.job_name or job_name or ""
   task = cluster.task if cluster.task is not None else (task or 0)
@@ -112,18 +112,18 @@ def _cluster_role(config, cluster, distributed):
   # Raises distributed.ClusterError (a ValueError) for an unreadable or empty file.
   secret = distributed.cluster_secret(cluster.cluster_secret_file)
   if job_name:
-    if config.mode != config_lib.TRAIN:
+    if config.mode != settings.TRAIN:
       raise ValueError("--job_name is for training; test on one machine (--job_name=).")
     learner_address = distributed.parse_cluster(cluster.cluster)[distributed.LEARNER_JOB][0]
   return job_name, task, learner_address, secret
 
 
 def _run(config, cluster, stop_request):
-  """Tests, acts or trains; the exit code of what ended it (command_line.py's docstring).
+  """Tests, acts or trains; the exit code of what ended it (experiment_flags.py's docstring).
   The run's modules load here, TensorFlow's ops and the custom batching op with them: a stop
   meanwhile is still main's "Stopped:" line."""
   # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.resolution import config as config_lib
+  from scalable_agent_tf2.configuration import settings
   from scalable_agent_tf2.run import actor_process
   from scalable_agent_tf2.run import checkpoints
   from scalable_agent_tf2.run import training
@@ -136,7 +136,7 @@ def _run(config, cluster, stop_request):
     print(f"error: {error}", file=sys.stderr)
     return 2
   try:
-    if config.mode == config_lib.TEST:
+    if config.mode == settings.TEST:
       return _test(config)
     elif job_name == distributed.ACTOR_JOB:
       actor_process.run_actor_process(config, learner_address, task, secret=secret,
@@ -196,9 +196,9 @@ def _join_threads(prefix, timeout):
 def stopped_before_start(config, interrupt, job_name=""):
   """The "Stopped:" line of a run stopped before its threads started (training.py's words)."""
   # pylint: disable-next=g-import-not-at-top
-  from scalable_agent_tf2.resolution import config as config_lib
+  from scalable_agent_tf2.configuration import settings
   name = stop_signals.interrupt_name(interrupt)
-  if config.mode == config_lib.TEST:
+  if config.mode == settings.TEST:
     return f"Stopped: interrupted ({name}) before testing started; nothing was played."
   if job_name == "actor":  # The learner owns the run's checkpoints.
     return f"Stopped: interrupted ({name}) before acting started."

@@ -32,7 +32,8 @@ import time
 
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.runfiles import run_directory
-from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.configuration import command_line
+from scalable_agent_tf2.configuration import command_settings
 
 # experiment.py's command line as a module of the package, so that an installed copy (pip
 # install ., where no experiment.py is) starts its processes too.
@@ -250,9 +251,9 @@ def launch(num_actor_processes, experiment_flags, port=None):
 
 
 def _parser():
-  """The command line: settings.LaunchSettings' flags (defaults, help, checks there)."""
-  return settings.CommandParser(
-      settings.LaunchSettings, prog="python -m scalable_agent_tf2.run.launch",
+  """The command line: command_settings.LaunchSettings' flags (defaults, help, checks there)."""
+  return command_line.CommandParser(
+      command_settings.LaunchSettings, prog="python -m scalable_agent_tf2.run.launch",
       usage="python -m scalable_agent_tf2.run.launch [flags] -- [experiment.py flags of every "
             "process]",
       description=__doc__.split("\n")[0] + " Flags after '--' go to every experiment process.")

@@ -83,7 +83,8 @@ from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import credentials
 from scalable_agent_tf2.transport import learner_service
 from scalable_agent_tf2.transport import service_client
-from scalable_agent_tf2.configuration import settings as settings_lib
+from scalable_agent_tf2.configuration import command_line
+from scalable_agent_tf2.configuration import command_settings
 from scalable_agent_tf2.utils import stop_signals
 from scalable_agent_tf2.transport import wire
 from scalable_agent_tf2.learning import laser
@@ -418,9 +419,9 @@ def format_stats(stats):
 
 
 def _parser():
-  """The command line: settings.ReplayServiceSettings' flags (defaults, help and checks)."""
-  return settings_lib.CommandParser(
-      settings_lib.ReplayServiceSettings,
+  """The command line: command_settings.ReplayServiceSettings' flags (defaults, help and checks)."""
+  return command_line.CommandParser(
+      command_settings.ReplayServiceSettings,
       prog="python -m scalable_agent_tf2.transport.replay_service",
       description="LASER's shared replay (Schmitt et al. 2019, section 5.4) for agents in "
                   "other processes: run experiment.py with --laser_replay "

@@ -7,8 +7,10 @@ final checkpoint is always written. Before the run's threads start there is noth
 building a run can block for long (a DeepMind Lab map compiles in the first environment): there
 the handler raises Stopping, and the caller stops with the checkpoint it resumed from unchanged.
 
-Actor processes and the replay service (SigtermRaises): SIGTERM raises Stopping in the main
-thread; their loops catch (KeyboardInterrupt, Stopping), write what must be written and return.
+The replay service, and actor processes started by a library caller that passes no request
+(SigtermRaises): SIGTERM raises Stopping in the main thread; their loops catch
+(KeyboardInterrupt, Stopping), write what must be written and return. experiment.py's actor
+processes take the command's one StopRequest (run/experiment_main.py).
 
 Signals reach the main thread only: both are inactive when created on another thread (e.g. one
 of several agents' runs in one process), which leaves signals to the caller.

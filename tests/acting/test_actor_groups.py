@@ -11,6 +11,7 @@ import tensorflow as tf
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import evaluation_episodes
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.resolution import presets
@@ -86,7 +87,7 @@ def test_trajectories_have_the_learner_layout():
   for old, new in zip(first, second):
     assert new.env_outputs.observation.frame.shape == (6, 84, 84, 4)
     assert new.env_outputs.observation.frame.flags["C_CONTIGUOUS"]
-    assert new.env_outputs.observation.instruction.shape == (6, networks.MAX_INSTRUCTION_WORDS)
+    assert new.env_outputs.observation.instruction.shape == (6, language.MAX_INSTRUCTION_WORDS)
     assert new.agent_outputs.policy_params.shape == (6, 6)
     assert new.agent_outputs.action.dtype == np.int32
     # Step 0 repeats the previous unroll's last step; the state is the one before step 0.
@@ -108,7 +109,7 @@ def test_the_batched_policy_serves_groups_of_several_threads():
         reward=rng.normal(size=num_envs).astype(np.float32), done=np.zeros(num_envs, bool),
         observation=actor.Observation(
             frame=rng.integers(0, 255, (num_envs, 20, 20, 2), dtype=np.uint8),
-            instruction=np.zeros((num_envs, networks.MAX_INSTRUCTION_WORDS), np.int32)),
+            instruction=np.zeros((num_envs, language.MAX_INSTRUCTION_WORDS), np.int32)),
         episode_return=np.zeros(num_envs, np.float32),
         episode_step=np.zeros(num_envs, np.int32))
   calls = [(np.arange(n, dtype=np.int32) % 4, outputs_of(n), batched.initial_states(n))

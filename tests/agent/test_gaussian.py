@@ -11,6 +11,7 @@ from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.agent import heads
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import vtrace
@@ -311,7 +312,7 @@ def test_tf_and_numpy_samples_have_the_policy_statistics():
   log_std = np.log(np.array([0.3, 1.0, 2.5], np.float32))
   tiled = lambda x: np.tile(x, (50000, 1))
   tf_samples = _sample(tiled(mean), tiled(log_std), seed=[0, 1]).numpy()
-  np_samples = distributions.sample_gaussian_numpy(tiled(mean), tiled(log_std),
+  np_samples = action_families.sample_gaussian_numpy(tiled(mean), tiled(log_std),
                                                    np.random.default_rng(0))
   for samples in (tf_samples, np_samples):
     assert samples.dtype == np.float32
@@ -323,7 +324,7 @@ def test_tf_and_numpy_samples_have_the_policy_statistics():
 
 def test_samples_are_unclipped_and_only_the_environment_copy_is_clipped():
   mean, log_std = np.zeros(4, np.float32), np.full(4, math.log(3.0), np.float32)
-  samples = distributions.sample_gaussian_numpy(np.tile(mean, (100, 1)), np.tile(log_std, (100, 1)),
+  samples = action_families.sample_gaussian_numpy(np.tile(mean, (100, 1)), np.tile(log_std, (100, 1)),
                                    np.random.default_rng(1))
   assert np.abs(samples).max() > 1.0  # The policy's own samples leave [-1, 1].
   original = samples.copy()
@@ -359,7 +360,7 @@ def _env_outputs(observations):
 @pytest.mark.parametrize("state_dependent", [True, False])
 def test_policy_head_log_std_dependence(state_dependent):
   init = layers.NormcInitializer(0).for_output_layers()
-  head = heads.policy_head(distributions.DiagGaussianFamily(3), 8, init,
+  head = heads.policy_head(action_families.DiagGaussianFamily(3), 8, init,
                            state_dependent_log_std=state_dependent)
   assert isinstance(head, heads.GaussianPolicyHead)
   head.linear.w.assign(tf.random.normal(head.linear.w.shape, seed=1))

@@ -15,8 +15,9 @@ import tensorflow as tf
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.environments.families import gym as gym_family
@@ -135,7 +136,7 @@ def test_an_image_with_a_text_mission_takes_the_frame_torso_and_the_instruction_
   agent = networks.Agent(config, seed=0)
   rng = np.random.default_rng(0)
   frames = rng.integers(0, 11, (T + 1, B, 7, 7, 3)).astype(np.uint8)
-  missions = networks.hash_instructions(
+  missions = language.hash_instructions(
       rng.choice(["go to the red ball", "get to the green goal square"], size=(T + 1, B)))
   env_outputs, agent_outputs = _discrete_batch(config, frames, rng, missions)
   _updates_every_variable(agent, env_outputs, agent_outputs)
@@ -163,10 +164,10 @@ def _gym_config(tmp_path, level_name, *extra):
 
 
 @pytest.mark.parametrize("level_name, family_type, kind, filtered", [
-    ("gym:CartPole-v1", distributions.CategoricalFamily, torsos.VECTOR, True),
-    ("gym:FrozenLake-v1", distributions.CategoricalFamily, torsos.INDEX, False),
-    ("gym:Pendulum-v1", distributions.DiagGaussianFamily, torsos.VECTOR, True),
-    ("gym:CarRacing-v3", distributions.DiagGaussianFamily, torsos.FRAME, False)])
+    ("gym:CartPole-v1", action_families.CategoricalFamily, torsos.VECTOR, True),
+    ("gym:FrozenLake-v1", action_families.CategoricalFamily, torsos.INDEX, False),
+    ("gym:Pendulum-v1", action_families.DiagGaussianFamily, torsos.VECTOR, True),
+    ("gym:CarRacing-v3", action_families.DiagGaussianFamily, torsos.FRAME, False)])
 def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, family_type, kind,
                                                         filtered):
   config = _gym_config(tmp_path, level_name)
@@ -175,7 +176,7 @@ def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, fa
     assert type(agent.config.action_distribution) is family_type
     assert agent.config.observation_kind == kind
     # The family's choice is the composition network_config_for_spec makes from the spec.
-    continuous = family_type is distributions.DiagGaussianFamily
+    continuous = family_type is action_families.DiagGaussianFamily
     assert agent.config == networks.network_config_for_spec(
         env.spec, kind, torso=config.torso if kind == torsos.FRAME else None,
         use_lstm=kind == torsos.FRAME and not continuous,
@@ -197,7 +198,7 @@ def test_the_gym_family_refuses_a_frame_torso_for_vectors(tmp_path):
 
 def test_the_gym_family_maps_an_image_with_a_mission_to_the_instruction_path(monkeypatch,
                                                                             tmp_path):
-  # What gym_env.Description will say of a Dict(image, mission) observation (MiniGrid).
+  # What gym_spaces.Description will say of a Dict(image, mission) observation (MiniGrid).
   from scalable_agent_tf2.environments import base
   # The torso a resolved MiniGrid config holds: the family's preset for 7x7 frames.
   config = dataclasses.replace(_gym_config(tmp_path, "gym:CartPole-v1"),
@@ -236,8 +237,8 @@ def test_minigrid_ids_import_their_package_or_say_how_to_get_it():
 
 def test_a_new_action_distribution_needs_only_its_family():
   # MultiDiscrete actions on a vector: the head (sum(nvec) logits), the previous action's
-  # one-hots, the sampling and the learner all follow distributions.MultiCategoricalFamily.
-  family = distributions.MultiCategoricalFamily((3, 2))
+  # one-hots, the sampling and the learner all follow action_families.MultiCategoricalFamily.
+  family = action_families.MultiCategoricalFamily((3, 2))
   config = networks.NetworkConfig(
       num_actions=None, frame_shape=(5,), torso=torsos.MLP, use_lstm=False,
       use_instruction=False, observation_kind=torsos.VECTOR, action_distribution=family)

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.learning import random_batches
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.structures import EnvOutput, Observation
 
@@ -148,20 +149,20 @@ def test_reward_input_is_clipped():
 
 
 def test_hash_instructions_shape_padding_and_truncation():
-  long_instruction = " ".join(["word"] * (networks.MAX_INSTRUCTION_WORDS + 5))
-  ids = networks.hash_instructions(["red  ball", "", long_instruction, b"red"])
-  assert ids.shape == (4, networks.MAX_INSTRUCTION_WORDS) and ids.dtype == np.int32
+  long_instruction = " ".join(["word"] * (language.MAX_INSTRUCTION_WORDS + 5))
+  ids = language.hash_instructions(["red  ball", "", long_instruction, b"red"])
+  assert ids.shape == (4, language.MAX_INSTRUCTION_WORDS) and ids.dtype == np.int32
   assert np.all(ids[0, :2] > 0) and np.all(ids[0, 2:] == 0)
   assert np.all(ids[1] == 0)
   assert np.all(ids[2] > 0)
   assert ids[3, 0] == ids[0, 0]  # bytes and str hash alike; the same word, the same id.
-  assert np.all((ids >= 0) & (ids <= networks.INSTRUCTION_HASH_BUCKETS))
+  assert np.all((ids >= 0) & (ids <= language.INSTRUCTION_HASH_BUCKETS))
 
 
 def test_instruction_hashing_is_the_same_in_separate_processes():
   words = "pick the red hat from the blue room"
-  script = ("from scalable_agent_tf2.agent import networks; "
-            f"print(networks.hash_instructions({words!r}).tolist())")
+  script = ("from scalable_agent_tf2.agent import language; "
+            f"print(language.hash_instructions({words!r}).tolist())")
   # One other process (one TensorFlow import) with a hash seed not this process's: Python's
   # own hash() differs between the two.
   hash_seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
@@ -170,19 +171,19 @@ def test_instruction_hashing_is_the_same_in_separate_processes():
   result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, check=True, timeout=120)
   output = result.stdout.strip().splitlines()[-1]
-  assert output == str(networks.hash_instructions(words).tolist())
+  assert output == str(language.hash_instructions(words).tolist())
 
 
 def test_instruction_encoding_is_the_last_real_words_output():
   encoder = networks.Agent(networks.dmlab_config(
       networks.SHALLOW, frame_shape=SMALL_FRAME)).instruction_encoder
-  ids = networks.hash_instructions(["red ball", ""])
+  ids = language.hash_instructions(["red ball", ""])
   encoded = encoder(ids).numpy()
   # Reference: the LSTM run over exactly the two real words, no padding.
   embedded = tf.gather(encoder.embeddings, ids[0, :2] - 1)[:, tf.newaxis]  # [2, 1, 20]
   outputs, _ = encoder.lstm(embedded, encoder.lstm.initial_state(1))
   np.testing.assert_allclose(encoded[0], outputs.numpy()[-1, 0], rtol=1e-5, atol=1e-6)
-  np.testing.assert_array_equal(encoded[1], np.zeros(networks.INSTRUCTION_LSTM_SIZE))
+  np.testing.assert_array_equal(encoded[1], np.zeros(language.INSTRUCTION_LSTM_SIZE))
 
 
 def test_instruction_changes_the_policy():
@@ -192,7 +193,7 @@ def test_instruction_changes_the_policy():
       lambda x: x[0], _random_env_outputs(np.random.default_rng(4), config, 1, 1))
   state = agent.initial_state(1)
   outputs = [agent.step([0], env_output._replace(observation=env_output.observation._replace(
-      instruction=networks.hash_instructions([text]))), state)[0].policy_params.numpy()
+      instruction=language.hash_instructions([text]))), state)[0].policy_params.numpy()
              for text in ("red ball", "blue ball")]
   assert not np.allclose(outputs[0], outputs[1])
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import command_settings
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.environments.families import dmlab as dmlab_family
@@ -67,12 +68,12 @@ def test_derived_configs_keep_their_checks():
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Each command, its table, and a bad value with the message its check gives.
 COMMANDS = [
-    ("scalable_agent_tf2.population.command", settings.PopulationSettings,
+    ("scalable_agent_tf2.population.command", command_settings.PopulationSettings,
      ["--logdir=/tmp/unused_population", "--ready_episodes=0"],
      "error: --ready_episodes must be a positive integer, got 0."),
-    ("scalable_agent_tf2.transport.replay_service", settings.ReplayServiceSettings,
+    ("scalable_agent_tf2.transport.replay_service", command_settings.ReplayServiceSettings,
      ["--log_secs=0"], "error: --log_secs must be positive, got 0.0."),
-    ("scalable_agent_tf2.run.launch", settings.LaunchSettings,
+    ("scalable_agent_tf2.run.launch", command_settings.LaunchSettings,
      ["--num_actor_processes=0"], "error: --num_actor_processes must be a positive integer, "
      "got 0."),
 ]
@@ -85,20 +86,20 @@ def _run(*argv):
 
 def test_every_flag_is_defined_once_across_all_tables():
   definitions = collections.defaultdict(list)
-  for table in settings.ALL_TABLES:
+  for table in command_settings.ALL_TABLES:
     for field in dataclasses.fields(table):
       if not field.metadata["reused_from"]:
         definitions[field.name].append(table.__name__)
   twice = {name: tables for name, tables in definitions.items() if len(tables) > 1}
   assert not twice, f"flags defined more than once (reuse one definition): {twice}"
-  for table in settings.ALL_TABLES:
+  for table in command_settings.ALL_TABLES:
     for field in dataclasses.fields(table):
       reused_from = field.metadata["reused_from"]
       if not reused_from:
         continue
       home_name, name = reused_from.split(".")
       assert name == field.name, reused_from
-      home = {t.__name__: t for t in settings.ALL_TABLES}[home_name]
+      home = {t.__name__: t for t in command_settings.ALL_TABLES}[home_name]
       original = {f.name: f for f in dataclasses.fields(home)}[name]
       assert not original.metadata["reused_from"], reused_from  # Reused from its definition.
       # The same flag: type, choices, check and source are the definition's.
@@ -108,10 +109,10 @@ def test_every_flag_is_defined_once_across_all_tables():
 
 
 def test_flags_shared_with_experiment_py_are_reused():
-  for table, names in [(settings.PopulationSettings, ("logdir", "seed")),
-                       (settings.ReplayServiceSettings, ("replay_capacity", "seed", "log_secs",
-                                                         "cluster_secret_file",
-                                                         "insecure_open_cluster"))]:
+  for table, names in [(command_settings.PopulationSettings, ("logdir", "seed")),
+                       (command_settings.ReplayServiceSettings,
+                        ("replay_capacity", "seed", "log_secs", "cluster_secret_file",
+                         "insecure_open_cluster"))]:
     fields = {f.name: f for f in dataclasses.fields(table)}
     for name in names:
       assert fields[name].metadata["reused_from"], (table.__name__, name)
@@ -120,7 +121,7 @@ def test_flags_shared_with_experiment_py_are_reused():
 def test_command_tables_keep_the_commands_defaults():
   from scalable_agent_tf2.learning import buffers
   from scalable_agent_tf2.population import pbt  # pylint: disable=g-import-not-at-top
-  population = settings.PopulationSettings(logdir="/tmp/p")
+  population = command_settings.PopulationSettings(logdir="/tmp/p")
   assert (population.population_size, population.initial_hyperparameters, population.seed,
           population.burn_in_frames, population.ready_episodes, population.exploit_threshold,
           population.poll_secs, population.stop_timeout_secs, population.max_crashes,
@@ -128,19 +129,21 @@ def test_command_tables_keep_the_commands_defaults():
               24, "table_d1", 1, 20_000_000, 5_000, 5.0, 10.0, 300.0, 3, "", 0, None)
   assert (settings.POPULATION_SIZE, settings.BURN_IN_FRAMES) == (24, 20_000_000)
   with pytest.raises(TypeError):
-    settings.PopulationSettings()  # pylint: disable=no-value-for-parameter (--logdir required)
-  service = settings.ReplayServiceSettings()
+    # pylint: disable-next=no-value-for-parameter (--logdir required)
+    command_settings.PopulationSettings()
+  service = command_settings.ReplayServiceSettings()
   assert (service.address, service.replay_capacity, service.seed, service.log_secs,
           service.cluster_secret_file, service.insecure_open_cluster) == (
               "localhost:8010", settings.DEFAULT_REPLAY_CAPACITY, 0, 30.0, "", False)
-  assert settings.LaunchSettings() == settings.LaunchSettings(num_actor_processes=2, port=None)
+  assert command_settings.LaunchSettings() == command_settings.LaunchSettings(
+      num_actor_processes=2, port=None)
 
 
 def test_replay_service_default_address_is_the_services():
   from scalable_agent_tf2.transport import distributed
   from scalable_agent_tf2.transport import replay_service  # pylint: disable=g-import-not-at-top
-  assert settings.DEFAULT_REPLAY_ADDRESS == replay_service.DEFAULT_REPLAY_ADDRESS
-  fields = {f.name: f for f in dataclasses.fields(settings.ReplayServiceSettings)}
+  assert command_settings.DEFAULT_REPLAY_ADDRESS == replay_service.DEFAULT_REPLAY_ADDRESS
+  fields = {f.name: f for f in dataclasses.fields(command_settings.ReplayServiceSettings)}
   assert distributed.SECRET_ENVIRONMENT_VARIABLE in fields["cluster_secret_file"].metadata["doc"]
 
 
@@ -151,11 +154,11 @@ def test_parsers_are_generated_from_the_tables():
   values, rest = command._parser().parse_settings(
       ["--logdir=/tmp/p", "--population_size=3", "--exploit_threshold", "2.5", "--",
        "--level_name=atari/pong"], known_only=True)
-  assert values == settings.PopulationSettings(logdir="/tmp/p", population_size=3,
+  assert values == command_settings.PopulationSettings(logdir="/tmp/p", population_size=3,
                                                exploit_threshold=2.5)
   assert rest == ["--", "--level_name=atari/pong"]
   values, _ = launch._parser().parse_settings(["--port=8001"], known_only=True)
-  assert values == settings.LaunchSettings(port=8001)
+  assert values == command_settings.LaunchSettings(port=8001)
   with pytest.raises(ValueError, match="^--exploit_threshold must be a number, got nan.$"):
     command._parser().parse_settings(["--logdir=x", "--exploit_threshold=nan"])
   with pytest.raises(ValueError, match="^--port must be a port number"):
@@ -188,8 +191,8 @@ def test_each_command_lists_its_flags_by_topic_and_refuses_bad_values(module, ta
 
 
 @pytest.mark.parametrize("module, table", [
-    ("scalable_agent_tf2.population", settings.PopulationSettings),
-    ("scalable_agent_tf2.run.launch", settings.LaunchSettings)])
+    ("scalable_agent_tf2.population", command_settings.PopulationSettings),
+    ("scalable_agent_tf2.run.launch", command_settings.LaunchSettings)])
 def test_tensorflow_free_commands_answer_help_at_once(module, table):
   run = _run("-X", "importtime", "-m", module, "--help")
   assert run.returncode == 0, run.stderr

@@ -12,9 +12,13 @@ import pytest
 
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.agent import language
+from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import gym_env
+from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import training
@@ -69,7 +73,7 @@ def test_the_mission_reaches_the_instruction_tensor(built):
   missions = raw.observation.instruction
   assert set(missions) == set(MISSIONS), missions  # Both missions among 8 seeds.
   words = outputs.observation.instruction
-  np.testing.assert_array_equal(words, networks.hash_instructions(list(missions)))
+  np.testing.assert_array_equal(words, language.hash_instructions(list(missions)))
   assert (words[:, :len(MISSIONS[0].split())] > 0).all()
   # The acting step reads it: the same frames under the other mission give other logits.
   policy = policies.acting_step(agent)
@@ -77,7 +81,7 @@ def test_the_mission_reaches_the_instruction_tensor(built):
   def logits(instruction):
     return policy(np.zeros(8, np.int32), outputs.reward, outputs.done, obs.frame, instruction,
                   agent.initial_state(8))[0].numpy()
-  other = networks.hash_instructions([MISSIONS[1 - MISSIONS.index(m)] for m in missions])
+  other = language.hash_instructions([MISSIONS[1 - MISSIONS.index(m)] for m in missions])
   difference = np.abs(logits(words) - logits(other)).max(axis=1)
   assert (difference > 1e-6).all(), difference
 
@@ -93,8 +97,8 @@ def test_a_short_training_updates_the_embeddings_of_the_missions_words(tmp_path)
   assert checkpointer.restore() == result.checkpoint
   after = agent.instruction_encoder.embeddings.numpy()
   changed = set(np.flatnonzero(np.abs(after - before).max(axis=1) > 0))
-  # Row b is the embedding of hash bucket b (word id b + 1, networks.hash_instructions).
-  mission_rows = set(int(i) - 1 for i in np.unique(networks.hash_instructions(list(MISSIONS)))
+  # Row b is the embedding of hash bucket b (word id b + 1, language.hash_instructions).
+  mission_rows = set(int(i) - 1 for i in np.unique(language.hash_instructions(list(MISSIONS)))
                      if i > 0)
   assert changed == mission_rows, (sorted(changed), sorted(mission_rows))
 
@@ -104,7 +108,7 @@ def test_a_short_training_updates_the_embeddings_of_the_missions_words(tmp_path)
     ("TestNoImage-v0", r"it has 0 image entries \(Box \(H, W, C\) uint8\)"),
     ("TestTwoTexts-v0", r"it has 2 text entries: 'hint', 'mission'")])
 def test_an_unsupported_dict_is_refused_naming_what_is_supported(tmp_path, env_id, problem):
-  with pytest.raises(gym_env.UnsupportedSpace,
+  with pytest.raises(gym_spaces.UnsupportedSpace,
                      match=f"gym:{HERE}{env_id}: its observation space Dict\\(.*{problem}; "
                            r"supported: .*Dict of one image .* and at most one text"):
     config_lib.resolve(config_lib.ExperimentConfig(level_name=f"gym:{HERE}{env_id}",
@@ -116,7 +120,7 @@ def test_a_mission_that_is_not_a_text_mid_episode_names_the_field():
   try:
     env.initial()
     env.step(0)
-    with pytest.raises(gym_env.EnvironmentOutputError,
+    with pytest.raises(base.EnvironmentOutputError,
                        match="TestMissionRoomBadMission-v0: step 1 of episode 2: the "
                              "environment returned int for the observation's 'mission'"):
       env.step(0)
@@ -161,12 +165,12 @@ def test_a_minigrid_image_is_scaled_by_its_largest_index_not_by_255(tmp_path):
   finally:
     env.close()
   assert 0 < frame.max() <= 10
-  scaled = networks.to_unit_float(frame[np.newaxis], network_config.frame_max).numpy()
+  scaled = torsos.to_unit_float(frame[np.newaxis], network_config.frame_max).numpy()
   assert scaled.max() <= 1.0 and scaled.max() >= 0.2
   rendered = wrappers.RGBImgPartialObsWrapper(gymnasium.make("MiniGrid-Fetch-5x5-N2-v0"))
   try:
     image_shape = rendered.observation_space["image"].shape
-    assert gym_env.frame_max(rendered.unwrapped, image_shape) == 255.0
+    assert gym_spaces.frame_max(rendered.unwrapped, image_shape) == 255.0
   finally:
     rendered.close()
 

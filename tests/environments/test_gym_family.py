@@ -14,6 +14,7 @@ from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments import gym_env
+from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
@@ -151,9 +152,9 @@ def test_a_missing_minigrid_is_answered_with_the_documented_install(monkeypatch)
 
 @pytest.mark.parametrize("env_id, field, space", [
     ("UserDictObservations-v0", "observation space", "Dict"),
-    ("UserMultiDiscrete-v0", "action space", "MultiDiscrete")])
+    ("UserMultiBinary-v0", "action space", "MultiBinary")])
 def test_unsupported_spaces_are_named_with_what_is_supported(env_id, field, space):
-  with pytest.raises(gym_env.UnsupportedSpace, match=f"its {field} {space}.*supported: "):
+  with pytest.raises(gym_spaces.UnsupportedSpace, match=f"its {field} {space}.*supported: "):
     _resolve(USER + env_id)
 
 
@@ -162,7 +163,7 @@ def test_a_wrong_shape_mid_episode_names_the_environment_and_the_field():
   env.initial()
   env.step([0.0])
   env.step([0.0])
-  with pytest.raises(gym_env.EnvironmentOutputError,
+  with pytest.raises(base.EnvironmentOutputError,
                      match=r"UserTarget-v0: .*observation of shape \(3,\).*promises \(2,\)"):
     env.step([0.0])
 
@@ -289,7 +290,8 @@ def _network_levels():
   """(level, env_kwargs) of every observation and action kind the family takes, where the
   environment's package is installed (Box2D for CarRacing's frames, minigrid for a Dict)."""
   levels = [("gym:CartPole-v1", ""), ("gym:Pendulum-v1", ""), ("gym:FrozenLake-v1", ""),
-            ("gym:LunarLander-v3", '{"continuous": true}')]
+            ("gym:LunarLander-v3", '{"continuous": true}'),
+            ("gym:tests.gym_multi_discrete_envs:TestChoices-v0", "")]
   for module, level in (("Box2D", "gym:CarRacing-v3"), ("minigrid", "gym:MiniGrid-Empty-8x8-v0")):
     try:
       __import__(module)

@@ -11,6 +11,7 @@ import pytest
 
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.environments import gym_env
+from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.environments.families import gym as gym_family
 from tests.gym_user_package import costs
@@ -54,7 +55,7 @@ def test_the_first_batch_takes_under_a_minute_of_20_ms_steps(level):
 def test_bool_planes_are_frames_stored_as_zero_and_one():
   description = gym_env.describe(gym_env.gym_id(PLANES), {})
   assert (description.observation_kind, description.observation_shape) == (
-      gym_env.FRAME, costs.PLANES_SHAPE)
+      gym_spaces.FRAME, costs.PLANES_SHAPE)
   assert description.frame_is_bool and description.frame_max == 1.0
   env = gym_env.GymEnvironment(PLANES, seed=3)
   try:

@@ -66,15 +66,15 @@ class DictObservations(UserTarget):
     self.observation_space = spaces.Dict({"position": spaces.Box(-2, 2, (1,))})
 
 
-class MultiDiscreteActions(UserTarget):
-  """Actions the project does not take (MultiDiscrete)."""
+class MultiBinaryActions(UserTarget):
+  """Actions the project does not take (MultiBinary)."""
 
   def __init__(self):
     super().__init__()
-    self.action_space = spaces.MultiDiscrete([3, 3])
+    self.action_space = spaces.MultiBinary(3)
 
 
 gymnasium.register(id="UserTarget-v0", entry_point=UserTarget,
                    max_episode_steps=EPISODE_STEPS)
 gymnasium.register(id="UserDictObservations-v0", entry_point=DictObservations)
-gymnasium.register(id="UserMultiDiscrete-v0", entry_point=MultiDiscreteActions)
+gymnasium.register(id="UserMultiBinary-v0", entry_point=MultiBinaryActions)

@@ -1,4 +1,4 @@
-"""networks.chunked_torso: the torso in chunks, recomputed for the gradient, gives the same
+"""torsos.chunked_torso: the torso in chunks, recomputed for the gradient, gives the same
 gradients and the same learner update as the torso over all frames at once."""
 import dataclasses
 
@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import random_batches
 
@@ -66,8 +67,8 @@ def test_chunked_torso_outputs_match_the_torso():
   config = small_config(networks.DEEP)
   agent = networks.Agent(config, seed=1)
   frames = np.random.default_rng(0).integers(0, 256, (11,) + config.frame_shape, np.uint8)
-  expected = agent.torso(networks.to_unit_float(frames)).numpy()
-  chunked = networks.chunked_torso(agent.torso, tf.constant(frames), 4).numpy()
+  expected = agent.torso(torsos.to_unit_float(frames)).numpy()
+  chunked = torsos.chunked_torso(agent.torso, tf.constant(frames), 4).numpy()
   assert chunked.shape == expected.shape
   np.testing.assert_allclose(chunked, expected, rtol=1e-5, atol=1e-6)
 

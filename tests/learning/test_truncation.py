@@ -18,7 +18,7 @@ from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.agent.distributions import CategoricalFamily
+from scalable_agent_tf2.agent.action_families import CategoricalFamily
 from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 from scalable_agent_tf2.learning import impact

@@ -1,12 +1,15 @@
 """V-trace against a straightforward numpy ground truth (the paper's equation 1, summed directly:
 tests/reference.py)."""
 import functools
+import inspect
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import vtrace
 from tests import reference
 
@@ -169,7 +172,7 @@ def test_impact_gae_advantages_match_the_paper_formula(lambda_, rho_bar, c_bar):
   want_vs, _ = reference.numpy_vtrace(log_rhos, discounts, rewards, values, bootstrap,
                                       rho_bar=rho_bar, c_bar=c_bar, lambda_=lambda_)
   want = want_vs - values
-  got = vtrace.gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap,
+  got = impact.gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap,
                                            lambda_, clip_rho_threshold=rho_bar,
                                            clip_c_threshold=c_bar)
   np.testing.assert_allclose(got.pg_advantages.numpy(), want, rtol=1e-5, atol=1e-5)
@@ -270,6 +273,19 @@ def _shorter_policies(inputs):
   return (behaviour[:-1], target[:-1], actions[:-1], *rest)
 
 
+def _unlike_policies(inputs):
+  """A target policy over one action more than the behaviour policy's."""
+  behaviour, target, *rest = inputs
+  wider = distributions.Categorical(tf.concat([target.logits, target.logits[..., :1]], -1))
+  return (behaviour, wider, *rest)
+
+
+def _shorter_actions(inputs):
+  """The actions of one step fewer than the rewards and policies."""
+  behaviour, target, actions, *rest = inputs
+  return (behaviour, target, actions[:-1], *rest)
+
+
 def _replaced(index, bad):
   return lambda inputs: inputs[:index] + (bad,) + inputs[index + 1:]
 
@@ -280,14 +296,23 @@ def _replaced(index, bad):
     (_replaced(4, np.zeros((6, 3, 1), np.float32)), "rewards has shape"),
     (_replaced(5, np.zeros((6, 2), np.float32)), "values has shape"),
     (_replaced(6, np.zeros(4, np.float32)), "bootstrap_value has shape"),
-    (_shorter_policies, "log-probabilities of shape"),
-], ids=["discounts", "rewards", "values", "bootstrap_value", "actions"])
+    (_shorter_policies, "behaviour_policy's parameters have shape"),
+    (_unlike_policies, "parameters .* and target_policy's .* differ"),
+    (_shorter_actions, "actions has shape"),
+], ids=["discounts", "rewards", "values", "bootstrap_value", "policies", "unlike policies",
+        "actions"])
 def test_each_variant_checks_its_inputs_shapes_at_entry(variant, broken, message):
   inputs, _ = _categorical_inputs(seed=34)
   with pytest.raises(ValueError, match=message):
     _VARIANTS[variant](*broken(inputs))
   with pytest.raises(ValueError, match="transition_mask has shape"):
     _VARIANTS[variant](*inputs, transition_mask=np.ones((6, 2), np.float32))
+
+
+def test_the_table_has_a_variant_for_every_correction_the_setting_offers():
+  assert set(vtrace.VARIANTS) == set(settings.OFF_POLICY_CORRECTIONS)
+  for correction, (variant, thresholds) in vtrace.VARIANTS.items():
+    assert set(thresholds) <= set(inspect.signature(variant).parameters), correction
 
 
 @pytest.mark.parametrize("variant", ["one_step_is_returns", "epsilon_correction_returns",

@@ -220,7 +220,7 @@ class _CaseTimeout(Exception):
 def _stop_after_parsing():
   """Makes argparse (and the settings tables' parse_settings) stop a command once parsed."""
   import argparse  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.configuration import settings  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.configuration import command_line  # pylint: disable=g-import-not-at-top
   depth = [0]
 
   def stopping(method):
@@ -237,7 +237,7 @@ def _stop_after_parsing():
 
   argparse.ArgumentParser.parse_known_args = stopping(argparse.ArgumentParser.parse_known_args)
   argparse.ArgumentParser.parse_args = stopping(argparse.ArgumentParser.parse_args)
-  settings.CommandParser.parse_settings = stopping(settings.CommandParser.parse_settings)
+  command_line.CommandParser.parse_settings = stopping(command_line.CommandParser.parse_settings)
 
 
 def _paper_hardware():
@@ -265,8 +265,8 @@ def _run_case(case):
   """Runs one case; (outcome, exit code, output). outcome: "parsed", "exited", "returned"."""
   import runpy  # pylint: disable=g-import-not-at-top
   if case["kind"] == "experiment":
-    from scalable_agent_tf2.run import command_line  # pylint: disable=g-import-not-at-top
-    command_line.FLAGS.unparse_flags()
+    from scalable_agent_tf2.run import experiment_flags  # pylint: disable=g-import-not-at-top
+    experiment_flags.FLAGS.unparse_flags()
     sys.argv = ["experiment.py", *case["arguments"], "--show_settings"]
     run = lambda: runpy.run_path(os.path.join(ROOT, "experiment.py"), run_name="__main__")
   else:

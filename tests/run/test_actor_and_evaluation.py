@@ -7,7 +7,8 @@ from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import monitoring
-from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.configuration import suites
@@ -57,7 +58,7 @@ def test_episode_tracker_on_real_atari_life_losses():
 def test_sample_action_follows_the_policy():
   rng = np.random.default_rng(1)
   logits = np.log(np.array([0.7, 0.2, 0.1], np.float32))
-  space = action_spaces.ActionSpace(distributions.CategoricalFamily(3))
+  space = action_spaces.ActionSpace(action_families.CategoricalFamily(3))
   counts = np.bincount([space.sample(logits, rng) for _ in range(20000)], minlength=3)
   np.testing.assert_allclose(counts / 20000, [0.7, 0.2, 0.1], atol=0.015)
 
@@ -115,9 +116,9 @@ def test_unrolls_overlap_by_one_step_and_carry_the_state_before_step_zero():
   np.testing.assert_array_equal(first.agent_state, [0, 0])
   np.testing.assert_array_equal(second.agent_state, [4, 4])
   # Instructions arrive as word ids, hashed in the actor.
-  assert first.env_outputs.observation.instruction.shape == (5, networks.MAX_INSTRUCTION_WORDS)
+  assert first.env_outputs.observation.instruction.shape == (5, language.MAX_INSTRUCTION_WORDS)
   np.testing.assert_array_equal(first.env_outputs.observation.instruction[0],
-                                networks.hash_instructions("go left"))
+                                language.hash_instructions("go left"))
   assert episodes == [("level", 3.0, 3), ("level", 3.0, 3)]
 
 
@@ -176,7 +177,7 @@ def test_per_actor_policy_acts_like_the_batched_one(use_lstm):
           reward=np.ones(num_envs, np.float32), done=np.full(num_envs, step == 0),
           observation=actor.Observation(
               frame=rng.integers(0, 255, (num_envs, 20, 20, 2), dtype=np.uint8),
-              instruction=np.zeros((num_envs, networks.MAX_INSTRUCTION_WORDS), np.int32)),
+              instruction=np.zeros((num_envs, language.MAX_INSTRUCTION_WORDS), np.int32)),
           episode_return=np.zeros(num_envs, np.float32),
           episode_step=np.full(num_envs, step, np.int32))
       prev_actions = np.array([2, 0, 3], np.int32)

@@ -13,6 +13,7 @@ from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import learner as learner_lib
@@ -193,7 +194,7 @@ def test_filter_statistics_round_trip_through_a_checkpoint(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 T, B, A, O = 5, 3, 2, 4
-GAUSSIAN = distributions.DiagGaussianFamily(A)
+GAUSSIAN = action_families.DiagGaussianFamily(A)
 
 
 def _batch(seed=0):

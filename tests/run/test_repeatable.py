@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
@@ -213,7 +214,7 @@ def test_lockstep_batches_are_the_tf_data_batches():
             done=rng.random(steps) < 0.5,
             observation=Observation(
                 frame=rng.integers(0, 255, (steps, 20, 20, 1)).astype(np.uint8),
-                instruction=np.zeros((steps, networks.MAX_INSTRUCTION_WORDS), np.int32)),
+                instruction=np.zeros((steps, language.MAX_INSTRUCTION_WORDS), np.int32)),
             episode_return=rng.standard_normal(steps).astype(np.float32),
             episode_step=np.arange(steps, dtype=np.int32)),
         agent_outputs=AgentOutput(action=rng.integers(0, 3, steps).astype(np.int32),

@@ -16,6 +16,7 @@ from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import learner_service
 from scalable_agent_tf2.transport import service_client
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2 import structures
 from scalable_agent_tf2.transport import wire
@@ -81,7 +82,7 @@ def toy_trajectory(frame_shape=toy_environment.FRAME_SHAPE):
       reward=np.ones(steps, np.float32), done=np.zeros(steps, bool),
       observation=actor.Observation(
           frame=np.zeros((steps,) + tuple(frame_shape), np.uint8),
-          instruction=np.zeros((steps, networks.MAX_INSTRUCTION_WORDS), np.int32)),
+          instruction=np.zeros((steps, language.MAX_INSTRUCTION_WORDS), np.int32)),
       episode_return=np.zeros(steps, np.float32), episode_step=np.zeros(steps, np.int32))
   agent_outputs = structures.AgentOutput(
       action=np.zeros(steps, np.int32),

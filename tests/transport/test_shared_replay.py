@@ -18,7 +18,7 @@ from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.agent import layers
-from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.transport import replay_client
 from scalable_agent_tf2.transport import replay_service
 from scalable_agent_tf2 import structures
@@ -61,7 +61,7 @@ def unroll(mark, starts=(), unroll_length=T):
       reward=np.full(steps, mark, np.float32), done=done,
       observation=actor.Observation(
           frame=rng.integers(0, 256, (steps,) + toy_environment.FRAME_SHAPE, np.uint8),
-          instruction=np.zeros((steps, networks.MAX_INSTRUCTION_WORDS), np.int32)),
+          instruction=np.zeros((steps, language.MAX_INSTRUCTION_WORDS), np.int32)),
       episode_return=rng.normal(size=steps).astype(np.float32),
       episode_step=np.arange(steps, dtype=np.int32) + mark)
   agent_outputs = structures.AgentOutput(

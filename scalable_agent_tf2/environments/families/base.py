@@ -224,19 +224,25 @@ class Family:
     return None
 
   def network_config(self, config, spec):
-    """The network for a run of this family, given its first environment's spec (an EnvSpec
-    or a ContinuousEnvSpec; frame families read only spec.num_actions). Imports TensorFlow:
-    call it from the TF side."""
+    """The network for a run of this family, given its first environment's spec (an EnvSpec,
+    a ContinuousEnvSpec or a MultiDiscreteEnvSpec; frame families read only
+    spec.num_actions). Imports TensorFlow: call it from the TF side."""
     raise NotImplementedError
 
 
-def network_in_words(torso, use_lstm, num_actions=None, action_size=None,
+def network_in_words(torso, use_lstm, num_actions=None, action_size=None, nvec=None,
                      observation_shape=()):
   """The start banner's and --show_settings's line for a network (one wording, so that the two
-  cannot differ): its torso, core, action head and observation shape."""
+  cannot differ): its torso, core, action head and observation shape. The action sizes are
+  the action distribution family's layout (num_actions, action_size or nvec), so the line
+  names the action kind."""
   core = "LSTM" if use_lstm else "no LSTM"
-  actions = (f"{num_actions} actions" if num_actions is not None
-             else f"Gaussian actions of {action_size} dimensions")
+  if num_actions is not None:
+    actions = f"{num_actions} actions"
+  elif nvec is not None:
+    actions = f"MultiDiscrete actions {list(nvec)} (a categorical per choice)"
+  else:
+    actions = f"Gaussian actions of {action_size} dimensions"
   shape = "x".join(str(n) for n in observation_shape) or "an index (one-hot)"
   return f"network: {torso} torso, {core}, {actions}, observations {shape}"
 

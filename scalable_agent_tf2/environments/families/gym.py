@@ -8,9 +8,10 @@ dimension (float32 vectors, normalised by the run's MeanStdFilter as the MuJoCo 
 of three (uint8 frames [H, W, C], or bool feature planes such as MinAtar's, stored as 0 / 1);
 Discrete observations (their index); a Dict of one image and at most one text, e.g. MiniGrid
 and BabyAI's (image, direction, mission) (the image is the frame, the text the instruction the paper's encoder reads, as DeepMind Lab's; other entries
-are not observed and gym_env.Description.ignored_keys names them); Discrete actions, or
-Box actions of one dimension (a diagonal Gaussian policy, clipped to the bounds only when
-sent). Anything else is refused with the list of what is supported.
+are not observed and gym_spaces.Description.ignored_keys names them); Discrete actions,
+MultiDiscrete actions of one dimension (a categorical policy per choice), or Box actions of
+one dimension (a diagonal Gaussian policy, clipped to the bounds only when sent). Anything
+else is refused with the list of what is supported.
 
 How they run, by the step's cost measured when the level is first described (runs_as,
 OWN_PROCESS_STEP_SECONDS): a step dearer than 2 ms (rendered frames, e.g. CarRacing's 20 ms) in
@@ -56,6 +57,7 @@ import json
 from scalable_agent_tf2.configuration import mujoco_presets
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import gym_env
+from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base
 
@@ -134,7 +136,7 @@ class GymFamily(base.Family):
     return [PREFIX + candidate] if candidate in gymnasium.registry else []
 
   def describe(self, level_name, env_kwargs=None):
-    """gym_env.Description (spaces, kinds) of the level, made once per process."""
+    """gym_spaces.Description (spaces, kinds) of the level, made once per process."""
     return gym_env.describe(gym_env.gym_id(level_name), env_kwargs or {})
 
   def default_algorithm(self, levels, given=None):
@@ -156,7 +158,7 @@ class GymFamily(base.Family):
     # The torso the run builds (network_config reads it): frames only; a vector or an index
     # takes its own torso, which no setting names.
     values["torso"] = (frame_torso(description.observation_shape)
-                       if description.observation_kind == gym_env.FRAME else None)
+                       if description.observation_kind == gym_spaces.FRAME else None)
     return values
 
   def preset_sources(self, level_name):
@@ -209,12 +211,10 @@ class GymFamily(base.Family):
     TensorFlow: tests/environments/test_gym_family.py holds the two equal."""
     description = self.describe(config.levels[0], parse_env_kwargs(config.env_kwargs))
     kind, continuous = description.observation_kind, description.continuous_actions
-    torso = {gym_env.VECTOR: "mlp", gym_env.INDEX: "one_hot"}.get(kind, config.torso)
+    torso = {gym_spaces.VECTOR: "mlp", gym_spaces.INDEX: "one_hot"}.get(kind, config.torso)
     return base.network_in_words(
-        torso, use_lstm=kind == gym_env.FRAME and not continuous,
-        num_actions=None if continuous else description.num_actions,
-        action_size=description.action_size if continuous else None,
-        observation_shape=description.observation_shape)
+        torso, use_lstm=kind == gym_spaces.FRAME and not continuous,
+        **description.action_layout(), observation_shape=description.observation_shape)
 
   def network_config(self, config, spec):
     """The network follows the first environment's spec, for any supported combination
@@ -230,6 +230,9 @@ class GymFamily(base.Family):
                      observation), the paper's instruction encoder (Figure 3); Box: the frame
                      torso with a diagonal Gaussian head (networks.continuous_frame_config);
       Discrete(n):   the one-hot [n] torso (networks.index_config), feed-forward.
+
+    MultiDiscrete actions take the Discrete ones' network, with a categorical head per choice
+    (agent/action_families.MultiCategoricalFamily, chosen from the spec).
     """
     from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
     from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
@@ -277,7 +280,7 @@ def _observation_values(level_name, env_kwargs_json):
 
 def observation_values(level_name, env_kwargs):
   """n of a level's Discrete(n) observation space (the one-hot torso's size), read from the
-  environment once per process (gym_env.Description records the kind, not n)."""
+  environment once per process (gym_spaces.Description records the kind, not n)."""
   return _observation_values(level_name, json.dumps(env_kwargs, sort_keys=True))
 
 

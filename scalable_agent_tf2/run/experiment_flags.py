@@ -43,6 +43,7 @@ from absl import flags
 # The settings and their checks import no TensorFlow: a bad flag is reported at once.
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.resolution import presets
+from scalable_agent_tf2.configuration import command_line as configuration_command_line
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
@@ -51,7 +52,7 @@ from scalable_agent_tf2.runfiles import run_directory
 # (environment processes do not re-import this file: environments/process.py starts them
 # without the parent's main script).
 
-settings.define_flags(flags.FLAGS)
+configuration_command_line.define_flags(flags.FLAGS)
 FLAGS = flags.FLAGS
 _HELP_ARGUMENTS = ("-h", "-help", "--help", "-?", "--helpshort")
 
@@ -87,7 +88,7 @@ def parse_command_line(argv):
   reported in well under a second. --show_settings prints the settings and exits 0.
   """
   if any(argument in _HELP_ARGUMENTS for argument in argv[1:]):
-    print(f"{__doc__}\nFlags (python experiment.py --flag=value):\n{settings.help_text()}")
+    print(f"{__doc__}\nFlags (python experiment.py --flag=value):\n{configuration_command_line.help_text()}")
     sys.exit(0)
   try:
     argv = FLAGS(argv)
@@ -249,7 +250,7 @@ def check_before_tensorflow(config, job_name):
   restore nothing (the learner owns the run): they share the learner's --logdir without
   holding it.
   """
-  testing = config.mode == config_lib.TEST
+  testing = config.mode == settings.TEST
   try:
     run_directory.check_path(config.logdir)
     if job_name == "actor":
