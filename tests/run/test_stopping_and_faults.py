@@ -69,9 +69,14 @@ def test_start_banner_says_what_runs_and_where_it_starts_from(tmp_path):
   assert "500 episodes per level" in "\n".join(tested)
   assert "defaults:" not in fresh  # The paper's levels: their tables, cited in the code.
   # A level no paper ran: the banner says in one line which defaults apply, and why.
-  gym = dataclasses.replace(config, level_name="gym:CartPole-v1", excluded_levels="")
+  gym = dataclasses.replace(config, level_name="gym:CartPole-v1", excluded_levels="",
+                            algorithm="impact")
   banner = "\n".join(monitoring.start_banner(gym, TOY_NETWORK, "/cpu:0", False, None, 0))
   assert "  defaults: this project's for an environment the papers did not run" in banner
+  assert "IMPACT" in banner and "PopArt" in banner and "4 x 64" in banner
+  gym_impala = dataclasses.replace(gym, algorithm="impala")
+  banner = "\n".join(monitoring.start_banner(gym_impala, TOY_NETWORK, "/cpu:0", False, None, 0))
+  assert "  defaults: this project's IMPALA set for an environment the papers did not" in banner
   assert "Table G.1" in banner and "PopArt" in banner
 
 
