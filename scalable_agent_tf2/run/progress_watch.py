@@ -12,6 +12,13 @@ one (tests/run/test_progress_watch.py).
 import dataclasses
 import math
 
+# A gap this long between two observations (the supervisor observes every half second) means the
+# whole process was not running: stopped (SIGSTOP, Ctrl-Z, a job scheduler's suspend) or its
+# machine paused. The watch does not count that time against the run: a resumed process would
+# otherwise find every clock --stall_secs behind at once and stop as stuck (seen: a training
+# run suspended for 18 minutes stopped 5 s after SIGCONT with "no learner update for 1118 s").
+SUSPENSION_SECS = 30.0
+
 # Fields of a trajectory written by the actors' network (behaviour-policy outputs): when these
 # are non-finite the parameters that produced them have diverged, not the environment.
 BEHAVIOUR_PARTS = ("agent_outputs/",)
@@ -68,6 +75,7 @@ class ProgressWatch:
     self._accepted_at = now       # The last trajectory trained on (or the start).
     self._produced_at = now       # The last trajectory delivered.
     self._update_at = now         # The last update.
+    self._observed_at = now       # The last observation (or the start).
     self._accepted_since_update = 0
     self._dropped_since_accepted = 0
     self._dropped_fields = ()
@@ -78,6 +86,7 @@ class ProgressWatch:
     None, or the stall's description (a sentence: what was seen, then its cause). A learner
     that skipped every update since the last one as non-finite is the cause whatever was
     seen: training has diverged (`stall_diverged`)."""
+    self._skip_suspension(now)
     last, self._last = self._last, counters
     dropped = counters.dropped - last.dropped
     accepted = (counters.produced - last.produced) - dropped
@@ -102,6 +111,15 @@ class ProgressWatch:
                f"loss or gradient norm, training has diverged")
     self.stall_diverged = bool(counters.skipped_in_a_row) or self.diverged
     return f"{seen}: {cause}"
+
+  def _skip_suspension(self, now):
+    """Moves the clocks forward by a gap of SUSPENSION_SECS or more since the last observation:
+    the process was not running then, so nothing in it could progress or stall."""
+    gap, self._observed_at = now - self._observed_at, now
+    if gap >= SUSPENSION_SECS:
+      self._accepted_at += gap
+      self._produced_at += gap
+      self._update_at += gap
 
   def _stall(self, counters, now):
     """(what was seen, its cause) of the first stall, or None."""

@@ -123,6 +123,31 @@ def test_actors_that_deliver_nothing_while_alive_are_stuck_after_their_first_tra
   assert watch.observe(Counters(3, 0, 0, False), 100.0) is None
 
 
+def test_time_the_process_was_suspended_is_not_a_stall():
+  """A process stopped (SIGSTOP, Ctrl-Z) or a machine paused for longer than --stall_secs:
+  nothing ran, so nothing stalled. Seen: a run suspended for 18 minutes stopped at once after
+  SIGCONT with "no learner update for 1118 s". A stall after the resume is still found, on the
+  clock of the time the process ran."""
+  watch = _watch(stall_secs=300, batch_size=8)
+  for second in range(1, 11):  # Steady training, observed every second.
+    assert watch.observe(Counters(second * 8, 0, second, True), float(second)) is None
+  # Suspended from second 10 to 1128: the first observation after it sees the same counters.
+  assert watch.observe(Counters(80, 0, 10, True), 1128.0) is None
+  # Trajectories arrive again but the learner makes no update: stuck after 300 s of running.
+  stall = None
+  for second in range(1129, 1500):
+    stall = watch.observe(Counters(80 + (second - 1128), 0, 10, True), float(second))
+    if stall:
+      break
+  assert second == 1428, second  # 300 s of running since the last update, not 1,418.
+  assert stall.startswith("no learner update for 300 s"), stall
+  # The gap below SUSPENSION_SECS is the supervisor's own delay and counts as running time.
+  watch = _watch(stall_secs=30, batch_size=8)
+  watch.observe(Counters(8, 0, 1, True), 1.0)
+  assert watch.observe(Counters(20, 0, 1, True), 1.0 + progress_watch.SUSPENSION_SECS - 1) is None
+  assert watch.observe(Counters(21, 0, 1, True), 1.0 + progress_watch.SUSPENSION_SECS) is not None
+
+
 def test_parameters_are_healthy_only_finite_and_within_the_limit():
   assert progress_watch.parameters_healthy(31.6, 1e6)
   assert not progress_watch.parameters_healthy(3.78e10, 1e6)
