@@ -1,0 +1,104 @@
+"""The trained agents shipped in benchmarks/agents/ (issue 43, item 3): each folder is a policy
+that test mode plays without training (run/export_policy.py's layout), small, and better than
+random play.
+
+Each agent's folder holds checkpoints/ (one policy-only checkpoint, its settings.json and
+policy_only.json) and shipped.json: the test score measured when it was shipped (the mean over
+`test_episodes` games of `python experiment.py --mode=test`), which the slow test holds it to.
+"""
+import json
+import os
+import shutil
+
+import pytest
+import tensorflow as tf
+
+from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.runfiles import checkpoint_files
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+AGENTS_DIR = os.path.join(REPO, "benchmarks", "agents")
+AGENTS = sorted(name for name in os.listdir(AGENTS_DIR)
+                if os.path.isdir(os.path.join(AGENTS_DIR, name)))
+# A shipped policy is the network's weights only: a few MB (the shallow Atari network's 0.7M
+# weights are 2.7 MB), never a training checkpoint's optimizer state or target network.
+MAX_AGENT_BYTES = 20 * 2 ** 20
+# The slow test's bar: over its few games an agent must keep at least half of its shipped
+# score's lead over random play (a few games of Atari vary; half the lead is far from random).
+SLOW_TEST_EPISODES = 5
+KEPT_LEAD = 0.5
+
+
+def _shipped(name):
+  folder = os.path.join(AGENTS_DIR, name)
+  with open(os.path.join(folder, "shipped.json"), encoding="utf-8") as f:
+    shipped = json.load(f)
+  with open(checkpoint_files.policy_only_path(folder), encoding="utf-8") as f:
+    policy = json.load(f)
+  return folder, shipped, policy
+
+
+def _test_config(logdir, level_name, *flags):
+  return config_lib.config_from_argv(["--mode=test", f"--level_name={level_name}",
+                                      f"--logdir={logdir}", *flags])
+
+
+def test_agents_are_shipped():
+  assert AGENTS, f"no agent in {AGENTS_DIR}"
+  with open(os.path.join(AGENTS_DIR, "README.md"), encoding="utf-8") as f:
+    readme = f.read()
+  for name in AGENTS:  # The README's table lists every folder.
+    assert f"`{name}/`" in readme, name
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_a_shipped_agent_is_a_small_policy_only_folder_with_its_record(name):
+  folder, shipped, policy = _shipped(name)
+  assert policy["level_name"] == shipped["level_name"]
+  assert policy["frames"] == shipped["frames"] > 0
+  for key in ("test_score", "test_episodes", "command", "random_score"):
+    assert key in shipped, key
+  assert shipped["test_score"] > shipped["random_score"]
+  names = checkpoint_files.latest_checkpoint(folder)
+  assert names and names[0] == f"ckpt-{policy['frames']}", names
+  path = os.path.join(checkpoint_files.checkpoint_dir(folder), names[0])
+  variables = [v for v, _ in tf.train.list_variables(path)]
+  assert [v for v in variables if v.startswith("agent/")]
+  assert not [v for v in variables if "optimizer" in v or "rmsprop" in v or "target" in v]
+  size = sum(os.path.getsize(os.path.join(root, f))
+             for root, _, files in os.walk(folder) for f in files)
+  assert size < MAX_AGENT_BYTES, size
+  if suites.is_atari_level(shipped["level_name"]):
+    game = suites.atari_game(shipped["level_name"])
+    assert shipped["random_score"] == suites.ATARI57_RANDOM_SCORES[game]
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_test_mode_restores_a_shipped_agent_without_training(name, tmp_path):
+  """The command README shows, in-process on a copy (test mode writes evaluation/ into its
+  logdir): it restores the shipped frames and plays one game."""
+  folder, shipped, _ = _shipped(name)
+  copy = str(tmp_path / name)
+  shutil.copytree(folder, copy)
+  result = evaluation.evaluate(
+      _test_config(copy, shipped["level_name"], "--num_actors=1", "--test_num_episodes=1"),
+      print_fn=lambda line: None)
+  assert result["summary"]["training_frames"] == shipped["frames"]
+  assert result["rows"][0]["episodes"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", AGENTS)
+def test_a_shipped_agent_beats_random_play(name, tmp_path):
+  folder, shipped, _ = _shipped(name)
+  copy = str(tmp_path / name)
+  shutil.copytree(folder, copy)
+  result = evaluation.evaluate(
+      _test_config(copy, shipped["level_name"], "--num_actors=1",
+                   f"--test_num_episodes={SLOW_TEST_EPISODES}"),
+      print_fn=lambda line: None)
+  score = result["rows"][0]["mean_return"]
+  bar = shipped["random_score"] + KEPT_LEAD * (shipped["test_score"] - shipped["random_score"])
+  assert score >= bar, (score, bar, shipped)
