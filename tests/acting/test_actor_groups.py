@@ -276,3 +276,37 @@ def test_atari_shallow_on_a_small_machine_runs_one_tensorflow_thread_per_op():
   assert threads("--level_name=atari/pong", "--intra_op_threads=0") == 0
   assert threads("--level_name=toy/lit_side", "--intra_op_threads=3") == 3
   assert threads("--level_name=mujoco/hopper") == 0
+
+
+@pytest.mark.parametrize("use_lstm", [False, True], ids=["feed_forward", "lstm"])
+def test_the_real_acting_path_is_on_policy_for_the_learner(use_lstm):
+  """Trajectories from the real acting path (AtariVectorGroup, EnvironmentLoop, the policy's
+  acting step) under fixed parameters are on-policy for the learner's unroll: log(pi / mu) = 0
+  at every step, so each action is scored at the observation (and core state) it was taken at.
+  Issue 43 asked whether Boxing's flat curve was a misalignment; this is the check, on the
+  pipeline itself rather than a hand-written collector (tests/learning/test_learner.py's)."""
+  from scalable_agent_tf2.learning import batch_loss  # pylint: disable=g-import-not-at-top
+  group = AtariVectorGroup("boxing", SEEDS)
+  num_actions = group.spec.num_actions
+  group.close()
+  agent = networks.Agent(networks.NetworkConfig(
+      num_actions=num_actions, frame_shape=(84, 84, 4), torso="shallow", use_lstm=use_lstm,
+      use_instruction=False), seed=3)
+  for variable in agent.trainable_variables:  # A policy far from uniform: it differs by state.
+    if "policy" in variable.name:
+      variable.assign(variable * 30.0)
+  loop = actor.EnvironmentLoop(lambda attempt: AtariVectorGroup("boxing", SEEDS),
+                               policies.PerActorPolicy(agent),
+                               [np.random.default_rng(s) for s in SEEDS], "atari/boxing")
+  trajectories = _unrolls(loop, 3, unroll_length=10)[-1]  # Past a first unroll: LSTM states.
+  loop.close()
+  stack = lambda *xs: np.stack(xs, axis=1)  # [T+1, B, ...], the learner's layout.
+  env_outputs = tf.nest.map_structure(stack, *[t.env_outputs for t in trajectories])
+  agent_outputs = tf.nest.map_structure(stack, *[t.agent_outputs for t in trajectories])
+  state = tf.nest.map_structure(lambda *xs: np.stack(xs), *[t.agent_state for t in trajectories])
+  learner_outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
+  _, returns = batch_loss.impala_loss_terms(agent.config.action_distribution, learner_outputs,
+                                            env_outputs, agent_outputs,
+                                            config_lib.LearnerConfig())
+  np.testing.assert_allclose(returns.log_rhos.numpy(), 0.0, atol=1e-4)
+  assert len(set(agent_outputs.action.ravel().tolist())) > 1  # Not one action throughout.
