@@ -34,7 +34,8 @@ target-worker surrogate, GAE lambda 0.995, an adaptive KL term towards 0.04, lea
     waited 32,768: minutes on a 20 ms environment), and, since each batch is trained on at
     most 20 times, one update per 12.8 steps where Table 2's batches allowed one per 1,638
     (measured: CartPole-v1 at 475 in 61k steps with 4 x 64, 114k with 4 x 256; Acrobot-v1 at
-    -100 in 50k and 178k; Pendulum-v1 at -200 in 81k and 295k, medians of 3 seeds; the others seed 1);
+    -100 in 50k and 178k; Pendulum-v1 at -200 in 81k and 295k, medians of 3 seeds; the
+    others seed 1);
   * values learned in a normalised scale (PopArt, Hessel et al. 2019, learning/popart.py), so
     that returns of any size and sign (-1 a step, +-100 events, 1 once an episode) give
     gradients of one size; rewards unclipped (Table G.1 clips Atari's to [-1, 1], which would
