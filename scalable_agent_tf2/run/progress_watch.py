@@ -7,17 +7,50 @@ no update. The supervisor (supervisor.Run.watch) feeds `ProgressWatch.observe` i
 every tick; the first stall that lasts --stall_secs becomes the run's `error:` line.
 
 No TensorFlow here: the rules are plain arithmetic on counters and a clock, tested with a fake
-one (tests/run/test_progress_watch.py).
+one (tests/run/test_progress_watch.py). The clock is the run's RunningClock (below).
 """
 import dataclasses
 import math
+import threading
+import time
 
-# A gap this long between two observations (the supervisor observes every half second) means the
+# A gap this long between two of the supervisor's ticks (it ticks every half second) means the
 # whole process was not running: stopped (SIGSTOP, Ctrl-Z, a job scheduler's suspend) or its
-# machine paused. The watch does not count that time against the run: a resumed process would
-# otherwise find every clock --stall_secs behind at once and stop as stuck (seen: a training
-# run suspended for 18 minutes stopped 5 s after SIGCONT with "no learner update for 1118 s").
+# machine paused. RunningClock leaves such gaps out, so that the watches (this one and the
+# environment watchdog, acting/watchdog.py) do not count them against the run: a resumed process
+# would otherwise find every clock minutes behind at once (seen: a training run suspended for 18
+# minutes replaced an actor as hung and stopped 5 s after SIGCONT with "no learner update for
+# 1118 s").
 SUSPENSION_SECS = 30.0
+
+
+class RunningClock:
+  """time.monotonic less the gaps of SUSPENSION_SECS or more between ticks: the time the process
+  ran. The supervisor ticks it on every pass of its watch; any thread may read it.
+
+  A gap is found at the first tick after it, so a reading taken between the resume and that
+  tick is up to the gap later than the tick's clock: a call timed from there looks younger than
+  it is until its next tick (a stall found later, never one that was not there)."""
+
+  def __init__(self, clock=time.monotonic):
+    self._clock = clock
+    self._lock = threading.Lock()
+    self._last = clock()
+    self._skipped = 0.0
+
+  def tick(self):
+    """Takes the time since the last tick; returns the running time now."""
+    with self._lock:
+      now = self._clock()
+      if now - self._last >= SUSPENSION_SECS:
+        self._skipped += now - self._last
+      self._last = now
+      return now - self._skipped
+
+  def __call__(self):
+    with self._lock:
+      return self._clock() - self._skipped
+
 
 # Fields of a trajectory written by the actors' network (behaviour-policy outputs): when these
 # are non-finite the parameters that produced them have diverged, not the environment.
@@ -75,7 +108,6 @@ class ProgressWatch:
     self._accepted_at = now       # The last trajectory trained on (or the start).
     self._produced_at = now       # The last trajectory delivered.
     self._update_at = now         # The last update.
-    self._observed_at = now       # The last observation (or the start).
     self._accepted_since_update = 0
     self._dropped_since_accepted = 0
     self._dropped_fields = ()
@@ -86,7 +118,6 @@ class ProgressWatch:
     None, or the stall's description (a sentence: what was seen, then its cause). A learner
     that skipped every update since the last one as non-finite is the cause whatever was
     seen: training has diverged (`stall_diverged`)."""
-    self._skip_suspension(now)
     last, self._last = self._last, counters
     dropped = counters.dropped - last.dropped
     accepted = (counters.produced - last.produced) - dropped
@@ -111,15 +142,6 @@ class ProgressWatch:
                f"loss or gradient norm, training has diverged")
     self.stall_diverged = bool(counters.skipped_in_a_row) or self.diverged
     return f"{seen}: {cause}"
-
-  def _skip_suspension(self, now):
-    """Moves the clocks forward by a gap of SUSPENSION_SECS or more since the last observation:
-    the process was not running then, so nothing in it could progress or stall."""
-    gap, self._observed_at = now - self._observed_at, now
-    if gap >= SUSPENSION_SECS:
-      self._accepted_at += gap
-      self._produced_at += gap
-      self._update_at += gap
 
   def _stall(self, counters, now):
     """(what was seen, its cause) of the first stall, or None."""

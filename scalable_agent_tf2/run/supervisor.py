@@ -99,6 +99,8 @@ class Run:
     self._cannot_run_since = None
     self.learner_thread = threading.Thread(target=self.learn, name="learner", daemon=True)
     self.progress_watch = None  # Made at start (its clock starts with the actors).
+    # The watches' clock: the time the process ran (progress_watch.RunningClock).
+    self.clock = progress_watch.RunningClock()
 
   def build(self, cleanup, environment_constructor, first_env, first_env_owner,
             listen_address, shared_replay, agent_tag, access=ClusterAccess()):
@@ -136,7 +138,7 @@ class Run:
     """(actor thread `index`, its watchdog.CallClock); replacement n > 0: the n-th actor that
     replaces a hung one (new environments, seeded apart from the ones replaced)."""
     config = self.config
-    clock = watchdog.CallClock()
+    clock = watchdog.CallClock(self.clock)
     make_loop = assembly.actor_loop_factory(
         config, index, self.policy, environment_constructor, first_env,
         0 if replacement == 0 else -1, self.monitor.record_episode,
@@ -241,7 +243,7 @@ class Run:
   def start(self):
     self.monitor.start(self.frames())
     self.progress_watch = progress_watch.ProgressWatch(
-        self.config.stall_secs, self.config.batch_size, time.monotonic())
+        self.config.stall_secs, self.config.batch_size, self.clock())
     self.actors.publish_version(self.progress.num_updates)
     self.actors.start()
     self.learner_thread.start()
@@ -250,10 +252,10 @@ class Run:
     """Until the run stops: actors' health, remote actors' episodes, and logs and
     checkpoints when they are due."""
     config = self.config
-    next_log = time.monotonic() + config.log_secs
-    next_checkpoint = time.monotonic() + config.checkpoint_secs
+    next_log = self.clock.tick() + config.log_secs
+    next_checkpoint = self.clock() + config.checkpoint_secs
     while not self.stop_event.wait(min(0.5, config.log_secs)):
-      now = time.monotonic()
+      now = self.clock.tick()
       if (self._actors_stop_the_run(now) or self._a_thread_died()
           or self._hung_environments(now) or self._stalled(now)):
         return

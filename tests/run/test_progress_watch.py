@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from scalable_agent_tf2.acting import watchdog
 from scalable_agent_tf2.run import progress_watch
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.runfiles import checkpoint_files
@@ -123,29 +124,69 @@ def test_actors_that_deliver_nothing_while_alive_are_stuck_after_their_first_tra
   assert watch.observe(Counters(3, 0, 0, False), 100.0) is None
 
 
+class _FakeTime:
+  def __init__(self):
+    self.now = 0.0
+
+  def __call__(self):
+    return self.now
+
+
 def test_time_the_process_was_suspended_is_not_a_stall():
   """A process stopped (SIGSTOP, Ctrl-Z) or a machine paused for longer than --stall_secs:
   nothing ran, so nothing stalled. Seen: a run suspended for 18 minutes stopped at once after
-  SIGCONT with "no learner update for 1118 s". A stall after the resume is still found, on the
-  clock of the time the process ran."""
-  watch = _watch(stall_secs=300, batch_size=8)
+  SIGCONT with "no learner update for 1118 s". The supervisor's watches read the RunningClock,
+  which leaves the gap out; a stall after the resume is still found, on the running time."""
+  time_now = _FakeTime()
+  clock = progress_watch.RunningClock(time_now)
+  watch = progress_watch.ProgressWatch(300, 8, now=clock())
+
+  def observe(second, counters):
+    time_now.now = float(second)
+    return watch.observe(counters, clock.tick())
   for second in range(1, 11):  # Steady training, observed every second.
-    assert watch.observe(Counters(second * 8, 0, second, True), float(second)) is None
+    assert observe(second, Counters(second * 8, 0, second, True)) is None
   # Suspended from second 10 to 1128: the first observation after it sees the same counters.
-  assert watch.observe(Counters(80, 0, 10, True), 1128.0) is None
+  assert observe(1128, Counters(80, 0, 10, True)) is None
   # Trajectories arrive again but the learner makes no update: stuck after 300 s of running.
   stall = None
   for second in range(1129, 1500):
-    stall = watch.observe(Counters(80 + (second - 1128), 0, 10, True), float(second))
+    stall = observe(second, Counters(80 + (second - 1128), 0, 10, True))
     if stall:
       break
   assert second == 1428, second  # 300 s of running since the last update, not 1,418.
   assert stall.startswith("no learner update for 300 s"), stall
   # The gap below SUSPENSION_SECS is the supervisor's own delay and counts as running time.
-  watch = _watch(stall_secs=30, batch_size=8)
-  watch.observe(Counters(8, 0, 1, True), 1.0)
-  assert watch.observe(Counters(20, 0, 1, True), 1.0 + progress_watch.SUSPENSION_SECS - 1) is None
-  assert watch.observe(Counters(21, 0, 1, True), 1.0 + progress_watch.SUSPENSION_SECS) is not None
+  time_now = _FakeTime()
+  clock = progress_watch.RunningClock(time_now)
+  watch = progress_watch.ProgressWatch(30, 8, now=clock())
+  time_now.now = 1.0
+  watch.observe(Counters(8, 0, 1, True), clock.tick())
+  time_now.now = 1.0 + progress_watch.SUSPENSION_SECS - 1
+  assert watch.observe(Counters(20, 0, 1, True), clock.tick()) is None
+  time_now.now = 1.0 + progress_watch.SUSPENSION_SECS
+  assert watch.observe(Counters(21, 0, 1, True), clock.tick()) is not None
+
+
+def test_an_environment_call_across_a_suspension_is_not_overdue():
+  """The environment watchdog reads the same clock (supervisor.Run gives it to every actor's
+  CallClock): a step under way when the process was stopped is not a hung step after it (the
+  suspended Breakout run had an actor replaced as hung at its resume)."""
+  time_now = _FakeTime()
+  clock = progress_watch.RunningClock(time_now)
+  call_clock = watchdog.CallClock(clock)
+  limits = {watchdog.STEP: 60.0, watchdog.RESET: 600.0}
+  with call_clock.timing(watchdog.STEP):
+    time_now.now = 0.5
+    assert call_clock.overdue(clock.tick(), limits) is None
+    time_now.now = 1200.0  # Suspended for 20 minutes mid-step.
+    assert call_clock.overdue(clock.tick(), limits) is None
+    overdue = None
+    while overdue is None:  # Then a step that really hangs: the supervisor ticks on.
+      time_now.now += 1.0
+      overdue = call_clock.overdue(clock.tick(), limits)
+    assert time_now.now == 1260.0  # Overdue after 60.5 s of running, not at the resume.
+    assert overdue[0] == watchdog.STEP and 60.0 < overdue[1] <= 61.0
 
 
 def test_parameters_are_healthy_only_finite_and_within_the_limit():
