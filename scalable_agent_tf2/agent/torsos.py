@@ -3,7 +3,10 @@
 
     shallow:    Figure 3 (left), two convolutions and FC 256;
     deep:       Figure 3 (right), the 15-layer residual network;
-    impact_cnn: the IMPACT paper's Atari network (section 4.3), 42x42 frames.
+    impact_cnn: the IMPACT paper's Atari network (section 4.3), 42x42 frames;
+    mlp:        the frame flattened into the MLP below (small symbolic frames: a grid's
+                encoding such as MiniGrid's 7x7 view, where convolutions built for 84x84
+                pixels cost more than they give).
 
 For the observations of other environment families (environments/families, gym_env.py):
 
@@ -143,7 +146,7 @@ MLP_HIDDEN_SIZES = (256, 256)
 # torso_for_observation's kinds of observation (environments/gym_env.py's names).
 FRAME, VECTOR, INDEX = "frame", "vector", "index"
 MLP, ONE_HOT = "mlp", "one_hot"
-FRAME_TORSOS = ("shallow", "deep", "impact_cnn")  # settings.TORSOS (not imported: no cycle).
+FRAME_TORSOS = ("shallow", "deep", "impact_cnn", MLP)  # settings.TORSOS (not imported: no cycle).
 
 
 class MlpTorso(tf.Module):
@@ -165,8 +168,11 @@ class MlpTorso(tf.Module):
         observation_size = size
 
   def __call__(self, observations):
-    """observations: float32 [N, O] (normalised by the run's filter) -> [N, hidden_sizes[-1]]."""
+    """observations: float32 [N, O] (normalised by the run's filter), or frames [N, H, W, C]
+    in [0, 1] (flattened to [N, H * W * C]) -> [N, hidden_sizes[-1]]."""
     x = tf.cast(observations, tf.float32)
+    if x.shape.rank != 2:
+      x = tf.reshape(x, [tf.shape(x)[0], -1])
     for layer in self.layers:
       x = tf.tanh(layer(x))
     return x
@@ -200,11 +206,12 @@ def torso_for_observation(kind, shape, torso=None, has_instruction=False,
     kind: FRAME (uint8 [H, W, C]), VECTOR (float [O]) or INDEX (Discrete(n): shape (n,) here,
       the number of values).
     shape: (H, W, C), (O,) or (n,).
-    torso: --torso for frames ("shallow", "deep", "impact_cnn"; None: shallow, Figure 3
-      left); must be None for other kinds.
+    torso: --torso for frames ("shallow", "deep", "impact_cnn", "mlp"; None: shallow,
+      Figure 3 left); must be None for other kinds.
     has_instruction: frames with a text mission (a dict observation of an image and a
       string): the frame torso plus the paper's instruction encoder (language.py).
-    hidden_sizes: the MLP's layer sizes for VECTOR (default IMPACT section 4.3's).
+    hidden_sizes: the MLP's layer sizes for VECTOR and flattened frames (default IMPACT
+      section 4.3's).
 
   Returns:
     TorsoChoice.
@@ -218,6 +225,10 @@ def torso_for_observation(kind, shape, torso=None, has_instruction=False,
     if name not in FRAME_TORSOS or len(shape) != 3:
       raise ValueError(f"Frames need a frame torso {FRAME_TORSOS} and shape (H, W, C); got "
                        f"torso {name!r}, shape {shape}.")
+    if name == MLP:
+      return TorsoChoice(MLP, MlpTorso, dict(observation_size=shape[0] * shape[1] * shape[2],
+                                             hidden_sizes=tuple(hidden_sizes)),
+                         has_instruction)
     torso_class = {"shallow": ShallowTorso, "deep": DeepTorso, "impact_cnn": ImpactTorso}[name]
     return TorsoChoice(name, torso_class, dict(frame_shape=shape), has_instruction)
   if torso is not None:

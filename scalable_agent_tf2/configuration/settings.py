@@ -55,7 +55,11 @@ SHALLOW, DEEP = "shallow", "deep"  # Figure 3's networks.
 # choose the torso without TensorFlow.
 SHALLOW_MIN_FRAME_SIZE = 20
 IMPACT_CNN = "impact_cnn"  # The IMPACT paper's Atari network (section 4.3), 42x42 frames.
-TORSOS = (SHALLOW, DEEP, IMPACT_CNN)
+# Frames flattened into the IMPACT paper's MLP (section 4.3's two tanh layers of 256): a
+# gymnasium environment's frames smaller than SHALLOW_MIN_FRAME_SIZE (a grid's symbolic
+# encoding, e.g. MiniGrid's 7x7 view, MinAtar's 10x10 planes; families/gym.py's frame_torso).
+FLAT_MLP = "mlp"
+TORSOS = (SHALLOW, DEEP, IMPACT_CNN, FLAT_MLP)
 # --preset: whose published setting fills the settings left at their default (presets.presets).
 DEFAULT_PRESET = "default"     # IMPALA's Tables G.1 / D.3 (+ IMPACT Table 1's own settings).
 IMPACT_PAPER = "impact_paper"  # The IMPACT paper's Atari setting: Table 1, section 4.3.
@@ -255,9 +259,11 @@ class ExperimentSettings:
                                  "Atari: repeat the last action with p=0.25.")
   # Network.
   torso: Optional[str] = preset_setting(
-      NETWORK, "Figure 3's network (shallow, deep), or the IMPACT paper's Atari network "
-      "(impact_cnn: 42x42 frames only).",
-      "Appendix G (Atari experts shallow, multi-task deep); DMLab: deep; IMPACT section 4.3",
+      NETWORK, "Figure 3's network (shallow, deep), the IMPACT paper's Atari network "
+      "(impact_cnn: 42x42 frames only), or the frame flattened into the IMPACT paper's MLP "
+      "(mlp: for small symbolic frames, e.g. MiniGrid's 7x7 view).",
+      "Appendix G (Atari experts shallow, multi-task deep); DMLab: deep; IMPACT section 4.3; "
+      "gymnasium frames under 20x20: mlp (benchmarks/RESULTS.md, 'Small frames')",
       choices=TORSOS)
   # Learner.
   algorithm: Optional[str] = preset_setting(

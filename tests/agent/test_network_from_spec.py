@@ -125,14 +125,17 @@ def test_box_actions_on_frames_take_the_frame_torso_with_a_gaussian_head():
                             config_lib.ImpactConfig(target_update_period=2), jit_compile=False)
 
 
-def test_an_image_with_a_text_mission_takes_the_frame_torso_and_the_instruction_encoder():
-  # MiniGrid's 7x7x3 views: too small for the shallow torso, so the deep one (SAME layers).
+@pytest.mark.parametrize("torso", [torsos.MLP, networks.DEEP])
+def test_an_image_with_a_text_mission_takes_the_frame_torso_and_the_instruction_encoder(torso):
+  # MiniGrid's 7x7x3 views: too small for the shallow torso; the family's preset flattens them
+  # into the MLP (a grid's encoding, not pixels); --torso=deep (SAME layers) takes them too.
   with pytest.raises(ValueError, match="--torso=deep"):
     networks.NetworkConfig(num_actions=7, frame_shape=(7, 7, 3), torso=networks.SHALLOW)
-  assert gym_family.frame_torso((7, 7, 3)) == networks.DEEP
+  assert gym_family.frame_torso((7, 7, 3)) == torsos.MLP
+  assert gym_family.frame_torso((10, 10, 4)) == torsos.MLP  # MinAtar's planes.
   assert gym_family.frame_torso((96, 96, 3)) == networks.SHALLOW
-  config = networks.NetworkConfig(num_actions=7, frame_shape=(7, 7, 3), torso=networks.DEEP,
-                                  use_instruction=True)
+  config = networks.NetworkConfig(num_actions=7, frame_shape=(7, 7, 3), torso=torso,
+                                  use_instruction=True, frame_max=10.0)
   agent = networks.Agent(config, seed=0)
   rng = np.random.default_rng(0)
   frames = rng.integers(0, 11, (T + 1, B, 7, 7, 3)).astype(np.uint8)
@@ -142,8 +145,28 @@ def test_an_image_with_a_text_mission_takes_the_frame_torso_and_the_instruction_
   _updates_every_variable(agent, env_outputs, agent_outputs)
 
 
+def test_the_flat_mlp_torso_reads_every_cell_of_the_frame():
+  """A frame through the MLP torso: [N, H, W, C] flattened to H * W * C inputs, so a change
+  in any one cell changes the features (nothing cropped or pooled away)."""
+  config = networks.NetworkConfig(num_actions=3, frame_shape=(10, 10, 4), torso=torsos.MLP,
+                                  use_lstm=False, use_instruction=False, frame_max=1.0)
+  agent = networks.Agent(config, seed=0)
+  assert agent.torso.layers[0].w.shape[0] == 10 * 10 * 4
+  frames = np.zeros((1, 1, 10, 10, 4), np.uint8)
+  env_outputs, _ = _discrete_batch(config, frames, np.random.default_rng(1))
+  policy = lambda outputs: agent.unroll(tf.zeros([1, 1], tf.int32), outputs, ())[0].policy_params
+  base_params = policy(env_outputs)
+  np.testing.assert_array_equal(policy(env_outputs), base_params)
+  for cell in [(0, 0, 0), (9, 9, 3), (4, 7, 1)]:
+    changed = frames.copy()
+    changed[(0, 0) + cell] = 1
+    observation = env_outputs.observation._replace(frame=changed)
+    params = policy(env_outputs._replace(observation=observation))
+    assert not np.allclose(params, base_params), cell
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(frame_shape=(4,), torso=torsos.MLP), "Unknown torso 'mlp'.*observation_kind"),
+    (dict(frame_shape=(4,), torso="resnet"), "Unknown torso 'resnet'.*observation_kind"),
     (dict(frame_shape=(4,), torso=networks.DEEP), "frame_shape must be \\(height"),
     (dict(frame_shape=(4,), torso=networks.DEEP, observation_kind=torsos.VECTOR,
           use_instruction=False), "take the 'mlp' torso"),
@@ -207,8 +230,8 @@ def test_the_gym_family_maps_an_image_with_a_mission_to_the_instruction_path(mon
                                       has_instruction=True, frame_max=10.0)
   monkeypatch.setattr(gym_family.GymFamily, "describe", lambda *args, **kwargs: description)
   network = gym_family.FAMILY.network_config(config, base.EnvSpec(7, (7, 7, 3)))
-  assert (network.torso, network.use_instruction, network.use_lstm) == (networks.DEEP, True,
-                                                                        True)
+  assert (network.torso, network.use_instruction, network.use_lstm) == (torsos.MLP, True,
+                                                                        False)
   assert network.frame_max == 10.0  # The grid encoding's largest index, not 255.
 
 

@@ -55,8 +55,9 @@ def test_a_dict_of_image_and_mission_builds_the_instruction_network(built):
   assert hasattr(agent, "instruction_encoder")
   # Its image is pixels (no MiniGrid grid encoding): divided by 255 as every frame.
   assert description.frame_max == agent.config.frame_max == 255.0
-  # MiniGrid's 7x7 view is smaller than the shallow torso's VALID convolutions take.
-  assert agent.config.torso == "deep"
+  # MiniGrid's 7x7 view is smaller than the shallow torso's VALID convolutions take: a grid's
+  # encoding, flattened into the MLP, feed-forward (families/gym.py frame_torso, uses_lstm).
+  assert agent.config.torso == "mlp" and not agent.config.use_lstm
   # The grid's encoding is computed, not rendered: the environments run in groups here.
   assert config.runs_as == family_base.IN_PROCESS_GROUP
 

@@ -231,7 +231,7 @@ class Family:
 
 
 def network_in_words(torso, use_lstm, num_actions=None, action_size=None, nvec=None,
-                     observation_shape=()):
+                     observation_shape=(), instruction=False):
   """The start banner's and --show_settings's line for a network (one wording, so that the two
   cannot differ): its torso, core, action head and observation shape. The action sizes are
   the action distribution family's layout (num_actions, action_size or nvec), so the line
@@ -244,7 +244,8 @@ def network_in_words(torso, use_lstm, num_actions=None, action_size=None, nvec=N
   else:
     actions = f"Gaussian actions of {action_size} dimensions"
   shape = "x".join(str(n) for n in observation_shape) or "an index (one-hot)"
-  return f"network: {torso} torso, {core}, {actions}, observations {shape}"
+  encoder = ", the instruction encoder (a text mission)" if instruction else ""
+  return f"network: {torso} torso{encoder}, {core}, {actions}, observations {shape}"
 
 
 def frame_network_config(config, num_actions, channels, use_lstm, use_instruction):

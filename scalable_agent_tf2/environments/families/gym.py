@@ -214,8 +214,9 @@ class GymFamily(base.Family):
     kind, continuous = description.observation_kind, description.continuous_actions
     torso = {gym_spaces.VECTOR: "mlp", gym_spaces.INDEX: "one_hot"}.get(kind, config.torso)
     return base.network_in_words(
-        torso, use_lstm=kind == gym_spaces.FRAME and not continuous,
-        **description.action_layout(), observation_shape=description.observation_shape)
+        torso, use_lstm=uses_lstm(kind, continuous, config.torso),
+        **description.action_layout(), observation_shape=description.observation_shape,
+        instruction=description.has_instruction)
 
   def network_config(self, config, spec):
     """The network follows the first environment's spec, for any supported combination
@@ -225,11 +226,13 @@ class GymFamily(base.Family):
                      the IMPACT paper's separate policy and value MLPs
                      (networks.continuous_vector_config);
                      Discrete: IMPALA's agent (networks.vector_config), feed-forward;
-      frames:        Figure 3's frame torso (--torso; shallow by default, deep for frames too
-                     small for the shallow one's VALID convolutions); Discrete: IMPALA's
-                     agent with its LSTM 256 and, for an image with a text mission (a dict
-                     observation), the paper's instruction encoder (Figure 3); Box: the frame
-                     torso with a diagonal Gaussian head (networks.continuous_frame_config);
+      frames:        Figure 3's frame torso (--torso; shallow by default; frames too small
+                     for its VALID convolutions flattened into the MLP, frame_torso);
+                     Discrete: IMPALA's agent with its LSTM 256 on a convolutional torso
+                     (feed-forward on the MLP, uses_lstm) and, for an image with a text
+                     mission (a dict observation), the paper's instruction encoder (Figure
+                     3); Box: the frame torso with a diagonal Gaussian head
+                     (networks.continuous_frame_config);
       Discrete(n):   the one-hot [n] torso (networks.index_config), feed-forward.
 
     MultiDiscrete actions take the Discrete ones' network, with a categorical head per choice
@@ -254,7 +257,7 @@ class GymFamily(base.Family):
                        "observation as a Box (n,) vector).")
     return networks.network_config_for_spec(
         spec, kind, torso=config.torso if kind == torsos.FRAME else None,
-        use_lstm=kind == torsos.FRAME and not continuous,
+        use_lstm=uses_lstm(kind, continuous, config.torso),
         use_instruction=description.has_instruction, frame_max=description.frame_max,
         num_observation_values=(observation_values(config.levels[0], env_kwargs)
                                 if kind == torsos.INDEX else None),
@@ -262,12 +265,25 @@ class GymFamily(base.Family):
 
 
 def frame_torso(frame_shape):
-  """--torso's preset for frames: Figure 3's shallow torso, or the deep one for frames
-  smaller than the shallow one's VALID convolutions take (settings.SHALLOW_MIN_FRAME_SIZE;
-  e.g. MiniGrid's 7x7 views): the deep torso's SAME layers take any size."""
+  """--torso's preset for frames: Figure 3's shallow torso on pixels; on frames smaller than
+  its VALID convolutions take (settings.SHALLOW_MIN_FRAME_SIZE), which are a grid's symbolic
+  encoding rather than pixels (MiniGrid's 7x7 view of object codes, MinAtar's 10x10 planes),
+  the frame flattened into the IMPACT paper's MLP (settings.FLAT_MLP), as Stable-Baselines3's
+  defaults and RL Baselines3 Zoo's MiniGrid wrapper feed such a grid. Measured on
+  MiniGrid-Empty-8x8 (benchmarks/RESULTS.md, "Small frames"): the deep torso with its LSTM
+  cost 77 ms a learner update of 4 x 64 steps, the learner held the run to about 200 steps/s."""
   if min(frame_shape[:2]) < settings.SHALLOW_MIN_FRAME_SIZE:
-    return settings.DEEP
+    return settings.FLAT_MLP
   return settings.SHALLOW
+
+
+def uses_lstm(observation_kind, continuous_actions, torso):
+  """Figure 3's LSTM core for Discrete actions on pixels (conv torsos); none for vectors,
+  indices and flattened small frames, whose observation is the state (or, for MiniGrid's
+  view, carries what the agent holds), nor for Box actions (the IMPACT paper's feed-forward
+  networks)."""
+  return (observation_kind == gym_spaces.FRAME and not continuous_actions
+          and torso != settings.FLAT_MLP)
 
 
 @functools.lru_cache(maxsize=64)
