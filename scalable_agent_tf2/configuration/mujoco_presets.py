@@ -112,6 +112,7 @@ IMPACT_TABLE2 = dict(
     kl_target=0.04,                # Table 2, "KL Target" (module docstring: the rule).
     target_worker_clipping=2.0,    # Table 2, "Target-Worker Clipping".
     target_update_period=16 * 20,  # Section 4.1.1: n = N x K.
+    normalize_advantages=False,    # Not in the paper (nor RLlib's APPO): advantages as they are.
     # Table 2, "Grad Clipping" 0.5 on RLlib APPO's averaged loss: 0.5 x T x B on our summed
     # loss, with the run's T and B (module docstring; config.resolve).
     max_grad_norm=None,

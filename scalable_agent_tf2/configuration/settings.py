@@ -280,7 +280,8 @@ class ExperimentSettings:
                                                 _G1_D3 + ": 20, 100", check=POSITIVE_INT)
   entropy_cost: Optional[float] = preset_setting(
       LEARNER, "Entropy loss weight.", "Table G.1: 0.01; released code (Table D.1 sweep); "
-      "gymnasium levels: 0.001 (families/gym.py, measured)",
+      "gymnasium levels: discrete actions 0.01 with --normalize_advantages, Box 0 (IMPACT "
+      "Table 2), --algorithm=impala 0.001 (families/gym.py, measured)",
       check=NON_NEGATIVE, part_of=FOR_LEARNER)
   baseline_cost: Optional[float] = preset_setting(
       LEARNER, "Baseline loss weight.", _G1_D3 + ": 0.5; IMPACT Table 1: 1.0",
@@ -399,6 +400,13 @@ class ExperimentSettings:
   kl_cost: Optional[float] = preset_setting(IMPACT_TOPIC, "Weight of KL(pi_target || pi).",
                                             "IMPACT Table 1: 0.0", check=NON_NEGATIVE,
                                             part_of=FOR_IMPACT)
+  normalize_advantages: Optional[bool] = preset_setting(
+      IMPACT_TOPIC, "Standardise the surrogate's advantages over each batch (mean 0, standard "
+      "deviation 1), as PPO's implementations do, so that --entropy_cost weighs the same "
+      "against the policy gradient whatever the rewards' scale.",
+      "not in the IMPACT paper (its presets: off): Stable-Baselines3's normalize_advantage, "
+      "CleanRL's norm_adv; gymnasium levels with discrete actions: on (benchmarks/RESULTS.md, "
+      "'An entropy bonus that means the same everywhere')", part_of=FOR_IMPACT)
   kl_target: Optional[float] = setting(
       None, IMPACT_TOPIC, "The KL(pi_target || pi) an adaptive --kl_cost steers towards: at "
       "each target-network refresh the coefficient is scaled by 1.5 when the step's mean KL "

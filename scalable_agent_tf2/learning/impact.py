@@ -263,7 +263,9 @@ class ImpactLearner(learner_lib.Learner):
         # The clipped surrogate is positively homogeneous in the advantages, so dividing it by
         # sigma is the surrogate of the normalised advantages (popart.scale_loss_terms); the
         # KL term, like the entropy term, keeps its scale.
-        terms = popart_lib.scale_loss_terms(terms, self.popart.sigma)
+        # Standardised advantages have no scale left to divide.
+        terms = popart_lib.scale_loss_terms(terms, self.popart.sigma,
+                                            scale_pg=not impact.normalize_advantages)
       # Summed over T and B like IMPALA's terms (Algorithm 1 line 8 averages: see the class
       # docstring).
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
@@ -353,8 +355,11 @@ def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs
   beta = 1.0 / impact_config.target_worker_clipping  # Section 3.1: beta = 1 / rho.
   log_ratios = losses.impact_log_ratio(action_log_probs, target_log_probs,
                                        behaviour_log_probs, beta)
+  advantages = returns.pg_advantages
+  if impact_config.normalize_advantages:
+    advantages = losses.standardized_advantages(advantages, batch.kept)
   terms = dict(
-      pg_loss=losses.clipped_surrogate_loss(log_ratios, returns.pg_advantages,
+      pg_loss=losses.clipped_surrogate_loss(log_ratios, advantages,
                                             impact_config.ppo_clip, batch.kept),
       baseline_loss=losses.baseline_loss(returns.vs - batch.values, batch.kept),
       entropy_loss=entropy_loss, kl_loss=kl_loss)

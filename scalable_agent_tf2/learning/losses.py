@@ -148,6 +148,31 @@ def clipped_surrogate_loss(log_ratios, advantages, clip_epsilon, mask=None):
   return -tf.reduce_sum(_masked(surrogate, mask))
 
 
+def standardized_advantages(advantages, mask=None, epsilon=1e-8):
+  """(A - mean(A)) / (std(A) + epsilon) over a batch's steps (those mask keeps): PPO's
+  advantage normalisation as its implementations apply it per batch (Stable-Baselines3's
+  normalize_advantage, CleanRL's norm_adv; not in the IMPACT paper). With it the surrogate's
+  size no longer depends on the rewards' scale, so an entropy cost weighs the same against it
+  on every task. Masked-out steps come back as 0.
+
+  Args:
+    advantages: float32 [T, B].
+    mask: None, or float32 [T, B]: 0 leaves a step out of the moments (a truncated episode's
+      reset step, batch_loss.py).
+    epsilon: added to the standard deviation (a batch of equal advantages gives 0, not NaN).
+
+  Returns:
+    float32 [T, B], gradient-free.
+  """
+  advantages = tf.stop_gradient(tf.convert_to_tensor(advantages, tf.float32))
+  tf.debugging.assert_rank(advantages, 2, message="advantages must be [T, B]")
+  weights = tf.ones_like(advantages) if mask is None else tf.cast(mask, tf.float32)
+  count = tf.maximum(tf.reduce_sum(weights), 1.0)
+  mean = tf.reduce_sum(advantages * weights) / count
+  variance = tf.reduce_sum(tf.square(advantages - mean) * weights) / count
+  return _masked((advantages - mean) / (tf.sqrt(variance) + epsilon), mask)
+
+
 def kl_divergence(p, q):
   """sum_t,b KL(p || q) with p held constant, for IMPACT's KL(pi_target, pi) term (Algorithm 1
   line 8; weight 0 on discrete tasks, Table 1; "KL Coeff" 1.0 on continuous ones, Table 2).

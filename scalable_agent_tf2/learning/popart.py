@@ -92,12 +92,14 @@ def unnormalized(n, mu, sigma):
   return sigma * n + mu
 
 
-def scale_loss_terms(terms, sigma):
+def scale_loss_terms(terms, sigma, scale_pg=True):
   """batch_loss's terms, computed on unnormalised values, in PopArt's normalised scale: the
-  policy gradient's advantages divided by sigma, the baseline's error by sigma (its square by
-  sigma^2) (module docstring). The entropy term keeps its scale."""
+  policy gradient's advantages divided by sigma (unless scale_pg is False: advantages already
+  standardised per batch, losses.standardized_advantages), the baseline's error by sigma (its
+  square by sigma^2) (module docstring). The entropy term keeps its scale."""
   terms = dict(terms)
-  terms["pg_loss"] = terms["pg_loss"] / sigma
+  if scale_pg:
+    terms["pg_loss"] = terms["pg_loss"] / sigma
   terms["baseline_loss"] = terms["baseline_loss"] / (sigma * sigma)
   return terms
 

@@ -285,12 +285,15 @@ class ImpactConfig(_ImpactChecks):
     target_worker_clipping: rho of pi / max(pi_target, mu / rho) (Table 1: 2.0).
     gae_lambda: lambda of the V-trace GAE advantages (Table 1: 0.995).
     kl_cost: weight of KL(pi_target || pi) (Table 1: 0.0).
+    normalize_advantages: standardise the surrogate's advantages over each batch (not in the
+      paper: PPO's implementations; losses.standardized_advantages).
   """
   target_update_period: int = 8
   ppo_clip: float = 0.3
   target_worker_clipping: float = 2.0
   gae_lambda: float = 0.995
   kl_cost: float = 0.0
+  normalize_advantages: bool = False
 
 
 def _learner_preset(preset, overrides):

@@ -61,7 +61,7 @@ IMPACT_PAPER_IMPALA = dict(atari_family.ATARI, learning_rate=1e-4, entropy_cost=
 IMPACT_PAPER_IMPACT = dict(
     IMPACT_PAPER_IMPALA, baseline_cost=1.0, ppo_clip=0.3, circular_buffer_size=4,
     circular_buffer_max_uses=2, gae_lambda=0.995, kl_cost=0.0, target_worker_clipping=2.0,
-    max_grad_norm=None, mean_loss_max_grad_norm=10.0)
+    normalize_advantages=False, max_grad_norm=None, mean_loss_max_grad_norm=10.0)
 
 
 def impact_paper_presets(level_name, algorithm):

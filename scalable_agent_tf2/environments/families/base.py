@@ -32,7 +32,8 @@ PAPER_SHARED = dict(discounting=0.99, baseline_cost=0.5, num_action_repeats=4, d
 # resolution/presets.py adds them to a family's presets unless the family owns its algorithm
 # presets (owns_algorithm_presets: MuJoCo's and gymnasium's, both Table 2's).
 IMPACT_PRESET = dict(baseline_cost=1.0, circular_buffer_size=4, circular_buffer_max_uses=2,
-                     ppo_clip=0.3, target_worker_clipping=2.0, gae_lambda=0.995, kl_cost=0.0)
+                     ppo_clip=0.3, target_worker_clipping=2.0, gae_lambda=0.995, kl_cost=0.0,
+                     normalize_advantages=False)
 
 # How an actor's environments run (Family.runs_as).
 OWN_PROCESS = "one environment process per actor"
