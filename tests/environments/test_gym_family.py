@@ -66,9 +66,14 @@ def test_every_action_kind_takes_impact_with_the_gym_changes(level, flags):
   assert config.algorithm == settings.IMPACT, (level, flags)
   assert (config.batch_size, config.unroll_length, config.discounting) == (4, 64, 0.99)
   assert config.popart and config.learning_rate_schedule == settings.CONSTANT
-  for name in ("learning_rate", "epsilon", "entropy_cost", "circular_buffer_size",
+  for name in ("learning_rate", "epsilon", "circular_buffer_size",
                "circular_buffer_max_uses", "gae_lambda", "kl_target", "ppo_clip"):
     assert getattr(config, name) == table2[name], (level, name)
+  # Discrete actions add an entropy bonus against standardised advantages (CleanRL's discrete
+  # PPO pair, DISCRETE_ACTION_CHANGES); Box actions keep Table 2's: none, advantages as they are.
+  continuous = "Pendulum" in level or "continuous" in flags.get("env_kwargs", "")
+  expected = ((table2["entropy_cost"], False) if continuous else (0.01, True))
+  assert (config.entropy_cost, config.normalize_advantages) == expected, (level, flags)
   # Table 2's clip of 0.5 on the mean loss, on our summed loss of T x B steps.
   assert config.max_grad_norm == 0.5 * 4 * 64
   assert (config.num_action_repeats, config.reward_clipping) == (1, settings.NO_CLIPPING)

@@ -1,5 +1,7 @@
 """IMPACT's learner: target network period, equivalence with IMPALA's policy gradient, XLA,
 frame counting, checkpointing of the target network."""
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -142,6 +144,40 @@ def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas(
     stats = update.update(state, env_outputs, agent_outputs, target_policy_params=target_params)
     np.testing.assert_allclose(float(stats["total_loss"]), float(impact_total), rtol=1e-5)
     assert _equal(_values(update._target_variables), _values(agent.trainable_variables))
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_standardised_advantages_make_the_surrogate_blind_to_the_rewards_scale(normalize):
+  """--normalize_advantages: with the baseline at 0 (so the advantages are linear in the
+  rewards), rewards 100 times larger give the same surrogate when the advantages are
+  standardised, and 100 times its size when they are not."""
+  T, B = 6, 3
+  impact_config = config_lib.ImpactConfig(normalize_advantages=normalize)
+  # The network does not read the reward (Figure 3's reward input would see the scale).
+  network = dataclasses.replace(FF_SMALL, reward_and_action_inputs=False)
+  update = _impact(network, seed=2, impact_config=impact_config,
+                   reward_clipping=losses.NO_CLIPPING)
+  agent = update.agent
+  for variable in agent.baseline.trainable_variables:
+    variable.assign(tf.zeros_like(variable))
+  state, env_outputs, agent_outputs = _near_on_policy_batch(agent, T, B, seed=4)
+  target_params = update.target_policy_params(state, env_outputs, agent_outputs)
+
+  def pg_gradient(scale):
+    """The surrogate's gradient (its value is 0 at pi = pi_target with mean-0 advantages)."""
+    scaled = env_outputs._replace(reward=env_outputs.reward * np.float32(scale))
+    with tf.GradientTape() as tape:
+      outputs, _ = agent.unroll(agent_outputs.action, scaled, state)
+      terms, _ = impact.impact_loss_terms(agent.config.action_distribution, outputs,
+                                          target_params, scaled, agent_outputs, update.config,
+                                          impact_config)
+    gradients = tape.gradient(terms["pg_loss"], agent.policy.trainable_variables)
+    return np.concatenate([np.ravel(g) for g in gradients])
+
+  assert np.abs(pg_gradient(1.0)).max() > 1e-4
+  np.testing.assert_allclose(pg_gradient(100.0),
+                             pg_gradient(1.0) * (1.0 if normalize else 100.0),
+                             rtol=1e-3, atol=1e-6 * (1.0 if normalize else 100.0))
 
 
 def test_compiled_impact_update_equals_uncompiled():

@@ -209,3 +209,27 @@ def test_adapted_kl_coefficient_matches_rllibs_rule(mean_kl, coefficient):
   got = losses.adapted_kl_coefficient(np.float32(coefficient), np.float32(mean_kl), kl_target)
   want = _np_adapted_kl_coefficient(coefficient, np.float32(mean_kl), np.float32(kl_target))
   np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+
+
+def test_standardized_advantages_match_numpy_over_the_kept_steps():
+  """PPO's per-batch standardisation (losses.standardized_advantages): mean 0 and standard
+  deviation 1 over the steps the mask keeps, masked steps 0 and left out of the moments."""
+  rng = np.random.default_rng(7)
+  advantages = rng.normal(3.0, 5.0, (6, 4)).astype(np.float32)
+  mask = (rng.random((6, 4)) > 0.25).astype(np.float32)
+  kept = advantages[mask > 0]
+  want = np.where(mask > 0, (advantages - kept.mean()) / (kept.std() + 1e-8), 0.0)
+  got = losses.standardized_advantages(advantages, mask).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert abs(got[mask > 0].mean()) < 1e-5 and abs(got[mask > 0].std() - 1.0) < 1e-4
+  # Unmasked, every step counts; a shift and a positive scale change nothing.
+  np.testing.assert_allclose(losses.standardized_advantages(advantages).numpy(),
+                             (advantages - advantages.mean()) / (advantages.std() + 1e-8),
+                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(losses.standardized_advantages(100.0 * advantages - 7.0, mask),
+                             got, rtol=1e-4, atol=1e-5)
+  # Equal advantages: zeros, not NaN.
+  np.testing.assert_array_equal(losses.standardized_advantages(np.ones((3, 2), np.float32)),
+                                np.zeros((3, 2), np.float32))
+  with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="\\[T, B\\]"):
+    losses.standardized_advantages(np.ones((3,), np.float32))

@@ -192,3 +192,12 @@ def test_presets_use_popart_only_where_the_papers_did_not_run():
 def test_popart_refuses_what_it_does_not_cover(flags, message):
   with pytest.raises(ValueError, match=message):
     _resolved(**flags)
+
+
+def test_standardised_advantages_are_not_divided_by_sigma_again():
+  terms = dict(pg_loss=tf.constant(3.0), baseline_loss=tf.constant(8.0),
+               entropy_loss=tf.constant(-2.0))
+  scaled = popart.scale_loss_terms(terms, tf.constant(2.0), scale_pg=False)
+  assert float(scaled["pg_loss"]) == 3.0 and float(scaled["baseline_loss"]) == 2.0
+  assert float(popart.scale_loss_terms(terms, tf.constant(2.0))["pg_loss"]) == 1.5
+  assert float(scaled["entropy_loss"]) == -2.0
