@@ -1,13 +1,15 @@
 """Learner update throughput: updates/s and learner frames/s, XLA-compiled vs. not, side by side.
 
 Each configuration trains on one fixed random batch of the paper's shape (DMLab: B=32,
-T=100, Table D.3 and released code; Atari: B=32, T=20, Table G.1), so the numbers measure the
-update alone (no environments, no input pipeline). Learner frames/s = B x T x 4 action
-repeats / seconds per update: the environment frames one update consumes.
+T=100, Table D.3 and released code; Atari: B=32, T=20, Table G.1), or of a MiniGrid level at
+the gym family's 4 x 64 (issue 42's small frames), so the numbers measure the update alone
+(no environments, no input pipeline). Learner frames/s = B x T x action repeats (4; 1 for
+MiniGrid) / seconds per update: the environment frames one update consumes.
 
     python -m benchmarks.speed.learner_step                      # all 8 configurations
     python -m benchmarks.speed.learner_step --quick              # fewer timed updates
     python -m benchmarks.speed.learner_step --torsos=shallow --shapes=atari
+    python -m benchmarks.speed.learner_step --shapes=minigrid --torsos=deep,mlp --xla=off
 """
 import argparse
 import os
@@ -24,20 +26,35 @@ from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-t
     config as config_lib)
 from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.learning import random_batches  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.environments.families import (  # pylint: disable=g-import-not-at-top
+    gym as gym_family)
 
-# (network preset, learner preset, batch size, unroll length) per shape.
+
+
+def minigrid_config(torso):
+  """A MiniGrid level's network as the gym family builds it (7x7x3 grid codes up to 10, 7
+  actions, a text mission, the LSTM on convolutional torsos only: families/gym.py uses_lstm)."""
+  return networks.NetworkConfig(
+      num_actions=7, frame_shape=(7, 7, 3), torso=torso, use_instruction=True, frame_max=10.0,
+      use_lstm=gym_family.uses_lstm(torsos.FRAME, False, torso))
+
+
+# (network preset, learner preset, batch size, unroll length, frames per agent step) per
+# shape: the papers' (Tables D.3 and G.1: 4 action repeats) and a gymnasium grid's at the gym
+# family's batch of 4 x 64 (one frame a step).
 SHAPES = {
-    "dmlab": (networks.dmlab_config, config_lib.dmlab_learner_config, 32, 100),
+    "dmlab": (networks.dmlab_config, config_lib.dmlab_learner_config, 32, 100, 4),
     "atari": (lambda torso: networks.atari_config(num_actions=6, torso=torso),
-              config_lib.atari_learner_config, 32, 20),
+              config_lib.atari_learner_config, 32, 20, 4),
+    "minigrid": (minigrid_config, config_lib.atari_learner_config, 4, 64, 1),
 }
-NUM_ACTION_REPEATS = 4  # Tables D.3 and G.1.
 
 
 def measure(shape, torso, jit_compile, timed_updates):
   """Returns a dict of measurements for one configuration."""
-  network_preset, learner_preset, batch_size, unroll_length = SHAPES[shape]
+  network_preset, learner_preset, batch_size, unroll_length, repeats = SHAPES[shape]
   agent = networks.Agent(network_preset(torso=torso))
   update = learner.Learner(agent, learner_preset(), jit_compile=jit_compile)
   env_outputs, agent_outputs = tf.nest.map_structure(
@@ -54,7 +71,7 @@ def measure(shape, torso, jit_compile, timed_updates):
     update.update(state, env_outputs, agent_outputs)["total_loss"].numpy()
     durations.append(time.perf_counter() - start)
   seconds = statistics.median(durations)
-  frames_per_update = batch_size * unroll_length * NUM_ACTION_REPEATS
+  frames_per_update = batch_size * unroll_length * repeats
   return dict(shape=shape, torso=torso, xla=jit_compile, batch_size=batch_size,
               unroll_length=unroll_length, first_update_s=first_update, median_s=seconds,
               updates_per_s=1.0 / seconds, frames_per_s=frames_per_update / seconds,

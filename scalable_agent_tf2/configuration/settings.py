@@ -263,7 +263,8 @@ class ExperimentSettings:
       "(impact_cnn: 42x42 frames only), or the frame flattened into the IMPACT paper's MLP "
       "(mlp: for small symbolic frames, e.g. MiniGrid's 7x7 view).",
       "Appendix G (Atari experts shallow, multi-task deep); DMLab: deep; IMPACT section 4.3; "
-      "gymnasium frames under 20x20: mlp (benchmarks/RESULTS.md, 'Small frames')",
+      "gymnasium frames under 20x20: mlp (benchmarks/RESULTS.md, 'Small frames and an entropy "
+      "bonus that means the same everywhere')",
       choices=TORSOS)
   # Learner.
   algorithm: Optional[str] = preset_setting(
@@ -406,7 +407,7 @@ class ExperimentSettings:
       "against the policy gradient whatever the rewards' scale.",
       "not in the IMPACT paper (its presets: off): Stable-Baselines3's normalize_advantage, "
       "CleanRL's norm_adv; gymnasium levels with discrete actions: on (benchmarks/RESULTS.md, "
-      "'An entropy bonus that means the same everywhere')", part_of=FOR_IMPACT)
+      "'Small frames and an entropy bonus that means the same everywhere')", part_of=FOR_IMPACT)
   kl_target: Optional[float] = setting(
       None, IMPACT_TOPIC, "The KL(pi_target || pi) an adaptive --kl_cost steers towards: at "
       "each target-network refresh the coefficient is scaled by 1.5 when the step's mean KL "

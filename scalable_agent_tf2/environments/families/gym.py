@@ -95,7 +95,8 @@ GYM_CHANGES = dict(popart=True, learning_rate_schedule=settings.CONSTANT, discou
 # And for discrete actions (Discrete, MultiDiscrete): an entropy bonus of 0.01 against advantages
 # standardised per batch, CleanRL's ppo.py pair (ent_coef 0.01, norm_adv) for discrete actions
 # (its continuous-action PPO has no entropy bonus, nor have Table 2 and our Box actions).
-# Measured (benchmarks/RESULTS.md, "An entropy bonus that means the same everywhere"):
+# Measured (benchmarks/RESULTS.md, "Small frames and an entropy bonus that means the same
+# everywhere"):
 # without a bonus, MiniGrid-Unlock's policy leaves the random play that finds the door now and
 # then (0.04) for one that never does (0.00 from 75k steps on); 0.01 on PopArt's advantages
 # alone (their scale set by the returns' spread) reaches Unlock's 0.8 at 77k steps but holds
@@ -284,8 +285,9 @@ def frame_torso(frame_shape):
   encoding rather than pixels (MiniGrid's 7x7 view of object codes, MinAtar's 10x10 planes),
   the frame flattened into the IMPACT paper's MLP (settings.FLAT_MLP), as Stable-Baselines3's
   defaults and RL Baselines3 Zoo's MiniGrid wrapper feed such a grid. Measured on
-  MiniGrid-Empty-8x8 (benchmarks/RESULTS.md, "Small frames"): the deep torso with its LSTM
-  cost 77 ms a learner update of 4 x 64 steps, the learner held the run to about 200 steps/s."""
+  MiniGrid-Empty-8x8 (benchmarks/RESULTS.md, "Small frames and an entropy bonus that means
+  the same everywhere"): the deep torso with its LSTM cost 77 ms a learner update of 4 x 64
+  steps, the learner held the run to about 200 steps/s."""
   if min(frame_shape[:2]) < settings.SHALLOW_MIN_FRAME_SIZE:
     return settings.FLAT_MLP
   return settings.SHALLOW
