@@ -1,21 +1,26 @@
-"""Learning on Pong, side by side: README's quick start against Sample Factory, per frame.
+"""Learning on an Atari game, side by side: README's quick start against Sample Factory, per
+frame (Pong by default, the game measured so far).
 
     bash benchmarks/peers/setup_sample_factory.sh     # once: the peer's venv in /tmp/sf_venv
     python -m benchmarks.peers.learning_side_by_side --frames=20000000 --seeds=1,2 \\
         --output_dir=/work/runs/pong_vs_sf
+    python -m benchmarks.peers.learning_side_by_side --game=boxing --frames=30000000 \\
+        --seeds=1 --output_dir=/work/runs/boxing_vs_sf
 
-Separates the implementation from the settings: both systems learn Pong with the same
-hyperparameters as far as the two allow, the same frame budget and the same seeds, one run
-after the other on the whole machine. For each seed:
-  ours: `experiment.py --mode=train --level_name=atari/pong --seed=S --logdir=<output_dir>/
+Separates the implementation from the settings: both systems learn the game (--game, this
+project's name of any of the 57 Atari games: pong, boxing, breakout, space_invaders, ...)
+with the same hyperparameters as far as the two allow, the same frame budget and the same
+seeds, one run after the other on the whole machine. For each seed:
+  ours: `experiment.py --mode=train --level_name=atari/<game> --seed=S --logdir=<output_dir>/
     ours/seed_S`, README's quick start (the Table G.1 preset, its 200M-frame budget left
     unchanged), stopped with SIGINT (a checkpoint, as a user's Ctrl-C) once its log.jsonl
     shows --frames trained. Passing --total_environment_frames=--frames instead would anneal
     the learning rate to 0 within the comparison, which is not what a user of the quick start
     gets; with the 200M budget the rate falls linearly from 0.0006 only to 0.00054 at 20M
     frames (Table G.1's schedule, optimizers.linear_decay): nearly constant.
-  sample_factory: `sample_factory_pong.py --mode=learning --frames=F --seed=S
-    --lr_schedule=constant` (its docstring lists the setting and every difference left).
+  sample_factory: `sample_factory_pong.py --mode=learning --game=<game> --frames=F --seed=S
+    --lr_schedule=constant` (its docstring lists the setting and every difference left,
+    those that depend on the game included: FIRE after a reset, lives, the game's length).
     Constant 0.0006 is the closer match to ours over a 20M window: ours falls 10% below it by
     the end (5% on average), where its linear_decay over a budget of --frames would end at
     3/4 of the start (0.00045, 17% below ours at the end; 8% on average).
@@ -29,6 +34,9 @@ resume its own checkpoint (restart_behavior=resume), but sample_factory_pong.py'
 episodes.csv places games by the reports of one launch, so a killed peer run restarts from
 zero: its directory is moved aside (seed_S.interrupted_<time>), not deleted. Complete runs
 are skipped.
+
+One --output_dir holds the runs of one game: a run of another game there is refused (ours: its
+command differs; the peer: its command.json's environment).
 
 Reported: per seed and system, the mean of the last 100 episode returns (runs.FINAL_EPISODES)
 at every --every frames, and whether the mean of our seeds is within the peer's seed range
@@ -62,6 +70,7 @@ LABELS = {OURS: "this project (IMPALA, README quick start: Table G.1)",
           PEER: "Sample Factory 2.1.1 (APPO + V-trace)"}
 COLOURS = {OURS: "tab:blue", PEER: "tab:orange"}
 PEER_SCRIPT = os.path.join(runs.REPO_DIR, "benchmarks", "peers", "sample_factory_pong.py")
+DEFAULT_GAME = sample_factory_pong.DEFAULT_GAME
 PEER_LR_SCHEDULE = "constant"  # The closer match to ours over the window (docstring).
 COMPLETE_FILE = "complete.json"
 # Sample Factory reports its frame count every 5 s (~17,500 frames here) and stops a run at its
@@ -161,9 +170,20 @@ def ours_frames(logdir):
   return progress[-1]["frames"] if progress else 0
 
 
-def run_ours(logdir, seed, frames, print_fn):
-  """Trains README's quick start with this seed until frames are trained (resuming)."""
-  command = runs.experiment_command(logdir, level_name="atari/pong", seed=seed)
+def level_name(game):
+  """Our level of the game: "boxing" -> "atari/boxing"."""
+  return f"atari/{game}"
+
+
+def ours_command(logdir, seed, game=DEFAULT_GAME):
+  """README's quick start on the game with this seed and logdir."""
+  return runs.experiment_command(logdir, level_name=level_name(game), seed=seed)
+
+
+def run_ours(logdir, seed, frames, print_fn, game=DEFAULT_GAME):
+  """Trains README's quick start on the game with this seed until frames are trained
+  (resuming)."""
+  command = ours_command(logdir, seed, game)
   if ours_frames(logdir) >= frames:
     print_fn(f"$ {runs.printable(command)}\n  already trained {ours_frames(logdir):,} frames")
     return
@@ -215,27 +235,57 @@ def _interrupt_when_parent_dies():
     _PRCTL(PR_SET_PDEATHSIG, signal.SIGINT)
 
 
-def peer_complete(output_dir, frames):
-  """Whether Sample Factory's run in output_dir has finished with this budget."""
+def peer_complete(output_dir, frames, game=DEFAULT_GAME):
+  """Whether Sample Factory's run in output_dir has finished with this budget on this game
+  (a mark without a game, from before --game, is Pong's)."""
   path = os.path.join(output_dir, COMPLETE_FILE)
   if not os.path.exists(path):
     return False
   with open(path) as f:
-    return json.load(f)["frames"] == frames
+    mark = json.load(f)
+  return mark["frames"] == frames and mark.get("game", DEFAULT_GAME) == game
 
 
-def run_peer(output_dir, seed, frames, venv, print_fn):
-  """Trains Sample Factory to frames with this seed; a killed run restarts from zero."""
-  if peer_complete(output_dir, frames):
+def peer_environment(output_dir):
+  """Sample Factory's environment name in the command.json of the run in output_dir (as
+  sample_factory_pong.py launched it), or None before it has one."""
+  path = os.path.join(output_dir, "command.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return sample_factory_pong.env_name_of(json.load(f))
+
+
+def other_game(output_dir, game):
+  """Why the Sample Factory run in output_dir is not one of the game, or None if it is (or
+  has no command.json yet)."""
+  found, wanted = peer_environment(output_dir), sample_factory_pong.sf_env_name(game)
+  if found is not None and found != wanted:
+    return f"{output_dir} holds a Sample Factory run of {found}, not {wanted} (--game={game})"
+  return None
+
+
+def peer_command(output_dir, seed, frames, venv, game=DEFAULT_GAME):
+  """sample_factory_pong.py's learning run on the game (see the module docstring)."""
+  return [sys.executable, PEER_SCRIPT, "--mode=learning", f"--game={game}",
+          f"--frames={frames}", f"--seed={seed}", f"--lr_schedule={PEER_LR_SCHEDULE}",
+          f"--venv={venv}", f"--output_dir={output_dir}"]
+
+
+def run_peer(output_dir, seed, frames, venv, print_fn, game=DEFAULT_GAME):
+  """Trains Sample Factory on the game to frames with this seed; a killed run restarts from
+  zero."""
+  mismatch = other_game(output_dir, game)
+  if mismatch:
+    raise SystemExit(f"{mismatch}. Choose another --output_dir.")
+  if peer_complete(output_dir, frames, game):
     print_fn(f"Sample Factory seed {seed}: already finished ({output_dir})")
     return
   if os.path.exists(output_dir):
     aside = f"{output_dir}.interrupted_{time.strftime('%Y%m%d_%H%M%S')}"
     os.rename(output_dir, aside)
     print_fn(f"  an unfinished Sample Factory run restarts from zero (moved to {aside})")
-  command = [sys.executable, PEER_SCRIPT, "--mode=learning", f"--frames={frames}",
-             f"--seed={seed}", f"--lr_schedule={PEER_LR_SCHEDULE}", f"--venv={venv}",
-             f"--output_dir={output_dir}"]
+  command = peer_command(output_dir, seed, frames, venv, game)
   print_fn(f"$ {runs.printable(command)}")
   os.makedirs(output_dir)
   with open(os.path.join(output_dir, "driver_console.txt"), "w") as console:
@@ -250,7 +300,7 @@ def run_peer(output_dir, seed, frames, venv, print_fn):
     raise RuntimeError(f"Sample Factory seed {seed} exited with {process.returncode} at "
                        f"{reached:,} of {frames:,} frames; see {output_dir}")
   with open(os.path.join(output_dir, COMPLETE_FILE), "w") as f:
-    json.dump(dict(frames=frames, last_report_frames=reached, command=command), f)
+    json.dump(dict(frames=frames, game=game, last_report_frames=reached, command=command), f)
   print_fn(f"  trained {reached:,} frames")
 
 
@@ -258,13 +308,15 @@ def run_peer(output_dir, seed, frames, venv, print_fn):
 # Reading and reporting.
 
 
-def read_ours(logdir):
-  """dict(frames, returns, hours, reached) of our run's Pong episodes (None if no log)."""
+def read_ours(logdir, game=DEFAULT_GAME):
+  """dict(frames, returns, hours, reached) of our run's episodes of the game (None if no
+  log); ValueError if it logged another level's."""
   if not os.path.exists(runlog.log_path(logdir)):
     return None
   episodes = learning_curves.read_episodes(logdir)
-  if len(episodes) > 1:
-    raise ValueError(f"{logdir} logged several levels {sorted(episodes)}, not Pong alone")
+  if set(episodes) - {level_name(game)}:
+    raise ValueError(f"{logdir} logged the levels {sorted(episodes)}, not "
+                     f"{level_name(game)} alone")
   frames, returns = next(iter(episodes.values())) if episodes else ([], [])
   frames = runs.spread_frames(frames)
   return dict(frames=frames, returns=np.asarray(returns, np.float64),
@@ -272,23 +324,33 @@ def read_ours(logdir):
               reached=ours_frames(logdir))
 
 
-def read_peer(output_dir, frames):
-  """The same for Sample Factory's episodes.csv (None before the run has written it). A
-  finished run counts as having reached its budget (PEER_FRAME_TOLERANCE)."""
+def read_peer(output_dir, frames, game=DEFAULT_GAME):
+  """The same for Sample Factory's episodes.csv (None before the run has written it;
+  ValueError if its command.json plays another game). A finished run counts as having
+  reached its budget (PEER_FRAME_TOLERANCE)."""
   path = os.path.join(output_dir, "episodes.csv")
   if not os.path.exists(path):
     return None
+  mismatch = other_game(output_dir, game)
+  if mismatch:
+    raise ValueError(mismatch)
   with open(path) as f:
     rows = list(csv.DictReader(f))
   episode_frames = np.array([float(r["frames"]) for r in rows])
   reports = sample_factory_pong.read_reports(os.path.join(output_dir, "sample_factory.log"))
-  reached = frames if peer_complete(output_dir, frames) else (reports[-1][2] if reports else 0)
+  reached = (frames if peer_complete(output_dir, frames, game)
+             else (reports[-1][2] if reports else 0))
   return dict(frames=episode_frames,
               returns=np.array([float(r["episode_return"]) for r in rows]),
               hours=np.array([float(r["seconds"]) for r in rows]) / 3600, reached=reached)
 
 
-def plot(runs_by_system, frames, path):
+def game_title(game):
+  """"space_invaders" -> "Space Invaders"."""
+  return game.replace("_", " ").title()
+
+
+def plot(runs_by_system, frames, path, game=DEFAULT_GAME):
   """Returns against frames and against hours: a thin line per seed, the seed range
   shaded, one colour per system."""
   figure, panels = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
@@ -304,21 +366,22 @@ def plot(runs_by_system, frames, path):
     axes.legend(loc="upper left", fontsize=8)
   panels[0].set_ylabel(f"episode return (mean of last {runs.FINAL_EPISODES})")
   seeds = max(len(by_seed) for by_seed in runs_by_system.values())
-  figure.suptitle(f"Pong, {frames / 1e6:g}M frames, {seeds} seeds each: this project and "
-                  "Sample Factory learning with the same setting as far as they allow,\n"
-                  f"per frame and per hour of running time on one {os.cpu_count()}-core "
-                  "machine")
+  figure.suptitle(f"{game_title(game)}, {frames / 1e6:g}M frames, {seeds} seeds each: this "
+                  "project and Sample Factory learning with the same setting as far as "
+                  "they allow,\nper frame and per hour of running time on one "
+                  f"{os.cpu_count()}-core machine")
   figure.tight_layout()
   figure.savefig(path, dpi=100)
   plt.close(figure)
   return path
 
 
-def report(output_dir, seeds, frames, every, figure_path):
-  """Reads every run, writes the figure, prints the table and the verdict."""
+def report(output_dir, seeds, frames, every, figure_path, game=DEFAULT_GAME):
+  """Reads every run of the game, writes the figure, prints the table and the verdict."""
   runs_by_system = {
-      OURS: {s: read_ours(os.path.join(output_dir, OURS, f"seed_{s}")) for s in seeds},
-      PEER: {s: read_peer(os.path.join(output_dir, PEER, f"seed_{s}"), frames) for s in seeds}}
+      OURS: {s: read_ours(os.path.join(output_dir, OURS, f"seed_{s}"), game) for s in seeds},
+      PEER: {s: read_peer(os.path.join(output_dir, PEER, f"seed_{s}"), frames, game)
+             for s in seeds}}
   counts = frame_counts(frames, every)
   by_seed = {system: {seed: (curve_at(run["frames"], run["returns"], run["reached"], counts)
                              if run else [None] * len(counts))
@@ -331,13 +394,21 @@ def report(output_dir, seeds, frames, every, figure_path):
   print(verdict(rows))
   if any(run is not None and len(run["returns"])
          for by in runs_by_system.values() for run in by.values()):
-    print(f"Wrote {plot(runs_by_system, frames, figure_path)}")
+    print(f"Wrote {plot(runs_by_system, frames, figure_path, game)}")
   return rows
+
+
+def default_figure(output_dir, game):
+  """<output_dir>/<game>_vs_sf.png (pong_vs_sf.png for Pong)."""
+  return os.path.join(output_dir, f"{game}_vs_sf.png")
 
 
 def parse_args(argv):
   # No abbreviations: a mistyped flag (--frame=...) is refused, not taken for another.
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+  parser.add_argument("--game", default=DEFAULT_GAME,
+                      help="Atari game, this project's name (level atari/<game>): pong, "
+                           "boxing, breakout, space_invaders, ...")
   parser.add_argument("--frames", type=int, default=20_000_000,
                       help="Frames each run trains (the same budget for both systems).")
   parser.add_argument("--seeds", default="1,2", help="Comma-separated seeds, e.g. 1,2.")
@@ -346,7 +417,7 @@ def parse_args(argv):
                            "outside the repository.")
   parser.add_argument("--every", type=int, default=2_000_000,
                       help="The table compares the returns every this many frames.")
-  parser.add_argument("--figure", help="PNG path; default <output_dir>/pong_vs_sf.png.")
+  parser.add_argument("--figure", help="PNG path; default <output_dir>/<game>_vs_sf.png.")
   parser.add_argument("--venv", default=os.environ.get("SF_VENV", "/tmp/sf_venv"),
                       help="Sample Factory's venv (benchmarks/peers/setup_sample_factory.sh).")
   parser.add_argument("--systems", default=f"{OURS},{PEER}",
@@ -360,6 +431,10 @@ def parse_args(argv):
     args.seeds = runs.parse_seeds(args.seeds)
   except ValueError:
     parser.error(f"--seeds={args.seeds}: give integers separated by commas, e.g. 1,2")
+  try:
+    sample_factory_pong.sf_env_name(args.game)
+  except ValueError as error:
+    parser.error(str(error))
   args.systems = [name for name in args.systems.split(",") if name]
   if not args.systems or set(args.systems) - {OURS, PEER}:
     parser.error(f"--systems: give {OURS}, {PEER} or both separated by a comma")
@@ -374,7 +449,7 @@ def parse_args(argv):
     parser.error(f"no Sample Factory venv at {args.venv}: run "
                  f"bash benchmarks/peers/setup_sample_factory.sh {args.venv} first "
                  "(or pass --venv)")
-  args.figure = args.figure or os.path.join(args.output_dir, "pong_vs_sf.png")
+  args.figure = args.figure or default_figure(args.output_dir, args.game)
   return args
 
 
@@ -387,11 +462,12 @@ def main(argv=None):
     for seed in args.seeds:
       if OURS in args.systems:
         run_ours(os.path.join(args.output_dir, OURS, f"seed_{seed}"), seed, args.frames,
-                 print_fn)
+                 print_fn, args.game)
       if PEER in args.systems:
         run_peer(os.path.join(args.output_dir, PEER, f"seed_{seed}"), seed, args.frames,
-                 args.venv, print_fn)
-  rows = report(args.output_dir, args.seeds, args.frames, args.every, args.figure)
+                 args.venv, print_fn, args.game)
+  rows = report(args.output_dir, args.seeds, args.frames, args.every, args.figure,
+                args.game)
   return rows
 
 

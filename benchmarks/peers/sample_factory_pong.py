@@ -1,15 +1,23 @@
-"""Sample Factory 2.1.1 (APPO with V-trace) on Pong, set as close as it allows to this
-project's IMPALA Atari setting (paper Table G.1, shallow network), for side-by-side runs.
+"""Sample Factory 2.1.1 (APPO with V-trace) on an Atari game (Pong by default, the one
+measured so far), set as close as it allows to this project's IMPALA Atari setting (paper
+Table G.1, shallow network), for side-by-side runs.
 
     bash benchmarks/peers/setup_sample_factory.sh              # once: venv in /tmp/sf_venv
     python benchmarks/peers/sample_factory_pong.py --mode=throughput --seconds=240 --warmup=60
     python benchmarks/peers/sample_factory_pong.py --mode=learning --frames=24000000 --seed=1
+    python benchmarks/peers/sample_factory_pong.py --mode=learning --game=boxing --seed=1
+
+--game is this project's name of the game (level atari/<game>: one of the paper's 57, in
+lower_snake_case, GAMES); Sample Factory plays its Atari example's environment of that game
+(sf_env_name: "atari_" + the name without underscores, e.g. atari_boxing ->
+BoxingNoFrameskip-v4, atari_spaceinvaders; four it spells otherwise). The file keeps its
+name (sample_factory_pong.py) for the commands and the code that call it.
 
 The driver runs under any Python with numpy; Sample Factory itself runs in a child process
 under the venv's Python (--venv, default $SF_VENV or /tmp/sf_venv), which trains through
 Sample Factory's own Atari example (sf_examples.atari: its environment wrappers, its Atari
 defaults) with the overrides listed in `sample_factory_argv`. Outputs go to --output_dir
-(default /tmp/sf_pong/<mode>_seed<seed>_<time>), never inside the repository.
+(default /tmp/sf_<game>/<mode>_seed<seed>_<time>), never inside the repository.
 
 Modes:
   throughput: after the first frames are trained, waits --warmup seconds, then measures for
@@ -28,8 +36,9 @@ interpolated between the 5-second reports.
 
 Setting, ours (Table G.1, shallow network) -> Sample Factory here:
   same: frame skip 4 with the max over the last two frames; grey 84x84; stack of 4; up to
-    30 no-op starts; life loss ends a training episode (EpisodicLifeEnv; Pong has no lives);
-    no sticky actions, minimal action set (PongNoFrameskip-v4: 6 actions); unroll 20
+    30 no-op starts; life loss ends a training episode (EpisodicLifeEnv; on games with lives
+    only: Pong and Boxing have none, Breakout 5); no sticky actions, the game's minimal
+    action set (<Game>NoFrameskip-v4; Pong: 6 actions, Boxing: 18); unroll 20
     (--rollout=20; Sample Factory's V-trace needs recurrence = rollout, which without an
     RNN only groups the samples into trajectories); 640 samples per update = 32
     trajectories x 20 (--batch_size=640, one epoch, one minibatch); V-trace with rho_bar =
@@ -61,11 +70,22 @@ Setting, ours (Table G.1, shallow network) -> Sample Factory here:
     updates, but it counts the budget in frames and updates in agent steps, so at the end of
     the budget the rate is still 3/4 of its start (ours reaches 0 at --total_environment_
     frames). --lr_schedule=constant keeps it fixed.
-  environment: Sample Factory's wrappers press FIRE after each reset (FireResetEnv, for
-    games whose action set has FIRE; Pong's has), resize the RGB frame to 84x84 before the
-    grey conversion, clip rewards by sign (the same as [-1, 1] on Pong), and keep gym's
-    PongNoFrameskip-v4 cap of 400,000 emulator frames per game; emulator ale-py 0.8.1 (ours:
-    the project's ale-py).
+  environment: Sample Factory's wrappers resize the RGB frame to 84x84 before the grey
+    conversion, clip rewards by sign (the same as [-1, 1]: Atari's rewards are integers); its
+    emulator is ale-py 0.8.1 (ours: the project's ale-py).
+  differences that depend on the game:
+    FIRE: on games whose action set has FIRE (Pong, Boxing, Breakout, most games) its
+      FireResetEnv presses FIRE then action 2 after every reset, including the reset after
+      a lost life; ours presses nothing (the agent must learn to, e.g. to serve in
+      Breakout). Games without FIRE: neither.
+    lives: on games with lives, after a lost life (a training episode's end in both) its
+      EpisodicLifeEnv continues the game with one no-op step (4 frames) before the FIRE
+      steps, where ours continues with the agent's next action. Pong and Boxing have no
+      lives: neither applies.
+    game length: gym's <Game>NoFrameskip-v4 cap of 400,000 emulator frames per game (18,000
+      on Montezuma's Revenge, the Atari example's timeout for it), ours 108,000 (30 minutes
+      of play): it matters only on games that last longer than 108,000 frames (not Pong:
+      at most 21 points; not Boxing: one 2-minute round, about 7,200 frames).
   acting: --workers rollout processes x --envs_per_worker environments each (default 2 x 16
     = 32, as 32 actors), split in two halves stepped alternately (worker_num_splits=2, Sample
     Factory's double-buffered sampling); one inference worker, one learner, asynchronous
@@ -74,6 +94,7 @@ Setting, ours (Table G.1, shallow network) -> Sample Factory here:
 import argparse
 import csv
 import datetime
+import difflib
 import glob
 import json
 import os
@@ -84,8 +105,25 @@ import subprocess
 import sys
 import time
 
-SF_ENV_NAME = "atari_pong"
-EPISODE_DIR_VARIABLE = "SF_PONG_EPISODE_DIR"
+DEFAULT_GAME = "pong"
+# This project's 57 Atari games (scalable_agent_tf2/configuration/suites.py ATARI57_GAMES: the
+# paper's Table C.1, level "atari/<game>"), every one of which Sample Factory 2.1.1's Atari
+# example has (sf_examples/atari/atari_utils.py ATARI_ENVS). Written out so that neither the
+# driver nor the child imports the other system; tests check both lists.
+GAMES = (
+    "alien", "amidar", "assault", "asterix", "asteroids", "atlantis", "bank_heist",
+    "battle_zone", "beam_rider", "berzerk", "bowling", "boxing", "breakout", "centipede",
+    "chopper_command", "crazy_climber", "defender", "demon_attack", "double_dunk", "enduro",
+    "fishing_derby", "freeway", "frostbite", "gopher", "gravitar", "hero", "ice_hockey",
+    "jamesbond", "kangaroo", "krull", "kung_fu_master", "montezuma_revenge", "ms_pacman",
+    "name_this_game", "phoenix", "pitfall", "pong", "private_eye", "qbert", "riverraid",
+    "road_runner", "robotank", "seaquest", "skiing", "solaris", "space_invaders",
+    "star_gunner", "surround", "tennis", "time_pilot", "tutankham", "up_n_down", "venture",
+    "video_pinball", "wizard_of_wor", "yars_revenge", "zaxxon")
+# Sample Factory's names that are not "atari_" + the game without underscores.
+SF_SPELLINGS = {"asteroids": "atari_asteroid", "kung_fu_master": "atari_kongfumaster",
+                "montezuma_revenge": "atari_montezuma", "private_eye": "atari_privateye"}
+EPISODE_DIR_VARIABLE = "SF_ATARI_EPISODE_DIR"
 FRAME_SKIP = 4  # Table G.1: action repeat 4.
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPORT = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[\d+\] "
@@ -94,11 +132,24 @@ REPORT = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[\d+\] "
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def sf_env_name(game):
+  """Sample Factory's environment name of one of GAMES ("boxing" -> "atari_boxing",
+  "space_invaders" -> "atari_spaceinvaders"); ValueError naming the valid games otherwise."""
+  if game not in GAMES:
+    close = difflib.get_close_matches(str(game), GAMES, n=3, cutoff=0.6)
+    hint = f" Did you mean {' or '.join(close)}?" if close else ""
+    raise ValueError(f"--game={game}: not one of the Atari games both this project and "
+                     f"Sample Factory have.{hint} Valid games (this project's names, level "
+                     f"atari/<game>): {', '.join(GAMES)}.")
+  return SF_SPELLINGS.get(game, "atari_" + game.replace("_", ""))
+
+
 def sample_factory_argv(args, train_dir, experiment):
   """Sample Factory's command line: its Atari defaults, overridden as the docstring says."""
   schedule = args.lr_schedule
   argv = dict(
-      env=SF_ENV_NAME, experiment=experiment, train_dir=train_dir, device="cpu", seed=args.seed,
+      env=sf_env_name(args.game), experiment=experiment, train_dir=train_dir, device="cpu",
+      seed=args.seed,
       algo="APPO", async_rl=True, serial_mode=False, num_workers=args.workers,
       num_envs_per_worker=args.envs_per_worker, worker_num_splits=2, batched_sampling=False,
       env_frameskip=FRAME_SKIP, env_framestack=4, summaries_use_frameskip=True,
@@ -121,7 +172,7 @@ def sample_factory_argv(args, train_dir, experiment):
 # Child: runs inside the venv, in Sample Factory's processes.
 
 
-def make_logged_pong(full_env_name, cfg, env_config, render_mode=None):
+def make_logged_game(full_env_name, cfg, env_config, render_mode=None):
   """Sample Factory's Atari environment, plus a log of every finished game's return."""
   import gymnasium as gym  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
@@ -153,14 +204,23 @@ def make_logged_pong(full_env_name, cfg, env_config, render_mode=None):
   return env
 
 
+def env_name_of(sf_argv):
+  """The environment name of Sample Factory's argv (its --env=<name>, sample_factory_argv)."""
+  names = [arg.split("=", 1)[1] for arg in sf_argv if arg.startswith("--env=")]
+  if not names:
+    raise ValueError(f"No --env=<name> in Sample Factory's argv {sf_argv}")
+  return names[-1]
+
+
 def child_main(sf_argv):
-  """Registers the logged Pong and trains with Sample Factory's Atari defaults + sf_argv."""
+  """Registers the logged game under sf_argv's --env and trains with Sample Factory's
+  Atari defaults + sf_argv."""
   # pylint: disable=import-outside-toplevel
   from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
   from sample_factory.envs.env_utils import register_env
   from sample_factory.train import run_rl
   from sf_examples.atari.atari_params import atari_override_defaults
-  register_env(SF_ENV_NAME, make_logged_pong)
+  register_env(env_name_of(sf_argv), make_logged_game)
   parser, partial_cfg = parse_sf_args(argv=sf_argv)
   atari_override_defaults(partial_cfg.env, parser)
   return run_rl(parse_full_cfg(parser, sf_argv))
@@ -294,7 +354,8 @@ def run_throughput(args, output_dir):
   ratio = check_frame_unit(inside)
   median_fps = statistics.median(r[1] for r in inside)
   mean_fps = (inside[-1][2] - inside[0][2]) / (inside[-1][0] - inside[0][0])
-  result = dict(system="Sample Factory 2.1.1 APPO+V-trace", workers=args.workers,
+  result = dict(system="Sample Factory 2.1.1 APPO+V-trace", game=args.game,
+                env=sf_env_name(args.game), workers=args.workers,
                 envs_per_worker=args.envs_per_worker, setup_seconds=round(start - launched, 1),
                 warmup_seconds=args.warmup, measured_seconds=args.seconds,
                 reports=len(inside), median_fps_10s=round(median_fps, 1),
@@ -367,6 +428,9 @@ def run_learning(args, output_dir):
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--mode", choices=["throughput", "learning"], default="throughput")
+  parser.add_argument("--game", default=DEFAULT_GAME,
+                      help="Atari game, this project's name (level atari/<game>): pong, "
+                           "boxing, breakout, space_invaders, ... (GAMES).")
   parser.add_argument("--workers", type=int, default=2, help="Rollout worker processes.")
   parser.add_argument("--envs_per_worker", type=int, default=16,
                       help="Environments per worker (even: two halves are double-buffered).")
@@ -382,22 +446,30 @@ def parse_args(argv):
   parser.add_argument("--seed", type=int, default=1)
   parser.add_argument("--venv", default=os.environ.get("SF_VENV", "/tmp/sf_venv"))
   parser.add_argument("--output_dir", default=None,
-                      help="Default: /tmp/sf_pong/<mode>_seed<seed>_<time>.")
+                      help="Default: /tmp/sf_<game>/<mode>_seed<seed>_<time>.")
   parser.add_argument("--setup_timeout", type=float, default=900,
                       help="Seconds to wait for the first trained frames.")
   args = parser.parse_args(argv)
   if args.envs_per_worker % 2:
     parser.error("--envs_per_worker must be even (worker_num_splits=2).")
+  try:
+    sf_env_name(args.game)
+  except ValueError as error:
+    parser.error(str(error))
   return args
+
+
+def default_output_dir(args, stamp=None):
+  """/tmp/sf_<game>/<mode>_seed<seed>_<time> (/tmp/sf_pong/... for Pong)."""
+  stamp = stamp or time.strftime("%Y%m%d_%H%M%S")
+  return f"/tmp/sf_{args.game}/{args.mode}_seed{args.seed}_{stamp}"
 
 
 def main(argv):
   if argv[:1] == ["--sf_child"]:
     return child_main(argv[1:])
   args = parse_args(argv)
-  stamp = time.strftime("%Y%m%d_%H%M%S")
-  output_dir = os.path.abspath(args.output_dir or
-                               f"/tmp/sf_pong/{args.mode}_seed{args.seed}_{stamp}")
+  output_dir = os.path.abspath(args.output_dir or default_output_dir(args))
   if os.path.commonpath([output_dir, REPOSITORY]) == REPOSITORY:
     sys.exit(f"--output_dir {output_dir} is inside the repository {REPOSITORY}; "
              "choose a directory outside it (runs are large and not part of the project).")
