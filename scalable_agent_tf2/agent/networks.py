@@ -292,7 +292,8 @@ def continuous_frame_config(frame_shape, action_size, torso=SHALLOW,
 
 def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use_lstm=False,
                             use_instruction=False, frame_max=torsos.PIXEL_MAX,
-                            num_observation_values=None, state_dependent_log_std=True):
+                            num_observation_values=None, state_dependent_log_std=True,
+                            separate_value_torso=False):
   """The network for an environment's spec: the torso by the observation's kind, the core
   (use_lstm), and the head of the spec's action distribution (action_families.for_spec).
 
@@ -313,6 +314,9 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
     frame_max: frames only: the largest value of a frame's uint8 entries.
     num_observation_values: INDEX only: n of a Discrete(n) observation.
     state_dependent_log_std: Box actions only: GaussianPolicyHead's choice.
+    separate_value_torso: discrete actions only: the baseline reads a torso of its own, built
+      as the policy's, on the observation alone (Box actions on vectors always have one, the
+      IMPACT paper's; on frames never).
 
   Returns:
     NetworkConfig.
@@ -335,14 +339,18 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
   # networks, its head sized by the family (a categorical's config is the same as one given
   # num_actions: NetworkConfig resolves one from the other).
   if observation_kind == torsos.VECTOR:
-    return vector_config(None, frame_shape[0], use_lstm=use_lstm,
-                         action_distribution=distribution)
-  if observation_kind == torsos.INDEX:
-    return index_config(None, num_observation_values, use_lstm=use_lstm,
-                        action_distribution=distribution)
-  return NetworkConfig(num_actions=None, action_distribution=distribution,
-                       frame_shape=frame_shape, torso=torso or SHALLOW, use_lstm=use_lstm,
-                       use_instruction=use_instruction, frame_max=frame_max)
+    config = vector_config(None, frame_shape[0], use_lstm=use_lstm,
+                           action_distribution=distribution)
+  elif observation_kind == torsos.INDEX:
+    config = index_config(None, num_observation_values, use_lstm=use_lstm,
+                          action_distribution=distribution)
+  else:
+    config = NetworkConfig(num_actions=None, action_distribution=distribution,
+                           frame_shape=frame_shape, torso=torso or SHALLOW, use_lstm=use_lstm,
+                           use_instruction=use_instruction, frame_max=frame_max)
+  if separate_value_torso:
+    config = dataclasses.replace(config, separate_value_torso=True)
+  return config
 
 
 class Agent(tf.Module):

@@ -101,7 +101,8 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
   lines.append("  " + family_base.network_in_words(
       network.torso, network.use_lstm,
       **network.action_distribution.layout(),  # num_actions or action_size.
-      observation_shape=network.frame_shape, instruction=network.use_instruction))
+      observation_shape=network.frame_shape, instruction=network.use_instruction,
+      separate_value=network.separate_value_torso))
   if mode == "train":
     batch_frames = config_lib.frames_per_batch(config.batch_size, config.unroll_length,
                                                config.num_action_repeats)

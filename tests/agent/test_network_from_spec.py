@@ -204,7 +204,13 @@ def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, fa
         env.spec, kind, torso=config.torso if kind == torsos.FRAME else None,
         use_lstm=kind == torsos.FRAME and not continuous,
         num_observation_values=16 if kind == torsos.INDEX else None,
-        state_dependent_log_std=config.algorithm == settings.IMPACT)
+        state_dependent_log_std=config.algorithm == settings.IMPACT,
+        # Discrete actions on feed-forward networks: a value torso of their own.
+        separate_value_torso=not continuous)
+    # Every feed-forward network here has one (the IMPACT paper's Box MLPs; discrete actions
+    # since issue 42's Unlock study); Box actions on frames share the torso (CarRacing).
+    assert agent.config.separate_value_torso == (kind != torsos.FRAME or not continuous)
+    assert hasattr(agent, "value_torso") == agent.config.separate_value_torso
     assert hasattr(agent, "observation_filter") == filtered
     assert (action_spaces.for_agent(agent).observation_filter is not None) == filtered
     if kind == torsos.INDEX:
@@ -230,8 +236,8 @@ def test_the_gym_family_maps_an_image_with_a_mission_to_the_instruction_path(mon
                                       has_instruction=True, frame_max=10.0)
   monkeypatch.setattr(gym_family.GymFamily, "describe", lambda *args, **kwargs: description)
   network = gym_family.FAMILY.network_config(config, base.EnvSpec(7, (7, 7, 3)))
-  assert (network.torso, network.use_instruction, network.use_lstm) == (torsos.MLP, True,
-                                                                        False)
+  assert (network.torso, network.use_instruction, network.use_lstm,
+          network.separate_value_torso) == (torsos.MLP, True, False, True)
   assert network.frame_max == 10.0  # The grid encoding's largest index, not 255.
 
 

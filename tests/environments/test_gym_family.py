@@ -74,14 +74,18 @@ def test_every_action_kind_takes_impact_with_the_gym_changes(level, flags):
   continuous = "Pendulum" in level or "continuous" in flags.get("env_kwargs", "")
   expected = ((table2["entropy_cost"], False) if continuous else (0.01, True))
   assert (config.entropy_cost, config.normalize_advantages) == expected, (level, flags)
-  # Table 2's clip of 0.5 on the mean loss, on our summed loss of T x B steps.
-  assert config.max_grad_norm == 0.5 * 4 * 64
+  # Table 2's clip of 0.5 on the mean loss, on our summed loss of T x B steps, for Box
+  # actions; none for discrete actions (DISCRETE_ACTION_CHANGES).
+  assert config.max_grad_norm == (0.5 * 4 * 64 if continuous else 0)
+  assert config.learner_config().max_grad_norm == (0.5 * 4 * 64 if continuous else None)
   assert (config.num_action_repeats, config.reward_clipping) == (1, settings.NO_CLIPPING)
 
 
 def test_gym_flags_win_and_impacts_own_flags_need_no_algorithm_flag():
   assert _resolve("gym:Pendulum-v1", batch_size=8).batch_size == 8
-  assert _resolve("gym:CartPole-v1", unroll_length=256).max_grad_norm == 0.5 * 4 * 256
+  assert _resolve("gym:Pendulum-v1", unroll_length=256).max_grad_norm == 0.5 * 4 * 256
+  assert _resolve("gym:CartPole-v1", unroll_length=256).max_grad_norm == 0  # No clip.
+  assert _resolve("gym:CartPole-v1", max_grad_norm=40).max_grad_norm == 40  # Flags win.
   assert _resolve("gym:CartPole-v1",
                   circular_buffer_max_uses=4).circular_buffer_max_uses == 4
 

@@ -232,7 +232,7 @@ class Family:
 
 
 def network_in_words(torso, use_lstm, num_actions=None, action_size=None, nvec=None,
-                     observation_shape=(), instruction=False):
+                     observation_shape=(), instruction=False, separate_value=False):
   """The start banner's and --show_settings's line for a network (one wording, so that the two
   cannot differ): its torso, core, action head and observation shape. The action sizes are
   the action distribution family's layout (num_actions, action_size or nvec), so the line
@@ -246,7 +246,8 @@ def network_in_words(torso, use_lstm, num_actions=None, action_size=None, nvec=N
     actions = f"Gaussian actions of {action_size} dimensions"
   shape = "x".join(str(n) for n in observation_shape) or "an index (one-hot)"
   encoder = ", the instruction encoder (a text mission)" if instruction else ""
-  return f"network: {torso} torso{encoder}, {core}, {actions}, observations {shape}"
+  value = ", a value torso of its own" if separate_value else ""
+  return f"network: {torso} torso{encoder}{value}, {core}, {actions}, observations {shape}"
 
 
 def frame_network_config(config, num_actions, channels, use_lstm, use_instruction):
