@@ -42,7 +42,9 @@ target-worker surrogate, GAE lambda 0.995, an adaptive KL term towards 0.04, lea
     change the task of an environment whose rewards carry their size);
   * for discrete actions, an entropy bonus of 0.01 against advantages standardised over each
     batch (DISCRETE_ACTION_CHANGES: CleanRL's discrete PPO pair; without a bonus
-    MiniGrid-Unlock never finds its door again);
+    MiniGrid-Unlock never finds its door again), no global gradient clip, and on feed-forward
+    networks a value torso of its own (separate_value_torso), so that the rare large value
+    errors of a sparse task do not steer the policy's features or shrink its step;
   * a constant learning rate (a shorter --total_environment_frames trains exactly as the start
     of the default run);
   * discount 0.99 (Table 2's 0.995 is MuJoCo's);
