@@ -60,6 +60,9 @@ IMPACT_CNN = "impact_cnn"  # The IMPACT paper's Atari network (section 4.3), 42x
 # encoding, e.g. MiniGrid's 7x7 view, MinAtar's 10x10 planes; families/gym.py's frame_torso).
 FLAT_MLP = "mlp"
 TORSOS = (SHALLOW, DEEP, IMPACT_CNN, FLAT_MLP)
+# --value_torso: the family's choice, the policy's torso (Figure 3), or one of the baseline's own.
+AUTO, SHARED, SEPARATE = "auto", "shared", "separate"
+VALUE_TORSOS = (AUTO, SHARED, SEPARATE)
 # --preset: whose published setting fills the settings left at their default (presets.presets).
 DEFAULT_PRESET = "default"     # IMPALA's Tables G.1 / D.3 (+ IMPACT Table 1's own settings).
 IMPACT_PAPER = "impact_paper"  # The IMPACT paper's Atari setting: Table 1, section 4.3.
@@ -266,6 +269,15 @@ class ExperimentSettings:
       "gymnasium frames under 20x20: mlp (benchmarks/RESULTS.md, 'Small frames and an entropy "
       "bonus that means the same everywhere')",
       choices=TORSOS)
+  value_torso: str = setting(
+      AUTO, NETWORK, "gymnasium levels with discrete actions: the baseline on the policy's "
+      "torso (shared, Figure 3) or on a torso of its own reading the observation alone "
+      "(separate); auto: separate on feed-forward networks (vectors, indices, small frames), "
+      "shared with an LSTM. shared resumes a run of such a level trained before 2026-11-28.",
+      source="Figure 3: shared; IMPACT section 4.3 (Box actions on vectors): separate; "
+      "gymnasium levels with discrete actions: separate on feed-forward networks "
+      "(benchmarks/RESULTS.md, 'Small frames and an entropy bonus that means the same "
+      "everywhere')", choices=VALUE_TORSOS)
   # Learner.
   algorithm: Optional[str] = preset_setting(
       LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "

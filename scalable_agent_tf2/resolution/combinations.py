@@ -48,6 +48,10 @@ def check_combinations(config):
     raise ValueError(f"--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> "
                      f"levels; {config.level_name} is not one ({config.family.title}). Drop "
                      "--env_kwargs.")
+  if config.value_torso != settings.AUTO and not config.family.takes_value_torso:
+    raise ValueError(f"--value_torso={config.value_torso} chooses the baseline's torso of "
+                     f"gym:<id> levels with discrete actions; {config.level_name}'s network "
+                     f"({config.family.title}) is fixed by its paper. Drop --value_torso.")
   config.family.check_config(config)
   if config.record_video_episodes and config.mode != settings.TEST:
     raise ValueError(f"--record_video_episodes records test episodes: add --mode=test, or "

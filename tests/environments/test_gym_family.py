@@ -337,3 +337,30 @@ def test_the_start_says_in_one_line_which_defaults_apply_and_why():
   pong = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari/pong"))
   pong_banner = monitoring.start_banner(pong, networks.atari_config(6), "/cpu:0", False, None, 0)
   assert not [line for line in pong_banner if line.startswith("  defaults:")]
+
+
+@pytest.mark.parametrize("level, choice, separate", [
+    ("gym:CartPole-v1", "auto", True), ("gym:CartPole-v1", "shared", False),
+    ("gym:CartPole-v1", "separate", True), ("gym:FrozenLake-v1", "shared", False),
+    ("gym:Pendulum-v1", "auto", True)])
+def test_value_torso_chooses_the_baselines_torso_for_discrete_actions(level, choice,
+                                                                       separate):
+  """--value_torso (auto: separate on feed-forward discrete networks; shared: Figure 3's
+  arrangement, which runs from before 2026-11-28 were trained with); the network, the
+  --show_settings line and the start banner's agree."""
+  from scalable_agent_tf2.run import monitoring  # pylint: disable=g-import-not-at-top
+  config = _resolve(level, value_torso=choice)
+  spec = gym_family.FAMILY.describe(level).spec()
+  network = config.network_config_for_spec(spec)
+  assert network.separate_value_torso == separate
+  words = config.family.network_in_words(config)
+  assert ("a value torso of its own" in words) == separate
+  assert "  " + words in monitoring.start_banner(config, network, "/cpu:0", False, None, 0)
+
+
+@pytest.mark.parametrize("level, choice, message", [
+    ("gym:Pendulum-v1", "shared", "has Box actions"),
+    ("atari/pong", "separate", "fixed by its paper")])
+def test_value_torso_is_refused_where_no_network_takes_it(level, choice, message):
+  with pytest.raises(ValueError, match=message):
+    _resolve(level, value_torso=choice)

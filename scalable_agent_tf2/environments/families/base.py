@@ -112,6 +112,7 @@ class Family:
   name_forms = ()
   owns_algorithm_presets = False
   takes_env_kwargs = False
+  takes_value_torso = False  # --value_torso: only the gym family's networks take it.
   has_test_levels = False
   pbt_adapts_max_grad_norm = False
   # Whether a step may take as long as a reset: the environment resets inside its step at an

@@ -142,6 +142,7 @@ class GymFamily(base.Family):
   how_to_fix = ("Fix the environment's own code (the last failure above says what went wrong, "
                 "and where)")
   takes_env_kwargs = True
+  takes_value_torso = True
 
   def check_level(self, level_name):
     if not gym_env.split_id(gym_env.gym_id(level_name))[1]:
@@ -200,7 +201,12 @@ class GymFamily(base.Family):
             "it does not learn")
 
   def check_config(self, config):
-    parse_env_kwargs(config.env_kwargs)
+    env_kwargs = parse_env_kwargs(config.env_kwargs)
+    if config.value_torso != settings.AUTO and self.describe(
+        config.levels[0], env_kwargs).continuous_actions:
+      raise ValueError(f"--value_torso={config.value_torso}: {config.levels[0]} has Box "
+                       "actions, whose networks are the IMPACT paper's (a value MLP of its "
+                       "own on vectors, the shared torso on frames). Drop --value_torso.")
     frame_settings = [name for name in ("width", "height") if getattr(config, name)
                       is not None]
     if frame_settings:
@@ -240,7 +246,8 @@ class GymFamily(base.Family):
         torso, use_lstm=uses_lstm(kind, continuous, config.torso),
         **description.action_layout(), observation_shape=description.observation_shape,
         instruction=description.has_instruction,
-        separate_value=separate_value_torso(kind, continuous, config.torso))
+        separate_value=separate_value_torso(kind, continuous, config.torso,
+                                            config.value_torso))
 
   def network_config(self, config, spec):
     """The network follows the first environment's spec, for any supported combination
@@ -286,7 +293,8 @@ class GymFamily(base.Family):
         num_observation_values=(observation_values(config.levels[0], env_kwargs)
                                 if kind == torsos.INDEX else None),
         state_dependent_log_std=config.algorithm == settings.IMPACT,
-        separate_value_torso=separate_value_torso(kind, continuous, config.torso))
+        separate_value_torso=separate_value_torso(kind, continuous, config.torso,
+                                                  config.value_torso))
 
 
 def frame_torso(frame_shape):
@@ -303,7 +311,7 @@ def frame_torso(frame_shape):
   return settings.SHALLOW
 
 
-def separate_value_torso(observation_kind, continuous_actions, torso):
+def separate_value_torso(observation_kind, continuous_actions, torso, choice=settings.AUTO):
   """Whether the baseline reads a torso of its own (on the observation alone) rather than the
   policy's: the IMPACT paper's networks for Box actions on vectors (section 4.3: "the same
   architecture, not shared"), and, for discrete actions, every feed-forward network (vectors,
@@ -311,7 +319,12 @@ def separate_value_torso(observation_kind, continuous_actions, torso):
   MiniGrid-Unlock (benchmarks/RESULTS.md, "Small frames and an entropy bonus that means the
   same everywhere"): with PopArt's tiny scale on a sparse task, each rare success's value error
   drove the shared torso away from the policy that had found it. Figure 3's agent with its LSTM
-  (pixels) keeps one torso and core for both, as the paper's."""
+  (pixels) keeps one torso and core for both, as the paper's. choice: --value_torso (auto:
+  this rule; shared or separate: that, for discrete actions)."""
+  if observation_kind == gym_spaces.VECTOR and continuous_actions:
+    return True
+  if choice != settings.AUTO and not continuous_actions:
+    return choice == settings.SEPARATE
   if observation_kind == gym_spaces.VECTOR:
     return True
   return not continuous_actions and not uses_lstm(observation_kind, continuous_actions, torso)
