@@ -28,6 +28,8 @@ from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.learning import random_batches  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.environments import (  # pylint: disable=g-import-not-at-top
+    base as env_base)
 from scalable_agent_tf2.environments.families import (  # pylint: disable=g-import-not-at-top
     gym as gym_family)
 
@@ -35,10 +37,12 @@ from scalable_agent_tf2.environments.families import (  # pylint: disable=g-impo
 
 def minigrid_config(torso):
   """A MiniGrid level's network as the gym family builds it (7x7x3 grid codes up to 10, 7
-  actions, a text mission, the LSTM on convolutional torsos only: families/gym.py uses_lstm)."""
-  return networks.NetworkConfig(
-      num_actions=7, frame_shape=(7, 7, 3), torso=torso, use_instruction=True, frame_max=10.0,
-      use_lstm=gym_family.uses_lstm(torsos.FRAME, False, torso))
+  actions, a text mission; families/gym.py's rules for the LSTM and the value torso)."""
+  return networks.network_config_for_spec(
+      env_base.EnvSpec(num_actions=7, frame_shape=(7, 7, 3)), torsos.FRAME, torso=torso,
+      use_lstm=gym_family.uses_lstm(torsos.FRAME, False, torso), use_instruction=True,
+      frame_max=10.0, separate_value_torso=gym_family.separate_value_torso(
+          torsos.FRAME, False, torso))
 
 
 # (network preset, learner preset, batch size, unroll length, frames per agent step) per

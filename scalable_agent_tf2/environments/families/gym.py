@@ -321,13 +321,11 @@ def separate_value_torso(observation_kind, continuous_actions, torso, choice=set
   drove the shared torso away from the policy that had found it. Figure 3's agent with its LSTM
   (pixels) keeps one torso and core for both, as the paper's. choice: --value_torso (auto:
   this rule; shared or separate: that, for discrete actions)."""
-  if observation_kind == gym_spaces.VECTOR and continuous_actions:
-    return True
-  if choice != settings.AUTO and not continuous_actions:
+  if continuous_actions:  # The IMPACT paper's networks; --value_torso is refused for them.
+    return observation_kind == gym_spaces.VECTOR
+  if choice != settings.AUTO:
     return choice == settings.SEPARATE
-  if observation_kind == gym_spaces.VECTOR:
-    return True
-  return not continuous_actions and not uses_lstm(observation_kind, continuous_actions, torso)
+  return not uses_lstm(observation_kind, continuous_actions, torso)
 
 
 def uses_lstm(observation_kind, continuous_actions, torso):
