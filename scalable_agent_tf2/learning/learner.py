@@ -125,7 +125,8 @@ class Learner(tf.Module):
 
     Returns:
       dict of scalars: total_loss, pg_loss, baseline_loss, entropy_loss, learning_rate (the
-      one used for this step), grad_norm (before clipping), num_env_frames (after the step),
+      one used for this step), grad_norm (before clipping), parameter_norm (the trainable
+      variables' global norm after the step), num_env_frames (after the step),
       update_skipped (bool: the loss or gradient norm was not finite and nothing changed,
       see _apply); with a trust region also trust_region_rejected (number of rejected
       steps).
@@ -239,8 +240,14 @@ class Learner(tf.Module):
           unroll_length * num_new_trajectories * config.num_action_repeats)
       return tf.constant(True)
     applied = tf.cond(finite, apply, lambda: tf.constant(False))
+    with tf.control_dependencies([applied]):
+      # The parameters after the step, for the training supervisor's divergence check
+      # (--max_parameter_norm). Computed here, in the compiled update, it is nearly free; run
+      # eagerly after each update it took 40% of the learner thread on a small MLP
+      # (benchmarks/RESULTS.md, "The learner's time on small networks").
+      parameter_norm = tf.linalg.global_norm(self._variables)
     return dict(total_loss=total_loss, learning_rate=learning_rate, grad_norm=grad_norm,
                 num_env_frames=self.num_env_frames.read_value(),
-                update_skipped=tf.logical_not(applied), **terms)
+                update_skipped=tf.logical_not(applied), parameter_norm=parameter_norm, **terms)
 
 

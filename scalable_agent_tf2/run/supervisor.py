@@ -211,7 +211,8 @@ class Run:
         self.progress.num_updates += 1
         self.progress.trained += num_new
         self.progress.skipped_in_a_row = 0
-        self._check_parameters(f"after update {self.progress.num_updates}")
+        self._check_parameters(f"after update {self.progress.num_updates}",
+                               norm=float(stats["parameter_norm"]))
         return stats
       self.progress.skipped_updates += 1
       self.progress.skipped_in_a_row += 1
@@ -229,11 +230,12 @@ class Run:
   def _parameter_norm(self):
     return float(tf.linalg.global_norm(self.agent.trainable_variables).numpy())
 
-  def _check_parameters(self, when):
-    """Raises ParametersDiverged when the parameters' global norm is not finite or above
-    --max_parameter_norm (finite but huge parameters make every actor output NaN, so no
-    update would ever be skipped as non-finite again: issue 41)."""
-    norm, limit = self._parameter_norm(), self.config.max_parameter_norm
+  def _check_parameters(self, when, norm):
+    """Raises ParametersDiverged when the parameters' global norm (the update's
+    parameter_norm) is not finite or above --max_parameter_norm (finite but huge parameters
+    make every actor output NaN, so no update would ever be skipped as non-finite again:
+    issue 41)."""
+    limit = self.config.max_parameter_norm
     if not progress_watch.parameters_healthy(norm, limit):
       raise ParametersDiverged(
           f"The parameters' global norm is {norm:.3g} {when} (--max_parameter_norm="

@@ -113,6 +113,21 @@ def test_frames_and_linear_learning_rate_schedule():
   np.testing.assert_allclose(rates, [0.001, 0.0009, 0.0008], rtol=1e-6)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_the_update_reports_the_parameters_norm_after_its_step(jit_compile):
+  """The supervisor's divergence check (--max_parameter_norm) reads parameter_norm: it must
+  be the norm of the parameters the step left, not of those before it."""
+  update = _make(ATARI_SMALL, jit_compile, learning_rate=0.5, total_environment_frames=10**9)
+  env_outputs, agent_outputs = random_batch(ATARI_SMALL, T=3, B=2, seed=3)
+  before = np.sqrt(sum(np.sum(np.square(v.numpy()))
+                       for v in update.agent.trainable_variables))
+  stats = update.update((), env_outputs, agent_outputs)
+  after = np.sqrt(sum(np.sum(np.square(v.numpy().astype(np.float64)))
+                      for v in update.agent.trainable_variables))
+  assert abs(after - before) > 1e-3 * after  # The step moved the norm: the test can tell.
+  np.testing.assert_allclose(float(stats["parameter_norm"]), after, rtol=1e-5)
+
+
 def test_gradient_norm_clipping_is_applied():
   max_norm = 1e-3
   update = _make(ATARI_SMALL, False, learning_rate=0.1, max_grad_norm=max_norm,
