@@ -111,6 +111,11 @@ class NetworkConfig:
       from Sonnet's (layers.Initializer).
     state_dependent_log_std: a Gaussian policy's log_std from the head's layer (RLlib's
       free_log_std=False, which the IMPACT paper's code base ran) or one learned vector.
+    trim_instruction_padding: the instruction encoder's LSTM runs up to the longest
+      instruction in the batch rather than over all MAX_INSTRUCTION_WORDS slots (padding
+      steps leave its state unchanged, so the encoding and its gradients are the same);
+      False under XLA, which needs static shapes (the learner turns it off when it compiles
+      with XLA, as it turns off torso chunks).
   """
   num_actions: Optional[int]
   frame_shape: Tuple[int, ...]
@@ -127,6 +132,7 @@ class NetworkConfig:
   separate_value_torso: bool = False
   initializer: str = SONNET_INIT
   state_dependent_log_std: bool = True
+  trim_instruction_padding: bool = True
 
   @property
   def frame_dtype(self):
@@ -473,7 +479,8 @@ class Agent(tf.Module):
                 config.action_distribution.action_features(flat(prev_actions))]
     if config.use_instruction:
       parts.append(self.instruction_encoder(
-          flat(tf.cast(env_outputs.observation.instruction, tf.int32))))
+          flat(tf.cast(env_outputs.observation.instruction, tf.int32)),
+          trim_padding=config.trim_instruction_padding))
     core_input = tf.concat(parts, axis=1) if len(parts) > 1 else parts[0]
 
     if config.use_lstm:

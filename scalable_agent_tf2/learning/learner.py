@@ -51,6 +51,9 @@ class Learner(tf.Module):
       # XLA cannot compile the chunked torso's recomputing loop (torsos.chunked_torso), and
       # its own rematerialisation manages activation memory: the torso runs unchunked.
       agent.config = dataclasses.replace(agent.config, torso_chunk_frames=0)
+    if jit_compile and getattr(agent.config, "trim_instruction_padding", False):
+      # XLA needs static shapes: the instruction encoder runs over every word slot.
+      agent.config = dataclasses.replace(agent.config, trim_instruction_padding=False)
     self.agent = agent
     self.config = config
     self.strategy = strategy

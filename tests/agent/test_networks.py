@@ -186,6 +186,46 @@ def test_instruction_encoding_is_the_last_real_words_output():
   np.testing.assert_array_equal(encoded[1], np.zeros(language.INSTRUCTION_LSTM_SIZE))
 
 
+@pytest.mark.parametrize("texts", [
+    ["get to the green goal square", "red ball", "", "go to the door"],  # Trimmed to 6 words.
+    ["", ""],  # Nothing but padding: one step.
+    [" ".join(["word"] * language.MAX_INSTRUCTION_WORDS), "red"]])  # Nothing to trim.
+def test_trimming_the_instructions_padding_changes_no_bit(texts):
+  """The encoder's LSTM stops at the batch's longest instruction (trim_padding): the
+  encodings and the gradients are those of the LSTM run over all 16 slots, to the bit."""
+  encoder = networks.Agent(networks.dmlab_config(
+      networks.SHALLOW, frame_shape=SMALL_FRAME)).instruction_encoder
+  ids = tf.constant(language.hash_instructions(texts))
+  weights = tf.constant(np.random.default_rng(5).normal(
+      size=[len(texts), language.INSTRUCTION_LSTM_SIZE]).astype(np.float32))
+  results = []
+  for trim in (False, True):
+    @tf.function
+    def encode_and_differentiate(trim=trim):
+      with tf.GradientTape() as tape:
+        encoded = encoder(ids, trim_padding=trim)
+        loss = tf.reduce_sum(encoded * weights)
+      return encoded, tape.gradient(loss, encoder.trainable_variables)
+    encoded, gradients = encode_and_differentiate()
+    results.append([encoded.numpy()] + [tf.convert_to_tensor(g).numpy() for g in gradients])
+  for full, trimmed in zip(*results):
+    np.testing.assert_array_equal(trimmed, full)
+
+
+def test_the_learner_encodes_every_word_slot_under_xla():
+  """XLA needs static shapes: a learner that compiles with XLA turns the trim off."""
+  config = networks.dmlab_config(networks.SHALLOW, num_actions=3, frame_shape=SMALL_FRAME)
+  assert config.trim_instruction_padding
+  from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
+  compiled = learner.Learner(networks.Agent(config), config_lib.LearnerConfig(),
+                             jit_compile=True)
+  plain = learner.Learner(networks.Agent(config), config_lib.LearnerConfig(),
+                          jit_compile=False)
+  assert not compiled.agent.config.trim_instruction_padding
+  assert plain.agent.config.trim_instruction_padding
+
+
 def test_instruction_changes_the_policy():
   config = networks.dmlab_config(networks.SHALLOW, num_actions=3, frame_shape=SMALL_FRAME)
   agent = networks.Agent(config)
