@@ -5,7 +5,7 @@ frame (Pong by default, the game measured so far).
     python -m benchmarks.peers.learning_side_by_side --frames=20000000 --seeds=1,2 \\
         --output_dir=/work/runs/pong_vs_sf
     python -m benchmarks.peers.learning_side_by_side --game=boxing --frames=30000000 \\
-        --seeds=1 --output_dir=/work/runs/boxing_vs_sf
+        --seeds=1 --output_dir=/work/runs/boxing_vs_sf    # again after a stop: it resumes
 
 Separates the implementation from the settings: both systems learn the game (--game, this
 project's name of any of the 57 Atari games: pong, boxing, breakout, space_invaders, ...)
@@ -19,8 +19,9 @@ seeds, one run after the other on the whole machine. For each seed:
     gets; with the 200M budget the rate falls linearly from 0.0006 only to 0.00054 at 20M
     frames (Table G.1's schedule, optimizers.linear_decay): nearly constant.
   sample_factory: `sample_factory_pong.py --mode=learning --game=<game> --frames=F --seed=S
-    --lr_schedule=constant` (its docstring lists the setting and every difference left,
-    those that depend on the game included: FIRE after a reset, lives, the game's length).
+    --lr_schedule=constant --save_every_sec=N` (its docstring lists the setting and every
+    difference left, those that depend on the game included: FIRE after a reset, lives, the
+    game's length).
     Constant 0.0006 is the closer match to ours over a 20M window: ours falls 10% below it by
     the end (5% on average), where its linear_decay over a budget of --frames would end at
     3/4 of the start (0.00045, 17% below ours at the end; 8% on average).
@@ -28,21 +29,29 @@ seeds, one run after the other on the whole machine. For each seed:
 --systems=ours (or sample_factory) makes only that system's runs, so that a comparison longer
 than one sitting can be spread over several; the report reads whatever both have logged.
 
-Interrupted runs: ours resumes from its last checkpoint (checkpoint_secs, 10 minutes by
-default; what came after it is dropped by runlog.read_trained_records). Sample Factory can
-resume its own checkpoint (restart_behavior=resume), but sample_factory_pong.py's
-episodes.csv places games by the reports of one launch, so a killed peer run restarts from
-zero: its directory is moved aside (seed_S.interrupted_<time>), not deleted. Complete runs
-are skipped.
+Interrupted runs resume when the same command is run again, so a comparison can be spread
+over sittings (stop it with Ctrl-C or SIGTERM: both systems then save a checkpoint). Ours
+resumes from its last checkpoint (checkpoint_secs, 10 minutes by default; what came after it
+is dropped by runlog.read_trained_records). The peer resumes from Sample Factory's own last
+checkpoint (restart_behavior=resume; one every --peer_save_every_sec, 120 s, and one when
+stopped): sample_factory_pong.py keeps each launch's log and games and rebuilds episodes.csv
+from all of them, games placed by the reports of their own launch, with running seconds
+(gaps between sittings not counted), and the games a killed launch logged beyond the frames
+the next launch resumed from dropped (that training is redone; its docstring has the
+details). A finished run given a larger --frames continues the same way. Complete runs are
+skipped.
 
-One --output_dir holds the runs of one game: a run of another game there is refused (ours: its
-command differs; the peer: its command.json's environment).
+One --output_dir holds the runs of one game and setting: a run of another game there is
+refused (ours: its command differs; the peer: its command.json's environment), and so is one
+of another command (ours: side_by_side_command.json; the peer: command.json's Sample Factory
+flags other than the budget and the save interval, e.g. another seed).
 
 Reported: per seed and system, the mean of the last 100 episode returns (runs.FINAL_EPISODES)
 at every --every frames, and whether the mean of our seeds is within the peer's seed range
 [min, max] or above it there; the goal is met when it is at every count. The figure has that
 return against frames and against hours of running time (ours: from each attempt's START
-record; the peer: from its launch, torch import and environment start-up included).
+record; the peer: the sum of its launches' durations, each from its launch, torch import and
+environment start-up included).
 """
 import argparse
 import csv
@@ -79,6 +88,8 @@ PEER_FRAME_TOLERANCE = 0.02
 # prctl of the C library, looked up here: a child between fork and exec calls only it.
 _PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# Sample Factory's checkpoint interval in the peer's runs: what a kill loses at most.
+PEER_SAVE_EVERY_SEC = sample_factory_pong.DEFAULT_SAVE_EVERY_SEC
 POLL_SECONDS = 5.0  # How often our run's log is read for its frame count (log_secs: 5).
 STOP_GRACE_SECONDS = 300  # Our final checkpoint after SIGINT; then the process is killed.
 
@@ -265,37 +276,47 @@ def other_game(output_dir, game):
   return None
 
 
-def peer_command(output_dir, seed, frames, venv, game=DEFAULT_GAME):
+def peer_command(output_dir, seed, frames, venv, game=DEFAULT_GAME,
+                 save_every_sec=PEER_SAVE_EVERY_SEC):
   """sample_factory_pong.py's learning run on the game (see the module docstring)."""
   return [sys.executable, PEER_SCRIPT, "--mode=learning", f"--game={game}",
           f"--frames={frames}", f"--seed={seed}", f"--lr_schedule={PEER_LR_SCHEDULE}",
-          f"--venv={venv}", f"--output_dir={output_dir}"]
+          f"--save_every_sec={save_every_sec}", f"--venv={venv}", f"--output_dir={output_dir}"]
 
 
-def run_peer(output_dir, seed, frames, venv, print_fn, game=DEFAULT_GAME):
-  """Trains Sample Factory on the game to frames with this seed; a killed run restarts from
-  zero."""
-  mismatch = other_game(output_dir, game)
+def peer_sf_argv(command):
+  """Sample Factory's argv of a peer_command (as sample_factory_pong.py will launch it)."""
+  flags = sample_factory_pong.parse_args(command[2:])
+  return sample_factory_pong.sample_factory_argv(flags, os.path.abspath(flags.output_dir),
+                                                 "learning")
+
+
+def run_peer(output_dir, seed, frames, venv, print_fn, game=DEFAULT_GAME,
+             save_every_sec=PEER_SAVE_EVERY_SEC):
+  """Trains Sample Factory on the game to frames with this seed; an unfinished run (or a
+  finished one, given a larger budget) resumes from Sample Factory's last checkpoint."""
+  command = peer_command(output_dir, seed, frames, venv, game, save_every_sec)
+  mismatch = (other_game(output_dir, game)
+              or sample_factory_pong.argv_conflict(output_dir, peer_sf_argv(command)))
   if mismatch:
     raise SystemExit(f"{mismatch}. Choose another --output_dir.")
   if peer_complete(output_dir, frames, game):
     print_fn(f"Sample Factory seed {seed}: already finished ({output_dir})")
     return
-  if os.path.exists(output_dir):
-    aside = f"{output_dir}.interrupted_{time.strftime('%Y%m%d_%H%M%S')}"
-    os.rename(output_dir, aside)
-    print_fn(f"  an unfinished Sample Factory run restarts from zero (moved to {aside})")
-  command = peer_command(output_dir, seed, frames, venv, game)
+  launches = sample_factory_pong.read_launches(output_dir) if os.path.isdir(output_dir) else []
+  if launches:
+    print_fn(f"  resumes the Sample Factory run in {output_dir} (launch {len(launches) + 1}), "
+             f"from its checkpoint at "
+             f"{sample_factory_pong.latest_checkpoint_frames(output_dir):,} frames")
   print_fn(f"$ {runs.printable(command)}")
-  os.makedirs(output_dir)
-  with open(os.path.join(output_dir, "driver_console.txt"), "w") as console:
+  os.makedirs(output_dir, exist_ok=True)
+  with open(os.path.join(output_dir, "driver_console.txt"), "a") as console:
     process = start_run(command, console)
     try:
       process.wait()
     finally:  # The driver stops Sample Factory's process group on SIGINT.
       runs.interrupt(process, 180)
-  reports = sample_factory_pong.read_reports(os.path.join(output_dir, "sample_factory.log"))
-  reached = reports[-1][2] if reports else 0
+  reached = sample_factory_pong.reached_frames(output_dir)
   if process.returncode != 0 or reached < (1 - PEER_FRAME_TOLERANCE) * frames:
     raise RuntimeError(f"Sample Factory seed {seed} exited with {process.returncode} at "
                        f"{reached:,} of {frames:,} frames; see {output_dir}")
@@ -337,9 +358,8 @@ def read_peer(output_dir, frames, game=DEFAULT_GAME):
   with open(path) as f:
     rows = list(csv.DictReader(f))
   episode_frames = np.array([float(r["frames"]) for r in rows])
-  reports = sample_factory_pong.read_reports(os.path.join(output_dir, "sample_factory.log"))
   reached = (frames if peer_complete(output_dir, frames, game)
-             else (reports[-1][2] if reports else 0))
+             else sample_factory_pong.reached_frames(output_dir))
   return dict(frames=episode_frames,
               returns=np.array([float(r["episode_return"]) for r in rows]),
               hours=np.array([float(r["seconds"]) for r in rows]) / 3600, reached=reached)
@@ -424,6 +444,10 @@ def parse_args(argv):
                       help=f"Which systems' runs to make now ({OURS}, {PEER} or both): the "
                            "runs of a long comparison can be spread over several sittings; "
                            "the report covers both either way.")
+  parser.add_argument("--peer_save_every_sec", type=int, default=PEER_SAVE_EVERY_SEC,
+                      help="Seconds between Sample Factory's checkpoints (its save_every_sec): "
+                           "at most what a kill of the peer's run loses; it also saves when "
+                           "stopped. A small value for checking the resume.")
   parser.add_argument("--report_only", action="store_true",
                       help="Run nothing: table and figure of what the runs have logged.")
   args = parser.parse_args(argv)
@@ -465,7 +489,7 @@ def main(argv=None):
                  print_fn, args.game)
       if PEER in args.systems:
         run_peer(os.path.join(args.output_dir, PEER, f"seed_{seed}"), seed, args.frames,
-                 args.venv, print_fn, args.game)
+                 args.venv, print_fn, args.game, args.peer_save_every_sec)
   rows = report(args.output_dir, args.seeds, args.frames, args.every, args.figure,
                 args.game)
   return rows

@@ -5,7 +5,8 @@ Table G.1, shallow network), for side-by-side runs.
     bash benchmarks/peers/setup_sample_factory.sh              # once: venv in /tmp/sf_venv
     python benchmarks/peers/sample_factory_pong.py --mode=throughput --seconds=240 --warmup=60
     python benchmarks/peers/sample_factory_pong.py --mode=learning --frames=24000000 --seed=1
-    python benchmarks/peers/sample_factory_pong.py --mode=learning --game=boxing --seed=1
+    python benchmarks/peers/sample_factory_pong.py --mode=learning --game=boxing --seed=1 \
+        --frames=40000000 --output_dir=/work/runs/sf_boxing_seed1   # again: it resumes
 
 --game is this project's name of the game (level atari/<game>: one of the paper's 57, in
 lower_snake_case, GAMES); Sample Factory plays its Atari example's environment of that game
@@ -24,7 +25,37 @@ Modes:
     --seconds and prints the median of Sample Factory's own 10-second "Fps is (10 sec: ...)"
     reports in the window (and the window's mean from its "Total num frames" counter).
   learning: trains to --frames (or stops at --max_seconds) and writes episodes.csv: one row
-    per finished game (seconds since launch, frames, return, length).
+    per finished game (running seconds, frames, return, length, seed). Run again with the
+    same --output_dir (the default is a new directory each time), it resumes (below).
+
+Resuming a learning run. A learning run in --output_dir that was stopped (Ctrl-C, SIGTERM,
+--max_seconds) or killed is continued by the same command: Sample Factory resumes from its own
+checkpoint (restart_behavior=resume, passed explicitly; in 2.1.1 the learner restores the
+model, the optimizer, the train step and env_steps, its frame counter, from
+<output_dir>/learning/checkpoint_p0/checkpoint_<step>_<frames>.pth, the last by name, and
+its first report already counts from there). It saves one every --save_every_sec (120 s,
+Sample Factory's default) and when it stops on SIGINT; so a stop loses nothing and a kill at
+most that interval. The driver's SIGINT reaches it on Ctrl-C, and, through the parent-death
+signal, when the driver itself is killed (both take SIGINT even when started with it ignored:
+stop_on_sigint); only a kill of Sample Factory's own processes (or the machine going down)
+loses frames. A leftover checkpoint_temp (a save cut short) is deleted first: it sorts after
+the real checkpoints, and Sample Factory would try to load it, fail and start from zero. A
+run of another setting (command.json's Sample Factory flags: game, seed, schedule,
+workers...; only train_for_env_steps, save_every_sec, restart_behavior and train_dir may
+change) is refused, as is a launch while an earlier one's process still runs.
+  Each launch keeps its own files: launch 1 writes sample_factory.log and games/ (the names
+of runs from before resuming), launch k sample_factory.launch<k>.log and games.launch<k>/;
+launches.json lists them with the time each started (and ended, when the driver saw it end;
+for a killed driver, its log's last line or its last game, whichever is later). episodes.csv
+is rebuilt from all launches at the end of each (also when stopped): a game's frames are
+interpolated within the reports of the launch it ended in; its seconds are running seconds,
+the earlier launches' durations plus the time since its launch started (the gaps between
+sittings are not counted). The games a killed launch logged after its last checkpoint were
+played by a policy whose training the next launch redoes from that checkpoint: a game of a
+launch whose frames exceed those some later launch resumed from (the learner's "Loaded
+experiment state ... env_steps=" line in that launch's log) is dropped, so frames never go
+back and every frame count is that of the training the run kept. The resumed run plays those
+frames again and logs its own games for them.
 
 Frames. Sample Factory's Atari defaults set summaries_use_frameskip=True: its "Fps" and
 "Total num frames" count agent steps x env_frameskip (4), i.e. emulator frames, which is
@@ -32,7 +63,7 @@ what this project's `frames` count. The driver checks it: over the measured repo
 frames trained per sample collected ("Samples" counts agent steps) must be about 4. Frames
 are counted when the learner consumes a batch, as this project's learner counts them. An
 episode's frames in episodes.csv are the learner's count at the moment the game ended,
-interpolated between the 5-second reports.
+interpolated between the 5-second reports of its launch.
 
 Setting, ours (Table G.1, shallow network) -> Sample Factory here:
   same: frame skip 4 with the max over the last two frames; grey 84x84; stack of 4; up to
@@ -93,6 +124,7 @@ Setting, ours (Table G.1, shallow network) -> Sample Factory here:
 """
 import argparse
 import csv
+import ctypes
 import datetime
 import difflib
 import glob
@@ -130,6 +162,23 @@ REPORT = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[\d+\] "
                     r"Fps is \(10 sec: ([\d.na]+),.*?Total num frames: (\d+)\. "
                     r"Throughput: 0: ([\d.na]+)\. Samples: (\d+)\.")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
+# The learner's line when it has restored a checkpoint (learner.py _load_state).
+LOADED = re.compile(r"Loaded experiment state at self\.train_step=(\d+), "
+                    r"self\.env_steps=(\d+)")
+# Sample Factory's checkpoint names (learner.py _save_impl): train step (9 digits, so that
+# sorting by name sorts by step, as Sample Factory picks its latest), then env_steps (frames).
+CHECKPOINT = re.compile(r"checkpoint_(\d+)_(\d+)\.pth$")
+CHECKPOINT_TEMP = "checkpoint_temp"  # A save in progress: torch.save, then a rename.
+LAUNCHES_FILE = "launches.json"
+# Sample Factory flags that may change between the launches of one run: the budget (a larger
+# one continues the run), the save interval, the resume flag (absent from runs launched
+# before it, where resume was Sample Factory's default) and the directory (moved runs).
+RESUMABLE_FLAGS = ("train_for_env_steps", "save_every_sec", "restart_behavior", "train_dir")
+DEFAULT_SAVE_EVERY_SEC = 120  # Sample Factory's default checkpoint interval.
+# prctl of the C library, looked up here: a child between fork and exec calls only it.
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def sf_env_name(game):
@@ -161,7 +210,10 @@ def sample_factory_argv(args, train_dir, experiment):
       adam_beta1=0.0, adam_beta2=0.99, adam_eps=0.1 / 640, max_grad_norm=40.0 / 640,
       encoder_conv_architecture="convnet_impala", encoder_conv_mlp_layers=256,
       use_rnn=False, nonlinearity="relu", actor_critic_share_weights=True,
-      train_for_env_steps=args.frames, with_wandb=False, log_to_file=True)
+      train_for_env_steps=args.frames, with_wandb=False, log_to_file=True,
+      # Resuming (docstring): Sample Factory's default, spelled out because the driver's
+      # stitching of launches depends on it; save_every_sec bounds what a kill loses.
+      restart_behavior="resume", save_every_sec=args.save_every_sec)
   if schedule == "linear_decay":
     # The Atari example's default; 2.1.1's command line accepts only the other schedules.
     del argv["lr_schedule"]
@@ -212,9 +264,22 @@ def env_name_of(sf_argv):
   return names[-1]
 
 
+def stop_on_sigint():
+  """Makes SIGINT raise KeyboardInterrupt again where this process started with it ignored.
+
+  A Python started with SIGINT ignored keeps it ignored (a job started with & by a
+  non-interactive shell, and all it starts): Sample Factory would then neither stop nor save
+  a checkpoint on the driver's SIGINT or at the driver's death, and train on, unseen, until
+  killed; the driver would not stop on Ctrl-C or on the side-by-side driver's SIGINT.
+  """
+  if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def child_main(sf_argv):
   """Registers the logged game under sf_argv's --env and trains with Sample Factory's
   Atari defaults + sf_argv."""
+  stop_on_sigint()
   # pylint: disable=import-outside-toplevel
   from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
   from sample_factory.envs.env_utils import register_env
@@ -253,30 +318,204 @@ def crashed(log_path):
   return None
 
 
-def first_training_time(reports):
-  """Time of the first report with trained frames, or None."""
-  return next((report[0] for report in reports if report[2] > 0), None)
+def first_training_time(reports, resumed_from=0):
+  """Time of the first report with frames trained beyond resumed_from (the launch's start),
+  or None."""
+  return next((report[0] for report in reports if report[2] > resumed_from), None)
+
+
+# Launches. One run (an output directory) is trained by one or more launches of Sample
+# Factory: each launch after the first resumes from the checkpoint the one before left
+# (restart_behavior=resume). Each keeps its own log and game files (launch_files); LAUNCHES_FILE
+# lists them in order with the time each started (and ended, when the driver saw it end).
+
+
+def launch_files(index):
+  """(log, games directory) of the launch with this 1-based index, relative to the output
+  directory: the first keeps the names of runs made before resuming existed."""
+  if index == 1:
+    return "sample_factory.log", "games"
+  return f"sample_factory.launch{index}.log", f"games.launch{index}"
+
+
+def log_times(log_path):
+  """Unix times of the first and the last time-stamped line of a Sample Factory log, or
+  (None, None)."""
+  if not os.path.exists(log_path):
+    return None, None
+  with open(log_path, errors="replace") as f:
+    stamps = STAMP.findall(ANSI.sub("", f.read()))
+  if not stamps:
+    return None, None
+  parse = lambda stamp: datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+  return parse(stamps[0]), parse(stamps[-1])
+
+
+def read_launches(output_dir):
+  """The run's launches (LAUNCHES_FILE), in order. A run from before LAUNCHES_FILE with a
+  log is one launch, started at its log's first line."""
+  path = os.path.join(output_dir, LAUNCHES_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  log, games_dir = launch_files(1)
+  first, _ = log_times(os.path.join(output_dir, log))
+  if first is None:
+    return []
+  return [dict(log=log, games=games_dir, started=first)]
+
+
+def write_launches(output_dir, launches):
+  path = os.path.join(output_dir, LAUNCHES_FILE)
+  with open(path + ".tmp", "w") as f:
+    json.dump(launches, f, indent=1)
+  os.replace(path + ".tmp", path)  # A kill mid-write leaves the previous list.
+
+
+def checkpoint_dir(output_dir, experiment="learning"):
+  """Where Sample Factory saves the run's checkpoints: <train_dir>/<experiment>/
+  checkpoint_p0 (one policy)."""
+  return os.path.join(output_dir, experiment, "checkpoint_p0")
+
+
+def latest_checkpoint_frames(output_dir, experiment="learning"):
+  """Frames (env_steps) of the checkpoint a launch resumes from: Sample Factory loads the
+  last checkpoint_* by name; 0 when there is none."""
+  names = sorted(glob.glob(os.path.join(checkpoint_dir(output_dir, experiment),
+                                        "checkpoint_*")))
+  matches = [CHECKPOINT.search(name) for name in names if not name.endswith(CHECKPOINT_TEMP)]
+  return int(matches[-1].group(2)) if matches and matches[-1] else 0
+
+
+def resumed_from(log_path):
+  """Frames the launch of this log started from: those of the checkpoint its learner loaded,
+  0 if it trained without one, None if it reported nothing (it trained nothing)."""
+  if not os.path.exists(log_path):
+    return None
+  with open(log_path, errors="replace") as f:
+    loaded = LOADED.search(ANSI.sub("", f.read()))
+  if loaded:
+    return int(loaded.group(2))
+  return 0 if read_reports(log_path) else None
+
+
+def launch_seconds(output_dir, launch_record):
+  """How long a launch ran: to the end the driver recorded, else (a killed driver) to the
+  last line of its log or the last game it logged, whichever is later."""
+  if "ended" in launch_record:
+    end = launch_record["ended"]
+  else:
+    _, last_line = log_times(os.path.join(output_dir, launch_record["log"]))
+    last_game = max((row[0] for row in games(output_dir, launch_record["games"])), default=None)
+    end = max([t for t in (last_line, last_game) if t is not None],
+              default=launch_record["started"])
+  return max(0.0, end - launch_record["started"])
+
+
+def flags_of(sf_argv):
+  """{flag: value} of a Sample Factory argv of --flag=value items."""
+  return dict(arg[2:].split("=", 1) for arg in sf_argv if arg.startswith("--") and "=" in arg)
+
+
+def argv_conflict(output_dir, sf_argv):
+  """Why a launch with sf_argv may not resume the run in output_dir (its command.json was
+  written by another setting: game, seed, schedule, ...; RESUMABLE_FLAGS may differ), or
+  None."""
+  path = os.path.join(output_dir, "command.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    previous = json.load(f)
+  old = flags_of(previous[previous.index("--sf_child") + 1:] if "--sf_child" in previous
+                 else previous)
+  new = flags_of(sf_argv)
+  differences = [f"{key}: {old.get(key, '(unset)')} -> {new.get(key, '(unset)')}"
+                 for key in sorted(set(old) | set(new))
+                 if key not in RESUMABLE_FLAGS and old.get(key) != new.get(key)]
+  if differences:
+    return (f"{output_dir} holds a Sample Factory run of another setting ("
+            + "; ".join(differences) + ")")
+  return None
+
+
+def still_running(output_dir, launches):
+  """The pid of an earlier launch's Sample Factory process that is still alive (a driver
+  killed without its child), or None: two launches must not train one run."""
+  for record in launches:
+    if "pid" not in record or "ended" in record:
+      continue
+    try:
+      with open(f"/proc/{record['pid']}/cmdline", "rb") as f:
+        cmdline = f.read()
+    except OSError:
+      continue
+    if b"--sf_child" in cmdline and os.path.abspath(output_dir).encode() in cmdline:
+      return record["pid"]
+  return None
+
+
+def _interrupt_when_parent_dies():
+  if _PRCTL is not None:
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGINT)
 
 
 def launch(args, output_dir, experiment):
-  """Starts the Sample Factory child in its own process group; returns (process, log path)."""
+  """Starts the Sample Factory child in its own process group, resuming the run in
+  output_dir if there is one; returns (process, log path, launch index)."""
   python = os.path.join(args.venv, "bin", "python")
   if not os.path.exists(python):
     sys.exit(f"No Python at {python}: run benchmarks/peers/setup_sample_factory.sh "
              f"{args.venv} first, or pass --venv=<its directory>.")
-  episode_dir = os.path.join(output_dir, "games")
-  os.makedirs(episode_dir, exist_ok=True)
-  log_path = os.path.join(output_dir, "sample_factory.log")
   argv = sample_factory_argv(args, output_dir, experiment)
+  conflict = argv_conflict(output_dir, argv)
+  if conflict:
+    sys.exit(f"{conflict}; choose another --output_dir.")
+  launches = read_launches(output_dir)
+  running = still_running(output_dir, launches)
+  if running:
+    sys.exit(f"Sample Factory's process {running} of an earlier launch still trains the run "
+             f"in {output_dir}: stop it first (kill -INT -- -{running}).")
+  # A save cut short by a kill leaves checkpoint_temp, which sorts after every complete
+  # checkpoint: Sample Factory would try to load it, fail, and start from scratch.
+  temp = os.path.join(checkpoint_dir(output_dir, experiment), CHECKPOINT_TEMP)
+  if os.path.exists(temp):
+    os.remove(temp)
+    print(f"removed {temp} (a checkpoint save cut short by a kill)")
+  index = len(launches) + 1
+  while any(os.path.exists(os.path.join(output_dir, name)) for name in launch_files(index)):
+    index += 1  # Never write over an earlier launch's files.
+  log_name, games_name = launch_files(index)
+  episode_dir = os.path.join(output_dir, games_name)
+  os.makedirs(episode_dir)
+  log_path = os.path.join(output_dir, log_name)
+  checkpoint = latest_checkpoint_frames(output_dir, experiment)
+  if launches:
+    print(f"launch {index}: resumes from Sample Factory's checkpoint at {checkpoint:,} frames")
   with open(os.path.join(output_dir, "command.json"), "w") as f:
     json.dump([python, os.path.abspath(__file__), "--sf_child", *argv], f, indent=1)
   environment = dict(os.environ, **{EPISODE_DIR_VARIABLE: episode_dir})
   environment.pop("OPENBLAS_CORETYPE", None)  # torch's OpenBLAS is not the one they guard.
+  record = dict(log=log_name, games=games_name, started=time.time(),
+                checkpoint_frames=checkpoint)
   with open(log_path, "w") as log:
+    # SIGINT when this driver dies, however it dies: Sample Factory then saves a checkpoint
+    # and stops, rather than training on unseen (and racing the next launch).
     process = subprocess.Popen([python, os.path.abspath(__file__), "--sf_child", *argv],
                                stdout=log, stderr=subprocess.STDOUT, env=environment,
-                               start_new_session=True)
-  return process, log_path
+                               start_new_session=True, preexec_fn=_interrupt_when_parent_dies)
+  record["pid"] = process.pid
+  write_launches(output_dir, launches + [record])
+  return process, log_path, index
+
+
+def end_launch(output_dir, index):
+  """Records when the launch with this index ended (the driver saw its child stop)."""
+  launches = read_launches(output_dir)
+  name = launch_files(index)[0]
+  for record in launches:
+    if record["log"] == name:
+      record["ended"] = time.time()
+  write_launches(output_dir, launches)
 
 
 def stop(process, grace_seconds=60):
@@ -336,7 +575,7 @@ def check_frame_unit(reports):
 def run_throughput(args, output_dir):
   """Warm-up, then a --seconds window; prints the median 10-second Fps in the window."""
   launched = time.time()
-  process, log_path = launch(args, output_dir, "throughput")
+  process, log_path, index = launch(args, output_dir, "throughput")
   try:
     reports = wait_until(process, log_path, first_training_time, args.setup_timeout)
     start = first_training_time(reports)
@@ -348,6 +587,7 @@ def run_throughput(args, output_dir):
                          args.warmup + args.seconds + 120)
   finally:
     stop(process)
+    end_launch(output_dir, index)
   inside = [r for r in reports if window[0] < r[0] <= window[1] and r[1] == r[1]]
   if len(inside) < 2:
     sys.exit(f"Only {len(inside)} reports in the measured window; see {log_path}")
@@ -371,12 +611,18 @@ def run_throughput(args, output_dir):
   return result
 
 
-def games(output_dir):
-  """Every finished game logged by the environments: (unix time, return, frames), by time."""
+def games(output_dir, games_dir="games"):
+  """Every finished game logged by the environments of one launch: (unix time, return,
+  frames), by time. A line cut short by a kill is skipped."""
   rows = []
-  for path in glob.glob(os.path.join(output_dir, "games", "games_*.csv")):
+  for path in glob.glob(os.path.join(output_dir, games_dir, "games_*.csv")):
     with open(path) as f:
-      rows.extend((float(t), float(r), int(n)) for t, r, n in csv.reader(f))
+      for line in csv.reader(f):
+        try:
+          when, episode_return, length = line
+          rows.append((float(when), float(episode_return), int(length)))
+        except ValueError:
+          continue
   return sorted(rows)
 
 
@@ -392,35 +638,101 @@ def interpolate(x, xs, ys):
   return ys[-1]
 
 
+def stitched_games(output_dir):
+  """(rows, dropped): every game of every launch as (running seconds, frames, return,
+  length), in order, and how many games were dropped as redone (see the docstring).
+
+  A game's frames are interpolated within the reports of the launch it ended in; its
+  running seconds are the earlier launches' durations (launch_seconds) plus the time since
+  its own launch started. A launch's games beyond the frames some later launch resumed from
+  were trained again by that launch (from its checkpoint): dropped, so that frames never go
+  back. So are the games of a launch without any report (nothing places them).
+  """
+  launches = read_launches(output_dir)
+  starts = [resumed_from(os.path.join(output_dir, r["log"])) for r in launches]
+  rows, dropped, offset = [], 0, 0.0
+  for i, record in enumerate(launches):
+    later = [start for start in starts[i + 1:] if start is not None]
+    bound = min(later, default=float("inf"))
+    reports = read_reports(os.path.join(output_dir, record["log"]))
+    times, frames = [r[0] for r in reports], [r[2] for r in reports]
+    for when, episode_return, length in games(output_dir, record["games"]):
+      at = int(interpolate(when, times, frames))
+      if not reports or at > bound:
+        dropped += 1
+        continue
+      rows.append((offset + when - record["started"], at, episode_return, length))
+    offset += launch_seconds(output_dir, record)
+  return rows, dropped
+
+
+def running_seconds(output_dir):
+  """The run's running time: the sum of its launches' durations."""
+  return sum(launch_seconds(output_dir, r) for r in read_launches(output_dir))
+
+
+def reached_frames(output_dir):
+  """The frames the run has trained to: the last report of its last launch that reported
+  (0 before any). An earlier launch's later reports do not count: the launches after it
+  trained those frames again (stitched_games)."""
+  for record in reversed(read_launches(output_dir)):
+    reports = read_reports(os.path.join(output_dir, record["log"]))
+    if reports:
+      return reports[-1][2]
+  return 0
+
+
+def write_episodes(output_dir, seed):
+  """Rebuilds episodes.csv from every launch (stitched_games); returns (path, rows,
+  dropped)."""
+  rows, dropped = stitched_games(output_dir)
+  path = os.path.join(output_dir, "episodes.csv")
+  with open(path + ".tmp", "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["seconds", "frames", "episode_return", "episode_frames", "seed"])
+    for seconds, frames, episode_return, length in rows:
+      writer.writerow([f"{seconds:.1f}", frames, f"{episode_return:g}", length, seed])
+  os.replace(path + ".tmp", path)
+  return path, rows, dropped
+
+
+def unit_reports(output_dir):
+  """The reports of the launch that collected the most samples ("Samples" restarts at 0 in
+  each launch): the window check_frame_unit checks."""
+  best, most = [], 0
+  for record in read_launches(output_dir):
+    reports = read_reports(os.path.join(output_dir, record["log"]))
+    if len(reports) >= 2 and reports[-1][4] - reports[0][4] > most:
+      best, most = reports, reports[-1][4] - reports[0][4]
+  return best
+
+
 def run_learning(args, output_dir):
-  """Trains to --frames (or --max_seconds); writes episodes.csv; prints a summary."""
-  launched = time.time()
-  process, log_path = launch(args, output_dir, "learning")
+  """Trains to --frames (or --max_seconds), resuming the run in output_dir if there is one;
+  rebuilds episodes.csv from every launch; prints a summary."""
+  process, log_path, index = launch(args, output_dir, "learning")
+  launched = read_launches(output_dir)[-1]["started"]
   try:
     wait_until(process, log_path, lambda r: False, args.max_seconds)
     code = process.poll()
   finally:
     stop(process)
+    end_launch(output_dir, index)
+    # Also on Ctrl-C or SIGTERM: the report reads what the run has trained so far.
+    path, rows, dropped = write_episodes(output_dir, args.seed)
   reports = read_reports(log_path)
-  start = first_training_time(reports)
+  start = first_training_time(reports, resumed_from(log_path) or 0)
   if start is None:
     status = exit_status(code, args.max_seconds)
     sys.exit(f"Sample Factory trained no frame ({status}); see {log_path}")
-  check_frame_unit(reports)
-  times, frames = [r[0] for r in reports], [r[2] for r in reports]
-  path = os.path.join(output_dir, "episodes.csv")
-  rows = games(output_dir)
-  with open(path, "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["seconds", "frames", "episode_return", "episode_frames", "seed"])
-    for when, episode_return, length in rows:
-      writer.writerow([f"{when - launched:.1f}", int(interpolate(when, times, frames)),
-                       f"{episode_return:g}", length, args.seed])
+  check_frame_unit(unit_reports(output_dir))
   last = rows[-10:]
-  print(f"setup (launch to first trained frames): {start - launched:.1f} s")
-  print(f"trained {frames[-1]:,} frames in {reports[-1][0] - launched:.0f} s; "
-        f"{len(rows)} games; mean return of the last {len(last)}: "
-        f"{statistics.mean(r[1] for r in last) if last else float('nan'):.2f}")
+  print(f"launch {index} started at {resumed_from(log_path) or 0:,} frames; setup (launch to "
+        f"first trained frames): {start - launched:.1f} s")
+  print(f"trained {reached_frames(output_dir):,} frames in {running_seconds(output_dir):.0f} s "
+        f"of running time over {len(read_launches(output_dir))} launch(es); {len(rows)} games "
+        f"({dropped} dropped as trained again after a resume); mean return of the last "
+        f"{len(last)}: {statistics.mean(r[2] for r in last) if last else float('nan'):.2f}")
   print(f"episodes: {path}")
   return path
 
@@ -447,6 +759,9 @@ def parse_args(argv):
   parser.add_argument("--venv", default=os.environ.get("SF_VENV", "/tmp/sf_venv"))
   parser.add_argument("--output_dir", default=None,
                       help="Default: /tmp/sf_<game>/<mode>_seed<seed>_<time>.")
+  parser.add_argument("--save_every_sec", type=int, default=DEFAULT_SAVE_EVERY_SEC,
+                      help="Seconds between Sample Factory's checkpoints: at most what a kill "
+                           "(not Ctrl-C, which saves) loses of a learning run.")
   parser.add_argument("--setup_timeout", type=float, default=900,
                       help="Seconds to wait for the first trained frames.")
   args = parser.parse_args(argv)
@@ -469,6 +784,7 @@ def main(argv):
   if argv[:1] == ["--sf_child"]:
     return child_main(argv[1:])
   args = parse_args(argv)
+  stop_on_sigint()
   output_dir = os.path.abspath(args.output_dir or default_output_dir(args))
   if os.path.commonpath([output_dir, REPOSITORY]) == REPOSITORY:
     sys.exit(f"--output_dir {output_dir} is inside the repository {REPOSITORY}; "

@@ -213,18 +213,26 @@ FAKE_PEER = textwrap.dedent("""
     """)
 
 
-def test_the_peer_run_is_marked_complete_skipped_and_restarted_from_zero_if_unfinished(
+def test_the_peer_run_is_marked_complete_skipped_and_resumed_if_unfinished(
     tmp_path, monkeypatch):
   script = tmp_path / "fake_peer.py"
   script.write_text(FAKE_PEER)
   monkeypatch.setattr(lsbs, "PEER_SCRIPT", str(script))
   output_dir = str(tmp_path / "sample_factory" / "seed_1")
-  os.makedirs(output_dir)  # An earlier, killed attempt.
+  os.makedirs(output_dir)  # An earlier, killed attempt: one report, a checkpoint.
+  with open(os.path.join(output_dir, "sample_factory.log"), "w") as f:
+    f.write("[2024-05-01 11:00:00,000][7] Fps is (10 sec: 3500.0, 60 sec: 3500.0). "
+            "Total num frames: 3000. Throughput: 0: 875.0. Samples: 750.\n")
+  os.makedirs(os.path.join(output_dir, "learning", "checkpoint_p0"))
+  open(os.path.join(output_dir, "learning", "checkpoint_p0",
+                    "checkpoint_000000004_2560.pth"), "w").close()
   lines = []
   monkeypatch.setenv("FAKE_PEER_SHORTFALL", "1")
   lsbs.run_peer(output_dir, 1, 8_000, str(tmp_path), lines.append)
-  assert any("restarts from zero" in line for line in lines)
-  assert len([p for p in os.listdir(tmp_path / "sample_factory") if "interrupted" in p]) == 1
+  assert any("resumes" in line and "(launch 2)" in line and "at 2,560 frames" in line
+             for line in lines), lines
+  assert os.listdir(tmp_path / "sample_factory") == ["seed_1"]  # Resumed in place.
+  assert "--save_every_sec=120" in lines[-2]
   assert lsbs.peer_complete(output_dir, 8_000) and not lsbs.peer_complete(output_dir, 9_000)
   lsbs.run_peer(output_dir, 1, 8_000, str(tmp_path), lines.append)
   assert "already finished" in lines[-1]
