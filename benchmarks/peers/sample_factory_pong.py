@@ -280,6 +280,10 @@ def child_main(sf_argv):
   """Registers the logged game under sf_argv's --env and trains with Sample Factory's
   Atari defaults + sf_argv."""
   stop_on_sigint()
+  # Sample Factory 2.1.1's checkpoints hold numpy scalars, which torch >= 2.6's torch.load
+  # refuses by default (weights_only=True): a resume failed with "Weights only load failed".
+  # These are the run's own files. The variable reaches Sample Factory's spawned processes.
+  os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
   # pylint: disable=import-outside-toplevel
   from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
   from sample_factory.envs.env_utils import register_env
