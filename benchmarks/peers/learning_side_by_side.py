@@ -55,7 +55,6 @@ environment start-up included).
 """
 import argparse
 import csv
-import ctypes
 import json
 import os
 import signal
@@ -85,9 +84,6 @@ COMPLETE_FILE = "complete.json"
 # Sample Factory reports its frame count every 5 s (~17,500 frames here) and stops a run at its
 # budget between two reports: a finished run's last report may lie this share below it.
 PEER_FRAME_TOLERANCE = 0.02
-# prctl of the C library, looked up here: a child between fork and exec calls only it.
-_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # Sample Factory's checkpoint interval in the peer's runs: what a kill loses at most.
 PEER_SAVE_EVERY_SEC = sample_factory_pong.DEFAULT_SAVE_EVERY_SEC
 POLL_SECONDS = 5.0  # How often our run's log is read for its frame count (log_secs: 5).
@@ -238,12 +234,7 @@ def start_run(command, console):
   its parent-death signal, so that it stops cleanly if this driver is killed."""
   return subprocess.Popen(command, cwd=runs.REPO_DIR, stdout=console,
                           stderr=subprocess.STDOUT, start_new_session=True,
-                          preexec_fn=_interrupt_when_parent_dies)
-
-
-def _interrupt_when_parent_dies():
-  if _PRCTL is not None:
-    _PRCTL(PR_SET_PDEATHSIG, signal.SIGINT)
+                          preexec_fn=sample_factory_pong.interrupt_when_parent_dies)
 
 
 def peer_complete(output_dir, frames, game=DEFAULT_GAME):

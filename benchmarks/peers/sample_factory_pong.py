@@ -299,18 +299,27 @@ def child_main(sf_argv):
 # Driver: launches the child, reads its log, reports.
 
 
+def log_text(log_path):
+  """A Sample Factory log without its colour codes, or None when there is none yet."""
+  if not os.path.exists(log_path):
+    return None
+  with open(log_path, errors="replace") as f:
+    return ANSI.sub("", f.read())
+
+
+def stamp_time(stamp):
+  """Unix time of a log line's "%Y-%m-%d %H:%M:%S,%f" stamp."""
+  return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
 def read_reports(log_path):
   """Sample Factory's 5-second reports: (unix time, Fps over 10 s, total frames, samples
   per second, total samples)."""
-  if not os.path.exists(log_path):
+  text = log_text(log_path)
+  if text is None:
     return []
-  with open(log_path, errors="replace") as f:
-    text = ANSI.sub("", f.read())
-  reports = []
-  for stamp, fps, frames, rate, samples in REPORT.findall(text):
-    when = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    reports.append((when, float(fps), int(frames), float(rate), int(samples)))
-  return reports
+  return [(stamp_time(stamp), float(fps), int(frames), float(rate), int(samples))
+          for stamp, fps, frames, rate, samples in REPORT.findall(text)]
 
 
 def crashed(log_path):
@@ -345,14 +354,10 @@ def launch_files(index):
 def log_times(log_path):
   """Unix times of the first and the last time-stamped line of a Sample Factory log, or
   (None, None)."""
-  if not os.path.exists(log_path):
-    return None, None
-  with open(log_path, errors="replace") as f:
-    stamps = STAMP.findall(ANSI.sub("", f.read()))
+  stamps = STAMP.findall(log_text(log_path) or "")
   if not stamps:
     return None, None
-  parse = lambda stamp: datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-  return parse(stamps[0]), parse(stamps[-1])
+  return stamp_time(stamps[0]), stamp_time(stamps[-1])
 
 
 def read_launches(output_dir):
@@ -394,13 +399,13 @@ def latest_checkpoint_frames(output_dir, experiment="learning"):
 def resumed_from(log_path):
   """Frames the launch of this log started from: those of the checkpoint its learner loaded,
   0 if it trained without one, None if it reported nothing (it trained nothing)."""
-  if not os.path.exists(log_path):
+  text = log_text(log_path)
+  if text is None:
     return None
-  with open(log_path, errors="replace") as f:
-    loaded = LOADED.search(ANSI.sub("", f.read()))
+  loaded = LOADED.search(text)
   if loaded:
     return int(loaded.group(2))
-  return 0 if read_reports(log_path) else None
+  return 0 if REPORT.search(text) else None
 
 
 def launch_seconds(output_dir, launch_record):
@@ -458,7 +463,9 @@ def still_running(output_dir, launches):
   return None
 
 
-def _interrupt_when_parent_dies():
+def interrupt_when_parent_dies():
+  """A child's preexec_fn: SIGINT when its parent (the driver) dies, however it dies
+  (Linux; nothing elsewhere)."""
   if _PRCTL is not None:
     _PRCTL(PR_SET_PDEATHSIG, signal.SIGINT)
 
@@ -506,7 +513,7 @@ def launch(args, output_dir, experiment):
     # and stops, rather than training on unseen (and racing the next launch).
     process = subprocess.Popen([python, os.path.abspath(__file__), "--sf_child", *argv],
                                stdout=log, stderr=subprocess.STDOUT, env=environment,
-                               start_new_session=True, preexec_fn=_interrupt_when_parent_dies)
+                               start_new_session=True, preexec_fn=interrupt_when_parent_dies)
   record["pid"] = process.pid
   write_launches(output_dir, launches + [record])
   return process, log_path, index
