@@ -30,7 +30,9 @@ seeds, one run after the other on the whole machine. For each seed:
 than one sitting can be spread over several; the report reads whatever both have logged.
 
 Interrupted runs resume when the same command is run again, so a comparison can be spread
-over sittings (stop it with Ctrl-C or SIGTERM: both systems then save a checkpoint). Ours
+over sittings (stop it with Ctrl-C, SIGINT or SIGTERM, also when a script started it in the
+background: both systems then save a checkpoint, and the driver ends with one line saying
+so; a run that fails instead ends it with the run's exit code and its console's path). Ours
 resumes from its last checkpoint (checkpoint_secs, 10 minutes by default; what came after it
 is dropped by runlog.read_trained_records). The peer resumes from Sample Factory's own last
 checkpoint (restart_behavior=resume; one every --peer_save_every_sec, 120 s, and one when
@@ -88,6 +90,12 @@ PEER_FRAME_TOLERANCE = 0.02
 PEER_SAVE_EVERY_SEC = sample_factory_pong.DEFAULT_SAVE_EVERY_SEC
 POLL_SECONDS = 5.0  # How often our run's log is read for its frame count (log_secs: 5).
 STOP_GRACE_SECONDS = 300  # Our final checkpoint after SIGINT; then the process is killed.
+RESUME_HINT = "run the same command to resume"
+
+
+class StoppedShort(Exception):
+  """A run ended cleanly (exit code 0) before its budget: it was stopped (a signal to it or
+  to its process group), not broken; it resumes from its last checkpoint."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,9 +219,18 @@ def run_ours(logdir, seed, frames, print_fn, game=DEFAULT_GAME):
     finally:
       runs.interrupt(process, STOP_GRACE_SECONDS)
   if ours_frames(logdir) < frames:
-    raise RuntimeError(f"{runs.printable(command)} exited with {process.returncode} at "
-                       f"{ours_frames(logdir):,} frames; see {logdir}/console.txt")
+    stopped_short_or_failed(process.returncode, f"our seed {seed}", ours_frames(logdir),
+                            frames, os.path.join(logdir, "console.txt"))
   print_fn(f"  trained {ours_frames(logdir):,} frames")
+
+
+def stopped_short_or_failed(returncode, run, reached, frames, console):
+  """Raises StoppedShort for a run that exited cleanly before its budget, RuntimeError for
+  one that failed (a non-zero exit code), each naming where it got to."""
+  where = f"{run} at {reached:,} of {frames:,} frames"
+  if returncode == 0:
+    raise StoppedShort(f"stopped: {where}; {RESUME_HINT}")
+  raise RuntimeError(f"{where}: exited with {returncode}; see {console}")
 
 
 def check_same_command(path, command):
@@ -309,8 +326,8 @@ def run_peer(output_dir, seed, frames, venv, print_fn, game=DEFAULT_GAME,
       runs.interrupt(process, 180)
   reached = sample_factory_pong.reached_frames(output_dir)
   if process.returncode != 0 or reached < (1 - PEER_FRAME_TOLERANCE) * frames:
-    raise RuntimeError(f"Sample Factory seed {seed} exited with {process.returncode} at "
-                       f"{reached:,} of {frames:,} frames; see {output_dir}")
+    stopped_short_or_failed(process.returncode, f"Sample Factory seed {seed}", reached,
+                            frames, os.path.join(output_dir, "driver_console.txt"))
   with open(os.path.join(output_dir, COMPLETE_FILE), "w") as f:
     json.dump(dict(frames=frames, game=game, last_report_frames=reached, command=command), f)
   print_fn(f"  trained {reached:,} frames")
@@ -468,19 +485,33 @@ def parse_args(argv):
   return args
 
 
+def make_runs(args, print_fn):
+  """Each seed's runs of the named systems, one after the other."""
+  for seed in args.seeds:
+    if OURS in args.systems:
+      run_ours(os.path.join(args.output_dir, OURS, f"seed_{seed}"), seed, args.frames,
+               print_fn, args.game)
+    if PEER in args.systems:
+      run_peer(os.path.join(args.output_dir, PEER, f"seed_{seed}"), seed, args.frames,
+               args.venv, print_fn, args.game, args.peer_save_every_sec)
+
+
 def main(argv=None):
   args = parse_args(argv)
+  # Started in the background by a script, this process inherits SIGINT ignored: Ctrl-C or
+  # `kill -INT` would then neither stop it nor reach its runs' checkpoints.
+  sample_factory_pong.stop_on_sigint()
   # SIGTERM ends the runs as Ctrl-C does: ours with a checkpoint, the peer's process group.
   signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
   print_fn = runs.command_log(args.output_dir)
   if not args.report_only:
-    for seed in args.seeds:
-      if OURS in args.systems:
-        run_ours(os.path.join(args.output_dir, OURS, f"seed_{seed}"), seed, args.frames,
-                 print_fn, args.game)
-      if PEER in args.systems:
-        run_peer(os.path.join(args.output_dir, PEER, f"seed_{seed}"), seed, args.frames,
-                 args.venv, print_fn, args.game, args.peer_save_every_sec)
+    try:
+      make_runs(args, print_fn)
+    except StoppedShort as stopped:  # One line, not a traceback: nothing went wrong.
+      sys.exit(str(stopped))
+    except KeyboardInterrupt:  # The runs were stopped with their checkpoints (finally).
+      print(f"stopped by SIGINT; {RESUME_HINT}", file=sys.stderr)
+      sys.exit(128 + signal.SIGINT)
   rows = report(args.output_dir, args.seeds, args.frames, args.every, args.figure,
                 args.game)
   return rows

@@ -4,6 +4,7 @@ are a benchmark, not a test)."""
 import csv
 import json
 import os
+import signal
 import sys
 import textwrap
 
@@ -210,6 +211,7 @@ FAKE_PEER = textwrap.dedent("""
     with open(os.path.join(flags["output_dir"], "sample_factory.log"), "w") as f:
       f.write("[2024-05-01 12:00:00,000][7] Fps is (10 sec: 3500.0, 60 sec: 3500.0). "
               f"Total num frames: {reached}. Throughput: 0: 875.0. Samples: {reached // 4}.\\n")
+    sys.exit(int(os.environ.get("FAKE_PEER_EXIT", "0")))
     """)
 
 
@@ -236,11 +238,49 @@ def test_the_peer_run_is_marked_complete_skipped_and_resumed_if_unfinished(
   assert lsbs.peer_complete(output_dir, 8_000) and not lsbs.peer_complete(output_dir, 9_000)
   lsbs.run_peer(output_dir, 1, 8_000, str(tmp_path), lines.append)
   assert "already finished" in lines[-1]
-  # A run that stops well short of its budget (exit code 0 or not) is not complete.
+  # A run that stops well short of its budget is not complete: stopped (exit code 0), or
+  # failed (any other).
   monkeypatch.setenv("FAKE_PEER_SHORTFALL", "2")
-  with pytest.raises(RuntimeError, match="4,500 of 9,000 frames"):
+  with pytest.raises(lsbs.StoppedShort,
+                     match="seed 1 at 4,500 of 9,000 frames; run the same command to resume"):
     lsbs.run_peer(output_dir, 1, 9_000, str(tmp_path), lines.append)
   assert not lsbs.peer_complete(output_dir, 9_000)
+  monkeypatch.setenv("FAKE_PEER_EXIT", "3")
+  with pytest.raises(RuntimeError, match="4,500 of 9,000 frames: exited with 3; see .*"
+                                         "driver_console.txt"):
+    lsbs.run_peer(output_dir, 1, 9_000, str(tmp_path), lines.append)
+  assert not lsbs.peer_complete(output_dir, 9_000)
+
+
+def test_a_stopped_comparison_ends_with_one_line_saying_how_to_resume(
+    tmp_path, monkeypatch, capsys):
+  line = "stopped: our seed 1 at 5 of 9 frames; run the same command to resume"
+  def stopped_short(*unused_args):
+    raise lsbs.StoppedShort(line)
+  monkeypatch.setattr(lsbs, "run_ours", stopped_short)
+  with pytest.raises(SystemExit) as exit_info:
+    lsbs.main([f"--output_dir={tmp_path}", "--seeds=1", "--systems=ours"])
+  assert exit_info.value.code == line  # Python prints it alone to stderr; exit status 1.
+  def interrupted(*unused_args):
+    raise KeyboardInterrupt()
+  monkeypatch.setattr(lsbs, "run_ours", interrupted)
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_info:
+    lsbs.main([f"--output_dir={tmp_path}", "--seeds=1", "--systems=ours"])
+  assert exit_info.value.code == 130
+  assert capsys.readouterr().err.strip() == (
+      "stopped by SIGINT; run the same command to resume")
+
+
+def test_the_driver_stops_on_sigint_when_started_with_it_ignored(tmp_path, monkeypatch):
+  # A job that a non-interactive shell starts with & inherits SIGINT ignored.
+  monkeypatch.setattr(lsbs, "report", lambda *args: [])
+  previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    lsbs.main([f"--output_dir={tmp_path}", "--seeds=1", "--systems=ours", "--report_only"])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  finally:
+    signal.signal(signal.SIGINT, previous)
 
 
 def test_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
