@@ -28,6 +28,9 @@ seeds, one run after the other on the whole machine. For each seed:
 
 --systems=ours (or sample_factory) makes only that system's runs, so that a comparison longer
 than one sitting can be spread over several; the report reads whatever both have logged.
+Where our run's logdir is gone, `--report_only --ours_table=CSV` reads our side from the
+table `python -m scalable_agent_tf2.runfiles.plot LOGDIR --table_every=N` printed of it
+(the mean of its last 100 games at every N frames), compared at those counts.
 
 Interrupted runs resume when the same command is run again, so a comparison can be spread
 over sittings (stop it with Ctrl-C, SIGINT or SIGTERM, also when a script started it in the
@@ -353,6 +356,47 @@ def read_ours(logdir, game=DEFAULT_GAME):
               reached=ours_frames(logdir))
 
 
+def read_ours_table(path, game=DEFAULT_GAME):
+  """{seed: dict(frames, hours, means, reached)} from a CSV of our run's recorded curve, as
+  `python -m scalable_agent_tf2.runfiles.plot LOGDIR --table_every=N` prints it (columns
+  learning_curves.TABLE_COLUMNS: level, frames, hours of running, the mean return of the last
+  100 training games; a column `seed` where the file holds several seeds' runs, seed 1
+  without it), for a comparison whose run of ours is no longer at hand; SystemExit naming
+  what is wrong with the file."""
+  try:
+    with open(path, newline="") as f:
+      rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+  except OSError as error:
+    raise SystemExit(f"--ours_table={path}: {error}") from None
+  if not rows or set(learning_curves.TABLE_COLUMNS) - set(rows[0]):
+    raise SystemExit(f"--ours_table={path}: expected a CSV with the columns "
+                     f"{','.join(learning_curves.TABLE_COLUMNS)} (and seed, optional) and a "
+                     "row per frame count, as runfiles.plot --table_every prints it")
+  by_seed = {}
+  for number, row in enumerate(rows, start=1):
+    if row["level"] != level_name(game):
+      raise SystemExit(f"--ours_table={path}, data row {number}: a run of {row['level']}, not "
+                       f"{level_name(game)} (--game={game})")
+    try:
+      seed = int(row.get("seed") or 1)
+      values = [float(row[k]) for k in ("frames", "hours", "mean_return")]
+    except ValueError:
+      raise SystemExit(f"--ours_table={path}, data row {number}: {row} is not numbers"
+                       ) from None
+    by_seed.setdefault(seed, []).append(values)
+  tables = {}
+  for seed, values in by_seed.items():
+    frames, hours, means = np.array(sorted(values)).T
+    tables[seed] = dict(frames=frames, hours=hours, means=means, reached=frames[-1])
+  return tables
+
+
+def table_at(run, counts):
+  """A recorded table's values at the frame counts it has (None at the others)."""
+  recorded = dict(zip(run["frames"].tolist(), run["means"].tolist()))
+  return [recorded.get(float(count)) for count in counts]
+
+
 def read_peer(output_dir, frames, game=DEFAULT_GAME):
   """The same for Sample Factory's episodes.csv (None before the run has written it;
   ValueError if its command.json plays another game). A finished run counts as having
@@ -384,9 +428,15 @@ def plot(runs_by_system, frames, path, game=DEFAULT_GAME):
   figure, panels = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
   for axes, key, scale in ((panels[0], "frames", 1e6), (panels[1], "hours", 1.0)):
     for system, by_seed in runs_by_system.items():
+      recorded = [run for _, run in sorted(by_seed.items()) if run and "means" in run]
+      for run in recorded:  # A recorded table's points: already means of the last games.
+        step = (f", recorded every {np.min(np.diff(run['frames'])) / 1e6:g}M frames"
+                if len(run["frames"]) > 1 else ", recorded")
+        axes.plot(run[key] / scale, run["means"], color=COLOURS[system], marker="o",
+                  markersize=4, linewidth=1.2, label=LABELS[system] + step)
       curves = [runs.running_mean_curve(run, key, scale)
                 for _, run in sorted(by_seed.items())
-                if run is not None and len(run["returns"])]
+                if run is not None and "means" not in run and len(run["returns"])]
       runs.plot_seeds(axes, curves, LABELS[system], COLOURS[system])
     axes.set_xlabel("environment frames (millions)" if key == "frames"
                     else "hours of running time")
@@ -404,23 +454,33 @@ def plot(runs_by_system, frames, path, game=DEFAULT_GAME):
   return path
 
 
-def report(output_dir, seeds, frames, every, figure_path, game=DEFAULT_GAME):
-  """Reads every run of the game, writes the figure, prints the table and the verdict."""
+def report(output_dir, seeds, frames, every, figure_path, game=DEFAULT_GAME,
+           ours_table=None):
+  """Reads every run of the game (ours from the recorded table at ours_table, a path, if
+  given), writes the figure, prints the table and the verdict."""
+  if ours_table:
+    ours = {s: run for s, run in read_ours_table(ours_table, game).items() if s in seeds}
+  else:
+    ours = {s: read_ours(os.path.join(output_dir, OURS, f"seed_{s}"), game) for s in seeds}
   runs_by_system = {
-      OURS: {s: read_ours(os.path.join(output_dir, OURS, f"seed_{s}"), game) for s in seeds},
+      OURS: ours,
       PEER: {s: read_peer(os.path.join(output_dir, PEER, f"seed_{s}"), frames, game)
              for s in seeds}}
   counts = frame_counts(frames, every)
-  by_seed = {system: {seed: (curve_at(run["frames"], run["returns"], run["reached"], counts)
-                             if run else [None] * len(counts))
-                      for seed, run in runs_by_system[system].items()}
+  def values_at(run):
+    if not run:
+      return [None] * len(counts)
+    if "means" in run:
+      return table_at(run, counts)
+    return curve_at(run["frames"], run["returns"], run["reached"], counts)
+  by_seed = {system: {seed: values_at(run) for seed, run in runs_by_system[system].items()}
              for system in runs_by_system}
   rows = comparison_rows(by_seed[OURS], by_seed[PEER], counts)
   print(f"Return (mean of last {runs.FINAL_EPISODES} episodes) at each frame count; ours "
         "vs the peer's seed range by the mean of our seeds:")
   print(table(rows))
   print(verdict(rows))
-  if any(run is not None and len(run["returns"])
+  if any(run is not None and len(run["means"] if "means" in run else run["returns"])
          for by in runs_by_system.values() for run in by.values()):
     print(f"Wrote {plot(runs_by_system, frames, figure_path, game)}")
   return rows
@@ -458,6 +518,12 @@ def parse_args(argv):
                            "stopped. A small value for checking the resume.")
   parser.add_argument("--report_only", action="store_true",
                       help="Run nothing: table and figure of what the runs have logged.")
+  parser.add_argument("--ours_table",
+                      help="With --report_only: our side from this CSV of a run's recorded "
+                           "curve (`python -m scalable_agent_tf2.runfiles.plot LOGDIR "
+                           "--table_every=N` prints it) instead of <output_dir>/ours/, for a "
+                           "run of README's command whose logdir is gone; compared at the "
+                           "counts it has (give --every=N).")
   args = parser.parse_args(argv)
   try:
     args.seeds = runs.parse_seeds(args.seeds)
@@ -481,6 +547,8 @@ def parse_args(argv):
     parser.error(f"no Sample Factory venv at {args.venv}: run "
                  f"bash benchmarks/peers/setup_sample_factory.sh {args.venv} first "
                  "(or pass --venv)")
+  if args.ours_table and not args.report_only:
+    parser.error("--ours_table replaces our runs in the report; give it with --report_only")
   args.figure = args.figure or default_figure(args.output_dir, args.game)
   return args
 
@@ -513,7 +581,7 @@ def main(argv=None):
       print(f"stopped by SIGINT; {RESUME_HINT}", file=sys.stderr)
       sys.exit(128 + signal.SIGINT)
   rows = report(args.output_dir, args.seeds, args.frames, args.every, args.figure,
-                args.game)
+                args.game, args.ours_table)
   return rows
 
 

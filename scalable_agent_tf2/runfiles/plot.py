@@ -337,6 +337,25 @@ def write_run_curves(logdir, window=DEFAULT_WINDOW):
   return plot_runs([run], os.path.join(logdir, CURVE_FILE), window=window)
 
 
+TABLE_COLUMNS = ("level", "frames", "hours", "mean_return")
+
+
+def table_rows(run, every):
+  """The run's curve as rows of TABLE_COLUMNS at every `every` frames: per level, at each
+  multiple of `every` the run has passed, the mean of the last --window episodes that ended
+  at or before it and the hours of training then. What a report quotes of a run (and what
+  benchmarks/peers/learning_side_by_side.py's --ours_table reads once the logdir is gone)."""
+  rows = []
+  for level, curve in run.levels.items():
+    for count in range(every, int(curve.frames[-1]) + 1, every):
+      last = np.searchsorted(curve.frames, count, side="right") - 1
+      if last >= 0:
+        rows.append(dict(level=level, frames=count, hours=round(float(np.interp(
+            count, curve.frames, curve.hours)), 3), mean_return=round(float(
+                curve.values[last]), 3)))
+  return rows
+
+
 def summary_lines(runs):
   """The console's lines: per run and level, episodes, frames and the last running mean."""
   lines = []
@@ -367,6 +386,10 @@ def _parser():
   parser.add_argument("--frames_only", action="store_true",
                       help="leave out the panels against hours of training")
   parser.add_argument("--legend_loc", default="best", help="matplotlib's legend location")
+  parser.add_argument("--table_every", type=int, default=None, metavar="FRAMES",
+                      help="also print each run's curve as CSV rows (level, frames, hours, "
+                           "mean_return: the mean of the last --window episodes) at every "
+                           "FRAMES frames, the table a report quotes")
   parser.add_argument("--nice", type=int, default=0,
                       help="lower this process's priority by this much (a training run's own "
                            "redraws use 10, so that they take CPU from nothing else)")
@@ -386,6 +409,8 @@ def main(argv=None):
                    "given: give one label per LOGDIR, in the same order.")
   if args.window < 1:
     parser.error(f"--window={args.window}: the running mean needs at least 1 episode.")
+  if args.table_every is not None and args.table_every < 1:
+    parser.error(f"--table_every={args.table_every}: give a positive number of frames.")
   if args.output is None and len(args.logdirs) > 1:
     parser.error("several LOGDIRs need --output=FILE.png (where the overlaid curves go).")
   try:
@@ -401,6 +426,12 @@ def main(argv=None):
   for line in summary_lines(runs):
     print(line)
   print("Wrote " + ", ".join(paths))
+  if args.table_every:
+    for run in runs:
+      print(f"# {run.label}: every {args.table_every:,} frames")
+      print(",".join(TABLE_COLUMNS))
+      for row in table_rows(run, args.table_every):
+        print(",".join(str(row[column]) for column in TABLE_COLUMNS))
 
 
 if __name__ == "__main__":

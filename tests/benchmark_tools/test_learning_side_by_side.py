@@ -161,6 +161,40 @@ def test_report_only_prints_the_table_and_the_verdict_and_writes_the_figure(tmp_
   assert figure.stat().st_size > 10_000
 
 
+def test_our_side_can_come_from_a_recorded_table_when_the_logdir_is_gone(tmp_path, capsys):
+  # The peer: Pong episodes every 100 frames, returns -21 + 0.5 i.
+  _write_peer(tmp_path / "sample_factory" / "seed_1",
+              [(30.0 * i, 100 * i, -21.0 + 0.5 * i) for i in range(1, 11)],
+              complete_frames=1000)
+  recorded = tmp_path / "ours.csv"  # As runfiles.plot --table_every=500 prints it.
+  recorded.write_text("# seed_1: every 500 frames\nlevel,frames,hours,mean_return\n"
+                      "atari/pong,500,0.1,-20.0\natari/pong,1000,0.2,-10.0\n")
+  figure = tmp_path / "figure.png"
+  rows = lsbs.main([f"--output_dir={tmp_path}", "--frames=1000", "--every=500", "--seeds=1",
+                    "--report_only", f"--ours_table={recorded}", f"--figure={figure}"])
+  # The peer's mean of its last 100 (all) episodes: -19.5 at 500 frames, -18.25 at 1,000.
+  assert [(row["ours_mean"], row["standing"]) for row in rows] == [
+      (-20.0, "below"), (-10.0, "above")]
+  assert "goal NOT met" in capsys.readouterr().out and figure.stat().st_size > 10_000
+  # A count the table does not have is not compared.
+  rows = lsbs.main([f"--output_dir={tmp_path}", "--frames=1000", "--every=250", "--seeds=1",
+                    "--report_only", f"--ours_table={recorded}", f"--figure={figure}"])
+  assert [row["ours_mean"] for row in rows] == [None, -20.0, None, -10.0]
+  # What is wrong with a table is named.
+  for text, message in (("frames,return\n1,2\n", "expected a CSV with the columns"),
+                        ("level,frames,hours,mean_return\natari/boxing,500,0.1,3\n",
+                         "a run of atari/boxing, not atari/pong"),
+                        ("level,frames,hours,mean_return\natari/pong,5e2,x,3\n",
+                         "is not numbers")):
+    recorded.write_text(text)
+    with pytest.raises(SystemExit, match=message):
+      lsbs.main([f"--output_dir={tmp_path}", "--frames=1000", "--seeds=1", "--report_only",
+                 f"--ours_table={recorded}", f"--figure={figure}"])
+  with pytest.raises(SystemExit):  # It replaces our runs: only in a report.
+    lsbs.main([f"--output_dir={tmp_path}", f"--ours_table={recorded}", "--systems=ours"])
+  assert "give it with --report_only" in capsys.readouterr().err
+
+
 FAKE_TRAINER = textwrap.dedent("""
     import json, signal, sys, time
     logdir = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--logdir=")][0]

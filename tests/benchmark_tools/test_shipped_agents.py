@@ -3,15 +3,19 @@ that test mode plays without training (run/export_policy.py's layout), small, an
 random play.
 
 Each agent's folder holds checkpoints/ (one policy-only checkpoint, its settings.json and
-policy_only.json) and shipped.json: the test score measured when it was shipped (the mean over
-`test_episodes` games of `python experiment.py --mode=test`), which the slow test holds it to.
+policy_only.json), training_curve.csv (its run's curve) and shipped.json: the test score
+measured when it was shipped (the mean over `test_episodes` games of `python experiment.py
+--mode=test`), which the slow test holds it to.
 """
 import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 import tensorflow as tf
+
+from benchmarks.peers import learning_side_by_side
 
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.resolution import config as config_lib
@@ -25,6 +29,7 @@ AGENTS = sorted(name for name in os.listdir(AGENTS_DIR)
 # A shipped policy is the network's weights only: a few MB (the shallow Atari network's 0.7M
 # weights are 2.7 MB), never a training checkpoint's optimizer state or target network.
 MAX_AGENT_BYTES = 20 * 2 ** 20
+TRAINING_CURVE = "training_curve.csv"  # Its run's curve (runfiles.plot --table_every).
 # The slow test's bar: over its few games an agent must keep at least half of its shipped
 # score's lead over random play (a few games of Atari vary; half the lead is far from random).
 SLOW_TEST_EPISODES = 5
@@ -73,6 +78,13 @@ def test_a_shipped_agent_is_a_small_policy_only_folder_with_its_record(name):
   if suites.is_atari_level(shipped["level_name"]):
     game = suites.atari_game(shipped["level_name"])
     assert shipped["random_score"] == suites.ATARI57_RANDOM_SCORES[game]
+    # Its training curve, in the table a side-by-side report reads (--ours_table): the run's
+    # own, up to the shipped frames, ending near the shipped score.
+    curve = learning_side_by_side.read_ours_table(
+        os.path.join(folder, TRAINING_CURVE), game)[1]
+    assert np.all(np.diff(curve["frames"]) > 0) and np.all(np.diff(curve["hours"]) > 0)
+    assert curve["reached"] <= shipped["frames"] < curve["reached"] + 5_000_000
+    assert curve["means"][-1] > shipped["random_score"]
 
 
 @pytest.mark.parametrize("name", AGENTS)

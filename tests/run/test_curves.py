@@ -85,6 +85,20 @@ def test_the_plot_command_draws_a_suites_score_and_a_grid_of_its_levels(tmp_path
   assert list(runs[0].scores) == ["mean capped", "median"]
 
 
+def test_the_plot_command_prints_the_curve_as_a_table_at_every_count(tmp_path):
+  # Episodes end at frames 5, 105, ..., 2905 with returns 1, 2, ..., 30; a progress record
+  # every 100 frames, 10 s apart.
+  write_log(tmp_path / "a", ["toy/lit_side"])
+  result = run_plot(str(tmp_path / "a"), "--table_every=1000", "--window=3")
+  assert result.returncode == 0, result.stderr
+  table = result.stdout.split("# a: every 1,000 frames\n")[1].splitlines()
+  # At 1,000 frames the last 3 episodes are those of returns 8-10 (mean 9), after 100 s; the
+  # run has not passed 3,000 frames.
+  assert table == ["level,frames,hours,mean_return", "toy/lit_side,1000,0.028,9.0",
+                   "toy/lit_side,2000,0.056,19.0"]
+  assert run_plot(str(tmp_path / "a"), "--table_every=0").returncode != 0
+
+
 def test_the_plot_command_names_what_is_wrong(tmp_path):
   result = run_plot(str(tmp_path / "nothing"))
   assert result.returncode != 0 and "has no log.jsonl" in result.stderr
