@@ -3,6 +3,7 @@ Atari game, Pong by default): the environment each system plays, the games both 
 refusal of an unknown one, and what follows the game (figure, output directories, runs of
 another game). Without Sample Factory and without training."""
 import glob
+import inspect
 import json
 import os
 import re
@@ -86,9 +87,16 @@ def test_main_runs_and_reports_the_game(tmp_path, monkeypatch):
   made = []
   monkeypatch.setattr(lsbs, "run_ours", lambda *args: made.append(("ours", args[-1])))
   monkeypatch.setattr(lsbs, "run_peer", lambda *args: made.append(("peer", args[-1])))
-  monkeypatch.setattr(lsbs, "report", lambda *args: made.append(("report", args[-1])) or [])
+  real_report = lsbs.report
+
+  def report(*args, **kwargs):  # Reads the game as report's own signature binds it.
+    bound = inspect.signature(real_report).bind(*args, **kwargs)
+    made.append(("report", bound.arguments["game"], bound.arguments.get("ours_table")))
+    return []
+
+  monkeypatch.setattr(lsbs, "report", report)
   lsbs.main([f"--output_dir={tmp_path}", "--seeds=1", "--systems=ours", "--game=boxing"])
-  assert made == [("ours", "boxing"), ("report", "boxing")]
+  assert made == [("ours", "boxing"), ("report", "boxing", None)]
 
 
 @pytest.mark.parametrize("main, flags", [
