@@ -52,6 +52,7 @@ system; --figures also copies them to benchmarks/figures/).
 import argparse
 import csv
 import dataclasses
+import importlib.util
 import json
 import os
 import shlex
@@ -83,6 +84,9 @@ class Environment:
   budget: int                # Agent steps of every run (ours: --total_environment_frames).
   env_kwargs: str = ""       # gymnasium.make's keyword arguments (JSON): ours' --env_kwargs.
   zoo_id: str | None = None  # RL Baselines3 Zoo's ppo.yml entry; None: no tuned setting.
+  # A benchmark-only package ours' venv needs for it (benchmarks/requirements-<name>.txt; the
+  # peers' venv has it from setup_sb3.sh); None: requirements.txt has what it needs.
+  requires: str | None = None
   optional: bool = False     # Run only when --envs names it.
 
 
@@ -96,13 +100,14 @@ DEVELOPMENT_SET = (
     Environment("LunarLanderContinuous-v3", "LunarLander-v3", 200.0, 3_000_000,
                 env_kwargs='{"continuous": true}', zoo_id="LunarLanderContinuous-v3"),
     Environment("Pendulum-v1", "Pendulum-v1", -200.0, 1_000_000, zoo_id="Pendulum-v1"),
-    Environment("MiniGrid-Empty-8x8-v0", "MiniGrid-Empty-8x8-v0", 0.9, 500_000),
+    Environment("MiniGrid-Empty-8x8-v0", "MiniGrid-Empty-8x8-v0", 0.9, 500_000,
+                requires="minigrid"),
     Environment("MiniGrid-Unlock-v0", "MiniGrid-Unlock-v0", 0.8, 2_000_000,
-                zoo_id="MiniGrid-Unlock-v0"),
+                zoo_id="MiniGrid-Unlock-v0", requires="minigrid"),
     # gymnasium 1.x does not load the "gymnasium.envs" entry point minatar 1.0.15 declares:
     # register_minatar registers its ids (gymnasium's module:id form, for both systems).
     Environment("MinAtar-Breakout-v1", "benchmarks.peers.register_minatar:MinAtar/Breakout-v1",
-                None, 5_000_000),
+                None, 5_000_000, requires="minatar"),
     Environment("BipedalWalker-v3", "BipedalWalker-v3", None, 5_000_000,
                 zoo_id="BipedalWalker-v3", optional=True),
 )
@@ -502,6 +507,17 @@ def run_peer(env, seed, system, directory, venv, max_seconds, print_fn, torch_th
   return None
 
 
+def missing_packages(args):
+  """{package: [environment names]} for the benchmark-only packages ours would need and
+  this Python lacks (only when ours is among --systems)."""
+  missing = {}
+  if OURS in args.systems:
+    for env in args.envs:
+      if env.requires and importlib.util.find_spec(env.requires) is None:
+        missing.setdefault(env.requires, []).append(env.name)
+  return missing
+
+
 def run_all(args, print_fn):
   """Every run of args, one after another; returns the failures [(env, system, seed, error)]."""
   failures = []
@@ -650,6 +666,11 @@ def parse_args(argv):
       and not os.path.exists(os.path.join(args.venv, "bin", "python"))):
     parser.error(f"no SB3 venv at {args.venv}: run bash benchmarks/peers/setup_sb3.sh "
                  f"{args.venv} first (or pass --venv)")
+  missing = missing_packages(args) if args.mode == "run" else {}
+  if missing:  # Refused before any run starts, not found as a failure after the others.
+    parser.error("; ".join(
+        f"{', '.join(envs)} needs {package} in this Python (ours runs here): pip install "
+        f"--no-deps -r benchmarks/requirements-{package}.txt" for package, envs in missing.items()))
   return args
 
 

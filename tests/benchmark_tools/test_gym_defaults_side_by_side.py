@@ -327,3 +327,27 @@ def test_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
       env.name for env in gds.DEVELOPMENT_SET if not env.optional]
   assert {env.budget for env in args.envs} == {20_000} and args.seeds == [1, 2, 3]
   assert args.systems == [gds.OURS, gds.PPO]
+
+
+def test_a_missing_benchmark_package_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
+  # The MinAtar run of 2026-11-29 failed after launching ours ("No module named 'minatar'");
+  # the harness now refuses first and names the requirements file to install.
+  present = {"minigrid"}
+  monkeypatch.setattr(gds.importlib.util, "find_spec",
+                      lambda name: object() if name in present else None)
+  argv = [f"--output_dir={tmp_path}", "--envs=MinAtar-Breakout-v1,MiniGrid-Unlock-v0",
+          "--systems=ours", "--seeds=1"]
+  with pytest.raises(SystemExit):
+    gds.parse_args(argv)
+  error = capsys.readouterr().err
+  assert ("MinAtar-Breakout-v1 needs minatar" in error
+          and "benchmarks/requirements-minatar.txt" in error and "minigrid" not in error)
+  for env in gds.DEVELOPMENT_SET:  # Every package named has its requirements file.
+    if env.requires:
+      assert os.path.exists(os.path.join(runs.REPO_DIR, "benchmarks",
+                                         f"requirements-{env.requires}.txt"))
+  present.add("minatar")
+  assert gds.parse_args(argv).envs[0].name == "MinAtar-Breakout-v1"
+  present.clear()  # The peers alone run in their own venv: nothing asked of this one.
+  gds.parse_args(argv[:-2] + [f"--venv={sys.prefix}", "--systems=sb3_ppo", "--seeds=1"])
+  gds.parse_args(argv[:-2] + ["--mode=report", "--systems=ours", "--seeds=1"])
