@@ -444,10 +444,10 @@ def plot(runs_by_system, frames, path, game=DEFAULT_GAME):
     axes.legend(loc="upper left", fontsize=8)
   panels[0].set_ylabel(f"episode return (mean of last {runs.FINAL_EPISODES})")
   seeds = max(len(by_seed) for by_seed in runs_by_system.values())
-  figure.suptitle(f"{game_title(game)}, {frames / 1e6:g}M frames, {seeds} seed{'s' if seeds > 1 else ''} each: this "
-                  "project and Sample Factory learning with the same setting as far as "
-                  "they allow,\nper frame and per hour of running time on one "
-                  f"{os.cpu_count()}-core machine")
+  figure.suptitle(f"{game_title(game)}, {frames / 1e6:g}M frames, "
+                  f"{seeds} seed{'s' if seeds > 1 else ''} each: this project and Sample "
+                  "Factory learning with the same setting as far as they allow,\nper frame "
+                  f"and per hour of running time on one {os.cpu_count()}-core machine")
   figure.tight_layout()
   figure.savefig(path, dpi=100)
   plt.close(figure)

@@ -11,7 +11,13 @@ which this project's gym family takes for a user's package:
 Benchmark-only: minatar is not in requirements.txt (benchmarks/requirements-minatar.txt).
 """
 import gymnasium
-import minatar.gym
+
+MINATAR_INSTALL = "pip install --no-deps -r benchmarks/requirements-minatar.txt"
+try:
+  import minatar.gym
+except ImportError as error:  # Named here, where a run of ours or the peer's imports it.
+  raise ImportError(f"{error}: MinAtar is a benchmark-only package; {MINATAR_INSTALL}"
+                    ) from error
 
 if "MinAtar/Breakout-v1" not in gymnasium.registry:  # Imported twice: register once.
   minatar.gym.register_envs()

@@ -2,6 +2,7 @@
 set, steps and time to a threshold from episode rows, medians with "not reached", the issue's
 verdict, reading both systems' runs, and running them with stand-ins for both (the real runs
 are a benchmark, not a test; no Stable-Baselines3 needed)."""
+import importlib
 import json
 import os
 import sys
@@ -351,3 +352,14 @@ def test_a_missing_benchmark_package_is_refused_before_any_run(tmp_path, monkeyp
   present.clear()  # The peers alone run in their own venv: nothing asked of this one.
   gds.parse_args(argv[:-2] + [f"--venv={sys.prefix}", "--systems=sb3_ppo", "--seeds=1"])
   gds.parse_args(argv[:-2] + ["--mode=report", "--systems=ours", "--seeds=1"])
+
+
+def test_the_minatar_registering_module_names_its_install_without_minatar(monkeypatch):
+  # What ours' start-up prints (its error: line) for gym:benchmarks.peers.register_minatar:...
+  # on a venv without minatar: the missing module and the command that installs it.
+  monkeypatch.setitem(sys.modules, "minatar", None)  # `import minatar...` raises ImportError.
+  monkeypatch.setitem(sys.modules, "minatar.gym", None)
+  monkeypatch.delitem(sys.modules, "benchmarks.peers.register_minatar", raising=False)
+  with pytest.raises(ImportError, match="minatar.*benchmark-only package; pip install "
+                                        "--no-deps -r benchmarks/requirements-minatar.txt"):
+    importlib.import_module("benchmarks.peers.register_minatar")
