@@ -129,13 +129,6 @@ class PerActorPolicy(_Policy):
     self._step = on_device
 
 
-def encode_instruction(env_output):
-  """The env output with its instruction string(s) replaced by int32 word ids [..., 16]."""
-  observation = env_output.observation
-  return env_output._replace(observation=observation._replace(
-      instruction=language.hash_instructions(observation.instruction)))
-
-
 def encode_group_instructions(env_outputs):
   """A group's outputs with instructions as int32 word ids [G, 16]; no hashing when every
   instruction is empty (Atari, the toy levels)."""

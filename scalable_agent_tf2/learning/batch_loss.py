@@ -1,7 +1,8 @@
-"""One batch's loss terms, unweighted and summed over its T x B steps: IMPALA's (section 4.2)
-with V-trace and LASER's trust region and entropy mask, IMPACT's (IMPACT paper, Algorithm 1
-line 8), for any action distribution (distributions.py: categorical or diagonal Gaussian, the
-network config's `action_distribution`). learner.py weights and differentiates them.
+"""One batch's IMPALA loss terms, unweighted and summed over its T x B steps (section 4.2),
+with V-trace and LASER's trust region and entropy mask, for any action distribution
+(distributions.py: categorical or diagonal Gaussian, the network config's
+`action_distribution`). learner.py weights and differentiates them. IMPACT's terms (IMPACT
+paper, Algorithm 1 line 8) are impact.py's, on the batch that `aligned` here lays out.
 
 The indexing follows the released code's actor loop: step t of a trajectory holds the agent
 output whose action was taken at observation t-1 and the environment output that action led

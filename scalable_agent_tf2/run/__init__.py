@@ -20,7 +20,12 @@ monitoring.py    the console line, TensorBoard and the run log's records; the st
 console_pace.py  the console line's rates, time to go, and what a still run waits for.
 learning_curve.py  the learning curve, redrawn in a child process.
 checkpoints.py   the atomic checkpointer (writes through runfiles.checkpoint_files).
-launch.py        starts a cluster's processes on one machine or over SSH.
+launch.py        starts a cluster's processes (a learner, N actor processes) on this machine,
+                 over loopback.
+repeatable.py    --repeatable: actors that wait for the learner, so a seed repeats its run.
+progress_watch.py  what stops a run that makes no progress (the stalls behind --stall_secs).
+export_policy.py  a run's policy (weights and settings, no optimizer) as a folder test mode
+                 plays.
 shared_replay_runs.py  runs feeding LASER's shared replay service.
 
 May import: every room below it.

@@ -106,11 +106,6 @@ def prepare_frame(frame):
   return np.ascontiguousarray(frame)
 
 
-def video_frame_shape(picture_shape):
-  """(H', W') of the video made of pictures of shape (H, W[, C]) (prepare_frame's)."""
-  return prepare_frame(np.zeros(tuple(picture_shape[:2]) + (3,), np.uint8)).shape[:2]
-
-
 def gif_frame_ms(fps):
   """A GIF frame's duration in ms: 1000 / fps in GIF's 10 ms steps, at least 20 ms."""
   return max(_GIF_MIN_MS, 10 * round(100.0 / fps))

@@ -50,6 +50,18 @@ def test_from_logits_matches_numpy(T, B):
                              atol=1e-5)
 
 
+def test_log_probs_from_logits_and_actions_is_the_log_softmax_of_the_taken_action():
+  # The released code's public name, kept for its users.
+  rng = np.random.default_rng(7)
+  logits = rng.normal(size=(5, 3, 4)).astype(np.float32)
+  actions = rng.integers(0, 4, (5, 3)).astype(np.int32)
+  got = vtrace.log_probs_from_logits_and_actions(logits, actions).numpy()
+  want = np.log(np.take_along_axis(reference.softmax(logits), actions[..., None], -1)[..., 0])
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError):
+    vtrace.log_probs_from_logits_and_actions(logits[0], actions)  # [B, A]: rank 2, not 3
+
+
 def test_on_policy_reduces_to_n_step_returns():
   """Equation (2): with pi = mu, v_s = sum_t gamma^{t-s} r_t + gamma^{T-s} V(x_T)."""
   rng = np.random.default_rng(7)
