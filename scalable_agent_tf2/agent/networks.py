@@ -446,7 +446,7 @@ class Agent(tf.Module):
     return AgentOutput(action=action, policy_params=policy_params,
                        baseline=baseline), core_state
 
-  def unroll(self, prev_actions, env_outputs, core_state):
+  def unroll(self, prev_actions, env_outputs, core_state, static_shapes=False):
     """Runs the network over a time-major sequence.
 
     Args:
@@ -456,6 +456,10 @@ class Agent(tf.Module):
         of the config's frame_dtype); done[t] True means observation t starts a new episode,
         so the core state is reset before step t.
       core_state: the core state before step 0 (initial_state(B) or an actor's state).
+      static_shapes: the unroll is compiled with XLA, which cannot compile the chunked
+        torso's recomputing loop (torsos.chunked_torso; its own rematerialisation manages
+        activation memory) and compiles for static shapes: the torso runs unchunked and the
+        instruction encoder over every word slot. The same numbers either way.
 
     Returns:
       (NetworkOutput(policy_params float32 [T, B, P], baseline float32 [T, B]),
@@ -471,7 +475,8 @@ class Agent(tf.Module):
 
     frames = flat(frames)
     torso = self.policy_torso if config.separate_value_torso else self.torso
-    parts = [self._apply_torso(torso, frames)]
+    chunk_frames = 0 if static_shapes else config.torso_chunk_frames
+    parts = [self._apply_torso(torso, frames, chunk_frames)]
     if config.reward_and_action_inputs:
       # The network's reward input is always clip(r, -1, 1) (released code).
       reward = tf.clip_by_value(tf.cast(flat(env_outputs.reward), tf.float32), -1.0, 1.0)
@@ -480,7 +485,7 @@ class Agent(tf.Module):
     if config.use_instruction:
       parts.append(self.instruction_encoder(
           flat(tf.cast(env_outputs.observation.instruction, tf.int32)),
-          trim_padding=config.trim_instruction_padding))
+          trim_padding=config.trim_instruction_padding and not static_shapes))
     core_input = tf.concat(parts, axis=1) if len(parts) > 1 else parts[0]
 
     if config.use_lstm:
@@ -492,16 +497,17 @@ class Agent(tf.Module):
       core_output = core_input
     policy_params = tf.reshape(self.policy(core_output),
                                [steps, batch, config.action_distribution.param_size])
-    value_input = (self._apply_torso(self.value_torso, frames) if config.separate_value_torso
+    value_input = (self._apply_torso(self.value_torso, frames, chunk_frames)
+                   if config.separate_value_torso
                    else core_output)
     baseline = tf.reshape(self.baseline(value_input), [steps, batch])
     return NetworkOutput(policy_params=policy_params, baseline=baseline), core_state
 
-  def _apply_torso(self, torso, frames):
+  def _apply_torso(self, torso, frames, chunk_frames):
     """torso's features [N, K] of flat observations [N, ...] (section 3: all T x B at once;
-    chunked_torso: in chunks whose activations are recomputed for the gradient, the same
-    numbers). Vectors (already filtered) and indices reach their torso as they are."""
-    chunk_frames = self.config.torso_chunk_frames
+    chunked_torso: in chunks of chunk_frames whose activations are recomputed for the
+    gradient, the same numbers; 0: unchunked). Vectors (already filtered) and indices reach
+    their torso as they are."""
     if self.config.observation_kind != torsos.FRAME:
       return torso(frames)
     if chunk_frames and (frames.shape[0] is None or frames.shape[0] > chunk_frames):

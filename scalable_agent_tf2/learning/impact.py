@@ -201,7 +201,8 @@ class ImpactLearner(learner_lib.Learner):
     return self._compiled_target_params(agent_state, env_outputs, agent_outputs.action)
 
   def _target_params(self, agent_state, env_outputs, actions):
-    outputs, _ = self.target_agent.unroll(actions, env_outputs, agent_state)
+    outputs, _ = self.target_agent.unroll(actions, env_outputs, agent_state,
+                                          static_shapes=self.jit_compile)
     return outputs.policy_params
 
   def batch(self, agent_state, env_outputs, agent_outputs):
@@ -252,7 +253,8 @@ class ImpactLearner(learner_lib.Learner):
     config, impact = self.config, self.impact_config
     kl_cost = impact.kl_cost if self.kl_target is None else self.kl_coefficient.read_value()
     with tf.GradientTape() as tape:
-      learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
+      learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state,
+                                             static_shapes=self.jit_compile)
       if self.popart is not None:  # The network's baseline is n(x); the targets need V(x).
         learner_outputs = learner_outputs._replace(
             baseline=self.popart.values(learner_outputs.baseline))

@@ -9,7 +9,6 @@ The loss terms of a batch (and how its steps are indexed) are batch_loss.py's; t
 a batch's shapes, batch_checks.py's.
 """
 import contextlib
-import dataclasses
 
 import tensorflow as tf
 
@@ -46,14 +45,9 @@ class Learner(tf.Module):
     super().__init__(name=name)
     if jit_compile is None:
       jit_compile = default_jit_compile()
+    # XLA's unroll takes static shapes (networks.Agent.unroll); the actors, which share the
+    # agent, keep theirs.
     self.jit_compile = jit_compile
-    if jit_compile and getattr(agent.config, "torso_chunk_frames", 0):
-      # XLA cannot compile the chunked torso's recomputing loop (torsos.chunked_torso), and
-      # its own rematerialisation manages activation memory: the torso runs unchunked.
-      agent.config = dataclasses.replace(agent.config, torso_chunk_frames=0)
-    if jit_compile and getattr(agent.config, "trim_instruction_padding", False):
-      # XLA needs static shapes: the instruction encoder runs over every word slot.
-      agent.config = dataclasses.replace(agent.config, trim_instruction_padding=False)
     self.agent = agent
     self.config = config
     self.strategy = strategy
@@ -166,7 +160,8 @@ class Learner(tf.Module):
     steps they count on (PopArt's statistics move towards them after the update)."""
     config = self.config
     with tf.GradientTape() as tape:
-      learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state)
+      learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state,
+                                             static_shapes=self.jit_compile)
       if self.popart is not None:  # The network's baseline is n(x); V-trace needs V(x).
         learner_outputs = learner_outputs._replace(
             baseline=self.popart.values(learner_outputs.baseline))

@@ -212,18 +212,29 @@ def test_trimming_the_instructions_padding_changes_no_bit(texts):
     np.testing.assert_array_equal(trimmed, full)
 
 
-def test_the_learner_encodes_every_word_slot_under_xla():
-  """XLA needs static shapes: a learner that compiles with XLA turns the trim off."""
+def test_a_learner_compiled_with_xla_leaves_the_agent_it_was_handed_as_it_was():
+  """The actors share the learner's agent: its config stays theirs."""
   config = networks.dmlab_config(networks.SHALLOW, num_actions=3, frame_shape=SMALL_FRAME)
-  assert config.trim_instruction_padding
   from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
-  compiled = learner.Learner(networks.Agent(config), config_lib.LearnerConfig(),
-                             jit_compile=True)
-  plain = learner.Learner(networks.Agent(config), config_lib.LearnerConfig(),
-                          jit_compile=False)
-  assert not compiled.agent.config.trim_instruction_padding
-  assert plain.agent.config.trim_instruction_padding
+  agent = networks.Agent(config)
+  learner.Learner(agent, config_lib.LearnerConfig(), jit_compile=True)
+  assert agent.config is config and config.trim_instruction_padding
+
+
+def test_an_unroll_with_static_shapes_compiles_with_xla_and_gives_the_trimmed_unrolls_numbers():
+  """The learner's XLA-compiled unroll (static shapes: every word slot encoded, the torso
+  unchunked) computes what the actors' trimmed unroll computes."""
+  config = networks.dmlab_config(networks.SHALLOW, num_actions=3, frame_shape=SMALL_FRAME)
+  assert config.trim_instruction_padding
+  agent = networks.Agent(config, seed=1)
+  env_outputs, agent_outputs = random_batches.random_learner_batch(config, 2, 2, seed=5)
+  unroll = lambda **kwargs: agent.unroll(agent_outputs.action, env_outputs,
+                                         agent.initial_state(2), **kwargs)[0]
+  compiled = tf.function(lambda: unroll(static_shapes=True), jit_compile=True)()
+  trimmed = unroll()
+  for got, want in zip(tf.nest.flatten(compiled), tf.nest.flatten(trimmed)):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_instruction_changes_the_policy():
