@@ -28,7 +28,7 @@ class EnvOutput(collections.namedtuple(
   truncated: bool, True when this observation is the last of an episode a time limit cut
   (environments/truncation.py): the next step's action is ignored and that step starts the
   next episode; the learner cuts the transition leaving this observation, so that the return
-  into it bootstraps from its value (batch_loss.py). [T+1, B] in a batch like `done`.
+  into it bootstraps from its value (losses.py). [T+1, B] in a batch like `done`.
 
   `truncated` may be left out (or None): it is then "never truncated" in done's form
   (never_truncated_like), so that records of environments that cannot truncate, and records

@@ -136,7 +136,7 @@ class NetworkConfig:
 
   @property
   def frame_dtype(self):
-    """observation.frame's dtype (batch_checks.check_batch, assembly.trajectory_signature):
+    """observation.frame's dtype (learner.check_batch, assembly.trajectory_signature):
     uint8 frames, float32 vectors, int32 indices (environments/base.py's dtypes)."""
     return {torsos.FRAME: "uint8", torsos.VECTOR: "float32",
             torsos.INDEX: "int32"}[self.observation_kind]

@@ -26,7 +26,7 @@ gamma x (1 - done)). A truncation, by default (emit_truncation_step=True), emits
 episode's last observation as a step of its own with `truncated` True (done False), and the
 next step (its action ignored) starts the next episode with reward 0 and done True; the
 learner cuts the transition leaving the truncated observation, so the return into it
-bootstraps from its value (truncation.py, batch_loss.py). emit_truncation_step=False ends a
+bootstraps from its value (truncation.py, losses.py). emit_truncation_step=False ends a
 truncated episode like a terminated one, as the MuJoCo tasks do (environments/mujoco.py).
 
 Faults. A step() or reset() that raises is reported as EnvironmentStepFailed, naming the

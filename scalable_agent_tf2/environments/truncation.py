@@ -2,7 +2,7 @@
 
 structures.EnvOutput: `done` is True at the FIRST observation of a new episode (the
 environment reset itself after the action that ended the previous one), and the learner's
-discount of transition t (x_t -> x_{t+1}) is gamma x (1 - done[t+1]) (batch_loss.py,
+discount of transition t (x_t -> x_{t+1}) is gamma x (1 - done[t+1]) (losses.py,
 docs/ARCHITECTURE.md "Time steps"). With `done` alone a termination and a time-limit
 truncation look the same: both cut the return, and the last observation of the episode is
 never seen. That is right for
@@ -18,7 +18,7 @@ family's default; MuJoCo keeps a truncation as a termination, environments/mujoc
   * the next step(action) ignores its action and returns the new episode's first observation
     with reward 0 and done True (discount 0 across the boundary, as today).
 What the learner does with `truncated` (a bool field of EnvOutput, [T+1, B] in the batch;
-batch_loss.py, tests/learning/test_truncation.py through the learner's loss terms): the transition
+losses.py, tests/learning/test_truncation.py through the learner's loss terms): the transition
 that LEAVES a truncated observation (t with truncated[t], whose action
 did nothing) must carry no information: its importance weights rho_t = c_t = 0 and its loss
 terms (policy gradient, baseline, entropy) weighted 0. Then V-trace's target at x_last is

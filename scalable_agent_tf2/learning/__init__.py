@@ -2,18 +2,16 @@
 
 vtrace.py       V-trace (the paper's section 4.1) for any action distribution, one function
                 per variant: V-trace, LASER's trust region, Table 2's ablations.
-losses.py       the loss functions of one step (section 4.2), reward clipping, IMPACT's
-                surrogate.
-batch_loss.py   one batch's IMPALA loss terms (with LASER's trust-region and entropy masks),
-                summed over T x B.
+losses.py       the losses, per step (section 4.2, reward clipping, IMPACT's surrogate) and
+                per batch: IMPALA's terms (with LASER's trust-region and entropy masks) and
+                IMPACT's beside them, summed over T x B.
 optimizers.py   RMSProp with TF1 semantics and the linear learning-rate schedule.
-learner.py      the compiled update (Learner; one `update(**learner.batch(...))` for both).
-impact.py       IMPACT's own: the circular buffer, its learner steps, ImpactLearner, its
-                loss terms (the surrogate against the target network, GAE-V-trace).
+learner.py      the compiled update (Learner; one `update(**learner.batch(...))` for both),
+                the batch's checks at its entry.
+impact.py       IMPACT's own: the circular buffer, its learner steps, ImpactLearner.
 popart.py       PopArt's value normalisation (statistics, the output-preserving rescale).
 laser.py        LASER's own: the episode replay and mixer, replayed core states, the
                 online-only entropy mask.
-batch_checks.py the batch's shapes checked against the network, with messages.
 buffers.py      IMPALA's experience replay and its mixer.
 random_batches.py random batches in the agent's and the learner's shapes (tests, benchmarks).
 

@@ -1,26 +1,21 @@
-"""IMPACT (Luo et al., 2020): what is IMPACT's, in one place.
+"""IMPACT (Luo et al., 2020): its learner and its circular buffer.
 
     CircularBuffer      section 3.2 / Figure 4a: N batches, each used at most K times.
     steps               Algorithm 1 lines 6, 7, 10: the learner's steps over the circular buffer.
     ImpactLearner       Algorithm 1: a target network and the clipped target-worker surrogate.
-    impact_loss_terms   Algorithm 1 line 8: one batch's loss terms.
-    gae_from_importance_weights  section 3.1: V-trace's GAE-lambda advantages.
 
-The per-step math it shares with IMPALA is elsewhere in this room: V-trace (vtrace.py), the
-surrogate, the ratio and the KL coefficient's adaptation (losses.py: impact_log_ratio,
-clipped_surrogate_loss, adapted_kl_coefficient), the update's skeleton (learner.Learner).
+Its loss terms (Algorithm 1 line 8: losses.impact_loss_terms, beside IMPALA's), V-trace's
+GAE-lambda advantages (losses.gae_from_importance_weights) and the KL coefficient's adaptation
+(losses.adapted_kl_coefficient) are losses.py's; the update's skeleton is learner.Learner's.
 """
 import threading
 
 import tensorflow as tf
 
 from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.learning import batch_checks
-from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import popart as popart_lib
-from scalable_agent_tf2.learning import vtrace
 
 
 class CircularBuffer:
@@ -196,7 +191,7 @@ class ImpactLearner(learner_lib.Learner):
       [T+1, B, NUM_ACTIONS], or a Gaussian's mean and log_std concatenated [T+1, B, 2A]
       (the agent config's action_distribution).
     """
-    env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
+    env_outputs, agent_outputs = learner_lib.check_batch(self.agent.config, agent_state,
                                                           env_outputs, agent_outputs)
     return self._compiled_target_params(agent_state, env_outputs, agent_outputs.action)
 
@@ -235,7 +230,7 @@ class ImpactLearner(learner_lib.Learner):
                        "applies to every trajectory.")
     if target_policy_params is None:
       target_policy_params = self.target_policy_params(agent_state, env_outputs, agent_outputs)
-    env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
+    env_outputs, agent_outputs = learner_lib.check_batch(self.agent.config, agent_state,
                                                           env_outputs, agent_outputs)
     target_policy_params = tf.convert_to_tensor(target_policy_params, tf.float32)
     want = env_outputs.reward.shape[:2].concatenate(
@@ -244,7 +239,7 @@ class ImpactLearner(learner_lib.Learner):
       raise ValueError(f"target_policy_params has shape {target_policy_params.shape}, "
                        f"expected {want} (like the behaviour policy's logits, or its mean "
                        f"and log_std concatenated).")
-    num_new = batch_checks.checked_num_new_trajectories(num_new_trajectories, env_outputs)
+    num_new = learner_lib.checked_num_new_trajectories(num_new_trajectories, env_outputs)
     return self._compiled_update(agent_state, env_outputs, agent_outputs,
                                  target_policy_params, num_new)
 
@@ -258,7 +253,7 @@ class ImpactLearner(learner_lib.Learner):
       if self.popart is not None:  # The network's baseline is n(x); the targets need V(x).
         learner_outputs = learner_outputs._replace(
             baseline=self.popart.values(learner_outputs.baseline))
-      terms, diagnostics, vs = impact_loss_terms_and_targets(
+      terms, diagnostics, vs = losses.impact_loss_terms_and_targets(
           self.agent.config.action_distribution, learner_outputs, target_policy_params,
           env_outputs, agent_outputs, config, impact)
       if self.popart is not None:
@@ -277,7 +272,7 @@ class ImpactLearner(learner_lib.Learner):
     stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
                         num_new_trajectories)
     if self.popart is not None:
-      kept = batch_loss.kept_transitions(env_outputs.truncated)
+      kept = losses.kept_transitions(env_outputs.truncated)
       stats.update(tf.cond(stats["update_skipped"], self.popart.statistics,
                            lambda: self.popart.update(vs, kept)))
     # A skipped step (non-finite, see _apply) is no step: it neither counts towards the
@@ -295,114 +290,3 @@ class ImpactLearner(learner_lib.Learner):
     self.kl_coefficient.assign(tf.where(
         refresh, losses.adapted_kl_coefficient(kl_cost, mean_kl, self.kl_target), kl_cost))
     return dict(stats, target_updated=target_updated, kl_coefficient=kl_cost, **diagnostics)
-
-
-def impact_loss_terms(action_distribution, learner_outputs, target_policy_params, env_outputs,
-                      agent_outputs, config, impact_config):
-  """IMPACT's unweighted loss terms of one batch (IMPACT paper, Algorithm 1 line 8), summed
-  over T and B like impala_loss_terms (see ImpactLearner).
-
-  Args:
-    action_distribution: as impala_loss_terms.
-    learner_outputs: the network's output of [T+1, B, ...] from the learner's unroll.
-    target_policy_params: float32 [T+1, B, P], the target network's flat policy parameters
-      (the logits, or a Gaussian's mean and log_std concatenated; constant).
-    env_outputs: EnvOutput of [T+1, B, ...].
-    agent_outputs: AgentOutput of [T+1, B, ...] (the workers'
-      policy mu).
-    config: LearnerConfig (reward clipping, discounting, rho_bar and c_bar of the advantages).
-    impact_config: ImpactConfig.
-
-  Returns:
-    (dict of float32 scalars: pg_loss (the clipped surrogate of r = pi / max(pi_target,
-     mu / rho) and the V-trace GAE-lambda advantages of pi_target against mu), baseline_loss
-     (0.5 sum (V + A - V(x))^2, section 3.1's value target), entropy_loss (-sum H(pi)),
-     kl_loss (sum KL(pi_target || pi));
-     dict of float32 scalars: ppo_clipped_fraction, target_worker_clipped_fraction).
-  """
-  terms, diagnostics, _ = impact_loss_terms_and_targets(
-      action_distribution, learner_outputs, target_policy_params, env_outputs, agent_outputs,
-      config, impact_config)
-  return terms, diagnostics
-
-
-def impact_loss_terms_and_targets(action_distribution, learner_outputs, target_policy_params,
-                                  env_outputs, agent_outputs, config, impact_config):
-  """impact_loss_terms and the value targets v_s float32 [T, B] (PopArt's statistics follow
-  them, learning/popart.py)."""
-  batch = batch_loss.aligned(action_distribution, learner_outputs, env_outputs, agent_outputs,
-                             config)
-  target_policy = action_distribution(tf.stop_gradient(target_policy_params[:-1]))
-  log_probs = lambda policy: policy.log_prob(batch.actions)
-  return _impact_terms(
-      batch, log_probs(batch.learner_policy), log_probs(target_policy),
-      log_probs(batch.behaviour_policy), config, impact_config,
-      entropy_loss=losses.entropy_loss(batch.learner_policy, batch.kept),
-      # KL(pi_target || pi) at x_t stays: it depends on the observation alone (a real one),
-      # and the KL coefficient's adaptation averages it over all T x B steps (learner.py).
-      kl_loss=losses.kl_divergence(target_policy, batch.learner_policy))
-
-
-def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs, config,
-                  impact_config, entropy_loss, kl_loss):
-  """impact_loss_terms from the log-probabilities of the taken actions [T, B] under pi,
-  pi_target and mu (any action space), and the entropy and KL terms."""
-  # A cut transition (a truncated episode's reset step) has rho = c = 0, so its advantage is
-  # 0 and the one into it bootstraps from V(x_t) (module docstring); its terms weigh 0.
-  returns = gae_from_importance_weights(
-      target_log_probs - behaviour_log_probs, batch.discounts, batch.rewards, batch.values,
-      batch.bootstrap_value, lambda_=impact_config.gae_lambda,
-      clip_rho_threshold=config.clip_rho_threshold, clip_c_threshold=config.clip_c_threshold,
-      transition_mask=batch.kept)
-  beta = 1.0 / impact_config.target_worker_clipping  # Section 3.1: beta = 1 / rho.
-  log_ratios = losses.impact_log_ratio(action_log_probs, target_log_probs,
-                                       behaviour_log_probs, beta)
-  advantages = returns.pg_advantages
-  if impact_config.normalize_advantages:
-    advantages = losses.standardized_advantages(advantages, batch.kept)
-  terms = dict(
-      pg_loss=losses.clipped_surrogate_loss(log_ratios, advantages,
-                                            impact_config.ppo_clip, batch.kept),
-      baseline_loss=losses.baseline_loss(returns.vs - batch.values, batch.kept),
-      entropy_loss=entropy_loss, kl_loss=kl_loss)
-  fraction = lambda mask: tf.reduce_mean(tf.cast(mask, tf.float32))
-  diagnostics = dict(
-      ppo_clipped_fraction=fraction(
-          tf.abs(tf.exp(log_ratios) - 1.0) > impact_config.ppo_clip),
-      target_worker_clipped_fraction=fraction(
-          tf.math.log(beta) + behaviour_log_probs > target_log_probs))
-  return terms, diagnostics, returns.vs
-
-
-def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
-                                lambda_, clip_rho_threshold=1.0, clip_c_threshold=1.0,
-                                transition_mask=None,
-                                name="vtrace_gae_from_importance_weights"):
-  r"""IMPACT's V-trace GAE-lambda advantages (IMPACT paper, section 3.1, after Han & Sung).
-
-      A_t = sum_{i=t}^{T-1} (prod_{j=t}^{i-1} lambda gamma_j c_j) delta_i V,
-      delta_i V = rho_i (r_i + gamma_i V(x_{i+1}) - V(x_i)),
-  with rho_i = min(rho_bar, pi/mu), c_j = min(c_bar, pi/mu) and V(x_T) = bootstrap_value.
-  This is V-trace's v_t - V(x_t) with Remark 2's lambda, so the value target is v_t = V(x_t)
-  + A_t. IMPACT takes pi = the target network's policy and mu = the worker's.
-
-  Args:
-    log_rhos: float32 [T, B], log(pi(a_t|x_t) / mu(a_t|x_t)).
-    discounts, rewards, values, bootstrap_value: as in vtrace.from_importance_weights.
-    lambda_: GAE's lambda (IMPACT Table 1, discrete: 0.995).
-    clip_rho_threshold: rho_bar, or None. clip_c_threshold: c_bar, or None.
-    transition_mask: None, or float32 [T, B] as in vtrace.from_importance_weights (A_t = 0 where it
-      is 0, and A_{t-1} bootstraps from V(x_t)).
-    name: name scope.
-
-  Returns:
-    VTraceReturns(vs float32 [T, B], pg_advantages float32 [T, B] = A_t), gradient-free.
-  """
-  with tf.name_scope(name):
-    values = tf.convert_to_tensor(values, dtype=tf.float32)
-    returns = vtrace.from_importance_weights(
-        log_rhos, discounts, rewards, values, bootstrap_value,
-        clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=None,
-        clip_c_threshold=clip_c_threshold, lambda_=lambda_, transition_mask=transition_mask)
-    return vtrace.VTraceReturns(vs=returns.vs,
-                                pg_advantages=tf.stop_gradient(returns.vs - values))

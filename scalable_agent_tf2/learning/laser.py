@@ -10,7 +10,7 @@
     online_mask, update_options  section 5.1: the entropy cost on online trajectories only.
 
 Its trust region (section 4.2, --trust_region_threshold) is V-trace's mask (vtrace.py,
-batch_loss.py), its replay's wiring run/input_pipeline.py's (with_laser_replay).
+losses.py), its replay's wiring run/input_pipeline.py's (with_laser_replay).
 """
 import collections
 import threading

@@ -5,18 +5,20 @@
 `Learner` is IMPALA's; IMPACT's learner (a target network and the clipped target-worker
 surrogate) is impact.ImpactLearner, a subclass.
 
-The loss terms of a batch (and how its steps are indexed) are batch_loss.py's; the checks of
-a batch's shapes, batch_checks.py's.
+The loss terms of a batch (and how its steps are indexed) are losses.py's. A batch's shapes
+and types are checked once, at the update's entry (check_batch, with messages that name the
+field); V-trace's functions assert their ranks themselves.
 """
 import contextlib
 
 import tensorflow as tf
 
-from scalable_agent_tf2.learning import batch_checks
-from scalable_agent_tf2.learning import batch_loss
+from scalable_agent_tf2.agent import language
+from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import optimizers
 from scalable_agent_tf2.learning import popart as popart_lib
 from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
 
 
 def default_jit_compile():
@@ -128,9 +130,9 @@ class Learner(tf.Module):
       see _apply); with a trust region also trust_region_rejected (number of rejected
       steps).
     """
-    env_outputs, agent_outputs = batch_checks.check_batch(self.agent.config, agent_state,
+    env_outputs, agent_outputs = check_batch(self.agent.config, agent_state,
                                                           env_outputs, agent_outputs)
-    num_new = batch_checks.checked_num_new_trajectories(num_new_trajectories, env_outputs)
+    num_new = checked_num_new_trajectories(num_new_trajectories, env_outputs)
     if entropy_mask is not None:
       if self.strategy is not None:
         raise ValueError("entropy_mask needs a single learner (LASER replay refuses several).")
@@ -165,14 +167,14 @@ class Learner(tf.Module):
       if self.popart is not None:  # The network's baseline is n(x); V-trace needs V(x).
         learner_outputs = learner_outputs._replace(
             baseline=self.popart.values(learner_outputs.baseline))
-      terms, returns = batch_loss.impala_loss_terms(self.agent.config.action_distribution,
+      terms, returns = losses.impala_loss_terms(self.agent.config.action_distribution,
                                                     learner_outputs, env_outputs,
                                                     agent_outputs, config, entropy_mask)
       if self.popart is not None:
         terms = popart_lib.scale_loss_terms(terms, self.popart.sigma)
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
                     + self.entropy_cost * terms["entropy_loss"])
-    targets = (returns.vs, batch_loss.kept_transitions(env_outputs.truncated))
+    targets = (returns.vs, losses.kept_transitions(env_outputs.truncated))
     return total_loss, terms, tape.gradient(total_loss, self._variables), targets
 
   def _update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories,
@@ -249,3 +251,83 @@ class Learner(tf.Module):
                 update_skipped=tf.logical_not(applied), parameter_norm=parameter_norm, **terms)
 
 
+# The batch's checks at the update's entry.
+
+
+def checked_num_new_trajectories(num_new_trajectories, env_outputs):
+  """int64 scalar: the batch's new trajectories (None: all B), checked against B."""
+  if num_new_trajectories is None:
+    return tf.cast(tf.shape(env_outputs.reward)[1], tf.int64)
+  batch_size = env_outputs.reward.shape[1]
+  if batch_size is not None and not 0 <= int(num_new_trajectories) <= batch_size:
+    raise ValueError(f"num_new_trajectories must be in [0, {batch_size}] (the batch size), "
+                     f"got {num_new_trajectories}.")
+  return tf.constant(int(num_new_trajectories), tf.int64)
+
+
+def check_batch(network_config, agent_state, env_outputs, agent_outputs):
+  """Validates a learner batch against the network, with messages that name the field.
+
+  The network config fixes the observation (frame_shape, frame_dtype: uint8 frames, or a
+  float32 observation vector [O]) and its `action_distribution` (distributions.py) the
+  agent outputs: the action's dtype and shape and the policy's parameters (policy_params
+  [P]: the logits [N], or a Gaussian's means and log standard deviations [2A]).
+
+  Returns (env_outputs, agent_outputs) with every field converted to a tensor.
+  Raises ValueError (or TypeError) on a malformed batch.
+  """
+  if not isinstance(env_outputs, EnvOutput) or not isinstance(
+      env_outputs.observation, Observation):
+    raise TypeError("env_outputs must be an EnvOutput whose observation is an Observation.")
+  family = network_config.action_distribution
+  if not isinstance(agent_outputs, AgentOutput):
+    raise TypeError(f"agent_outputs must be an AgentOutput (got a "
+                    f"{type(agent_outputs).__name__}).")
+  env_outputs, agent_outputs, leading = _as_tensors_of_t_plus_1_steps(env_outputs,
+                                                                      agent_outputs)
+  expected = {
+      "env_outputs.done": (env_outputs.done, ()),
+      "env_outputs.truncated": (env_outputs.truncated, ()),
+      "env_outputs.observation.frame": (env_outputs.observation.frame,
+                                        tuple(network_config.frame_shape)),
+      "agent_outputs.action": (agent_outputs.action, tuple(family.action_shape)),
+  }
+  expected["agent_outputs.policy_params"] = (agent_outputs.policy_params, (family.param_size,))
+  expected["agent_outputs.baseline"] = (agent_outputs.baseline, ())
+  if network_config.use_instruction:
+    expected["env_outputs.observation.instruction"] = (
+        env_outputs.observation.instruction, (language.MAX_INSTRUCTION_WORDS,))
+  for name, (tensor, trailing) in expected.items():
+    want = tf.TensorShape(list(leading) + list(trailing))
+    if not tensor.shape.is_compatible_with(want):
+      raise ValueError(f"{name} has shape {tensor.shape}, expected {want} "
+                       "([T+1, B] like env_outputs.reward, then the network's shape).")
+  frame_dtype = tf.as_dtype(network_config.frame_dtype)
+  if env_outputs.observation.frame.dtype != frame_dtype:
+    raise ValueError(f"env_outputs.observation.frame must be {frame_dtype.name}, got "
+                     f"{env_outputs.observation.frame.dtype.name}.")
+  action_dtype = tf.as_dtype(family.action_dtype)
+  if action_dtype.is_integer and not agent_outputs.action.dtype.is_integer:
+    raise ValueError(f"agent_outputs.action must be an integer tensor, got "
+                     f"{agent_outputs.action.dtype.name}.")
+  if not action_dtype.is_integer and agent_outputs.action.dtype != action_dtype:
+    raise ValueError(f"agent_outputs.action must be {action_dtype.name} for a "
+                     f"{family}, got {agent_outputs.action.dtype.name}.")
+  batch = leading[1]
+  for index, state in enumerate(tf.nest.flatten(agent_state)):
+    state = tf.convert_to_tensor(state)
+    if state.shape.rank < 1 or not state.shape[:1].is_compatible_with([batch]):
+      raise ValueError(f"agent_state component {index} has shape {state.shape}; its first "
+                       f"dimension must be the batch size {batch}.")
+  return env_outputs, agent_outputs
+
+
+def _as_tensors_of_t_plus_1_steps(env_outputs, agent_outputs):
+  """Both structures as tensors, and their leading shape [T+1, B] from the rewards (T >= 1)."""
+  env_outputs = tf.nest.map_structure(tf.convert_to_tensor, env_outputs)
+  agent_outputs = tf.nest.map_structure(tf.convert_to_tensor, agent_outputs)
+  reward_shape = env_outputs.reward.shape
+  if reward_shape.rank != 2 or reward_shape[0] is None or reward_shape[0] < 2:
+    raise ValueError(
+        f"env_outputs.reward must be [T+1, B] with T >= 1, got shape {reward_shape}.")
+  return env_outputs, agent_outputs, reward_shape[:2]

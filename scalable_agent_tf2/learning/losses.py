@@ -1,16 +1,42 @@
-"""IMPALA's loss terms (section 4.2), reward clipping (Appendix D, Figure D.1) and IMPACT's
-clipped target-worker surrogate (IMPACT paper, section 3.1).
+"""The losses, per step and per batch: IMPALA's (section 4.2) with V-trace, reward clipping
+(Appendix D, Figure D.1), LASER's trust-region and entropy masks, and IMPACT's (IMPACT paper,
+Algorithm 1 line 8: the clipped target-worker surrogate, section 3.1, and V-trace's GAE-lambda
+advantages), as named functions beside each other.
+
+    impala_loss_terms   one batch's pg_loss, baseline_loss, entropy_loss (V-trace's returns).
+    impact_loss_terms   one batch's IMPACT terms (the surrogate against the target network).
+    aligned             a batch [T+1, B] as T transitions, the layout both share.
 
 The losses are SUMMED over time and batch, as in the released code (deepmind/scalable_agent,
 experiment.py) and the note under the paper's Table D.1; the hyperparameters of Tables D.1,
-D.3 and G.1 assume that scale.
+D.3 and G.1 assume that scale. learner.py weights and differentiates them.
+
+The indexing follows the released code's actor loop: step t of a trajectory holds the agent
+output whose action was taken at observation t-1 and the environment output that action led
+to. So, for t = 0..T-1, the action taken at observation t is agent_outputs.action[t+1], its
+reward env_outputs.reward[t+1], and the learner's policy and value at observation t come from
+unrolling over all T+1 observations; V(x_T) bootstraps (`aligned`).
+
+Truncated episodes (environments/truncation.py): where observation t is a truncated episode's
+last (env_outputs.truncated[t]), transition t is the environment's artificial reset step (its
+action ignored, reward 0, discount 0). It is cut (`aligned`'s `kept`): rho_t = c_t = 0 in
+V-trace (vtrace.from_importance_weights' transition_mask), so v_t = V(x_t) and transition t-1
+into x_t (discount gamma) bootstraps from V(x_t) as at the end of an unroll (IMPALA section 4,
+Remark 1: v_{t-1} = V(x_{t-1}) + rho_{t-1} (r_{t-1} + gamma V(x_t) - V(x_{t-1}))); and its
+policy-gradient, baseline and entropy terms weigh 0. A termination has no such step: its
+discount 0 bootstraps from nothing. With nothing truncated the cut multiplies by ones, which
+changes no bit.
 """
+import collections
+import math
+
 import tensorflow as tf
 
 # Names of the reward-clipping modes (the learner's job; environments return raw rewards);
 # settings.py names them, as the choices of --reward_clipping.
 from scalable_agent_tf2.configuration.settings import (
     ABS_ONE, NO_CLIPPING, OPTIMISTIC_ASYMMETRIC, REWARD_CLIPPING_MODES, SOFT_ASYMMETRIC)
+from scalable_agent_tf2.learning import vtrace
 
 
 def clip_rewards(rewards, mode):
@@ -91,7 +117,7 @@ def entropy_loss(policy, mask=None):
       flow through these).
     mask: None, or float32 [T, B]: 0 leaves a step out (LASER section 5.1: the entropy cost
       on online data only; section 4.3: not on steps the trust region rejects;
-      batch_loss.entropy_steps).
+      entropy_steps).
 
   Returns:
     float32 scalar. The learner multiplies it by entropy_cost.
@@ -135,7 +161,7 @@ def clipped_surrogate_loss(log_ratios, advantages, clip_epsilon, mask=None):
     advantages: float32 [T, B], held constant (e.g. V-trace GAE-lambda advantages).
     clip_epsilon: PPO's epsilon (IMPACT Table 1, discrete: 0.3).
     mask: None, or float32 [T, B]: 0 leaves a step out (a truncated episode's reset step,
-      batch_loss.py).
+      module docstring).
 
   Returns:
     float32 scalar (summed over T and B, like the IMPALA terms above).
@@ -158,7 +184,7 @@ def standardized_advantages(advantages, mask=None, epsilon=1e-8):
   Args:
     advantages: float32 [T, B].
     mask: None, or float32 [T, B]: 0 leaves a step out of the moments (a truncated episode's
-      reset step, batch_loss.py).
+      reset step, module docstring).
     epsilon: added to the standard deviation (a batch of equal advantages gives 0, not NaN).
 
   Returns:
@@ -214,3 +240,236 @@ def adapted_kl_coefficient(kl_coefficient, mean_kl, kl_target):
   return tf.where(mean_kl > 2.0 * kl_target, KL_COEFFICIENT_INCREASE * kl_coefficient,
                   tf.where(mean_kl < 0.5 * kl_target,
                            KL_COEFFICIENT_DECREASE * kl_coefficient, kl_coefficient))
+
+
+# ---------------------------------------------------------------------------------------------
+# One batch's terms: the transitions of a [T+1, B] batch, IMPALA's and IMPACT's.
+# ---------------------------------------------------------------------------------------------
+
+
+_Aligned = collections.namedtuple(
+    "_Aligned", "learner_policy values bootstrap_value actions behaviour_policy rewards "
+    "discounts kept")
+
+
+def aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config):
+  """A batch aligned to "observation t, the action taken there, its reward", t = 0..T-1
+  (module docstring): the learner's and the behaviour policies (distributions of [T, B, P]
+  parameters), actions [T, B(, A)], values, rewards (clipped), discounts [T, B] (0 after an
+  episode's end), kept [T, B] (0 for a transition that leaves a truncated observation: the
+  module docstring), bootstrap value V(x_T) [B]."""
+  rewards, discounts = _rewards_and_discounts(env_outputs, config)
+  return _Aligned(
+      learner_policy=action_distribution.of_outputs(learner_outputs)[:-1],
+      values=learner_outputs.baseline[:-1],
+      bootstrap_value=learner_outputs.baseline[-1],
+      actions=agent_outputs.action[1:],
+      behaviour_policy=action_distribution.of_outputs(agent_outputs)[1:],
+      rewards=rewards, discounts=discounts, kept=kept_transitions(env_outputs.truncated))
+
+
+def kept_transitions(truncated):
+  """float32 [T, B]: 0 for transition t when observation t is a truncated episode's last
+  (truncated [T+1, B]: the next step is the environment's reset, its action ignored), else 1.
+  """
+  return tf.cast(~tf.cast(truncated[:-1], tf.bool), tf.float32)
+
+
+def _rewards_and_discounts(env_outputs, config):
+  """Rewards (clipped) and discounts [T, B] of steps 1..T (discount 0 after an episode's end:
+  no bootstrapping across an episode boundary)."""
+  return (clip_rewards(env_outputs.reward[1:], config.reward_clipping),
+          tf.cast(~tf.cast(env_outputs.done[1:], tf.bool), tf.float32) * config.discounting)
+
+
+def _vtrace_options(config):
+  """V-trace's truncation levels, lambda and LASER's trust region, from the learner config."""
+  return dict(clip_rho_threshold=config.clip_rho_threshold,
+              clip_pg_rho_threshold=config.clip_pg_rho_threshold,
+              clip_c_threshold=config.clip_c_threshold, lambda_=config.vtrace_lambda,
+              trust_region_threshold=_trust_region_threshold(config))
+
+
+def _trust_region_threshold(config):
+  """LASER's trust region threshold, or None: the setting's infinity turns it off."""
+  threshold = config.trust_region_threshold
+  return None if math.isinf(threshold) else threshold
+
+
+def entropy_steps(trust_region_mask, entropy_mask, like):
+  """float32 [T, B] (or None: every step): the steps whose entropy counts.
+
+  Those the trust region kept (trust_region_mask [T, B], LASER section 4.3: rejected
+  transitions count "for all estimates") of the trajectories entropy_mask [B] selects
+  (section 5.1: online ones only); `like` gives [T, B] for a mask given per trajectory.
+  """
+  if entropy_mask is None:
+    return trust_region_mask
+  per_step = tf.broadcast_to(tf.cast(entropy_mask, tf.float32), tf.shape(like))
+  return per_step if trust_region_mask is None else per_step * trust_region_mask
+
+
+def _vtrace_loss_terms(returns, values, mask, entropy_loss, trust_region_mask):
+  """The policy-gradient and baseline losses of V-trace's returns (section 4.2) over the steps
+  mask [T, B] keeps, the given entropy loss, and the count of steps LASER's trust region
+  rejected (trust_region_mask [T, B], or None without a trust region)."""
+  terms = dict(
+      pg_loss=policy_gradient_loss(returns.target_action_log_probs,
+                                          returns.pg_advantages, mask),
+      baseline_loss=baseline_loss(returns.vs - values, mask),
+      entropy_loss=entropy_loss)
+  if trust_region_mask is not None:
+    terms["trust_region_rejected"] = tf.reduce_sum(1.0 - trust_region_mask)
+  return terms
+
+
+def impala_loss_terms(action_distribution, learner_outputs, env_outputs, agent_outputs, config,
+                      entropy_mask=None):
+  """The three unweighted IMPALA loss terms (section 4.2) of one batch, with LASER's trust
+  region when the config has one (for a Gaussian policy, the Monte-Carlo implied KL).
+
+  Args:
+    action_distribution: the policy's distributions family (the network config's
+      `action_distribution`: CategoricalFamily or DiagGaussianFamily).
+    learner_outputs: the network's output of [T+1, B, ...] from the learner's unroll
+      (networks.NetworkOutput).
+    env_outputs: EnvOutput of [T+1, B, ...].
+    agent_outputs: AgentOutput of [T+1, B, ...] (the behaviour
+      policy mu).
+    config: LearnerConfig.
+    entropy_mask: None, or float32 [B]: the trajectories whose entropy counts (LASER
+      section 5.1: online data only).
+
+  Returns:
+    (dict with float32 scalars pg_loss, baseline_loss, entropy_loss (sums over T and B) and,
+     with a trust region, trust_region_rejected (steps the trust region left out of the
+     policy-gradient, baseline and entropy losses), the vtrace.VTraceFromLogitsReturns
+     they were computed from ([T, B] each)).
+  """
+  batch = aligned(action_distribution, learner_outputs, env_outputs, agent_outputs, config)
+  returns = vtrace.from_distributions(
+      behaviour_policy=batch.behaviour_policy, target_policy=batch.learner_policy,
+      actions=batch.actions, discounts=batch.discounts, rewards=batch.rewards,
+      values=batch.values, bootstrap_value=batch.bootstrap_value,
+      off_policy_correction=config.off_policy_correction, transition_mask=batch.kept,
+      **_vtrace_options(config))
+  # LASER section 4.3: rejected transitions count for none of the losses ("we reject
+  # transitions entirely for all estimates"); nor does a cut transition (a truncated
+  # episode's reset step, module docstring). Multiplying by a mask of ones changes no bit.
+  trust_region = (returns.trust_region_mask if _trust_region_threshold(config) is not None
+                  else None)
+  mask = batch.kept if trust_region is None else trust_region * batch.kept
+  entropy = entropy_loss(batch.learner_policy,
+                                entropy_steps(mask, entropy_mask, batch.rewards))
+  return _vtrace_loss_terms(returns, batch.values, mask, entropy, trust_region), returns
+
+
+def impact_loss_terms(action_distribution, learner_outputs, target_policy_params, env_outputs,
+                      agent_outputs, config, impact_config):
+  """IMPACT's unweighted loss terms of one batch (IMPACT paper, Algorithm 1 line 8), summed
+  over T and B like impala_loss_terms (see ImpactLearner).
+
+  Args:
+    action_distribution: as impala_loss_terms.
+    learner_outputs: the network's output of [T+1, B, ...] from the learner's unroll.
+    target_policy_params: float32 [T+1, B, P], the target network's flat policy parameters
+      (the logits, or a Gaussian's mean and log_std concatenated; constant).
+    env_outputs: EnvOutput of [T+1, B, ...].
+    agent_outputs: AgentOutput of [T+1, B, ...] (the workers'
+      policy mu).
+    config: LearnerConfig (reward clipping, discounting, rho_bar and c_bar of the advantages).
+    impact_config: ImpactConfig.
+
+  Returns:
+    (dict of float32 scalars: pg_loss (the clipped surrogate of r = pi / max(pi_target,
+     mu / rho) and the V-trace GAE-lambda advantages of pi_target against mu), baseline_loss
+     (0.5 sum (V + A - V(x))^2, section 3.1's value target), entropy_loss (-sum H(pi)),
+     kl_loss (sum KL(pi_target || pi));
+     dict of float32 scalars: ppo_clipped_fraction, target_worker_clipped_fraction).
+  """
+  terms, diagnostics, _ = impact_loss_terms_and_targets(
+      action_distribution, learner_outputs, target_policy_params, env_outputs, agent_outputs,
+      config, impact_config)
+  return terms, diagnostics
+
+
+def impact_loss_terms_and_targets(action_distribution, learner_outputs, target_policy_params,
+                                  env_outputs, agent_outputs, config, impact_config):
+  """impact_loss_terms and the value targets v_s float32 [T, B] (PopArt's statistics follow
+  them, learning/popart.py)."""
+  batch = aligned(action_distribution, learner_outputs, env_outputs, agent_outputs,
+                             config)
+  target_policy = action_distribution(tf.stop_gradient(target_policy_params[:-1]))
+  log_probs = lambda policy: policy.log_prob(batch.actions)
+  return _impact_terms(
+      batch, log_probs(batch.learner_policy), log_probs(target_policy),
+      log_probs(batch.behaviour_policy), config, impact_config,
+      entropy_loss=entropy_loss(batch.learner_policy, batch.kept),
+      # KL(pi_target || pi) at x_t stays: it depends on the observation alone (a real one),
+      # and the KL coefficient's adaptation averages it over all T x B steps (learner.py).
+      kl_loss=kl_divergence(target_policy, batch.learner_policy))
+
+
+def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs, config,
+                  impact_config, entropy_loss, kl_loss):
+  """impact_loss_terms from the log-probabilities of the taken actions [T, B] under pi,
+  pi_target and mu (any action space), and the entropy and KL terms."""
+  # A cut transition (a truncated episode's reset step) has rho = c = 0, so its advantage is
+  # 0 and the one into it bootstraps from V(x_t) (module docstring); its terms weigh 0.
+  returns = gae_from_importance_weights(
+      target_log_probs - behaviour_log_probs, batch.discounts, batch.rewards, batch.values,
+      batch.bootstrap_value, lambda_=impact_config.gae_lambda,
+      clip_rho_threshold=config.clip_rho_threshold, clip_c_threshold=config.clip_c_threshold,
+      transition_mask=batch.kept)
+  beta = 1.0 / impact_config.target_worker_clipping  # Section 3.1: beta = 1 / rho.
+  log_ratios = impact_log_ratio(action_log_probs, target_log_probs,
+                                       behaviour_log_probs, beta)
+  advantages = returns.pg_advantages
+  if impact_config.normalize_advantages:
+    advantages = standardized_advantages(advantages, batch.kept)
+  terms = dict(
+      pg_loss=clipped_surrogate_loss(log_ratios, advantages,
+                                            impact_config.ppo_clip, batch.kept),
+      baseline_loss=baseline_loss(returns.vs - batch.values, batch.kept),
+      entropy_loss=entropy_loss, kl_loss=kl_loss)
+  fraction = lambda mask: tf.reduce_mean(tf.cast(mask, tf.float32))
+  diagnostics = dict(
+      ppo_clipped_fraction=fraction(
+          tf.abs(tf.exp(log_ratios) - 1.0) > impact_config.ppo_clip),
+      target_worker_clipped_fraction=fraction(
+          tf.math.log(beta) + behaviour_log_probs > target_log_probs))
+  return terms, diagnostics, returns.vs
+
+
+def gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value,
+                                lambda_, clip_rho_threshold=1.0, clip_c_threshold=1.0,
+                                transition_mask=None,
+                                name="vtrace_gae_from_importance_weights"):
+  r"""IMPACT's V-trace GAE-lambda advantages (IMPACT paper, section 3.1, after Han & Sung).
+
+      A_t = sum_{i=t}^{T-1} (prod_{j=t}^{i-1} lambda gamma_j c_j) delta_i V,
+      delta_i V = rho_i (r_i + gamma_i V(x_{i+1}) - V(x_i)),
+  with rho_i = min(rho_bar, pi/mu), c_j = min(c_bar, pi/mu) and V(x_T) = bootstrap_value.
+  This is V-trace's v_t - V(x_t) with Remark 2's lambda, so the value target is v_t = V(x_t)
+  + A_t. IMPACT takes pi = the target network's policy and mu = the worker's.
+
+  Args:
+    log_rhos: float32 [T, B], log(pi(a_t|x_t) / mu(a_t|x_t)).
+    discounts, rewards, values, bootstrap_value: as in vtrace.from_importance_weights.
+    lambda_: GAE's lambda (IMPACT Table 1, discrete: 0.995).
+    clip_rho_threshold: rho_bar, or None. clip_c_threshold: c_bar, or None.
+    transition_mask: None, or float32 [T, B] as in vtrace.from_importance_weights (A_t = 0 where it
+      is 0, and A_{t-1} bootstraps from V(x_t)).
+    name: name scope.
+
+  Returns:
+    VTraceReturns(vs float32 [T, B], pg_advantages float32 [T, B] = A_t), gradient-free.
+  """
+  with tf.name_scope(name):
+    values = tf.convert_to_tensor(values, dtype=tf.float32)
+    returns = vtrace.from_importance_weights(
+        log_rhos, discounts, rewards, values, bootstrap_value,
+        clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=None,
+        clip_c_threshold=clip_c_threshold, lambda_=lambda_, transition_mask=transition_mask)
+    return vtrace.VTraceReturns(vs=returns.vs,
+                                pg_advantages=tf.stop_gradient(returns.vs - values))

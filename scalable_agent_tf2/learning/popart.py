@@ -17,7 +17,7 @@ The losses are taken in the normalised scale (section 3.2, eq. 6-8):
     baseline:       (1/2) ((v_s - mu) / sigma - n(x_s))^2 = (1/2) ((v_s - V(x_s)) / sigma)^2
     policy gradient: rho_s (r_s + gamma v_{s+1} - V(x_s)) / sigma * grad log pi(a_s|x_s)
 
-so the summed losses of batch_loss.py are divided by sigma^2 and sigma (`scale_loss_terms`).
+so the summed losses of losses.py are divided by sigma^2 and sigma (`scale_loss_terms`).
 After each update the statistics move towards the batch's targets and the last layer is
 rescaled so that V(x) does not change ("Preserving Outputs Precisely", van Hasselt et al.
 2016, Algorithm 1; Hessel et al. eq. 4-5): w' = w sigma / sigma', b' = (sigma b + mu - mu') /
@@ -93,7 +93,7 @@ def unnormalized(n, mu, sigma):
 
 
 def scale_loss_terms(terms, sigma, scale_pg=True):
-  """batch_loss's terms, computed on unnormalised values, in PopArt's normalised scale: the
+  """The loss terms (losses.py), computed on unnormalised values, in PopArt's normalised scale: the
   policy gradient's advantages divided by sigma (unless scale_pg is False: advantages already
   standardised per batch, losses.standardized_advantages), the baseline's error by sigma (its
   square by sigma^2) (module docstring). The entropy term keeps its scale."""

@@ -84,7 +84,7 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
     trust_region_mask: None (plain V-trace), or float32 [T, B] with 1 for kept and 0 for
       rejected steps (`trust_region_mask(...)`); cuts the traces (`trust_region_returns`).
     transition_mask: None, or float32 [T, B]: 0 for a transition that carries no information
-      (a truncated episode's reset step: environments/truncation.py, batch_loss.py), where
+      (a truncated episode's reset step: environments/truncation.py, losses.py), where
       rho_t = c_t = rho^pg_t = 0, so v_t = V(x_t) exactly and the transition into x_t
       bootstraps from it as at an unroll's end; 1 elsewhere (all ones changes no bit).
     name: name scope.
@@ -153,7 +153,7 @@ def from_distributions(behaviour_policy, target_policy, actions, discounts, rewa
                        trust_region_threshold=None, trust_region_seed=(0, 0),
                        transition_mask=None, name="vtrace_from_distributions"):
   """The returns of the variant --off_policy_correction and --trust_region_threshold choose:
-  the one place a setting's string picks one (batch_loss.py passes the learner config's).
+  the one place a setting's string picks one (losses.py passes the learner config's).
 
   Args:
     off_policy_correction: one of OFF_POLICY_CORRECTIONS (section 5.2.1, Table 2): 'vtrace'

@@ -285,7 +285,7 @@ def test_the_real_acting_path_is_on_policy_for_the_learner(use_lstm):
   at every step, so each action is scored at the observation (and core state) it was taken at.
   Issue 43 asked whether Boxing's flat curve was a misalignment; this is the check, on the
   pipeline itself rather than a hand-written collector (tests/learning/test_learner.py's)."""
-  from scalable_agent_tf2.learning import batch_loss  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.learning import losses  # pylint: disable=g-import-not-at-top
   group = AtariVectorGroup("boxing", SEEDS)
   num_actions = group.spec.num_actions
   group.close()
@@ -305,7 +305,7 @@ def test_the_real_acting_path_is_on_policy_for_the_learner(use_lstm):
   agent_outputs = tf.nest.map_structure(stack, *[t.agent_outputs for t in trajectories])
   state = tf.nest.map_structure(lambda *xs: np.stack(xs), *[t.agent_state for t in trajectories])
   learner_outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
-  _, returns = batch_loss.impala_loss_terms(agent.config.action_distribution, learner_outputs,
+  _, returns = losses.impala_loss_terms(agent.config.action_distribution, learner_outputs,
                                             env_outputs, agent_outputs,
                                             config_lib.LearnerConfig())
   np.testing.assert_allclose(returns.log_rhos.numpy(), 0.0, atol=1e-4)

@@ -9,7 +9,6 @@ import tensorflow as tf
 from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import learner
-from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import impact
@@ -115,9 +114,9 @@ def test_with_the_target_equal_to_the_learner_the_surrogate_gradient_is_impalas(
     with tf.GradientTape(persistent=True) as tape:
       outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
       family = agent.config.action_distribution
-      impact_terms, diagnostics = impact.impact_loss_terms(
+      impact_terms, diagnostics = losses.impact_loss_terms(
           family, outputs, target_params, env_outputs, agent_outputs, config, impact_config)
-      impala_terms, impala_returns = batch_loss.impala_loss_terms(family, outputs, env_outputs,
+      impala_terms, impala_returns = losses.impala_loss_terms(family, outputs, env_outputs,
                                                                agent_outputs, config)
       impact_total = (impact_terms["pg_loss"] + config.baseline_cost
                       * impact_terms["baseline_loss"] + config.entropy_cost
@@ -168,7 +167,7 @@ def test_standardised_advantages_make_the_surrogate_blind_to_the_rewards_scale(n
     scaled = env_outputs._replace(reward=env_outputs.reward * np.float32(scale))
     with tf.GradientTape() as tape:
       outputs, _ = agent.unroll(agent_outputs.action, scaled, state)
-      terms, _ = impact.impact_loss_terms(agent.config.action_distribution, outputs,
+      terms, _ = losses.impact_loss_terms(agent.config.action_distribution, outputs,
                                           target_params, scaled, agent_outputs, update.config,
                                           impact_config)
     gradients = tape.gradient(terms["pg_loss"], agent.policy.trainable_variables)

@@ -233,7 +233,6 @@ import tensorflow as tf  # noqa: E402
 from scalable_agent_tf2.environments import toy as toy_environment  # noqa: E402
 from scalable_agent_tf2.resolution import config as config_lib  # noqa: E402
 from scalable_agent_tf2.agent import distributions  # noqa: E402
-from scalable_agent_tf2.learning import batch_loss  # noqa: E402
 from scalable_agent_tf2.learning import losses  # noqa: E402
 from scalable_agent_tf2.agent import networks  # noqa: E402
 from scalable_agent_tf2.run import input_pipeline  # noqa: E402

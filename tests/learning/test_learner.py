@@ -6,7 +6,6 @@ import tensorflow as tf
 from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import learner
-from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.structures import AgentOutput
@@ -74,7 +73,7 @@ def test_learner_aligns_actions_with_the_observations_they_were_taken_at():
   agent = networks.Agent(DMLAB_SMALL, seed=4)
   state, env_outputs, agent_outputs = _collect_on_policy(agent, T=5, B=2, seed=4)
   learner_outputs, _ = agent.unroll(agent_outputs.action, env_outputs, state)
-  _, returns = batch_loss.impala_loss_terms(agent.config.action_distribution, learner_outputs,
+  _, returns = losses.impala_loss_terms(agent.config.action_distribution, learner_outputs,
                                          env_outputs, agent_outputs, config_lib.LearnerConfig())
   np.testing.assert_allclose(returns.log_rhos.numpy(), 0.0, atol=1e-5)
 
@@ -138,7 +137,7 @@ def test_gradient_norm_clipping_is_applied():
   # The unclipped gradients, computed with the learner's own loss.
   with tf.GradientTape() as tape:
     outputs, _ = update.agent.unroll(agent_outputs.action, env_outputs, ())
-    terms, _ = batch_loss.impala_loss_terms(update.agent.config.action_distribution, outputs,
+    terms, _ = losses.impala_loss_terms(update.agent.config.action_distribution, outputs,
                                             env_outputs, agent_outputs, update.config)
     total = (terms["pg_loss"] + update.config.baseline_cost * terms["baseline_loss"]
              + update.config.entropy_cost * terms["entropy_loss"])

@@ -1,4 +1,4 @@
-"""Truncated and terminated episodes through the learner's own loss terms (batch_loss.py).
+"""Truncated and terminated episodes through the learner's own loss terms (losses.py).
 
 A truncated episode's last observation x_t is a step of its own (truncated[t] True, done
 False) and the next step is the environment's reset (its action ignored, reward 0, done True;
@@ -15,13 +15,12 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.learning import batch_loss
+from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.agent.action_families import CategoricalFamily
 from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
-from scalable_agent_tf2.learning import impact
 
 GAMMA = 0.9
 NUM_ACTIONS = 3
@@ -94,7 +93,7 @@ def _numpy_rhos(learner_outputs, agent_outputs):
 
 def _terms(config, batch, entropy_mask=None):
   learner_outputs, env_outputs, agent_outputs = batch
-  return batch_loss.impala_loss_terms(FAMILY, learner_outputs, env_outputs, agent_outputs,
+  return losses.impala_loss_terms(FAMILY, learner_outputs, env_outputs, agent_outputs,
                                       config, entropy_mask)
 
 
@@ -221,7 +220,7 @@ def test_impact_bootstraps_a_truncated_step_and_ignores_its_reset():
   config = _config()
   learner_outputs, env_outputs, agent_outputs = _batch(seed=4)
   target = learner_outputs.policy_params
-  terms, _ = impact.impact_loss_terms(FAMILY, learner_outputs, target, env_outputs,
+  terms, _ = losses.impact_loss_terms(FAMILY, learner_outputs, target, env_outputs,
                                           agent_outputs, config, impact_config)
   want_vs = np.stack([truncation.vtrace_targets(
       REWARDS[1:, b], VALUES[:-1, b], VALUES[-1, b], DONE[:, b], TRUNCATED[:, b], GAMMA)
@@ -231,7 +230,7 @@ def test_impact_bootstraps_a_truncated_step_and_ignores_its_reset():
   np.testing.assert_allclose(float(terms["baseline_loss"]),
                              0.5 * ((want_vs - VALUES[:-1]) ** 2)[kept].sum(), rtol=1e-5)
   changed = _ignored_action_changed((learner_outputs, env_outputs, agent_outputs))
-  other, _ = impact.impact_loss_terms(FAMILY, changed[0], target, changed[1], changed[2],
+  other, _ = losses.impact_loss_terms(FAMILY, changed[0], target, changed[1], changed[2],
                                           config, impact_config)
   for name in ("pg_loss", "baseline_loss", "entropy_loss", "kl_loss"):
     np.testing.assert_allclose(float(other[name]), float(terms[name]), rtol=1e-6,

@@ -17,7 +17,6 @@ from scalable_agent_tf2.learning import random_batches
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import learner
-from scalable_agent_tf2.learning import batch_loss
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import vtrace
@@ -247,11 +246,11 @@ def test_entropy_leaves_out_rejected_steps_and_replayed_trajectories():
            (None, online, np.array([[1, 1, 0, 0]] * 5)),
            (trust_region_mask, online, trust_region_mask * [1, 1, 0, 0])]
   for tr_mask, entropy_mask, kept in cases:
-    steps = batch_loss.entropy_steps(tr_mask, entropy_mask, like)
+    steps = losses.entropy_steps(tr_mask, entropy_mask, like)
     got = losses.entropy_loss(distributions.Categorical(logits), steps).numpy()
     np.testing.assert_allclose(got, np.sum(kept * neg_entropy), rtol=1e-5)
   # The online step the trust region rejected (0, 1) is out: its entropy is not counted.
-  steps = batch_loss.entropy_steps(trust_region_mask, online, like).numpy()
+  steps = losses.entropy_steps(trust_region_mask, online, like).numpy()
   assert steps[0, 1] == 0 and steps[0, 0] == 1 and steps[:, 2:].sum() == 0
 
 
@@ -286,7 +285,7 @@ def test_learner_trust_region_compiles_and_leaves_rejected_steps_out():
                                outputs.policy_params[:-1].numpy(), 1.0)
   threshold = float(np.median(kl))
   config = config_lib.LearnerConfig(trust_region_threshold=threshold, reward_clipping="abs_one")
-  terms, returns = batch_loss.impala_loss_terms(agent.config.action_distribution, outputs,
+  terms, returns = losses.impala_loss_terms(agent.config.action_distribution, outputs,
                                                 env_outputs, agent_outputs, config)
   mask = (kl <= threshold).astype(np.float32)
   np.testing.assert_array_equal(returns.trust_region_mask.numpy(), mask)

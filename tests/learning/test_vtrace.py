@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import vtrace
 from tests import reference
 
@@ -184,7 +184,7 @@ def test_impact_gae_advantages_match_the_paper_formula(lambda_, rho_bar, c_bar):
   want_vs, _ = reference.numpy_vtrace(log_rhos, discounts, rewards, values, bootstrap,
                                       rho_bar=rho_bar, c_bar=c_bar, lambda_=lambda_)
   want = want_vs - values
-  got = impact.gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap,
+  got = losses.gae_from_importance_weights(log_rhos, discounts, rewards, values, bootstrap,
                                            lambda_, clip_rho_threshold=rho_bar,
                                            clip_c_threshold=c_bar)
   np.testing.assert_allclose(got.pg_advantages.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -17,12 +17,11 @@ from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.learning import batch_loss
+from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
-from scalable_agent_tf2.learning import impact as impact_lib
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -246,7 +245,7 @@ def _np_vtrace(log_rhos, discounts, rewards, values, bootstrap, lambda_=1.0):
 def test_gaussian_impala_loss_terms_match_numpy():
   env_outputs, agent_outputs, learner_outputs = _batch()
   config = config_lib.LearnerConfig(reward_clipping="none", discounting=0.9)
-  terms, _ = batch_loss.impala_loss_terms(GAUSSIAN, learner_outputs, env_outputs,
+  terms, _ = losses.impala_loss_terms(GAUSSIAN, learner_outputs, env_outputs,
                                           agent_outputs, config)
   actions = agent_outputs.action[1:]
   log_pi = _np_log_prob(_mean(learner_outputs)[:-1], _log_std(learner_outputs)[:-1],
@@ -275,7 +274,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
   shifted = lambda x: np.concatenate([x[:1], x[:-1]], 0)
   on_policy = agent_outputs._replace(policy_params=shifted(learner_outputs.policy_params))
   target = learner_outputs.policy_params
-  terms, diagnostics = impact_lib.impact_loss_terms(
+  terms, diagnostics = losses.impact_loss_terms(
       GAUSSIAN, learner_outputs, target, env_outputs, on_policy, config, impact)
   values = learner_outputs.baseline[:-1]
   discounts = 0.9 * (1.0 - env_outputs.done[1:])
@@ -289,7 +288,7 @@ def test_gaussian_impact_loss_terms_match_numpy():
   # Another target: KL(pi_target || pi) in closed form.
   target_mean = target[..., :A] + 0.5
   target_log_std = target[..., A:] - 0.2
-  terms, _ = impact_lib.impact_loss_terms(
+  terms, _ = losses.impact_loss_terms(
       GAUSSIAN, learner_outputs, np.concatenate([target_mean, target_log_std], -1), env_outputs,
       on_policy, config, impact)
   p_mean, p_log_std = target_mean[:-1], target_log_std[:-1]
@@ -327,7 +326,7 @@ def test_gaussian_trust_region_leaves_rejected_steps_out_of_the_entropy_too():
   entropy = np.sum(_log_std(learner_outputs)[:-1] + 0.5 * math.log(2 * math.pi * math.e),
                    -1)
   for entropy_mask, steps in ((None, kept), (online, kept * online)):
-    terms, returns = batch_loss.impala_loss_terms(
+    terms, returns = losses.impala_loss_terms(
         GAUSSIAN, learner_outputs, env_outputs, agent_outputs, config, entropy_mask)
     np.testing.assert_array_equal(returns.trust_region_mask, kept)
     np.testing.assert_allclose(terms["entropy_loss"], -np.sum(entropy * steps), rtol=1e-5)
