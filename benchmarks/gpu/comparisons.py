@@ -191,7 +191,7 @@ def thread_inputs(policy, network_config, num_threads, group_size, seed=0):
   numpy [G, ...], core states [G, ...]) with random LSTM states (so that a state handed to
   the wrong row shows)."""
   # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.learning import random_batches
+  from benchmarks.tools import random_batches
   inputs = []
   for thread in range(num_threads):
     rng = np.random.default_rng([seed, thread])

@@ -27,7 +27,7 @@ from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-t
 from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
-from scalable_agent_tf2.learning import random_batches  # pylint: disable=g-import-not-at-top
+from benchmarks.tools import random_batches  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.environments import (  # pylint: disable=g-import-not-at-top
     base as env_base)
 from scalable_agent_tf2.environments.families import (  # pylint: disable=g-import-not-at-top

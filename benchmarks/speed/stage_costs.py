@@ -13,7 +13,7 @@ from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.utils import profiling
-from scalable_agent_tf2.learning import random_batches
+from benchmarks.tools import random_batches
 
 
 def environment_cost(config, seconds):

@@ -31,7 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from scalable_agent_tf2.learning import random_batches  # pylint: disable=g-import-not-at-top
+from benchmarks.tools import random_batches  # pylint: disable=g-import-not-at-top
 from benchmarks.speed import training_rate  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-top

@@ -6,7 +6,7 @@ should not move them did not.
     python -m benchmarks.tools.update_numbers --compare /tmp/before.json /tmp/after.json
 
 Each case builds a small agent from a fixed seed, runs three updates on fixed random batches
-(scalable_agent_tf2/learning/random_batches.py) and records every statistic of each update and
+(benchmarks/tools/random_batches.py) and records every statistic of each update and
 a digest of the parameters after them: IMPALA on Atari (shallow, no LSTM), on the DeepMind
 Lab stand-in (deep torso, LSTM, instructions), a Gaussian policy (IMPALA on a MuJoCo-sized vector), IMPACT
 (categorical and Gaussian) and LASER (trust region, entropy on online trajectories only).
@@ -48,7 +48,7 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
   """
   # pylint: disable=g-import-not-at-top
   import contextlib
-  from scalable_agent_tf2.learning import random_batches
+  from benchmarks.tools import random_batches
   from scalable_agent_tf2.resolution import config as config_lib
   from scalable_agent_tf2.learning import learner
   from scalable_agent_tf2.learning import impact

@@ -13,7 +13,6 @@ popart.py       PopArt's value normalisation (statistics, the output-preserving 
 laser.py        LASER's own: the episode replay and mixer, replayed core states, the
                 online-only entropy mask.
 buffers.py      IMPALA's experience replay and its mixer.
-random_batches.py random batches in the agent's and the learner's shapes (tests, benchmarks).
 
 May import: configuration, resolution (the learner's configs), structures, environments, agent,
 utils.

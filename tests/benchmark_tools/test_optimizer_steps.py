@@ -1,7 +1,7 @@
 """benchmarks/tools/optimizer_steps: TF1 RMSProp's step/lr read back from a run's checkpoint."""
 import numpy as np
 
-from scalable_agent_tf2.learning import random_batches
+from benchmarks.tools import random_batches
 from benchmarks.tools import optimizer_steps
 from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.resolution import config as config_lib

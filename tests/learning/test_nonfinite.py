@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.learning import random_batches
+from benchmarks.tools import random_batches
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.resolution import config as config_lib

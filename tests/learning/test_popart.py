@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.learning import random_batches
+from benchmarks.tools import random_batches
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.resolution import config as config_lib

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.learning import random_batches
+from benchmarks.tools import random_batches
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import learner
