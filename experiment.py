@@ -10,10 +10,6 @@ the one README.md uses.
 """
 if __name__ == "__main__":
   # Only the start-up's own light module loads before it installs the command's stop handler:
-  # a signal while the rest loads is answered with the "Stopped:" line (issue 41).
+  # a signal while the rest loads is answered with the "Stopped:" line.
   from scalable_agent_tf2.run import experiment_main
   experiment_main.run()
-else:  # Imported (tests read the flags): the command line's flags and parsers.
-  from scalable_agent_tf2.run.experiment_flags import FLAGS  # noqa: F401
-  from scalable_agent_tf2.run.experiment_flags import config_from_flags  # noqa: F401
-  from scalable_agent_tf2.run.experiment_flags import parse_flags  # noqa: F401

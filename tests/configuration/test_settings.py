@@ -19,7 +19,7 @@ def _run(*argv):
 
 
 def test_every_flag_of_experiment_py_is_a_setting():
-  import experiment  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.run import experiment_flags as experiment
   table = {f.name: f for f in settings.all_settings()}
   flags = experiment.FLAGS._flags()  # pylint: disable=protected-access
   defined = {name for name, flag in flags.items() if flag.name == name
@@ -31,7 +31,7 @@ def test_every_flag_of_experiment_py_is_a_setting():
     assert field.metadata["topic"] in settings.TOPICS, name
   # Nothing but the settings' flags is defined by the project (absl's own flags aside).
   ours = {name for name in flags
-          if experiment.FLAGS.find_module_defining_flag(name) in ("__main__", "experiment")}
+          if experiment.FLAGS.find_module_defining_flag(name) in ("__main__", experiment.__name__)}
   assert not ours
 
 
@@ -56,9 +56,10 @@ def test_derived_configs_take_their_fields_from_the_settings():
 ])
 def test_a_bad_flag_is_an_error_line_and_exit_2_before_tensorflow_loads(argv, message):
   # experiment.py's parse_flags, run without main(): it must not have imported TensorFlow.
-  probe = ("import sys, experiment\n"
+  probe = ("import sys\n"
+           "from scalable_agent_tf2.run import experiment_flags\n"
            "try:\n"
-           "  experiment.parse_flags(['experiment.py', *sys.argv[1:]])\n"
+           "  experiment_flags.parse_flags(['experiment.py', *sys.argv[1:]])\n"
            "finally:\n"
            "  print('tensorflow' in sys.modules)\n")
   run = _run("-c", probe, *argv)
