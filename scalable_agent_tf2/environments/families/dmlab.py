@@ -9,6 +9,7 @@ Table 1's task "seekavoid_arena_01" among them). Environments: one process per a
 docs/ARCHITECTURE.md "DeepMind Lab"). Observations: 96x72 RGB frames and the instruction.
 """
 import difflib
+import functools
 import importlib.util
 import os
 import re
@@ -78,6 +79,22 @@ def installed_level_paths(directory):
   return sorted(paths)
 
 
+def _check_dataset(config):
+  """The Brady et al. image set where a level (or its test level) needs it."""
+  needing = [level for level in config.levels
+             if dmlab.level_path(level).split("/")[-1] in suites.DMLAB30_LEVELS_NEEDING_DATASET
+             or suites.DMLAB30_LEVEL_MAPPING.get(level) in suites.DMLAB30_LEVELS_NEEDING_DATASET]
+  if needing and not config.dataset_path:
+    leave_out = (f" or leave them out with --excluded_levels={','.join(needing)}"
+                 if config.is_multi_task else "")
+    raise ValueError(f"{', '.join(needing)} need the Brady et al. (2008) image "
+                     f"dataset: pass --dataset_path (BUILD.md, \"DeepMind Lab\"){leave_out}.")
+
+
+def _check_memory(config, memory_gb):
+  check_dmlab_memory(config.num_actors, memory_gb)
+
+
 class DmLabFamily(base.Family):
   """See the module docstring."""
   name = "dmlab"
@@ -139,18 +156,22 @@ class DmLabFamily(base.Family):
                        "(section 5.3.1).")
 
   def check_can_run(self, config, memory_gb):
-    """The Brady et al. image set where a level needs it, memory, the module."""
-    needing = [level for level in config.levels
-               if dmlab.level_path(level).split("/")[-1] in suites.DMLAB30_LEVELS_NEEDING_DATASET
-               or suites.DMLAB30_LEVEL_MAPPING.get(level)
-               in suites.DMLAB30_LEVELS_NEEDING_DATASET]
-    if needing and not config.dataset_path:
-      leave_out = (f" or leave them out with --excluded_levels={','.join(needing)}"
-                   if config.is_multi_task else "")
-      raise ValueError(f"{', '.join(needing)} need the Brady et al. (2008) image "
-                       f"dataset: pass --dataset_path (BUILD.md, \"DeepMind Lab\"){leave_out}.")
-    check_dmlab_memory(config.num_actors, memory_gb)
-    dmlab.check_deepmind_lab_available()
+    """Every blocker of the run on this machine in one answer, the missing module first
+    (nothing else can be tried without it): the module (BUILD.md), the Brady et al. image set
+    where a level needs it, memory."""
+    problems = []
+    for check in (_check_dataset, functools.partial(_check_memory, memory_gb=memory_gb)):
+      try:
+        check(config)
+      except ValueError as error:
+        problems.append(str(error))
+    try:
+      dmlab.check_deepmind_lab_available()
+    except ModuleNotFoundError as error:
+      then = f" Then also: {' '.join(problems)}" if problems else ""
+      raise ModuleNotFoundError(f"{error}{then}", name=error.name) from None
+    if problems:
+      raise ValueError(" Also: ".join(problems))
 
   def environment_options(self, config):
     return dict(num_action_repeats=config.num_action_repeats, width=config.width,
