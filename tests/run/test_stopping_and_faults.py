@@ -62,11 +62,16 @@ def test_start_banner_says_what_runs_and_where_it_starts_from(tmp_path):
                    "decaying linearly to 0 at 5,000", "device /cpu:0, XLA off",
                    f"logdir {tmp_path}", "Fresh start"]:
     assert expected in fresh
+  # Where to look while it trains: the curve's file, the log, TensorBoard.
+  assert (f"  learning curve: {tmp_path}/learning_curve.png (redrawn at each checkpoint and at "
+          f"the stop); every number: {tmp_path}/log.jsonl and `tensorboard --logdir "
+          f"{tmp_path}`") in fresh.splitlines()
   resumed = monitoring.start_banner(config, TOY_NETWORK, "/cpu:0", True, "ckpt-800", 800)
   assert resumed[-1] == "Resumed from ckpt-800 at 800 frames." and "XLA on" in resumed[-2]
   tested = monitoring.start_banner(config, TOY_NETWORK, "/cpu:0", False, "ckpt-800", 800,
                                    mode="test")
   assert "500 episodes per level" in "\n".join(tested)
+  assert "learning curve:" not in "\n".join(tested)  # A test run draws none.
   assert "defaults:" not in fresh  # The paper's levels: their tables, cited in the code.
   # A level no paper ran: the banner says in one line which defaults apply, and why.
   gym = dataclasses.replace(config, level_name="gym:CartPole-v1", excluded_levels="",
