@@ -123,6 +123,17 @@ def test_test_table_shows_a_dash_where_there_is_no_number():
   assert "nan" not in text and toy_line.split()[-3:] == ["-", "-", "-"]
 
 
+def test_test_table_has_the_spread_of_the_returns_beside_their_mean():
+  rows = evaluation.level_rows({"toy": [(1.0, 10), (3.0, 10)], "atari/pong": [(3.0, 100)]})
+  lines = evaluation.format_tables(rows, "toy").splitlines()
+  header = lines[0].split()
+  assert header[:5] == ["level", "episodes", "return", "std", "human"], header
+  toy = next(line for line in lines if line.startswith("toy")).split()
+  assert toy[1:4] == ["2", "2.00", "1.00"]  # Mean 2, standard deviation 1 (np.std).
+  pong = next(line for line in lines if line.startswith("atari/pong")).split()
+  assert pong[2:5] == ["3.00", "0.00", "14.60"]  # One episode: no spread; human 14.6.
+
+
 def test_test_progress_counts_episodes_per_level_and_time_to_go():
   now = [0.0]
   lines = []
