@@ -33,6 +33,21 @@ DMLAB30 = dict(base.PAPER_SHARED, entropy_cost=0.0033391318945337044,
 # Table 1's 48 actors.
 DMLAB_LEVEL = dict(DMLAB30, reward_clipping=settings.ABS_ONE, total_environment_frames=int(1e9),
                    num_actors=48)
+DMLAB30_CITED = dict(
+    base.PAPER_SHARED_CITED,
+    entropy_cost=("released code (the Table D.1 sweep's best agent): "
+                  f"{DMLAB30['entropy_cost']!r}"),
+    learning_rate=("released code (the Table D.1 sweep's best agent): "
+                   f"{DMLAB30['learning_rate']!r}"),
+    epsilon="released code: 0.1", max_grad_norm="released code: 0 (none)",
+    reward_clipping="Table D.3, Figure D.1: optimistic_asymmetric",
+    total_environment_frames="released code (Figure 5): 10e9",
+    unroll_length="Table D.3: 100", batch_size="released code: 32", width="Table D.3: 96",
+    height="Table D.3: 72", torso="section 5.3.1 (IMPALA, deep): deep",
+    num_actors="section 5.3.1 (IMPALA, deep): 150")
+DMLAB_LEVEL_CITED = dict(DMLAB30_CITED, reward_clipping="Table D.3: abs_one",
+                         total_environment_frames="released code (Figure 4): 1e9",
+                         num_actors="Table 1: 48")
 # A level path: words of letters, digits and underscores, separated by "/".
 _LEVEL_PATH = re.compile(r"^[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*$")
 
@@ -141,6 +156,10 @@ class DmLabFamily(base.Family):
   def presets(self, level_name, levels, algorithm, num_cores, given=None):
     del levels, algorithm, num_cores, given
     return dict(DMLAB30 if suites.is_suite(level_name) else DMLAB_LEVEL)
+
+  def preset_citations(self, level_name, levels, algorithm, num_cores, given=None):
+    del levels, algorithm, num_cores, given
+    return dict(DMLAB30_CITED if suites.is_suite(level_name) else DMLAB_LEVEL_CITED)
 
   def check_config(self, config):
     """Held-out test levels are for --mode=test (section 5.3.1)."""
