@@ -44,14 +44,18 @@ import time
 
 import numpy as np
 
-import tensorflow as tf
+# TensorFlow first, through quiet_tensorflow: its start-up notices (cuInit's failure on a machine
+# without a GPU among them) say nothing actionable on a CPU machine, as in experiment.py.
+from scalable_agent_tf2.utils import quiet_tensorflow
+tf = quiet_tensorflow.import_tensorflow()
 
-from scalable_agent_tf2.acting import actor as actor_lib
+from scalable_agent_tf2.acting import actor as actor_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.structures import AgentOutput
+from benchmarks.speed import machine_load
 from benchmarks.speed import stage_costs
 from benchmarks.speed import training_rate
 from benchmarks.speed.learner_step import machine_description  # One machine line for all.
@@ -304,6 +308,12 @@ def main(argv=None):
     return throughput_gpu.main([argument for argument in argv if argument != "--gpu"])
   args = parse_args(argv)
   cores = os.cpu_count()
+  # Other processes' load, before and during: a rate measured beside them is not the idle
+  # machine's that README and RESULTS compare it with (machine_load.py).
+  before, load_average = machine_load.before()
+  for line in machine_load.report_lines(before, load_average, None, cores):
+    _log(line)
+  watch = machine_load.OtherLoad()
   lines = [f"Machine: {machine_description()}.", "",
            f"Command: `python -m benchmarks.speed.throughput {' '.join(sys.argv[1:])}`", ""]
   if not training_rate.dmlab_available():
@@ -315,6 +325,8 @@ def main(argv=None):
       table, profile = measure_table(level, torso, args, cores)
       lines += table
       profiles += profile
+  load = machine_load.report_lines(before, load_average, watch.cores(), cores)
+  lines[2:2] = load + [""] if load else []  # Beside the machine line.
   text = "\n".join(lines + profiles) + "\n"
   print(text)
   if args.output:

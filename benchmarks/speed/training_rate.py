@@ -149,8 +149,9 @@ def _latest_frames(log_path):
 
 def dmlab_available():
   """Whether DeepMind Lab is installed: its Table 1 tasks are measured only then."""
+  from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
   try:
-    import deepmind_lab  # pylint: disable=g-import-not-at-top,unused-import
+    dmlab.import_deepmind_lab()  # Without its pkg_resources deprecation notice.
     return True
   except ImportError:
     return False

@@ -274,10 +274,10 @@ class ExperimentSettings:
       "torso (shared, Figure 3) or on a torso of its own reading the observation alone "
       "(separate); auto: separate on feed-forward networks (vectors, indices, small frames), "
       "shared with an LSTM. shared resumes a run of such a level trained before 2026-11-28.",
-      source="Figure 3: shared; IMPACT section 4.3 (Box actions on vectors): separate; "
-      "gymnasium levels with discrete actions: separate on feed-forward networks "
-      "(benchmarks/RESULTS.md, 'Small frames and an entropy bonus that means the same "
-      "everywhere')", choices=VALUE_TORSOS)
+      source="this project's: auto (gymnasium levels with discrete actions: separate on "
+      "feed-forward networks, benchmarks/RESULTS.md 'Small frames and an entropy bonus'); "
+      "Figure 3: shared; IMPACT section 4.3 (Box actions on vectors): separate",
+      choices=VALUE_TORSOS)
   # Learner.
   algorithm: Optional[str] = preset_setting(
       LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
@@ -313,8 +313,8 @@ class ExperimentSettings:
   momentum: Optional[float] = preset_setting(LEARNER, "RMSProp momentum.", "Table D.3: 0",
                                              check=NON_NEGATIVE, part_of=FOR_LEARNER)
   epsilon: Optional[float] = preset_setting(
-      LEARNER, "RMSProp epsilon.", "Table G.1: 0.01; released code: 0.1 (DMLab); MuJoCo: 1e-16 "
-      "(mujoco_presets.py); gymnasium levels: 1e-5 (Table D.1's sweep; families/gym.py)",
+      LEARNER, "RMSProp epsilon.", "Table G.1: 0.01; released code: 0.1 (DMLab); MuJoCo and "
+      "gymnasium: 1e-16 (mujoco_presets.py), with --algorithm=impala 1e-5 (families/gym.py)",
       check=NON_NEGATIVE, part_of=FOR_LEARNER)
   rmsprop_initial_mean_square: Optional[float] = preset_setting(
       LEARNER, "Where RMSProp's mean-square accumulator starts. 1: TF1's RMSPropOptimizer, "
@@ -425,7 +425,7 @@ class ExperimentSettings:
       "each target-network refresh the coefficient is scaled by 1.5 when the step's mean KL "
       "exceeds twice this, by 0.5 below half of it (PPO's adaptive penalty as RLlib, the "
       "paper's code base, applies it; --kl_cost is the start). Default: a fixed --kl_cost "
-      "(MuJoCo levels: Table 2's 0.04).", source="IMPACT Table 2: 0.04 (continuous control)",
+      "(MuJoCo levels: Table 2's 0.04).", source="IMPACT Table 1: none; Table 2: 0.04",
       check=POSITIVE)
 
 

@@ -82,13 +82,15 @@ def check_registered(env_id):
     for prefix, package, install in REGISTERING_PACKAGES:
       if name.startswith(prefix):
         try:
-          importlib.import_module(package)
+          with rendering.pygame_notice_silenced():  # MiniGrid imports pygame.
+            importlib.import_module(package)
         except ImportError as error:
           raise ValueError(f"{LEVEL_PREFIX}{env_id} is registered by the {package!r} "
                            f"package, which does not import here ({error}); install it "
                            f"with `{install}` (docs/ENVIRONMENTS.md).") from error
   if module is not None:
-    import_registering_module(env_id, module)
+    with rendering.pygame_notice_silenced():  # A user's package may import pygame too.
+      import_registering_module(env_id, module)
   if name in gymnasium.registry:
     return
   close = difflib.get_close_matches(name, list(gymnasium.registry), n=3, cutoff=0.5)
@@ -148,7 +150,8 @@ def make(env_id, env_kwargs):
   check_registered(env_id)
   rendering.prepare_headless_rendering()  # Before a MuJoCo task imports mujoco (its render()).
   try:
-    return gymnasium.make(env_id, **env_kwargs)
+    with rendering.pygame_notice_silenced():  # Box2D's modules (CarRacing) import pygame.
+      return gymnasium.make(env_id, **env_kwargs)
   except TypeError as error:
     if env_kwargs:
       raise ValueError(f"gym:{env_id} does not take --env_kwargs={env_kwargs}: {error}") \

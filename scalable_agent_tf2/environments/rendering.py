@@ -9,10 +9,12 @@ rgb_array picture.
 
 No TensorFlow here: this runs in environment processes.
 """
+import contextlib
 import ctypes.util
 import multiprocessing
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -24,6 +26,19 @@ HEADLESS_GL_BACKENDS = ("osmesa", "egl")
 CANNOT_RENDER_ADVICE = (
     "MuJoCo draws with OpenGL: on a machine without a display set MUJOCO_GL=egl (with a GPU) "
     "or MUJOCO_GL=osmesa (on the CPU; e.g. apt-get install libosmesa6) before starting.")
+
+
+@contextlib.contextmanager
+def pygame_notice_silenced():
+  """Within the block, pygame's import warns no more that setuptools' pkg_resources is
+  deprecated (pygame 2.6's pkgdata.py imports it): gymnasium's Box2D environments (CarRacing)
+  and MiniGrid import pygame when their module loads, so every such command began with the
+  notice, which is pygame's to fix and asks nothing of a user (requirements-runtime.txt pins
+  pygame 2.6.1). Only that warning, only from pygame's modules."""
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=r"pkg_resources is deprecated",
+                            category=UserWarning, module=r"pygame(\.|$)")
+    yield
 
 
 def prepare_headless_rendering(environ=None, has_library=ctypes.util.find_library,

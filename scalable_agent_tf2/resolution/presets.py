@@ -64,6 +64,45 @@ IMPACT_PAPER_IMPACT = dict(
     normalize_advantages=False, max_grad_norm=None, mean_loss_max_grad_norm=10.0)
 
 
+# Where each value comes from, as --show_settings cites it (the comments above, in words).
+_TABLE1 = "IMPACT Table 1, IMPALA column"
+IMPACT_PAPER_IMPALA_CITED = dict(
+    atari_family.ATARI_CITED, learning_rate=f"{_TABLE1}: 1e-4",
+    entropy_cost=f"{_TABLE1}: 0.01", max_grad_norm=f"{_TABLE1}: 40",
+    discounting=f"{_TABLE1}: 0.99", baseline_cost=f"{_TABLE1}: 0.5",
+    unroll_length=f"{_TABLE1}, sample batch: 50", batch_size=f"{_TABLE1}, 500 / 50 steps: 10",
+    width="IMPACT section 4.3: 42", height="IMPACT section 4.3: 42",
+    torso="IMPACT section 4.3: impact_cnn", num_actors="IMPACT section 4.3, 32 CPUs: 32")
+_TABLE1_IMPACT = "IMPACT Table 1, IMPACT column"
+IMPACT_PAPER_IMPACT_CITED = dict(
+    IMPACT_PAPER_IMPALA_CITED, baseline_cost=f"{_TABLE1_IMPACT}: 1.0",
+    ppo_clip=f"{_TABLE1_IMPACT}: 0.3", circular_buffer_size=f"{_TABLE1_IMPACT} (N): 4",
+    circular_buffer_max_uses=f"{_TABLE1_IMPACT} (K): 2", gae_lambda=f"{_TABLE1_IMPACT}: 0.995",
+    kl_cost=f"{_TABLE1_IMPACT}: 0.0", target_worker_clipping=f"{_TABLE1_IMPACT}: 2.0",
+    normalize_advantages="the IMPACT paper (nor RLlib's APPO): off",
+    max_grad_norm=f"{_TABLE1_IMPACT}, on the mean loss: 10",
+    mean_loss_max_grad_norm=f"{_TABLE1_IMPACT}: 10")
+LASER_PRESET_CITED = dict(max_grad_norm="LASER section 5.1 (no gradient clipping by norm): 0")
+
+
+def citations(level_name, algorithm=IMPALA, preset=settings.DEFAULT_PRESET, given=None):
+  """Where each of presets(level_name, algorithm, preset, given)'s values comes from, in
+  --show_settings' words: a dict of the same keys."""
+  values = presets(level_name, algorithm, preset, given)
+  if preset == settings.IMPACT_PAPER:
+    cited = dict(IMPACT_PAPER_IMPACT_CITED if algorithm == IMPACT else IMPACT_PAPER_IMPALA_CITED)
+  else:
+    levels = families.level_names(level_name)
+    family = families.family_of(levels[0])
+    cited = family.preset_citations(level_name, levels, algorithm, os.cpu_count() or 1,
+                                    given=given)
+    if algorithm == IMPACT and not family.owns_algorithm_presets:
+      cited.update(family_base.IMPACT_PRESET_CITED)
+  cited["queue_capacity"] = (f"not in the paper, 4 batches of {values['batch_size']} unrolls "
+                             f"(actors rarely block): {values['queue_capacity']}")
+  return cited
+
+
 def impact_paper_presets(level_name, algorithm):
   """The IMPACT paper's Atari setting (Figure 6) for IMPALA or IMPACT: Table 1's column.
 

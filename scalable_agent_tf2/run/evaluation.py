@@ -69,12 +69,16 @@ def format_tables(rows, level_name):
   Table 3); Atari-57: Table C.1's columns and Table 4's median and mean.
   """
   lines = []
-  header = f"{'level':<44} {'episodes':>8} {'return':>10} {'human':>9} {'random':>9} {'norm %':>8}"
+  # return: the mean over the level's episodes; std: their standard deviation (np.std), the
+  # spread a score is quoted with; human and random: the reference scores of the normalisation.
+  header = (f"{'level':<44} {'episodes':>8} {'return':>10} {'std':>9} {'human':>9} "
+            f"{'random':>9} {'norm %':>8}")
   lines.append(header)
   lines.append("-" * len(header))
   for row in rows:
     name = row.get("test_level", row["level"])
     lines.append(f"{name:<44} {row['episodes']:>8} {_number(row['mean_return'], 10, 2)} "
+                 f"{_number(row.get('std_return'), 9, 2)} "
                  f"{_number(row.get('human'), 9, 2)} {_number(row.get('random'), 9, 2)} "
                  f"{_number(row.get('human_normalized'), 8, 1)}")
   if suites.is_suite(level_name) and rows:

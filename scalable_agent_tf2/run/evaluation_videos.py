@@ -138,6 +138,12 @@ def videos_summary(level_videos, video_format, directory):
                             if v.reason is not None})
 
 
+def _counted(count, noun, with_count=True):
+  """"1 file", "2 files" (or the noun alone, in its number)."""
+  word = noun if count == 1 else noun + "s"
+  return f"{count} {word}" if with_count else word
+
+
 def videos_lines(summary):
   """The console's lines on where the videos went (none without a summary)."""
   if not summary:
@@ -150,10 +156,12 @@ def videos_lines(summary):
     for level, level_files in summary["files"].items():
       if level_files:
         episodes = ", ".join(str(f["episode"]) for f in level_files)
-        lines.append(f"Videos: {level} episodes {episodes} ({len(level_files)} "
-                     f"{summary['format'].upper()} files of {level_files[0]['width']}x"
-                     f"{level_files[0]['height']} at {level_files[0]['fps']:g} frames/s)")
-  lines.append(f"Videos: {len(files)} files in {summary['directory']}"
+        count = len(level_files)
+        lines.append(f"Videos: {level} {_counted(count, 'episode', False)} {episodes} "
+                     f"({_counted(count, summary['format'].upper() + ' file')} of "
+                     f"{level_files[0]['width']}x{level_files[0]['height']} at "
+                     f"{level_files[0]['fps']:g} frames/s)")
+  lines.append(f"Videos: {_counted(len(files), 'file')} in {summary['directory']}"
                + (f"; not recorded: {', '.join(sorted(summary['not_recorded']))} (see above)"
                   if summary["not_recorded"] else ""))
   return lines

@@ -41,6 +41,7 @@ import sys
 from absl import flags
 
 # The settings and their checks import no TensorFlow: a bad flag is reported at once.
+from scalable_agent_tf2.resolution import citations
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.configuration import command_line as configuration_command_line
@@ -136,16 +137,18 @@ def _flag_text(value):
   return str(value)
 
 
-def setting_sources(config, given, preset_values, preset_name):
+def setting_sources(config, given, preset_values, preset_name, cited=None):
   """(name, resolved value, source, its description) for every setting of `config`.
 
   Sources: GIVEN on the command line; PRESET, the value the presets give (config.preset_values,
   whose `preset_name`); DERIVED by config.resolve from other settings (intra_op_threads by the
   machine's cores, IMPACT's target_update_period = N x K, a clip on the mean loss scaled to the
   run's batch, ...); DEFAULT, the setting's own; UNUSED, a preset setting this run leaves unset
-  (IMPACT's without --algorithm=impact). Descriptions end with the setting's source in the
-  settings table (the paper's table or section), in brackets.
+  (IMPACT's without --algorithm=impact). Descriptions end, in brackets, with where the value
+  comes from: for a preset or derived value its citation in `cited` (resolution/citations.py:
+  the family's source of that value), else the setting's source in the settings table.
   """
+  cited = cited or {}
   rows = []
   for field in settings.all_settings():
     if field.name == "show_settings":
@@ -154,17 +157,20 @@ def setting_sources(config, given, preset_values, preset_name):
       value = FLAGS[field.name].value
     else:
       value = getattr(config, field.name)
-    cited = f" [{field.metadata['source']}]" if field.metadata["source"] else ""
+    source = field.metadata["source"]
+    if field.name in cited and field.name not in given:
+      source = cited[field.name]
+    cited_text = f" [{source}]" if source else ""
     if field.name in given:
       kind, text = GIVEN, GIVEN
     elif field.name in preset_values and preset_values[field.name] == value:
-      kind, text = PRESET, f"{PRESET}: {preset_name}{cited}"
+      kind, text = PRESET, f"{PRESET}: {preset_name}{cited_text}"
     elif field.metadata["preset"] and value is None:
       kind, text = UNUSED, f"{UNUSED} by this run"
     elif field.metadata["preset"] or value != field.default:
-      kind, text = DERIVED, f"{DERIVED}{cited}"
+      kind, text = DERIVED, f"{DERIVED}{cited_text}"
     else:
-      kind, text = DEFAULT, f"{DEFAULT}{cited}"
+      kind, text = DEFAULT, f"{DEFAULT}{cited_text}"
     rows.append((field.name, value, kind, text))
   return rows
 
@@ -187,9 +193,11 @@ def show_settings_lines(config, given):
   """--show_settings's lines: a header (whose presets, and where they come from, as the start
   banner says it: presets.describe_presets), then every setting by topic: --name=value and
   its source."""
-  values = config_lib.preset_values(config, {name: getattr(config, name) for name in given
-                                             if name not in settings.CLUSTER_SETTINGS})
-  rows = setting_sources(config, given, values, _preset_name(config))
+  given_values = {name: getattr(config, name) for name in given
+                  if name not in settings.CLUSTER_SETTINGS}
+  values = config_lib.preset_values(config, given_values)
+  rows = setting_sources(config, given, values, _preset_name(config),
+                         citations.of(config, given_values, values))
   what = (f"{config.level_name} ({len(config.levels)} levels)" if config.is_multi_task
           else config.level_name)
   lines = [f"{config.mode}: {what}, with these settings on this machine ({os.cpu_count()} "

@@ -31,6 +31,7 @@ from scalable_agent_tf2.run import learning_curve
 from scalable_agent_tf2.run.console_pace import RATE_WINDOW_UPDATES, Activity
 from scalable_agent_tf2.run.console_pace import eta_rate, eta_window_start, format_eta
 from scalable_agent_tf2.run.console_pace import waiting_message, windowed_rates
+from scalable_agent_tf2.runfiles import plot
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments.families import base as family_base
@@ -115,6 +116,11 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
   else:
     lines.append(f"  {config.test_num_episodes} episodes per level, {config.num_actors} "
                  f"environments at once, seed {config.seed}")
+  if mode == "train":  # Where to look while it trains.
+    logdir = config.logdir.rstrip("/") or "/"
+    lines.append(f"  learning curve: {os.path.join(logdir, plot.CURVE_FILE)} (redrawn at each "
+                 f"checkpoint and at the stop); every number: "
+                 f"{runlog.log_path(logdir)} and `tensorboard --logdir {logdir}`")
   lines.append(f"  device {device}, XLA {'on' if xla else 'off'}, logdir {config.logdir}")
   if mode != "train":
     lines.append(f"Testing {checkpoint} ({frames:,} training frames).")
@@ -129,6 +135,7 @@ class Monitor:
   """Collects statistics from actor threads and the learner; writes them out on `write`."""
 
   def __init__(self, logdir, levels, total_frames, print_fn=print, clock=time.monotonic):
+    self._logdir = logdir
     self._levels = tuple(levels)
     self._total_frames = total_frames
     self._print = print_fn
@@ -150,6 +157,7 @@ class Monitor:
     self._eta_estimate = None  # (time, seconds to go then, the rate's window start).
     self._start_time = None
     self._start_frames = None
+    self._start_updates = 0
     # The learner's frame count after its latest update: each episode is stamped with it when
     # it ends (record_episode), so a curve has a point per episode, not a step per write.
     self._learner_frames = 0
@@ -171,12 +179,24 @@ class Monitor:
     drop what an interrupted attempt logged beyond it (runlog.read_trained_records).
     """
     self._start_time, self._start_frames = self._clock(), num_frames
+    self._start_updates = self._num_updates
+    with self._lock:  # A resumed run's count goes on from the episodes that trained it.
+      self._num_episodes = self._trained_episodes(num_frames) + self._num_episodes
     self._learner_frames = self._logged_frames = int(num_frames)
     self._last_update_time = None
     self._frame_changes.clear()
     self._samples.clear()
     self._samples.append((self._start_time, num_frames, self._num_updates))
     self._log.start(num_frames)
+
+  def _trained_episodes(self, num_frames):
+    """Episodes of the log up to num_frames that lead to the parameters the run starts from
+    (runlog.read_trained_records, as a reader of the log counts them once this start's
+    record drops what a lost attempt logged beyond them); 0 without a log."""
+    if not self._curve_data:
+      return 0
+    episodes, _ = runlog.read_trained_records(self._logdir)
+    return sum(1 for record in episodes if record["frames"] <= num_frames)
 
   def watch_activity(self, activity):
     """activity: callable() -> Activity, asked at each write (the supervising thread) while
@@ -305,16 +325,22 @@ class Monitor:
     run slowed down), the rate from the same window start to now takes over. nan (no time to
     go shown) until the run has made RATE_WINDOW_UPDATES updates: the rate is not known yet.
     """
-    fps, updates_per_second = windowed_rates(self._samples, now, num_frames, num_updates)
-    started_updates = self._samples[0][2] if self._samples else 0
     previous_frames = self._samples[-1][1] if self._samples else None
+    moved = previous_frames is not None and num_frames != previous_frames
+    if moved and not self._frame_changes:
+      # The first update's write: the rates' windows start here, never in the start-up's wait.
+      self._samples.clear()
+    if len(self._frame_changes) + moved >= 2:
+      fps, updates_per_second = windowed_rates(self._samples, now, num_frames, num_updates)
+    else:  # Fewer than two updates seen: no rate to tell yet (nan: "measuring fps").
+      fps = updates_per_second = float("nan")
     self._samples.append((now, num_frames, num_updates))
     remaining = max(self._total_frames - num_frames, 0)
-    if previous_frames is not None and num_frames != previous_frames:
+    if moved:
       start = eta_window_start(self._frame_changes, now)
       rate = eta_rate(self._frame_changes, now, num_frames)
       self._frame_changes.append((now, num_frames))
-      if rate is not None and num_updates - started_updates >= RATE_WINDOW_UPDATES:
+      if rate is not None and num_updates - self._start_updates >= RATE_WINDOW_UPDATES:
         self._eta_estimate = (now, remaining / rate, start)
     if self._eta_estimate is None:
       return fps, updates_per_second, float("nan")
@@ -349,9 +375,13 @@ class Monitor:
       if record["episodes"]:
         parts.append(f"episodes {record['episodes']}")
       return " | ".join(parts)
-    parts += [f"{record['frames_per_second']:,.0f} fps",
-              f"{record['updates_per_second']:.2f} updates/s",
-              f"episodes {record['episodes']}"]
+    if math.isnan(record["frames_per_second"]):  # The first update's write: no rate yet.
+      updates = record["updates"]
+      parts.append(f"{updates} update{'s' if updates != 1 else ''}, measuring fps")
+    else:
+      parts += [f"{record['frames_per_second']:,.0f} fps",
+                f"{record['updates_per_second']:.2f} updates/s"]
+    parts.append(f"episodes {record['episodes']}")
     if waiting:
       parts.append(waiting)
     if "total_loss" in record:

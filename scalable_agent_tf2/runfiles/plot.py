@@ -9,10 +9,12 @@ LOGDIRs the runs are overlaid, one colour each, labelled with --labels (default:
 names).
 
 A figure has two columns: episode return against environment frames (the learner's frame
-count at the episode's end) and against hours of training (the running time of the run's
+count at the episode's end) and against time of training (the running time of the run's
 attempts: from each START record of the log to its last record, so a run that was stopped and
-resumed does not count the time in between). One row per level (dots: every episode; line:
-the mean of the last --window episodes) for runs of up to MAX_LEVEL_ROWS levels. A run whose
+resumed does not count the time in between), each axis in units that suit the run's length
+(frames, thousands or millions; seconds, minutes or hours: axis_unit). One row per level
+(dots: every episode; line: the mean of the last --window episodes) for runs of up to
+MAX_LEVEL_ROWS levels. A run whose
 monitor logged human-normalised scores (a suite: Atari-57, DMLab-30, or several levels with
 reference scores) gets a first row of those scores (the mean capped and the median over levels
 of each level's recent mean return, as the monitor computed them); runs of more levels than
@@ -225,17 +227,46 @@ def _pyplot():
   return plt
 
 
-def _draw(axes, curve, x_name, colour, label, linestyle="-"):
-  x = getattr(curve, x_name)
-  x = x / 1e6 if x_name == "frames" else x
+# The x axes' units, chosen from the run's length (axis_unit) so that a short run's axis reads
+# 0-25 thousand frames and 0-23 seconds, not 0.000-0.025 million and 0.0015-0.0065 hours:
+# (size in frames or seconds, axis label), smallest first. The largest unit of which the
+# longest curve holds at least AXIS_UNITS_FROM is used.
+FRAME_UNITS = ((1, "environment frames"), (1e3, "environment frames (thousands)"),
+               (1e6, "environment frames (millions)"))
+TIME_UNITS = ((1, "seconds of training"), (60, "minutes of training"),
+              (3600, "hours of training"))
+AXIS_UNITS_FROM = 2
+
+
+def _x_values(curve, x_name):
+  """A curve's x values in frames or seconds."""
+  return curve.frames if x_name == "frames" else curve.hours * 3600
+
+
+def axis_unit(curves, x_name):
+  """(size, label) of the unit for an axis of `x_name` ("frames" or "hours") on which these
+  Curves are drawn, from the largest value among them (FRAME_UNITS, TIME_UNITS)."""
+  units = FRAME_UNITS if x_name == "frames" else TIME_UNITS
+  longest = max((float(np.max(_x_values(c, x_name))) for c in curves if len(c.frames)),
+                default=0.0)
+  fitting = [unit for unit in units if longest >= AXIS_UNITS_FROM * unit[0]]
+  return fitting[-1] if fitting else units[0]
+
+
+def _curves_of(runs, rows):
+  """Every Curve the main figure draws in these rows."""
+  return [curve for run in runs for name in rows
+          for curve in (run.scores.values() if name == "score"
+                        else [run.levels[name]] if name in run.levels else [])]
+
+
+def _draw(axes, curve, x_name, colour, label, linestyle="-", unit=1):
+  x = _x_values(curve, x_name) / unit
   if curve.dots is not None:
     dots = _thinned(len(x), MAX_DOTS)
     axes.scatter(x[dots], curve.dots[dots], s=2, alpha=0.25, color=colour)
   line = _thinned(len(x), MAX_LINE_POINTS)
   axes.plot(x[line], curve.values[line], color=colour, linestyle=linestyle, label=label)
-
-
-_X_LABELS = dict(frames="environment frames (millions)", hours="hours of training")
 
 
 def _save(figure, path):
@@ -263,20 +294,22 @@ def plot_runs(runs, output, window=DEFAULT_WINDOW, title="", with_time=True,
     width, height = figure_pixels(len(rows), with_time)
     figure, panels = plt.subplots(len(rows), len(x_names), figsize=(width / DPI, height / DPI),
                                   squeeze=False)
+    units = {x_name: axis_unit(_curves_of(runs, rows), x_name) for x_name in x_names}
     for row, name in enumerate(rows):
       for column, x_name in enumerate(x_names):
         axes = panels[row][column]
+        unit, x_label = units[x_name]
         for index, run in enumerate(runs):
           colour = f"C{index % 10}"
           if name == "score":
             for (score, curve), style in zip(run.scores.items(), ("-", "--")):
-              _draw(axes, curve, x_name, colour, f"{run.label}: {score}", style)
+              _draw(axes, curve, x_name, colour, f"{run.label}: {score}", style, unit)
           elif name in run.levels:
             _draw(axes, run.levels[name], x_name, colour,
                   f"{run.label} (mean of last {window})" if len(runs) > 1
-                  else f"mean of last {window}")
+                  else f"mean of last {window}", unit=unit)
         axes.set_title("human-normalised score (%)" if name == "score" else name, fontsize=10)
-        axes.set_xlabel(_X_LABELS[x_name])
+        axes.set_xlabel(x_label)
         axes.set_ylabel("score (%)" if name == "score" else "episode return")
         axes.grid(alpha=0.3)
         if axes.get_legend_handles_labels()[0]:
@@ -300,6 +333,8 @@ def _plot_grid(plt, runs, levels, path, window, title):
   rows = -(-len(levels) // GRID_COLUMNS)
   figure, panels = plt.subplots(rows, GRID_COLUMNS, figsize=(width / DPI, height / DPI),
                                 squeeze=False)
+  unit, x_label = axis_unit([run.levels[level] for run in runs for level in levels
+                             if level in run.levels], "frames")
   for index, axes in enumerate(panels.flat):
     if index >= len(levels):
       axes.axis("off")
@@ -308,7 +343,7 @@ def _plot_grid(plt, runs, levels, path, window, title):
       if levels[index] in run.levels:
         curve = run.levels[levels[index]]
         line = _thinned(len(curve.frames), MAX_LINE_POINTS)
-        axes.plot(curve.frames[line] / 1e6, curve.values[line], color=f"C{run_index % 10}",
+        axes.plot(curve.frames[line] / unit, curve.values[line], color=f"C{run_index % 10}",
                   label=run.label, linewidth=1)
     axes.set_title(levels[index], fontsize=7)
     axes.tick_params(labelsize=6)
@@ -318,7 +353,7 @@ def _plot_grid(plt, runs, levels, path, window, title):
   # Fixed margins (in inches): tight_layout measures every one of 57 panels' labels, seconds.
   width_in, height_in = width / DPI, height / DPI
   figure.suptitle((title + ": " if title else "")
-                  + f"mean of the last {window} episode returns against frames (millions)",
+                  + f"mean of the last {window} episode returns against {x_label}",
                   y=1 - 0.08 / height_in, va="top")
   figure.subplots_adjust(left=0.35 / width_in, right=1 - 0.1 / width_in,
                          bottom=0.25 / height_in, top=1 - 0.6 / height_in,
@@ -384,7 +419,7 @@ def _parser():
                       help="episodes in the running mean (default %(default)s)")
   parser.add_argument("--title", default="")
   parser.add_argument("--frames_only", action="store_true",
-                      help="leave out the panels against hours of training")
+                      help="leave out the panels against time of training")
   parser.add_argument("--legend_loc", default="best", help="matplotlib's legend location")
   parser.add_argument("--table_every", type=int, default=None, metavar="FRAMES",
                       help="also print each run's curve as CSV rows (level, frames, hours, "

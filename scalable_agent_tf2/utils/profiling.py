@@ -51,7 +51,8 @@ def process_cpu_seconds(pid):
   return sum(int(value) for value in fields[11:15]) / _CLOCK_TICKS
 
 
-def _children(pid):
+def child_processes(pid):
+  """The pids of process `pid`'s live children (every thread's), from /proc."""
   found = []
   for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else ():
     text = _read(f"/proc/{pid}/task/{task}/children")
@@ -76,7 +77,7 @@ def thread_cpu_seconds(pid, include_children=True):
       key = (process, int(task), name.strip() if process == pid else "environment")
       result[key] = _cpu_ticks(stat) / _CLOCK_TICKS
     if include_children:
-      pending.extend(_children(process))
+      pending.extend(child_processes(process))
   return result
 
 

@@ -1,6 +1,7 @@
 """Levels that cannot run are found before any environment starts (config.resolve)."""
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments.families import dmlab as dmlab_family
+from tests.run.test_before_tensorflow import REPO_DIR
 
 _BRADY = ("psychlab_arbitrary_visuomotor_mapping", "psychlab_continuous_recognition")
 
@@ -122,3 +124,45 @@ def test_actors_of_any_level_that_do_not_fit_in_memory_are_refused_before_anythi
                           capture_output=True, text=True, timeout=60,
                           cwd=__import__("tests.run.test_training", fromlist=["REPO_DIR"]).REPO_DIR)
   assert result.returncode == 2 and result.stderr.startswith("error: --num_actors=100000")
+
+
+# experiment.py as on a machine without DeepMind Lab: sys.modules' None entry makes
+# importlib.util.find_spec("deepmind_lab") return None and `import deepmind_lab` fail, as
+# they do where the module was never built.
+_WITHOUT_DEEPMIND_LAB = textwrap.dedent(f"""
+    import os, runpy, sys
+    sys.modules["deepmind_lab"] = None
+    sys.path[0] = {REPO_DIR!r}
+    sys.argv = ["experiment.py"] + sys.argv[1:]
+    runpy.run_path(os.path.join({REPO_DIR!r}, "experiment.py"), run_name="__main__")
+""")
+
+
+def _experiment_without_deepmind_lab(*flags):
+  return subprocess.run([sys.executable, "-c", _WITHOUT_DEEPMIND_LAB, *flags],
+                        capture_output=True, text=True, timeout=120, cwd=REPO_DIR)
+
+
+def test_dmlab30_without_deepmind_lab_names_the_module_first_and_every_other_blocker(tmp_path):
+  result = _experiment_without_deepmind_lab("--level_name=dmlab30", f"--logdir={tmp_path}/run")
+  assert result.returncode == 2, result.stdout + result.stderr
+  lines = result.stderr.splitlines()
+  assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+  # The module first (nothing else can be tried without it), with where to get it.
+  assert lines[0].startswith("error: DeepMind Lab levels need the `deepmind_lab` Python "
+                             "module"), lines[0]
+  assert "BUILD.md" in lines[0]
+  # And what would stop the run next, in the same answer: no second and third try.
+  assert "--dataset_path" in lines[0] and "psychlab_continuous_recognition" in lines[0]
+  if config_lib.machine_memory_gb() < 32.5:  # 150 actors x 0.2 GB + 2.5 GB.
+    assert "--num_actors=150" in lines[0]
+  assert not (tmp_path / "run").exists()
+
+
+def test_show_settings_without_deepmind_lab_notes_the_module_and_the_dataset():
+  result = _experiment_without_deepmind_lab("--level_name=dmlab30", "--show_settings")
+  assert result.returncode == 0, result.stdout + result.stderr
+  note = [line for line in result.stdout.splitlines() if line.startswith("note:")]
+  assert len(note) == 1, result.stdout
+  assert "`deepmind_lab`" in note[0] and "BUILD.md" in note[0], note[0]
+  assert "--dataset_path" in note[0], note[0]

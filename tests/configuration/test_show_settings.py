@@ -5,12 +5,15 @@ source for the given level and flags, printed without TensorFlow, exit 0.
 the start of `import tensorflow` on stderr), not with a wall-clock limit.
 """
 import dataclasses
+import math
 import os
 import re
 
+from scalable_agent_tf2.resolution import citations
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.run import experiment_flags
 from tests.run.test_before_tensorflow import TENSORFLOW_MARK
 from tests.run.test_before_tensorflow import run_experiment
 
@@ -50,11 +53,9 @@ def test_pong_shows_every_setting_resolved_with_its_source(tmp_path):
   # Given, preset (Table G.1 for Atari, cited), derived, default.
   assert rows["num_actors"] == ("4", "flag")
   assert rows["level_name"][1] == "flag"
-  assert rows["learning_rate"] == ("0.0006", "preset: Atari games [Table G.1: 0.0006; "
-                                   "released code (DMLab-30)]")
+  assert rows["learning_rate"] == ("0.0006", "preset: Atari games [Table G.1: 0.0006]")
   assert rows["entropy_cost"][1].startswith("preset: Atari games [Table G.1: 0.01")
-  assert rows["max_grad_norm"] == ("40.0", "preset: Atari games [Table G.1: 40; DMLab: none "
-                                   "(released code); LASER section 5.1: none]")
+  assert rows["max_grad_norm"] == ("40.0", "preset: Atari games [Table G.1: 40]")
   assert rows["unroll_length"][0] == "20" and rows["unroll_length"][1].startswith("preset:")
   assert rows["intra_op_threads"][1].startswith("derived")
   assert rows["mode"] == ("train", "default")
@@ -68,14 +69,19 @@ def test_a_flag_beats_the_preset_and_says_so():
   assert rows["learning_rate"] == ("0.001", "flag")
   assert rows["baseline_cost"][0] == "1.0"  # IMPACT Table 1 over Table G.1's 0.5.
   assert rows["baseline_cost"][1].startswith("preset: Atari games, IMPACT Table 1")
-  assert rows["target_update_period"] == ("8", "derived [IMPACT section 4.1.1]")  # N x K.
+  assert rows["target_update_period"] == ("8", "derived [IMPACT section 4.1.1, n = N x K = 4 "
+                                          "x 2: 8]")
 
 
 def test_a_level_the_papers_did_not_run_says_where_its_presets_come_from():
   text, rows = show("--level_name=gym:CartPole-v1")
   assert presets.describe_presets("gym:CartPole-v1").splitlines()[0] in text
-  assert rows["num_action_repeats"] == ("1", "preset: gymnasium environments [Tables G.1 "
-                                        "(Atari) and D.3 (DMLab): 4]")
+  assert rows["num_action_repeats"] == ("1", "preset: gymnasium environments [not in the "
+                                        "paper (a gymnasium step is an agent step): 1]")
+  # The value printed, cited (not the Atari tables' 4, nor a 1e-5 of another algorithm's).
+  assert rows["epsilon"][0] == "1e-16" and rows["epsilon"][1].endswith(": 1e-16]")
+  assert rows["ppo_clip"][0] == "0.4" and "IMPACT Table 2" in rows["ppo_clip"][1]
+  assert rows["torso"][0] == "(none)" and "take the mlp torso" in rows["torso"][1]
 
 
 def test_a_suite_shows_its_levels_and_deep_network():
@@ -89,3 +95,96 @@ def test_a_bad_flag_is_an_error_without_tensorflow():
   assert result.returncode == 2, result.stdout + result.stderr
   assert "error: --batch_size must be a positive integer, got 0." in result.stderr
   assert TENSORFLOW_MARK not in result.stderr
+
+
+# Every family's presets, each algorithm and preset, the derived settings (a clip on the mean
+# loss, N x K, a short budget's batch, LASER's): the runs whose brackets are checked.
+_EVERY_KIND = [
+    ["--level_name=atari/pong"],
+    ["--level_name=atari57"],
+    ["--level_name=atari/breakout", "--algorithm=impact"],
+    ["--level_name=atari/pong", "--preset=impact_paper"],
+    ["--level_name=atari/pong", "--preset=impact_paper", "--algorithm=impact"],
+    ["--level_name=atari/pong", "--laser_replay", "--replay_fraction=0.875"],
+    ["--level_name=dmlab30"],
+    ["--level_name=seekavoid_arena_01", "--algorithm=impact"],
+    ["--level_name=mujoco/hopper"],
+    ["--level_name=mujoco/half_cheetah", "--algorithm=impact"],
+    ["--level_name=gym:CartPole-v1"],                                # Discrete, vectors.
+    ["--level_name=gym:CartPole-v1", "--algorithm=impala"],
+    ["--level_name=gym:Pendulum-v1"],                                # Box, vectors.
+    ["--level_name=gym:CarRacing-v3"],                               # Box, frames.
+    ["--level_name=gym:FrozenLake-v1"],                              # An index.
+    ["--level_name=gym:tests.gym_user_package.costs:UserPlanes-v0"],  # A grid's small planes.
+    ["--level_name=toy/lit_side"],
+    ["--level_name=toy/lit_side", "--total_environment_frames=40"],  # A batch cut short.
+]
+_WORDS = {"true": ("on", "true"), "false": ("off", "false"), "(none)": ("none",)}
+# The words that are values: every setting's choices, and the words for true, false, none.
+_VALUE_WORDS = sorted({str(choice) for f in settings.all_settings()
+                       for choice in f.metadata["choices"] or () if choice}
+                      | {word for words in _WORDS.values() for word in words}, key=len,
+                      reverse=True)
+# A bracket's cited value: what follows its first "<source>: " that is a number (200M, 1e-16,
+# 10,000, inf) or a value's word (shallow, impact, none, on, off).
+_CITED = re.compile(r": (-?inf\b|-?[\d,]*\.?\d+(?:e[-+]?\d+)?[kM]?(?![\w.-]*[a-zA-Z])|(?:"
+                    + "|".join(re.escape(word) for word in _VALUE_WORDS) + r")\b)")
+
+
+def _cited_number(text):
+  scale = {"k": 1e3, "M": 1e6}.get(text[-1], 1)
+  return float(text.rstrip("kM").replace(",", "")) * scale
+
+
+def _cites(value, cited):
+  """Whether a bracket's cited value is the printed value."""
+  if value in _WORDS:
+    return cited in _WORDS[value]
+  try:
+    number = float(value)
+  except ValueError:
+    return cited == value
+  try:
+    return math.isclose(_cited_number(cited), number, rel_tol=1e-9)
+  except ValueError:
+    return False
+
+
+def test_every_bracket_cites_the_value_printed():
+  """A bracket names where the printed value comes from: where it cites a value (its first
+  "<source>: <value>"), that is the printed one; a different number only comes after it, as
+  the reason why the value printed differs from a paper's."""
+  wrong = []
+  for flags in _EVERY_KIND:
+    config = config_lib.config_from_argv(flags)
+    given = {flag[2:].split("=")[0] for flag in flags}
+    for line in experiment_flags.show_settings_lines(config, given):
+      match = _ROW.match(line)
+      if not match or "[" not in match.group(3):
+        continue
+      name, value, source = match.groups()
+      bracket = source[source.index("[") + 1:]
+      cited = _CITED.search(bracket)
+      if cited and not _cites(value, cited.group(1)):
+        wrong.append(f"{' '.join(flags)}: --{name}={value} {source}")
+  assert not wrong, "\n".join(wrong)
+
+
+def test_every_preset_value_has_a_citation_of_its_family():
+  """Each preset and derived row carries its family's citation of that value
+  (resolution/citations.py), not the setting's general note, and every family's citations
+  have the keys of its presets."""
+  missing = []
+  for flags in _EVERY_KIND:
+    config = config_lib.config_from_argv(flags)
+    given = {flag[2:].split("=")[0]: getattr(config, flag[2:].split("=")[0]) for flag in flags}
+    values = config_lib.preset_values(config, given)
+    cited = citations.of(config, given, values)
+    assert set(values) <= set(cited), (flags, set(values) - set(cited))
+    for line in experiment_flags.show_settings_lines(config, set(given)):
+      match = _ROW.match(line)
+      if match and match.group(3).startswith(("preset", "derived")):
+        name, _, source = match.groups()
+        if name not in cited or not source.endswith(f"[{cited[name]}]"):
+          missing.append(f"{' '.join(flags)}: --{name} {source}")
+  assert not missing, "\n".join(missing)

@@ -364,3 +364,18 @@ def test_value_torso_chooses_the_baselines_torso_for_discrete_actions(level, cho
 def test_value_torso_is_refused_where_no_network_takes_it(level, choice, message):
   with pytest.raises(ValueError, match=message):
     _resolve(level, value_torso=choice)
+
+
+@pytest.mark.parametrize("level_name", [
+    "gym:CarRacing-v3",  # gymnasium's Box2D module imports pygame when gymnasium.make loads it.
+    "gym:tests.gym_user_package.pygame_drawn:UserPygameDrawn-v0",  # As MiniGrid's import does.
+])
+def test_an_environment_that_imports_pygame_starts_without_its_pkg_resources_notice(
+    level_name):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  result = subprocess.run([sys.executable, "experiment.py", f"--level_name={level_name}",
+                           "--show_settings"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+  assert result.returncode == 0, result.stdout + result.stderr
+  assert "pkg_resources" not in result.stderr, result.stderr
+  assert result.stderr == "", result.stderr  # Nothing else either.

@@ -194,7 +194,8 @@ def test_a_short_runs_first_lines_say_what_it_waits_for(tmp_path):
   config = test_training.toy_config(tmp_path, total_frames=4_000, log_secs=0.2)
   test_training.train_toy(config, lines=lines)
   console = [line for line in lines if line.startswith("frames ")]
-  moving = next(i for i, line in enumerate(console) if "updates/s" in line)
+  moving = next(i for i, line in enumerate(console)
+                if "updates/s" in line or "measuring fps" in line)
   assert moving > 0, console  # The start-up takes seconds: writes every 0.2 s see it.
   stages = []
   for line in console[:moving]:
@@ -203,3 +204,44 @@ def test_a_short_runs_first_lines_say_what_it_waits_for(tmp_path):
     stages.append(stage)
   assert stages == sorted(stages), console[:moving]  # Each wait follows the one before.
   assert not [line for line in console if "| 0 fps" in line]
+
+
+def test_frames_per_second_never_count_the_start_ups_wait(tmp_path):
+  monitor, clock, lines = _started_monitor(tmp_path, "atari/pong", 10**7)
+  for _ in range(12):  # A minute of start-up: environments, the first unroll and update.
+    clock.now += 5.0
+    monitor.write(0, queue_fill=0.0)
+  clock.now += 5.0
+  monitor.record_update({"num_env_frames": 2560, "total_loss": 1.0}, [0])
+  first = monitor.write(2560, queue_fill=0.0)
+  # One update says nothing of the rate yet: none is shown (not 0, not 2,560 / 65 s).
+  assert math.isnan(first["frames_per_second"]) and math.isnan(first["updates_per_second"])
+  assert "measuring fps" in lines[-1] and " fps |" not in lines[-1].replace("measuring fps", "")
+  # Then 2,560 frames every 5 s: 512 frames/s from the first update on (the mean since the
+  # start, 7,680 frames in 75 s, would say 102).
+  _, _, records = _run_at(monitor, clock, 2560, 10, 2560, 1)
+  assert records[-1]["frames_per_second"] == pytest.approx(512)
+  assert records[-1]["updates_per_second"] == pytest.approx(0.2)
+  assert "512 fps" in lines[-1] and "measuring" not in lines[-1]
+  monitor.close()
+
+
+def test_the_episode_count_goes_on_after_a_resume(tmp_path):
+  monitor, clock, lines = _started_monitor(tmp_path, "atari/pong", 10**7)
+  for frames in (1000, 2000, 3000):
+    clock.now += 5.0
+    monitor.record_update({"num_env_frames": frames, "total_loss": 1.0}, [0])
+    for _ in range(2):
+      monitor.record_episode("atari/pong", 1.0, 10)
+    monitor.write(frames, queue_fill=0.0)
+  monitor.close()  # 6 episodes, the last two at 3,000 frames; the checkpoint at 2,000.
+  clock, lines = _Clock(), []
+  resumed = monitoring.Monitor(str(tmp_path), ["atari/pong"], total_frames=10**7,
+                               print_fn=lines.append, clock=clock)
+  resumed.start(2000)  # The 2 episodes logged beyond the checkpoint were played by lost
+  clock.now = 5.0      # parameters: they do not count (runlog.read_trained_records).
+  resumed.record_update({"num_env_frames": 3000, "total_loss": 1.0}, [0])
+  resumed.record_episode("atari/pong", 2.0, 10)
+  assert resumed.write(3000, queue_fill=0.0)["episodes"] == 5
+  assert "episodes 5" in lines[-1]
+  resumed.close()

@@ -9,6 +9,7 @@ import sys
 import time
 import zlib
 
+import numpy as np
 import pytest
 
 from scalable_agent_tf2.runfiles import plot
@@ -280,3 +281,48 @@ class _Lines(list):
   def append(self, line):
     super().append(line)
     self._print_fn(line)
+
+
+def _drawn_axes(monkeypatch, draw):
+  """[(x label, (x min, x max))] of every panel of the figures `draw()` saves (a test double
+  at the write: Figure.savefig records the axes instead of writing)."""
+  plt = plot._pyplot()  # pylint: disable=protected-access
+  drawn = []
+
+  def record(self, filename, **kwargs):
+    del kwargs
+    drawn.extend((axes.get_xlabel(), axes.get_xlim()) for axes in self.axes if axes.lines)
+    with open(filename, "wb") as f:
+      f.write(PNG_SIGNATURE)
+  monkeypatch.setattr(plt.Figure, "savefig", record)
+  draw()
+  return drawn
+
+
+def test_a_short_runs_axes_read_in_frames_and_seconds_a_long_ones_in_millions_and_hours(
+    tmp_path, monkeypatch):
+  # 30 episodes up to 2,905 frames in 300 s: thousands and minutes (not 0.003 million and
+  # 0.08 hours).
+  write_log(tmp_path / "short", ["toy/lit_side"])
+  axes = _drawn_axes(monkeypatch, lambda: plot.write_run_curves(str(tmp_path / "short")))
+  assert [label for label, _ in axes] == ["environment frames (thousands)",
+                                          "minutes of training"]
+  assert 2 < axes[0][1][1] < 4 and 4 < axes[1][1][1] < 7
+  # 1,500 frames in 90 s: frames and seconds.
+  brief = plot.Curve(np.array([100.0, 1_500.0]), np.array([0.001, 0.025]), np.zeros(2))
+  assert plot.axis_unit([brief], "frames") == (1, "environment frames")
+  assert plot.axis_unit([brief], "hours") == (1, "seconds of training")
+  # 25,000 frames in 23 s, as the one-minute check's toy run: thousands, seconds.
+  run = plot.Curve(np.linspace(100, 25_000, 50), np.linspace(0.0015, 0.0065, 50),
+                   np.zeros(50), dots=np.zeros(50))
+  assert plot.axis_unit([run], "frames") == (1e3, "environment frames (thousands)")
+  assert plot.axis_unit([run], "hours") == (1, "seconds of training")
+  # 200M frames in 40 h: millions and hours.
+  long = plot.Curve(np.array([1e6, 2e8]), np.array([0.2, 40.0]), np.zeros(2))
+  assert plot.axis_unit([long], "frames") == (1e6, "environment frames (millions)")
+  assert plot.axis_unit([long], "hours") == (3600, "hours of training")
+  # A suite's grid of levels takes the unit too.
+  levels = [f"atari/game_{i}" for i in range(plot.MAX_LEVEL_ROWS + 1)]
+  write_log(tmp_path / "suite", levels)
+  axes = _drawn_axes(monkeypatch, lambda: plot.write_run_curves(str(tmp_path / "suite")))
+  assert axes and all(label == "" and 2 < high < 4 for label, (_, high) in axes)

@@ -62,11 +62,16 @@ def test_start_banner_says_what_runs_and_where_it_starts_from(tmp_path):
                    "decaying linearly to 0 at 5,000", "device /cpu:0, XLA off",
                    f"logdir {tmp_path}", "Fresh start"]:
     assert expected in fresh
+  # Where to look while it trains: the curve's file, the log, TensorBoard.
+  assert (f"  learning curve: {tmp_path}/learning_curve.png (redrawn at each checkpoint and at "
+          f"the stop); every number: {tmp_path}/log.jsonl and `tensorboard --logdir "
+          f"{tmp_path}`") in fresh.splitlines()
   resumed = monitoring.start_banner(config, TOY_NETWORK, "/cpu:0", True, "ckpt-800", 800)
   assert resumed[-1] == "Resumed from ckpt-800 at 800 frames." and "XLA on" in resumed[-2]
   tested = monitoring.start_banner(config, TOY_NETWORK, "/cpu:0", False, "ckpt-800", 800,
                                    mode="test")
   assert "500 episodes per level" in "\n".join(tested)
+  assert "learning curve:" not in "\n".join(tested)  # A test run draws none.
   assert "defaults:" not in fresh  # The paper's levels: their tables, cited in the code.
   # A level no paper ran: the banner says in one line which defaults apply, and why.
   gym = dataclasses.replace(config, level_name="gym:CartPole-v1", excluded_levels="",
@@ -116,6 +121,17 @@ def test_test_table_shows_a_dash_where_there_is_no_number():
   text = evaluation.format_tables(rows, "toy")
   toy_line = next(line for line in text.splitlines() if line.startswith("toy"))
   assert "nan" not in text and toy_line.split()[-3:] == ["-", "-", "-"]
+
+
+def test_test_table_has_the_spread_of_the_returns_beside_their_mean():
+  rows = evaluation.level_rows({"toy": [(1.0, 10), (3.0, 10)], "atari/pong": [(3.0, 100)]})
+  lines = evaluation.format_tables(rows, "toy").splitlines()
+  header = lines[0].split()
+  assert header[:5] == ["level", "episodes", "return", "std", "human"], header
+  toy = next(line for line in lines if line.startswith("toy")).split()
+  assert toy[1:4] == ["2", "2.00", "1.00"]  # Mean 2, standard deviation 1 (np.std).
+  pong = next(line for line in lines if line.startswith("atari/pong")).split()
+  assert pong[2:5] == ["3.00", "0.00", "14.60"]  # One episode: no spread; human 14.6.
 
 
 def test_test_progress_counts_episodes_per_level_and_time_to_go():

@@ -409,6 +409,11 @@ def test_the_console_names_each_level_or_sums_a_suite_up():
   assert evaluation_videos.videos_lines(few) == [
       "Videos: atari/pong episodes 1, 2 (2 MP4 files of 160x210 at 15 frames/s)",
       "Videos: 2 files in /d"]
+  one = dict(directory="/d", format=videos.MP4, files={"atari/pong": files(1)},
+             not_recorded={})
+  assert evaluation_videos.videos_lines(one) == [
+      "Videos: atari/pong episode 1 (1 MP4 file of 160x210 at 15 frames/s)",
+      "Videos: 1 file in /d"]
   many = dict(directory="/d", format=videos.GIF,
               files={f"atari/game{k}": files(3) for k in range(5)},
               not_recorded={"atari/game4": "its video could not be written"})

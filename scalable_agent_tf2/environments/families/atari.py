@@ -18,6 +18,13 @@ ATARI = dict(base.PAPER_SHARED, entropy_cost=0.01, learning_rate=0.0006, epsilon
              max_grad_norm=40.0, reward_clipping=settings.ABS_ONE,
              total_environment_frames=int(200e6), unroll_length=20, batch_size=32, width=84,
              height=84, torso=settings.SHALLOW, num_actors=48)
+ATARI_CITED = dict(
+    base.PAPER_SHARED_CITED, entropy_cost="Table G.1: 0.01", learning_rate="Table G.1: 0.0006",
+    epsilon="Table G.1: 0.01", max_grad_norm="Table G.1: 40",
+    reward_clipping="Table G.1: abs_one", total_environment_frames="Table G.1: 200M",
+    unroll_length="Table G.1: 20", batch_size="Table G.1: 32", width="Table G.1: 84",
+    height="Table G.1: 84", torso="Appendix G (the experts): shallow",
+    num_actors="Table 1: 48")
 # Environments of an Atari run: Table 1's 48 actors, one environment each.
 ATARI_ENVIRONMENTS = 48
 # What atari_vector.AtariVectorGroup implements: Table G.1's 84x84 frames and action repeat 4
@@ -54,6 +61,24 @@ class AtariFamily(base.Family):
     if suites.is_suite(level_name):
       values["torso"] = settings.DEEP
     return values
+
+  def preset_citations(self, level_name, levels, algorithm, num_cores, given=None):
+    del algorithm, given
+    cited = dict(ATARI_CITED, **base.actor_layout_cited(ATARI_ENVIRONMENTS, num_cores,
+                                                        "Table 1"))
+    if len(levels) > 1:
+      cited["total_environment_frames"] = (
+          f"Table G.1 and section 5.3.2, 200M per game: {len(levels) * 200}M")
+    if suites.is_suite(level_name):
+      cited["torso"] = "Appendix G (the multi-task agent): deep"
+    return cited
+
+  def intra_op_threads_cited(self, torso, num_cores):
+    threads = self.intra_op_threads(torso, num_cores)
+    return (f"not in the paper, measured (benchmarks/RESULTS.md, 'Side by side with a peer'): "
+            f"{threads} (1 for the shallow network on at most {SMALL_MACHINE_CORES} cores, "
+            "where TensorFlow's own threads spin on the actors' cores; else TensorFlow's "
+            "choice, 0)")
 
   def intra_op_threads(self, torso, num_cores):
     """1 with the shallow network on a machine of at most SMALL_MACHINE_CORES cores: TensorFlow's

@@ -22,6 +22,20 @@ PAPER_SHARED = dict(discounting=0.99, baseline_cost=0.5, num_action_repeats=4, d
                     off_policy_correction=settings.VTRACE, trust_region_threshold=float("inf"),
                     envs_per_actor=1, learning_rate_schedule=settings.LINEAR, popart=False)
 
+# Where each of PAPER_SHARED's values comes from, as --show_settings cites it ("<source>:
+# <the value>", then why where it differs from a paper's); each family's table of citations
+# has the keys of its presets (tests/configuration/test_show_settings.py holds them equal).
+PAPER_SHARED_CITED = dict(
+    discounting="Tables G.1 and D.3: 0.99", baseline_cost="Tables G.1 and D.3: 0.5",
+    num_action_repeats="Tables G.1 and D.3: 4", decay="released code (TF1 RMSProp): 0.99",
+    momentum="Tables G.1 and D.3: 0",
+    rmsprop_initial_mean_square="released code (TF1's RMSPropOptimizer): 1",
+    off_policy_correction="section 4, Table 2: vtrace",
+    trust_region_threshold="IMPALA (LASER section 4.3's trust region is not its): inf",
+    envs_per_actor="released code: 1 (an environment per actor)",
+    learning_rate_schedule="Tables G.1 and D.3 (released code's polynomial_decay): linear",
+    popart="the paper (it clips rewards instead, Table G.1, Figure D.1): off")
+
 # IMPACT paper, Table 1 (discrete environments, IMPACT column): value function coefficient 1.0;
 # "Minibatch Buffer Size (N)" 4 and "Num SGD Iterations (K)" 2 (section 4.3 reports N = 1, K = 2
 # as the best discrete setting); clip parameter 0.3, target-worker clipping 2.0, lambda 0.995,
@@ -34,6 +48,13 @@ PAPER_SHARED = dict(discounting=0.99, baseline_cost=0.5, num_action_repeats=4, d
 IMPACT_PRESET = dict(baseline_cost=1.0, circular_buffer_size=4, circular_buffer_max_uses=2,
                      ppo_clip=0.3, target_worker_clipping=2.0, gae_lambda=0.995, kl_cost=0.0,
                      normalize_advantages=False)
+
+IMPACT_PRESET_CITED = dict(
+    baseline_cost="IMPACT Table 1: 1.0", circular_buffer_size="IMPACT Table 1 (N): 4",
+    circular_buffer_max_uses="IMPACT Table 1 (K): 2", ppo_clip="IMPACT Table 1: 0.3",
+    target_worker_clipping="IMPACT Table 1: 2.0", gae_lambda="IMPACT Table 1: 0.995",
+    kl_cost="IMPACT Table 1: 0.0",
+    normalize_advantages="the IMPACT paper (its code, RLlib's APPO, does not): off")
 
 # How an actor's environments run (Family.runs_as).
 OWN_PROCESS = "one environment process per actor"
@@ -84,6 +105,18 @@ def actor_layout(num_environments, num_cores):
   ("Throughput") has the measurements behind the choice."""
   num_actors = min(max(2, num_cores), num_environments)
   return dict(num_actors=num_actors, envs_per_actor=-(-num_environments // num_actors))
+
+
+def actor_layout_cited(num_environments, num_cores, whose):
+  """The citations of actor_layout's num_actors and envs_per_actor for `whose` (a paper's
+  table or section) num_environments environments."""
+  layout = actor_layout(num_environments, num_cores)
+  return dict(
+      num_actors=(f"one actor thread per core ({num_cores} here) stepping {whose}'s "
+                  f"{num_environments} environments in groups (families.base.actor_layout; "
+                  f"benchmarks/RESULTS.md, 'Throughput'): {layout['num_actors']}"),
+      envs_per_actor=(f"{whose}'s {num_environments} environments shared among the actor "
+                      f"threads (families.base.actor_layout): {layout['envs_per_actor']}"))
 
 
 class Family:
@@ -169,6 +202,22 @@ class Family:
         gymnasium's on --env_kwargs); never to be copied into the result (flags win anyway).
     """
     raise NotImplementedError
+
+  def preset_citations(self, level_name, levels, algorithm, num_cores, given=None):
+    """dict setting -> where `presets`' value for it comes from, in --show_settings' words
+    ("<source>: <the value>", then why it differs where it does): the keys of `presets`'
+    result for the same arguments (every family of this project's; tests/configuration/
+    test_show_settings.py). A setting left out shows the settings table's general note."""
+    del level_name, levels, algorithm, num_cores, given
+    return {}
+
+  def intra_op_threads_cited(self, torso, num_cores):
+    """Where intra_op_threads' value comes from (--show_settings)."""
+    del torso, num_cores
+    return "not in the paper: 0 (TensorFlow's own choice)"
+
+  # The default --algorithm's citation (default_algorithm).
+  algorithm_cited = "the papers' learner for their levels: impala"
 
   def preset_sources(self, level_name):
     """Where each preset value comes from, in words (printed at start); None: the paper's

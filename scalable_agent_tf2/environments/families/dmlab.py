@@ -9,6 +9,7 @@ Table 1's task "seekavoid_arena_01" among them). Environments: one process per a
 docs/ARCHITECTURE.md "DeepMind Lab"). Observations: 96x72 RGB frames and the instruction.
 """
 import difflib
+import functools
 import importlib.util
 import os
 import re
@@ -32,6 +33,21 @@ DMLAB30 = dict(base.PAPER_SHARED, entropy_cost=0.0033391318945337044,
 # Table 1's 48 actors.
 DMLAB_LEVEL = dict(DMLAB30, reward_clipping=settings.ABS_ONE, total_environment_frames=int(1e9),
                    num_actors=48)
+DMLAB30_CITED = dict(
+    base.PAPER_SHARED_CITED,
+    entropy_cost=("released code (the Table D.1 sweep's best agent): "
+                  f"{DMLAB30['entropy_cost']!r}"),
+    learning_rate=("released code (the Table D.1 sweep's best agent): "
+                   f"{DMLAB30['learning_rate']!r}"),
+    epsilon="released code: 0.1", max_grad_norm="released code: 0 (none)",
+    reward_clipping="Table D.3, Figure D.1: optimistic_asymmetric",
+    total_environment_frames="released code (Figure 5): 10e9",
+    unroll_length="Table D.3: 100", batch_size="released code: 32", width="Table D.3: 96",
+    height="Table D.3: 72", torso="section 5.3.1 (IMPALA, deep): deep",
+    num_actors="section 5.3.1 (IMPALA, deep): 150")
+DMLAB_LEVEL_CITED = dict(DMLAB30_CITED, reward_clipping="Table D.3: abs_one",
+                         total_environment_frames="released code (Figure 4): 1e9",
+                         num_actors="Table 1: 48")
 # A level path: words of letters, digits and underscores, separated by "/".
 _LEVEL_PATH = re.compile(r"^[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*$")
 
@@ -76,6 +92,22 @@ def installed_level_paths(directory):
         relative = os.path.relpath(os.path.join(root, name[:-len(".lua")]), directory)
         paths.append(relative.replace(os.sep, "/"))
   return sorted(paths)
+
+
+def _check_dataset(config):
+  """The Brady et al. image set where a level (or its test level) needs it."""
+  needing = [level for level in config.levels
+             if dmlab.level_path(level).split("/")[-1] in suites.DMLAB30_LEVELS_NEEDING_DATASET
+             or suites.DMLAB30_LEVEL_MAPPING.get(level) in suites.DMLAB30_LEVELS_NEEDING_DATASET]
+  if needing and not config.dataset_path:
+    leave_out = (f" or leave them out with --excluded_levels={','.join(needing)}"
+                 if config.is_multi_task else "")
+    raise ValueError(f"{', '.join(needing)} need the Brady et al. (2008) image "
+                     f"dataset: pass --dataset_path (BUILD.md, \"DeepMind Lab\"){leave_out}.")
+
+
+def _check_memory(config, memory_gb):
+  check_dmlab_memory(config.num_actors, memory_gb)
 
 
 class DmLabFamily(base.Family):
@@ -125,6 +157,10 @@ class DmLabFamily(base.Family):
     del levels, algorithm, num_cores, given
     return dict(DMLAB30 if suites.is_suite(level_name) else DMLAB_LEVEL)
 
+  def preset_citations(self, level_name, levels, algorithm, num_cores, given=None):
+    del levels, algorithm, num_cores, given
+    return dict(DMLAB30_CITED if suites.is_suite(level_name) else DMLAB_LEVEL_CITED)
+
   def check_config(self, config):
     """Held-out test levels are for --mode=test (section 5.3.1)."""
     if config.mode != settings.TRAIN:
@@ -139,18 +175,22 @@ class DmLabFamily(base.Family):
                        "(section 5.3.1).")
 
   def check_can_run(self, config, memory_gb):
-    """The Brady et al. image set where a level needs it, memory, the module."""
-    needing = [level for level in config.levels
-               if dmlab.level_path(level).split("/")[-1] in suites.DMLAB30_LEVELS_NEEDING_DATASET
-               or suites.DMLAB30_LEVEL_MAPPING.get(level)
-               in suites.DMLAB30_LEVELS_NEEDING_DATASET]
-    if needing and not config.dataset_path:
-      leave_out = (f" or leave them out with --excluded_levels={','.join(needing)}"
-                   if config.is_multi_task else "")
-      raise ValueError(f"{', '.join(needing)} need the Brady et al. (2008) image "
-                       f"dataset: pass --dataset_path (BUILD.md, \"DeepMind Lab\"){leave_out}.")
-    check_dmlab_memory(config.num_actors, memory_gb)
-    dmlab.check_deepmind_lab_available()
+    """Every blocker of the run on this machine in one answer, the missing module first
+    (nothing else can be tried without it): the module (BUILD.md), the Brady et al. image set
+    where a level needs it, memory."""
+    problems = []
+    for check in (_check_dataset, functools.partial(_check_memory, memory_gb=memory_gb)):
+      try:
+        check(config)
+      except ValueError as error:
+        problems.append(str(error))
+    try:
+      dmlab.check_deepmind_lab_available()
+    except ModuleNotFoundError as error:
+      then = f" Then also: {' '.join(problems)}" if problems else ""
+      raise ModuleNotFoundError(f"{error}{then}", name=error.name) from None
+    if problems:
+      raise ValueError(" Also: ".join(problems))
 
   def environment_options(self, config):
     return dict(num_action_repeats=config.num_action_repeats, width=config.width,

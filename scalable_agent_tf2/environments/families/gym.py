@@ -112,6 +112,39 @@ DISCRETE_ACTION_CHANGES = dict(entropy_cost=0.01, normalize_advantages=True, max
                                mean_loss_max_grad_norm=None)
 PRESETS_DOCUMENTATION = __doc__[__doc__.index("Presets"):]
 
+# Where each value comes from, as --show_settings cites it: the sets above, in words.
+_MEASURED = "benchmarks/RESULTS.md, 'One set of defaults: IMPACT with batches of 4 x 64'"
+_NOBODY_TUNED = "benchmarks/RESULTS.md, 'Defaults for environments nobody tuned'"
+_SMALL_FRAMES = ("benchmarks/RESULTS.md, 'Small frames and an entropy bonus that means the same "
+                 "everywhere'")
+_BUDGET = "this project's budget (mujoco_presets.TOTAL_ENVIRONMENT_FRAMES): 10M"
+GYM_CHANGES_CITED = dict(
+    popart=f"this project's: on (PopArt, Hessel et al. 2019; {_NOBODY_TUNED})",
+    learning_rate_schedule=f"this project's: constant ({_NOBODY_TUNED})",
+    discounting="this project's: 0.99 (IMPACT Table 2's 0.995 is MuJoCo's)",
+    batch_size=(f"this project's: 4 unrolls, measured ({_MEASURED}; IMPACT Table 2's 32 of "
+                "1,024 steps waited minutes for a first update)"),
+    unroll_length=f"this project's: 64 steps, measured ({_MEASURED}; IMPACT Table 2: 1,024)",
+    total_environment_frames=_BUDGET)
+DISCRETE_ACTION_CHANGES_CITED = dict(
+    entropy_cost=f"CleanRL's discrete PPO (ent_coef): 0.01, measured ({_SMALL_FRAMES})",
+    normalize_advantages=f"CleanRL's discrete PPO (norm_adv): on, measured ({_SMALL_FRAMES})",
+    max_grad_norm=(f"this project's for discrete actions: 0 (no clip), measured "
+                   f"({_SMALL_FRAMES}; IMPACT Table 2 clips 0.5 on the mean loss)"),
+    mean_loss_max_grad_norm="this project's for discrete actions: none")
+_UNTUNED_SET = f"this project's --algorithm=impala set (families/gym.py UNTUNED; {_NOBODY_TUNED})"
+UNTUNED_CITED = dict(
+    atari_family.ATARI_CITED,
+    num_action_repeats="a gymnasium step is an agent step: 1",
+    reward_clipping="rewards carry their size here: none (Table G.1 clips Atari's)",
+    total_environment_frames=_BUDGET, width="a gymnasium environment's frames: none",
+    height="a gymnasium environment's frames: none",
+    learning_rate_schedule=f"{_UNTUNED_SET}: constant", popart=f"{_UNTUNED_SET}: on",
+    epsilon=(f"{_UNTUNED_SET}: 1e-5 (RMSProp at full step; Table G.1's 0.01 swamps small "
+             "gradients)"),
+    rmsprop_initial_mean_square=f"{_UNTUNED_SET}: 0 (TF1's 1 holds the first steps small)",
+    entropy_cost=f"{_UNTUNED_SET}: 0.001")
+
 
 def parse_env_kwargs(text):
   """--env_kwargs as a dict (empty for ""); ValueError naming what is wrong."""
@@ -185,6 +218,24 @@ class GymFamily(base.Family):
     values["torso"] = (frame_torso(description.observation_shape)
                        if description.observation_kind == gym_spaces.FRAME else None)
     return values
+
+  algorithm_cited = f"this project's: impact, measured ({_MEASURED})"
+
+  def preset_citations(self, level_name, levels, algorithm, num_cores, given=None):
+    description = self.describe(levels[0], parse_env_kwargs((given or {}).get("env_kwargs",
+                                                                              "")))
+    if algorithm == settings.IMPACT:
+      cited = dict(mujoco_presets.citations(mujoco_presets.TABLE2_TASK, algorithm),
+                   **GYM_CHANGES_CITED)
+      if not description.continuous_actions:
+        cited.update(DISCRETE_ACTION_CHANGES_CITED)
+      cited.update(base.actor_layout_cited(mujoco_presets.IMPACT_TABLE2["num_actors"],
+                                           num_cores, "IMPACT section 4.3"))
+    else:
+      cited = dict(UNTUNED_CITED, **base.actor_layout_cited(DISCRETE_ENVIRONMENTS, num_cores,
+                                                            "Table 1"))
+    cited["torso"] = torso_cited(description)
+    return cited
 
   def preset_sources(self, level_name):
     return PRESETS_DOCUMENTATION
@@ -309,6 +360,20 @@ def frame_torso(frame_shape):
   if min(frame_shape[:2]) < settings.SHALLOW_MIN_FRAME_SIZE:
     return settings.FLAT_MLP
   return settings.SHALLOW
+
+
+def torso_cited(description):
+  """Where --torso's preset (GymFamily.presets) comes from, for a level's description."""
+  if description.observation_kind != gym_spaces.FRAME:
+    torso = "mlp" if description.observation_kind == gym_spaces.VECTOR else "one_hot"
+    return (f"families/gym.py: none (--torso is for frames; these {description.observation_kind}"
+            f" observations take the {torso} torso, which no setting names: the network line "
+            "above)")
+  if frame_torso(description.observation_shape) == settings.FLAT_MLP:
+    return (f"frames under {settings.SHALLOW_MIN_FRAME_SIZE}x{settings.SHALLOW_MIN_FRAME_SIZE}"
+            f" (a grid's symbolic encoding) flattened into the IMPACT paper's MLP: mlp "
+            f"({_SMALL_FRAMES})")
+  return "Figure 3 (pixels; families/gym.py frame_torso): shallow"
 
 
 def separate_value_torso(observation_kind, continuous_actions, torso, choice=settings.AUTO):

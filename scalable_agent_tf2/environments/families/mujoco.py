@@ -33,6 +33,14 @@ class MujocoFamily(base.Family):
     values.update(base.actor_layout(values["num_actors"], num_cores))
     return values
 
+  def preset_citations(self, level_name, levels, algorithm, num_cores, given=None):
+    del level_name, given
+    cited = mujoco_presets.citations(levels[0], algorithm)
+    cited.update(base.actor_layout_cited(
+        mujoco_presets.IMPALA_TABLE2["num_actors"], num_cores,
+        "IMPACT section 4.3"))
+    return cited
+
   def check_config(self, config):
     frame_settings = [name for name in ("width", "height", "torso")
                       if getattr(config, name) is not None]

@@ -18,6 +18,13 @@ TOY = dict(atari.ATARI, reward_clipping=settings.NO_CLIPPING, unroll_length=10, 
            num_action_repeats=1, width=20, height=20, total_environment_frames=25_000,
            num_actors=4)
 
+TOY_CITED = dict(atari.ATARI_CITED, reward_clipping="not in the paper: none",
+                 unroll_length="not in the paper: 10", batch_size="not in the paper: 8",
+                 num_action_repeats="not in the paper: 1", width="not in the paper: 20",
+                 height="not in the paper: 20", total_environment_frames="not in the paper: 25k",
+                 num_actors="not in the paper: 4",
+                 torso="Atari's experts (Appendix G): shallow")
+
 
 class ToyFamily(base.Family):
   """See the module docstring."""
@@ -31,6 +38,10 @@ class ToyFamily(base.Family):
   def presets(self, level_name, levels, algorithm, num_cores, given=None):
     del level_name, levels, algorithm, num_cores, given
     return dict(TOY)
+
+  def preset_citations(self, level_name, levels, algorithm, num_cores, given=None):
+    del level_name, levels, algorithm, num_cores, given
+    return dict(TOY_CITED)
 
   def environment_constructor(self, level_name, seed, test_mode, options):
     from scalable_agent_tf2.environments import toy  # pylint: disable=g-import-not-at-top
