@@ -30,13 +30,15 @@ bootstraps from its value (truncation.py, batch_loss.py). emit_truncation_step=F
 truncated episode like a terminated one, as the MuJoCo tasks do (environments/mujoco.py).
 
 Faults. A step() or reset() that raises is reported as EnvironmentStepFailed, naming the
-user's error and the line of their code that raised it (base.innermost_frame_in); an
-observation or reward of the wrong shape or dtype as base.EnvironmentOutputError, naming the
-level, the field, the step and episode, what came and what the space promised (NaN and infinities
-are the actor's check, base.output_problem, for every family). Both are base.EnvironmentFault:
-actors replace the environment as they replace a dead environment process, drop the episode
-in progress and log the failure; a level whose environments keep failing stops the run with
-one message (actor.RestartPolicy).
+user's error and the line of their code that raised it (base.innermost_frame_in; where none is
+in the traceback, where their method is defined); a result that is not gymnasium's tuple (the
+old Gym API's, or None), an observation or reward of the wrong shape or dtype, or a vector
+outside its declared Box as base.EnvironmentOutputError, naming the level, the field, the step
+and episode, what came and what the space promised (gym_outputs.py says what is checked and
+how often; NaN and infinities are the actor's check, base.output_problem, for every family).
+Both are base.EnvironmentFault: actors replace the environment as they replace a dead
+environment process, drop the episode in progress and log the failure; a level whose
+environments keep failing stops the run with one message (actor.RestartPolicy).
 """
 import difflib
 import functools

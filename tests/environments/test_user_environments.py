@@ -321,6 +321,8 @@ class OutOfSpace(gymnasium.Env):
 
   def step(self, action):
     self._steps += 1
+    if self._dtype == "list":  # Python floats, in the Box.
+      return [0.5] * 6, 0.0, False, False, {}
     if self._steps >= self._wrong_from:
       return np.full(6, 1e30, self._dtype), 0.0, False, False, {}
     return np.zeros(6, np.float32), 0.0, False, False, {}
@@ -345,6 +347,15 @@ def test_an_observation_outside_its_declared_space_is_named(user_package, dtype,
   env.close()
   assert str(raised.value) == (f"{package.level('OutOfSpace-v0')}: step 1 of episode 1: the "
                                f"environment returned {problem}")
+
+
+def test_a_list_is_read_in_the_declared_dtype_as_gymnasium_reads_it(user_package):
+  package = user_package(OUT_OF_SPACE)
+  env = gym_env.GymEnvironment(package.level("OutOfSpace-v0"), env_kwargs={"dtype": "list"})
+  env.initial()
+  frame = env.step(0).observation.frame
+  env.close()
+  assert frame.dtype == np.float32 and frame.tolist() == [0.5] * 6
 
 
 def test_the_bounds_are_checked_on_the_first_observations_then_on_one_in_a_hundred(
