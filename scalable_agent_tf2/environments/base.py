@@ -63,7 +63,7 @@ class LevelCannotRun(RuntimeError):
 
 class LevelKeepsFailing(LevelCannotRun):
   """A level's environments started, then failed again and again while they ran (a crash loop:
-  actor.RestartPolicy's max_crashes within crash_window_secs): a fault of the environment
+  more of an actor's steps failed than actor.RestartPolicy allows): a fault of the environment
   itself, not of this machine's set-up. The reason ends with the last failure."""
 
 
@@ -101,25 +101,25 @@ def innermost_frame_in(error, module_name):
   project's calls above it and past the libraries (numpy, ...) it called below it. A
   gymnasium environment of gymnasium's own (gym:CartPole-v1) points into gymnasium.
   """
-  root = _source_root(module_name)
-  if root is None:
-    return None
+  roots = _source_roots(module_name)
   for frame in reversed(traceback.extract_tb(error.__traceback__)):
     path = os.path.abspath(frame.filename)
-    if path == root or path.startswith(root + os.sep):
+    if any(path == root or path.startswith(root + os.sep) for root in roots):
       return f"{frame.filename}:{frame.lineno} in {frame.name}"
   return None
 
 
-def _source_root(module_name):
-  """The directory of module_name's top-level package, or the file of a top-level module
-  (a script's __main__); None when it has no file."""
+def _source_roots(module_name):
+  """Where module_name's top-level package lies: its directory (its __init__.py's), the
+  directories of a namespace package (a folder without __init__.py, as docs/ENVIRONMENTS.md's
+  my_package/: it has __path__ but no __file__), or the file of a top-level module (a
+  script's __main__); () when it has none."""
   top = sys.modules.get(module_name.split(".")[0])
   path = getattr(top, "__file__", None)
-  if path is None:
-    return None
-  path = os.path.abspath(path)
-  return os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
+  if path is not None:
+    path = os.path.abspath(path)
+    return (os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path,)
+  return tuple(os.path.abspath(entry) for entry in getattr(top, "__path__", ()))
 
 
 def sentence(text):

@@ -30,21 +30,25 @@ bootstraps from its value (truncation.py, losses.py). emit_truncation_step=False
 truncated episode like a terminated one, as the MuJoCo tasks do (environments/mujoco.py).
 
 Faults. A step() or reset() that raises is reported as EnvironmentStepFailed, naming the
-user's error and the line of their code that raised it (base.innermost_frame_in); an
-observation or reward of the wrong shape or dtype as base.EnvironmentOutputError, naming the
-level, the field, the step and episode, what came and what the space promised (NaN and infinities
-are the actor's check, base.output_problem, for every family). Both are base.EnvironmentFault:
-actors replace the environment as they replace a dead environment process, drop the episode
-in progress and log the failure; a level whose environments keep failing stops the run with
-one message (actor.RestartPolicy).
+user's error and the line of their code that raised it (base.innermost_frame_in; where none is
+in the traceback, where their method is defined); a result that is not gymnasium's tuple (the
+old Gym API's, or None), an observation or reward of the wrong shape or dtype, or a vector
+outside its declared Box as base.EnvironmentOutputError, naming the level, the field, the step
+and episode, what came and what the space promised (gym_outputs.py says what is checked and
+how often; NaN and infinities are the actor's check, base.output_problem, for every family).
+Both are base.EnvironmentFault: actors replace the environment as they replace a dead
+environment process, drop the episode in progress and log the failure; a level whose
+environments keep failing stops the run with one message (actor.RestartPolicy).
 """
 import difflib
 import functools
 import importlib
+import os
 
 import numpy as np
 
 from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments import gym_outputs
 from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments import rendering
 
@@ -104,7 +108,10 @@ def check_registered(env_id):
 
 
 def import_registering_module(env_id, module):
-  """Imports the module of a "module:Id" level, which registers the id (gymnasium's own form).
+  """Imports the module of a "module:Id" level, which registers the id (gymnasium's own form),
+  from the import path or, failing that, from the current directory (as `python -m` and the
+  interpreter's prompt do: `python experiment.py` puts the script's own directory on the
+  path, not the one the command runs in, which holds the user's package).
 
   Raises:
     ModuleNotFoundError: the module itself is not found: the message names the level and how to
@@ -114,16 +121,46 @@ def import_registering_module(env_id, module):
   """
   try:
     importlib.import_module(module)
+    return
   except ModuleNotFoundError as error:
-    if not error.name or not (module == error.name or module.startswith(error.name + ".")):
+    if not _is_the_module(error, module):
       raise  # Raised inside the user's module: its own message says what is missing.
-    top = module.split(".")[0]
-    raise ModuleNotFoundError(
-        f"{LEVEL_PREFIX}{env_id}: cannot import {module!r}, the module that should register "
-        f"{split_id(env_id)[1]!r} ({error}). The module must be importable where the run "
-        f"starts: on PYTHONPATH (run from the directory that holds {top}/ or {top}.py, or set "
-        f"PYTHONPATH to it) or an installed package (e.g. `pip install -e` of your project).",
-        name=error.name) from None
+    missing = error
+  if _add_current_directory():
+    try:
+      importlib.import_module(module)
+      return
+    except ModuleNotFoundError as error:
+      if not _is_the_module(error, module):
+        raise
+      missing = error
+  top = module.split(".")[0]
+  raise ModuleNotFoundError(
+      f"{LEVEL_PREFIX}{env_id}: cannot import {module!r}, the module that should register "
+      f"{split_id(env_id)[1]!r} ({missing}). The module must be importable where the run "
+      f"starts: run from the directory that holds {top}/ or {top}.py (this one, "
+      f"{os.getcwd()}, does not), set PYTHONPATH to it, or make it an installed package "
+      "(e.g. `pip install -e` of your project).",
+      name=missing.name) from None
+
+
+def _is_the_module(error, module):
+  """Whether ModuleNotFoundError `error` is about `module` or a package above it (not about a
+  module it imports)."""
+  return bool(error.name) and (module == error.name or module.startswith(error.name + "."))
+
+
+def _add_current_directory():
+  """Appends the current directory to sys.path (after everything installed, so that a folder
+  here never hides a package); False when it is on the path already. Processes started
+  later inherit the path (multiprocessing's spawn passes sys.path on)."""
+  import sys  # pylint: disable=g-import-not-at-top
+  here = os.getcwd()
+  if any(os.path.abspath(path or os.curdir) == here for path in sys.path):
+    return False
+  sys.path.append(here)
+  importlib.invalidate_caches()
+  return True
 
 
 class EnvironmentStepFailed(base.EnvironmentFault):
@@ -221,6 +258,40 @@ def _timed_steps(env, steps, seconds, seed):
     return None
 
 
+# Describing a level closes the environment it measured on the main thread, before the run's
+# watchdog exists: a close() that has not returned after this long is left running in its
+# thread (a close that hangs), and one line says so, so that it cannot stall the command.
+CLOSING_TIMEOUT_SECONDS = 5.0
+_reported_closes = set()  # The levels whose close() that hangs was reported (once each).
+
+
+def close_within(env, level_name, timeout=CLOSING_TIMEOUT_SECONDS):
+  """env.close() on a daemon thread, waited for at most `timeout` seconds; an error it raised
+  is raised here. One that has not returned by then is left behind, said once per level and
+  process on stderr."""
+  import sys  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  errors = []
+
+  def close():
+    try:
+      env.close()
+    except Exception as error:  # pylint: disable=broad-except
+      errors.append(error)
+  thread = threading.Thread(target=close, name="close " + level_name, daemon=True)
+  thread.start()
+  thread.join(timeout)
+  if thread.is_alive():
+    if level_name not in _reported_closes:
+      _reported_closes.add(level_name)
+      print(f"note: {level_name}: the environment's close() did not return within "
+            f"{timeout:g} s; it is left running in a thread of its own and the command goes "
+            "on (a close() that hangs holds what the environment holds until the process "
+            "ends).", file=sys.stderr, flush=True)
+  elif errors:
+    raise errors[0]
+
+
 @functools.lru_cache(maxsize=64)
 def _describe(env_id, env_kwargs_json):
   import json  # pylint: disable=g-import-not-at-top
@@ -229,11 +300,12 @@ def _describe(env_id, env_kwargs_json):
     description = gym_spaces.Description(env_id, env.observation_space, env.action_space,
                                          env.unwrapped)
   except BaseException:
-    env.close()
+    close_within(env, LEVEL_PREFIX + env_id)
     raise
   description.step_seconds = measure_step_seconds(env)
   if description.step_seconds is not None:
-    env.close()  # Else a step may still run in the abandoned measuring thread: left alone.
+    # Else a step may still run in the abandoned measuring thread: left alone.
+    close_within(env, LEVEL_PREFIX + env_id)
   return description
 
 
@@ -266,6 +338,7 @@ class GymEnvironment(base.Environment):
     self._description = gym_spaces.Description(self._id, self._env.observation_space,
                                     self._env.action_space, self._env.unwrapped)
     self._spec = self._description.spec()
+    self._reader = gym_outputs.OutputReader(self._description, self._env.observation_space)
     self._seed, self._seeded = int(seed), False
     self._emit_truncation_step = emit_truncation_step
     self._pending_reset = False
@@ -278,79 +351,52 @@ class GymEnvironment(base.Environment):
   def spec(self):
     return self._spec
 
-  def _output_error(self, what):
+  def _output_error(self, what, user_frame=None):
     """EnvironmentOutputError: "<level>: step 3 of episode 1: the environment returned
     <what>."."""
-    return base.EnvironmentOutputError(f"{self.level_name}: {self._where}: the environment "
-                                       f"returned {what}.")
+    return base.EnvironmentOutputError(base.sentence(
+        f"{self.level_name}: {self._where}: the environment returned {what}"), user_frame)
 
   def _call_environment(self, method, *args, **kwargs):
-    """The gymnasium environment's `method` (step or reset); EnvironmentStepFailed naming
-    the user's error and the line of their code that raised it when it raises."""
+    """The gymnasium environment's `method` (step or reset): its result, checked to be the
+    tuple gymnasium's API returns (gym_outputs.checked_result; EnvironmentOutputError naming
+    the method and where it is defined), or EnvironmentStepFailed naming the user's error
+    and the line of their code that raised it."""
     try:
-      return getattr(self._env, method)(*args, **kwargs)
+      result = getattr(self._env, method)(*args, **kwargs)
     except Exception as error:  # pylint: disable=broad-except
-      user_frame = base.innermost_frame_in(error, type(self._env.unwrapped).__module__)
-      raise EnvironmentStepFailed(base.sentence(
-          f"{self.level_name}: {self._where}: the environment's {method}() raised "
-          f"{type(error).__name__}: {error}" + (f" (at {user_frame})" if user_frame else "")),
-          user_frame) from error
+      raise self._step_failed(method, error) from error
+    try:
+      return gym_outputs.checked_result(method, result)
+    except gym_outputs.OutputProblem as problem:
+      defined = gym_outputs.definition_of(self._env.unwrapped, method)
+      raise base.EnvironmentOutputError(base.sentence(
+          f"{self.level_name}: {self._where}: the environment's {method}() returned "
+          f"{problem}" + (f" (your {method}() is at {defined})" if defined else "")),
+          defined) from None
 
-  def _observation(self, observation):
-    """(frame, instruction str) as the project stores them: a Dict's image and text (''
-    without one), or the observation and ''; EnvironmentOutputError when it does not fit
-    the declared space."""
-    description = self._description
-    if description.image_key is None:
-      return self._frame(observation), ""
-    if not isinstance(observation, dict) or description.image_key not in observation:
-      raise self._output_error(
-          f"an observation of type {type(observation).__name__}"
-          + (f" with keys {sorted(observation)}" if isinstance(observation, dict) else "")
-          + f"; its Dict space promises the key {description.image_key!r}")
-    frame = self._frame(observation[description.image_key])
-    if description.text_key is None:
-      return frame, ""
-    text = observation.get(description.text_key)
-    if isinstance(text, bytes):
-      text = text.decode("utf-8")
-    if not isinstance(text, str):
-      raise self._output_error(
-          f"{type(text).__name__} for the observation's {description.text_key!r}; its Dict "
-          "space promises a text (str)")
-    return frame, text
+  def _step_failed(self, method, error):
+    """EnvironmentStepFailed for an error the environment's `method` raised, naming the
+    innermost line of the user's code in its traceback or, where none is (gymnasium's
+    wrappers raised about what it returned), where the user's method is defined."""
+    unwrapped = self._env.unwrapped
+    user_frame = base.innermost_frame_in(error, type(unwrapped).__module__)
+    where = f" (at {user_frame})" if user_frame else ""
+    if user_frame is None:
+      user_frame = gym_outputs.definition_of(unwrapped, method)
+      where = (f" (no line of your code in its traceback; your {method}() is at "
+               f"{user_frame})" if user_frame else "")
+    return EnvironmentStepFailed(base.sentence(
+        f"{self.level_name}: {self._where}: the environment's {method}() raised "
+        f"{type(error).__name__}: {error}{where}"), user_frame)
 
-  def _frame(self, observation):
-    """A plain observation (or a Dict's image) as the frame the project stores."""
-    kind, shape = self._description.observation_kind, self._description.observation_shape
-    array = np.asarray(observation)
-    if kind == gym_spaces.INDEX:
-      if array.shape != () or not np.issubdtype(array.dtype, np.integer):
-        raise self._output_error(
-            f"an observation of shape {array.shape} and dtype {array.dtype}; its Discrete "
-            "space promises an integer")
-      return np.int32(array)
-    if array.shape != shape:
-      raise self._output_error(
-          f"an observation of shape {array.shape}; its observation space promises {shape}")
-    if kind == gym_spaces.FRAME:
-      promised = np.bool_ if self._description.frame_is_bool else np.uint8
-      if array.dtype != promised:
-        raise self._output_error(
-            f"an observation of dtype {array.dtype}; its observation space promises "
-            f"{np.dtype(promised).name} frames")
-      return array.astype(np.uint8) if self._description.frame_is_bool else array
-    if not np.issubdtype(array.dtype, np.number):
-      raise self._output_error(
-          f"an observation of dtype {array.dtype}; its observation space promises numbers")
-    return array.astype(base.OBSERVATION_DTYPE)
-
-  def _reward(self, reward):
-    array = np.asarray(reward)
-    if array.shape != () or not np.issubdtype(array.dtype, np.number):
-      raise self._output_error(
-          f"a reward of shape {array.shape} and dtype {array.dtype}; a reward is one number")
-    return float(array)
+  def _read(self, read, *args):
+    """read(*args) (the OutputReader's observation or reward), its OutputProblem as an
+    EnvironmentOutputError naming the level, the step and the episode."""
+    try:
+      return read(*args)
+    except gym_outputs.OutputProblem as problem:
+      raise self._output_error(str(problem)) from None
 
   def _reset(self):
     self._episode += 1
@@ -360,7 +406,7 @@ class GymEnvironment(base.Environment):
     else:
       observation, _ = self._call_environment("reset", seed=self._seed)
       self._seeded = True
-    return self._observation(observation)  # (frame, instruction)
+    return self._read(self._reader.observation, observation)  # (frame, instruction)
 
   def _check_open(self):
     if self._closed:
@@ -384,8 +430,8 @@ class GymEnvironment(base.Environment):
       return base.make_env_output(0.0, True, *self._reset(), *self._last_statistics)
     self._where = base.position(self._episode, self._statistics.episode_step + 1)
     observation, reward, terminated, truncated, _ = self._call_environment("step", sent)
-    reward = self._reward(reward)
-    frame, instruction = self._observation(observation)
+    reward = self._read(self._reader.reward, reward)
+    frame, instruction = self._read(self._reader.observation, observation)
     if truncated and not terminated and self._emit_truncation_step:
       self._last_statistics = self._statistics.record(reward, episode_ended=True)
       self._pending_reset = True

@@ -40,7 +40,7 @@ from scalable_agent_tf2.run.run_failures import ParametersDiverged, RunFailed, S
 from scalable_agent_tf2.run.training_result import TrainResult, TrajectoryAccounts
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.utils import profiling
-from scalable_agent_tf2.environments import LevelCannotRun, LevelKeepsFailing
+from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.learning import laser
 
 # How long the supervisor keeps collecting levels that cannot run once one is reported, while
@@ -386,17 +386,18 @@ class Run:
     if isinstance(self.learner_error, Diverged) or isinstance(self.failure, Diverged):
       # Diverged parameters are not worth a checkpoint: the last one stays the newest.
       return
-    if self._kept_failing_before_any_update():
+    if self._levels_failed_before_any_update():
       # A checkpoint would hold only what the run started from (fresh parameters, or the
       # checkpoint it resumed): none is written, so that the same command, once the
       # environment is fixed, starts as it would have (even with another observation shape).
       return
     self.save()
 
-  def _kept_failing_before_any_update(self):
-    """An environment crash loop (LevelKeepsFailing) stopped the run before its first update."""
+  def _levels_failed_before_any_update(self):
+    """Levels that could not start, or kept failing (LevelCannotRun, LevelKeepsFailing),
+    stopped the run before its first update."""
     return self.progress.num_updates == 0 and any(
-        isinstance(t.error, LevelKeepsFailing) for t in getattr(self.actors, "threads", ()))
+        isinstance(t.error, LevelCannotRun) for t in getattr(self.actors, "threads", ()))
 
   def report(self):
     """The final log record and console lines: trajectory accounts, why the run stopped."""

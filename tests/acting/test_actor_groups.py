@@ -175,35 +175,43 @@ def test_an_environment_that_starts_after_failures_plays_on():
 
 
 class _CrashingGroup(AtariVectorGroup):
-  """Dies at its second step, as a crashing environment process would."""
+  """Dies at its `crash_at`-th step, as a crashing environment process would."""
+
+  crash_at = 2
 
   def step(self, actions):
     self.steps = getattr(self, "steps", 0) + 1
-    if self.steps == 2:
+    if self.steps == self.crash_at:
       raise EnvironmentProcessDied("atari/pong died while stepping")
     return super().step(actions)
 
 
-def test_crashes_while_stepping_restart_until_the_level_keeps_dying():
-  now = [0.0]
-  policy = actor.RestartPolicy(max_crashes=3, crash_window_secs=60.0, sleep=_Sleeps(),
-                               clock=lambda: now[0])
+class _CrashingLate(_CrashingGroup):
+  crash_at = 50
+
+
+def test_crashes_while_stepping_restart_until_they_are_more_than_the_policys_share_of_steps():
+  policy = actor.RestartPolicy(max_failure_rate=0.05, min_failures=3, window_steps=100,
+                               sleep=_Sleeps())
   restarts = []
-  loop = actor.EnvironmentLoop(lambda attempt: _CrashingGroup("pong", [attempt]),
-                               _UniformPolicy(6), [np.random.default_rng(0)], "atari/pong",
-                               on_restart=lambda *r: restarts.append(r), restart_policy=policy)
-  for _ in range(2):  # Crashes far apart are restarted (and counted) for ever...
+  loop = actor.EnvironmentLoop(
+      lambda attempt: (_CrashingLate if attempt < 3 else _CrashingGroup)("pong", [attempt]),
+      _UniformPolicy(6), [np.random.default_rng(0)], "atari/pong",
+      on_restart=lambda *r: restarts.append(r), restart_policy=policy)
+  for _ in range(3):  # A crash every 50 steps (2%): restarted (and counted) for ever...
     with pytest.raises(actor.EnvironmentRestarted):
+      _unrolls(loop, 3)
+  assert loop.num_crashes == 3 and len(restarts) == 3
+  for _ in range(3):  # Then one every 2 steps: at steps 152, 154, 156 of the loop, the last
+    with pytest.raises(actor.EnvironmentRestarted):  # 100 steps hold 3, 4, 5 failures...
       loop.unroll(5)
-    now[0] += 100.0
-  assert loop.num_crashes == 2 and len(restarts) == 2
-  with pytest.raises(actor.EnvironmentRestarted):
-    loop.unroll(5)
-  with pytest.raises(actor.EnvironmentRestarted):
-    loop.unroll(5)
-  with pytest.raises(LevelKeepsFailing, match="failed 3 times within 60 s .*the last failure: "
-                                               "atari/pong died while stepping"):
-    loop.unroll(5)  # ...but the third within a minute reports the level.
+  with pytest.raises(LevelKeepsFailing, match=r"failed 6 times in its last 100 steps "
+                                              r"\(replaced each time; a level stops when its "
+                                              r"failures are more than 5% of its last 100 "
+                                              r"steps, 3 at least\); the last failure: "
+                                              "atari/pong died while stepping"):
+    loop.unroll(5)  # ...and at step 158, 6: more than 5% of them; the level is reported.
+  assert loop.num_crashes == 7
   loop.close()
 
 

@@ -3,6 +3,7 @@ test results that cannot be written, corrupt checkpoints; and the lines a run st
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,8 +104,9 @@ def test_a_level_that_keeps_failing_points_to_its_environment_and_exits_1(tmp_pa
   config = dataclasses.replace(toy_config(tmp_path, total_frames=5_000),
                                level_name="gym:tests.gym_user_package.envs:UserTarget-v0")
   looping = training.LevelsCannotRun.of([LevelKeepsFailing(
-      config.level_name, "its environment failed 5 times within 60 s (replaced each time); "
-      "the last failure: step 3 of episode 1: the environment's step() raised ...")], config)
+      config.level_name, "its environment failed 5 times in its first 30 steps (replaced each "
+      "time; ...); the last failure: step 3 of episode 1: the environment's step() raised "
+      "...")], config)
   assert looping.exit_code == 1 and "BUILD.md" not in str(looping)
   assert str(looping).endswith("Fix the environment's own code (the last failure above says "
                                "what went wrong, and where) or choose another level.")
@@ -152,16 +154,29 @@ def test_test_progress_counts_episodes_per_level_and_time_to_go():
   assert lines[-1] == "test: 6/20 episodes (a 2/10, b 4/10), about 45 s to go"
 
 
-def _refusing_constructor(refused):
+def _refusing_constructor(refused, after_an_update_in=None):
   """The toy task under DMLab-30's names; `refused` levels cannot run off the main thread
-  (where actors and test workers build their environments)."""
+  (where actors and test workers build their environments). after_an_update_in: a logdir:
+  they refuse only once its run has logged a learner update (a run that trained nothing
+  writes no checkpoint: tests/environments/test_user_environments.py)."""
   toy = toy_environment.environment_constructor()
 
   def constructor(level_name, seed, test_mode):
     if level_name in refused and threading.current_thread() is not threading.main_thread():
+      if after_an_update_in is not None:
+        _wait_for_an_update(after_an_update_in)
       raise LevelCannotRun(level_name, "its map is missing here")
     return toy(toy_environment.LEVEL_NAME, seed, test_mode)
   return constructor
+
+
+def _wait_for_an_update(logdir, polls=600):
+  """Until the run in logdir logs a progress record with an update (polled every 0.5 s)."""
+  for _ in range(polls):
+    if any(r.get("updates", 0) > 0
+           for r in runlog.of_kind(runlog.read_log(logdir), runlog.PROGRESS)):
+      return
+    time.sleep(0.5)
 
 
 @pytest.mark.timeout(600)
@@ -174,7 +189,7 @@ def test_levels_that_cannot_run_stop_training_with_one_message_after_the_checkpo
   refused = (levels[1], levels[3])
   lines = []
   with pytest.raises(training.LevelsCannotRun) as raised:
-    training.train(config, environment_constructor=_refusing_constructor(refused),
+    training.train(config, environment_constructor=_refusing_constructor(refused, tmp_path),
                    network_config=TOY_NETWORK, print_fn=lines.append)
   assert sorted(raised.value.reasons) == sorted(refused)
   text = str(raised.value)
@@ -322,8 +337,10 @@ def _assert_stopped_with_an_error_line(run, *expected):
   assert run.returncode == 1, output[-3000:]
   assert "Traceback" not in output and ".." not in run.stderr, output[-3000:]
   # (gymnasium's own warnings may come first.)
-  assert (f"\nerror: 1 level(s) cannot run here:\n  {USER_TARGET}: its environment failed 5 "
-          "times within 60 s") in "\n" + run.stderr, run.stderr
+  assert re.search(f"\nerror: 1 level\\(s\\) cannot run here:\n  {re.escape(USER_TARGET)}: its "
+                   r"environment failed \d+ times in its first [\d,]+ steps \(replaced each "
+                   r"time; a level stops when its failures are more than 1% of its last "
+                   r"10,000 steps, 5 at least\)", "\n" + run.stderr), run.stderr
   assert "Fix the environment's own code" in run.stderr and "BUILD.md" not in run.stderr
   for text in expected:
     assert text in run.stderr, run.stderr

@@ -244,8 +244,8 @@ def test_impact_uses_each_batch_k_times_and_checkpoints_its_target_network(tmp_p
 
 def test_crashed_environment_process_is_restarted_and_training_goes_on(tmp_path):
   lines = []
-  # A crash every 500 steps: 2 or 3 in the run, well under the 5 within 60 s that make a
-  # level one that cannot run (every 300 steps put the fifth at the run's last frames).
+  # A crash every 500 steps (0.2%): 2 or 3 in the run, well under the share of steps that
+  # makes a level one that keeps failing (more than 1%, actor.RestartPolicy).
   result = train_toy(toy_config(tmp_path, total_frames=6_000, num_actors=2),
                      crash_after_steps=500, lines=lines)
   assert result.num_env_frames >= 6_000
