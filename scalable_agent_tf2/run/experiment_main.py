@@ -33,6 +33,10 @@ from scalable_agent_tf2.utils import stop_signals
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 TEST_STOPPED = 130  # The shell's code for a command ended by Ctrl-C.
+# The training run's thread that may still be inside a TensorFlow call when the command ends
+# (supervisor.Run's learner thread: a stop waits STOP_JOIN_SECS for it; its first update may
+# still be compiling then).
+_THREADS_IN_TENSORFLOW = ("learner",)
 # Seconds a stopped test waits for its evaluation threads to close their environments.
 _TEST_STOP_GRACE_SECS = 30.0
 
@@ -43,7 +47,11 @@ def run():
   try:
     from absl import app  # pylint: disable=g-import-not-at-top
     command = _Command(stop_request)
-    app.run(command.main, flags_parser=command.parse_flags)
+    try:
+      app.run(command.main, flags_parser=command.parse_flags)
+    except SystemExit as exit_:
+      _end_past_threads_in_tensorflow(exit_)
+      raise
   except stop_signals.Stopping as interrupt:
     # absl, the settings or the flags were loading: nothing has started.
     print(f"Stopped: interrupted ({interrupt}) while starting; nothing was started.",
@@ -51,6 +59,26 @@ def run():
     sys.exit(TEST_STOPPED if "--mode=test" in sys.argv else 0)
   finally:
     stop_request.restore()
+
+
+def _end_past_threads_in_tensorflow(exit_):
+  """Ends the process now, with the command's exit code, if a thread of the run is still
+  inside TensorFlow. Python 3.11 ends a daemon thread that returns to Python while the
+  interpreter shuts down with pthread_exit, whose unwinding through TensorFlow's C++ frames
+  aborts the process ("FATAL: exception not rethrown", exit -6) after the command's last line.
+  By now everything the command writes (checkpoint, logs, its last line) is written, and its
+  environment processes die with it (process_child.py's PR_SET_PDEATHSIG)."""
+  running = [t for t in threading.enumerate()
+             if t.name in _THREADS_IN_TENSORFLOW and t.is_alive()]
+  if not running:
+    return
+  code = exit_.code
+  if isinstance(code, str):  # sys.exit("message"): Python prints it and exits with 1.
+    print(code, file=sys.stderr)
+    code = 1
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(0 if code is None else int(code))  # pylint: disable=protected-access
 
 
 class _Command:
