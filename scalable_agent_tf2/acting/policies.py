@@ -29,7 +29,7 @@ def acting_step(agent):
       instruction = tf.zeros([tf.shape(frame)[0], language.MAX_INSTRUCTION_WORDS], tf.int32)
     env_output = EnvOutput(reward=reward, done=done,
                            observation=Observation(frame=frame, instruction=instruction),
-                           episode_return=(), episode_step=())
+                           episode_return=(), episode_step=(), truncated=())
     add_time = lambda t: t[tf.newaxis]
     output, core_state = agent.unroll(
         add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)

@@ -334,7 +334,8 @@ def trajectory_signature(network_config, unroll_length, policy):
       observation=Observation(frame=spec(network_config.frame_shape,
                                          tf.as_dtype(network_config.frame_dtype)),
                               instruction=spec([language.MAX_INSTRUCTION_WORDS], tf.int32)),
-      episode_return=spec([], tf.float32), episode_step=spec([], tf.int32))
+      episode_return=spec([], tf.float32), episode_step=spec([], tf.int32),
+      truncated=spec([], tf.bool))
   agent_outputs = AgentOutput(
       action=spec(distribution.action_shape, tf.as_dtype(distribution.action_dtype)),
       policy_params=spec([distribution.param_size], tf.float32),

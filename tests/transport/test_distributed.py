@@ -83,7 +83,8 @@ def toy_trajectory(frame_shape=toy_environment.FRAME_SHAPE):
       observation=actor.Observation(
           frame=np.zeros((steps,) + tuple(frame_shape), np.uint8),
           instruction=np.zeros((steps, language.MAX_INSTRUCTION_WORDS), np.int32)),
-      episode_return=np.zeros(steps, np.float32), episode_step=np.zeros(steps, np.int32))
+      episode_return=np.zeros(steps, np.float32), episode_step=np.zeros(steps, np.int32),
+      truncated=np.zeros(steps, bool))
   agent_outputs = structures.AgentOutput(
       action=np.zeros(steps, np.int32),
       policy_params=np.zeros((steps, toy_environment.NUM_ACTIONS), np.float32),

@@ -63,7 +63,7 @@ def unroll(mark, starts=(), unroll_length=T):
           frame=rng.integers(0, 256, (steps,) + toy_environment.FRAME_SHAPE, np.uint8),
           instruction=np.zeros((steps, language.MAX_INSTRUCTION_WORDS), np.int32)),
       episode_return=rng.normal(size=steps).astype(np.float32),
-      episode_step=np.arange(steps, dtype=np.int32) + mark)
+      episode_step=np.arange(steps, dtype=np.int32) + mark, truncated=np.zeros(steps, bool))
   agent_outputs = structures.AgentOutput(
       action=rng.integers(0, 3, steps).astype(np.int32),
       policy_params=rng.normal(size=(steps, toy_environment.NUM_ACTIONS)).astype(np.float32),
