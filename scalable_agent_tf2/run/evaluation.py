@@ -7,7 +7,9 @@ games (no life-loss termination) starting with up to 30 no-ops (Table 4).
 
 Results go to logdir/evaluation/results.json and results.csv. That directory is checked before
 any episode is played; the tables are printed before the files are written, so a write that
-fails afterwards loses nothing shown (ResultsNotWritten says where it could not write).
+fails afterwards loses nothing shown (ResultsNotWritten says where it could not write). Each
+file is replaced whole (a kill or a full disk leaves the previous results), and a stop signal
+that comes while they are written waits for both (StoppedAfterWriting).
 
 A level whose environment cannot start or reset here (environments.LevelCannotRun) is left out
 of the tables and named, with the other such levels, in one training.LevelsCannotRun after
@@ -18,6 +20,7 @@ the videos recorded by evaluation_videos.py; this module restores the checkpoint
 and turns the episodes into the paper's tables and the results files.
 """
 import csv
+import io
 import json
 import math
 import os
@@ -29,17 +32,29 @@ from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import evaluation_videos
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.runfiles import videos as videos_lib
+from scalable_agent_tf2.utils import stop_signals
 
 RESULTS_SUBDIR = "evaluation"
 
 
 class ResultsNotWritten(run_directory.RunDirectoryError):
   """The results were printed but could not be written (the message says where)."""
+
+
+class StoppedAfterWriting(stop_signals.Stopping):
+  """SIGINT or SIGTERM came while the results were being written: the stop waited for both
+  files (milliseconds), so they hold this test's results. str(): the signal; paths: the
+  files."""
+
+  def __init__(self, signal_name, paths):
+    super().__init__(signal_name)
+    self.paths = paths
 
 
 def level_rows(level_episodes):
@@ -101,19 +116,23 @@ def _number(value, width, decimals):
 
 
 def write_results(rows, summary, directory):
-  """results.json (rows + summary) and results.csv (rows) in directory; returns their paths."""
+  """results.json (rows + summary) and results.csv (rows) in directory; returns their paths.
+
+  Both are replaced as checkpoints' state files are (checkpoint_files.write_files_atomically):
+  a kill or a full disk leaves the previous results whole, never an empty or half file."""
   os.makedirs(directory, exist_ok=True)
   json_path = os.path.join(directory, "results.json")
-  with open(json_path, "w") as f:
-    json.dump(dict(levels=rows, summary=summary), f, indent=2)
   csv_path = os.path.join(directory, "results.csv")
   fields = ["level", "test_level", "episodes", "mean_return", "std_return", "mean_length",
             "human", "random", "human_normalized"]
-  with open(csv_path, "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-      writer.writerow({k: row.get(k, "") for k in fields})
+  table = io.StringIO()
+  writer = csv.DictWriter(table, fieldnames=fields, extrasaction="ignore")
+  writer.writeheader()
+  for row in rows:
+    writer.writerow({k: row.get(k, "") for k in fields})
+  checkpoint_files.write_files_atomically([
+      (json_path, json.dumps(dict(levels=rows, summary=summary), indent=2)),
+      (csv_path, table.getvalue())])
   return json_path, csv_path
 
 
@@ -150,7 +169,14 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
     summary["videos"] = evaluation_videos.videos_summary(
         level_videos, video_format, os.path.join(results_dir, videos_lib.SUBDIRECTORY))
   print_fn(format_tables(rows, config.level_name))
-  paths = _write_or_explain(rows, summary, results_dir)
+  paths = None
+  try:
+    with stop_signals.StopsDeferred():  # Both files are this test's, or neither.
+      paths = _write_or_explain(rows, summary, results_dir)
+  except (KeyboardInterrupt, stop_signals.Stopping) as interrupt:
+    if paths is None:  # Before the writing started: nothing was written.
+      raise
+    raise StoppedAfterWriting(stop_signals.interrupt_name(interrupt), paths) from None
   print_fn(f"Results: {paths[0]}, {paths[1]}")
   for line in evaluation_videos.videos_lines(summary.get("videos")):
     print_fn(line)

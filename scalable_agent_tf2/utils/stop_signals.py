@@ -116,6 +116,41 @@ class StopRequest:
            f"{QUIT_AFTER_SIGNALS - self.count} more time(s) quits without it)")
 
 
+class StopsDeferred:
+  """A context in which SIGINT and SIGTERM wait for its end (on the main thread; elsewhere it
+  changes nothing): files written together (test mode's results) are all written or none.
+  At the end the first signal that came goes to the handler from before (signal.raise_signal),
+  unless the block raised: its error ends the command anyway. `deferred`: that signal's name,
+  or None."""
+
+  def __init__(self):
+    self._active = threading.current_thread() is threading.main_thread()
+    self._previous = {}
+    self._came = []
+
+  def __enter__(self):
+    if self._active:
+      for signum in STOP_SIGNALS:
+        self._previous[signum] = signal.signal(signum, self._record)
+    return self
+
+  def _record(self, signum, frame):
+    del frame
+    self._came.append(signum)
+
+  @property
+  def deferred(self):
+    return signal.Signals(self._came[0]).name if self._came else None
+
+  def __exit__(self, exc_type, unused_value, unused_traceback):
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)
+    self._previous = {}
+    if self._came and exc_type is None:
+      signal.raise_signal(self._came[0])
+    return False
+
+
 def ignore_stop_signals():
   """SIGINT and SIGTERM are ignored from now on in this process (a command that stops anyway
   and is closing what it started; on the main thread only)."""
