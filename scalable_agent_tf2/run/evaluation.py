@@ -136,8 +136,12 @@ def write_results(rows, summary, directory):
   return json_path, csv_path
 
 
-def evaluate(config, environment_constructor=None, network_config=None, print_fn=print):
+def evaluate(config, environment_constructor=None, network_config=None, print_fn=print,
+             stop_request=None):
   """Restores logdir's latest checkpoint and plays config.test_num_episodes per level.
+
+  stop_request: the command's stop_signals.StopRequest (experiment_main.py), which holds a
+  stop signal while the results are written; None: a handler of the write's own does.
 
   Returns:
     dict: rows (per-level results), summary (suite scores or {}), checkpoint, paths.
@@ -171,7 +175,7 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
   print_fn(format_tables(rows, config.level_name))
   paths = None
   try:
-    with stop_signals.StopsDeferred():  # Both files are this test's, or neither.
+    with stop_signals.StopsDeferred(stop_request):  # Both files are this test's, or neither.
       paths = _write_or_explain(rows, summary, results_dir)
   except (KeyboardInterrupt, stop_signals.Stopping) as interrupt:
     if paths is None:  # Before the writing started: nothing was written.

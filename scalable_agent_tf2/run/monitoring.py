@@ -77,7 +77,8 @@ def learning_rate_in_words(config):
     words += "; values learned in PopArt's normalised scale (--popart)"
   return words
 
-def start_banner(config, network, device, xla, checkpoint, frames, mode="train"):
+def start_banner(config, network, device, xla, checkpoint, frames, mode="train",
+                 remote_actors=False):
   """The lines a run starts with: what it runs, on what, and where it starts from.
 
   Args:
@@ -88,6 +89,8 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
     checkpoint: the checkpoint restored (None: a fresh start).
     frames: the frame count the run starts from.
     mode: "train" or "test".
+    remote_actors: a cluster's learner: its actors are actor processes' threads
+      (--num_actors in each), as many processes as connect.
   """
   levels = config.levels
   what = (f"{config.level_name} ({len(levels)} levels)" if len(levels) > 1
@@ -106,7 +109,9 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
   if mode == "train":
     batch_frames = config_lib.frames_per_batch(config.batch_size, config.unroll_length,
                                                config.num_action_repeats)
-    lines.append(f"  {config.algorithm}: {config.num_actors} actors, batch {config.batch_size}, "
+    actors = (f"actor processes of {config.num_actors} actors each (as many as connect)"
+              if remote_actors else f"{config.num_actors} actors")
+    lines.append(f"  {config.algorithm}: {actors}, batch {config.batch_size}, "
                  f"unroll {config.unroll_length}, frame budget "
                  f"{config.total_environment_frames:,} (frames are counted a batch of "
                  f"{batch_frames:,} at a time: the run stops at the first update that reaches "
@@ -137,6 +142,7 @@ class Monitor:
     self._recent = {level: collections.deque(maxlen=RECENT_EPISODES) for level in levels}
     self._new_episodes = []
     self._new_failures = []  # record_restart's, until the next write logs them.
+    self._new_actor_processes = []  # record_actor_process's, likewise.
     self._num_episodes = 0
     self._num_restarts = 0
     self._last_update = {}
@@ -214,6 +220,22 @@ class Monitor:
                                  getattr(error, "user_frame", None), self._learner_frames))
     self._print(f"Environment for {level} failed and was restarted: {error}")
 
+  def record_actor_process(self, task, event, seconds, sending):
+    """A cluster's actor process `task` joined (its first trajectory), fell silent (nothing
+    for `seconds`: stopped, frozen or cut off) or sent again (learner_service.SenderWatch);
+    `sending`: the processes sending now. A console line now, a runlog ACTOR_PROCESS record
+    at the next write."""
+    if event == "joined":
+      line = f"Actor process {task}: first trajectory received ({sending} sending)."
+    elif event == "silent":
+      line = (f"Actor process {task} has sent nothing for {seconds:.0f} s (stopped, frozen "
+              f"or cut off); training goes on with the {sending} sending.")
+    else:
+      line = f"Actor process {task} sends again, after {seconds:.0f} s of silence."
+    with self._lock:
+      self._new_actor_processes.append((task, event, round(seconds, 1), self._learner_frames))
+    self._print(line)
+
   @property
   def num_restarts(self):
     """Environments replaced after a failure so far."""
@@ -243,6 +265,7 @@ class Monitor:
     with self._lock:
       episodes, self._new_episodes = self._new_episodes, []
       failures, self._new_failures = self._new_failures, []
+      actor_processes, self._new_actor_processes = self._new_actor_processes, []
       lags, self._policy_lags = self._policy_lags, []
       update = dict(self._last_update)
       num_updates, num_episodes, num_restarts = (self._num_updates, self._num_episodes,
@@ -275,6 +298,9 @@ class Monitor:
     for level, error, error_type, where, frames in failures:
       frames = min(max(frames, self._logged_frames), int(num_frames))
       self._log.environment_failure(frames, level, error, error_type, where)
+    for task, event, seconds, frames in actor_processes:
+      self._log.actor_process(min(max(frames, self._logged_frames), int(num_frames)), task,
+                              event, seconds)
     self._logged_frames = int(num_frames)
     self._log.write(record)
     self._log.flush()

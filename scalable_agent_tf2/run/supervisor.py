@@ -125,6 +125,7 @@ class Run:
           replace=lambda index, replacement: self._actor_thread(
               index, environment_constructor, None, replacement))
     else:
+      first_env_owner.close()  # A cluster's learner steps no environment: the spec's goes.
       self.actors = actor_process.RemoteActors(
           config, self.agent, signature, listen_address, self.input.put_trajectory,
           self.monitor, self.print, secret=access.secret,

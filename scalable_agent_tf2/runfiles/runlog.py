@@ -16,6 +16,9 @@ Records, by their "kind":
             step() or reset() raised, its output broke its spec): time, frames, level,
             error (the message, naming the step and episode), error_type, and where (the
             file, line and function of the environment's own code that raised, or null).
+  ACTOR_PROCESS  one per change in a cluster learner's actor processes: time, frames, task,
+            event ("joined": its first trajectory; "silent": nothing for `seconds`, stopped,
+            frozen or cut off; "sending again": after `seconds` of silence), seconds.
 """
 import json
 import math
@@ -27,6 +30,7 @@ START = "start"
 EPISODE = "episode"
 PROGRESS = "progress"
 ENVIRONMENT_FAILURE = "environment_failure"
+ACTOR_PROCESS = "actor_process"
 
 
 def log_path(logdir):
@@ -70,6 +74,10 @@ class Writer:
     self.write(dict(kind=ENVIRONMENT_FAILURE, time=time.time(), frames=int(frames),
                     level=level, error=error, error_type=error_type, where=where))
 
+  def actor_process(self, frames, task, event, seconds):
+    self.write(dict(kind=ACTOR_PROCESS, time=time.time(), frames=int(frames), task=int(task),
+                    event=event, seconds=seconds))
+
   def flush(self):
     self._file.flush()
 
@@ -111,7 +119,8 @@ def read_log(logdir):
 
 
 def of_kind(records, kind):
-  """The records of one kind (START, EPISODE, PROGRESS, ENVIRONMENT_FAILURE), in order."""
+  """The records of one kind (START, EPISODE, PROGRESS, ENVIRONMENT_FAILURE, ACTOR_PROCESS),
+  in order."""
   return [r for r in records if r.get("kind") == kind]
 
 
