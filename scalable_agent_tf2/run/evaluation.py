@@ -47,6 +47,11 @@ class ResultsNotWritten(run_directory.RunDirectoryError):
   """The results were printed but could not be written (the message says where)."""
 
 
+class VideosNotWritten(run_directory.RunDirectoryError):
+  """The disk refused the videos (full, read-only); the results were written (the message
+  says where the videos were to go)."""
+
+
 class StoppedAfterWriting(stop_signals.Stopping):
   """SIGINT or SIGTERM came while the results were being written: the stop waited for both
   files (milliseconds), so they hold this test's results. str(): the signal; paths: the
@@ -149,7 +154,8 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
   Raises:
     checkpoints.CheckpointError: no usable checkpoint in logdir.
     run_directory.RunDirectoryError: the results directory cannot be written (checked before
-      playing); ResultsNotWritten: writing failed after the tables were printed.
+      playing); ResultsNotWritten: writing failed after the tables were printed;
+      VideosNotWritten: the disk refused the videos (the results were written).
     training.LevelsCannotRun: levels that cannot run here (after the others' results).
   """
   results_dir = os.path.join(config.logdir, RESULTS_SUBDIR)
@@ -186,7 +192,20 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
     print_fn(line)
   if cannot_run:
     raise training.LevelsCannotRun(cannot_run, config, " The results above leave them out.")
+  _raise_for_refused_videos(level_videos, os.path.join(results_dir, videos_lib.SUBDIRECTORY))
   return dict(rows=rows, summary=summary, checkpoint=path, paths=paths)
+
+
+def _raise_for_refused_videos(level_videos, directory):
+  """VideosNotWritten when the disk refused a level's videos (full, read-only): the test goes
+  on without them, and ends with this error once its results are written."""
+  refused = {level: videos.disk_refusal for level, videos in level_videos.items()
+             if videos.disk_refusal}
+  if refused:
+    raise VideosNotWritten(
+        f"could not write the videos of {', '.join(sorted(refused))} in {directory} "
+        f"({next(iter(refused.values()))}): the results above were written; free space "
+        "there (or make it writable) and run the test again for the videos.")
 
 
 def _restored_agent(config, environment_constructor, network_config, print_fn):
