@@ -60,7 +60,8 @@ def test_a_frozen_actor_process_is_recorded_by_the_learner_and_never_holds_up_th
   launcher = _start_cluster(logdir, 2, TOY + ["--env_step_timeout_secs=3"])
   lines = []
   try:
-    _wait_for(launcher, "[learner] Actor process 1: first trajectory received", lines)
+    for task in (0, 1):
+      _wait_for(launcher, f"[learner] Actor process {task}: first trajectory received", lines)
     assert "[learner]   impala: actor processes of 2 actors each (as many as connect)" in (
         "".join(lines))
     frozen = _actor_pid(logdir, 1)
