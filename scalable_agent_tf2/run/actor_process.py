@@ -251,6 +251,8 @@ class _ActorProcess:
           break
     except (KeyboardInterrupt, stop_signals.Stopping) as interrupt:
       stop_reason = f"interrupted ({stop_signals.interrupt_name(interrupt)})"
+      if sigterm is not None:  # A second SIGTERM must not cut the stop (and its report) short.
+        sigterm.ignore()  # The command's StopRequest raises only once by itself.
     finally:
       if sigterm is not None:
         sigterm.restore()
@@ -318,6 +320,10 @@ class RemoteActors:
     self._signature = signature
     self._put_trajectory = put_trajectory
     self._monitor = monitor
+    # Longer than any step of its environments may take (their watchdog's limit) before an
+    # actor process that sent trajectories and stopped is recorded as silent.
+    self.watch = learner_service.SenderWatch(max(
+        assembly.environment_timeouts(config, level)[0] for level in set(config.levels)))
     self._print = print_fn
     self.refused = collections.Counter()  # Actor process (task) -> messages refused.
     self._failure = None
@@ -354,6 +360,7 @@ class RemoteActors:
           self._print(f"Dropped a repeated trajectory from actor {header.actor_index} "
                       f"(sequence {header.sequence}): a send was retried after it arrived.")
           return True
+        self.watch.delivered(self.ledger.task_of(header), time.monotonic())
         _, trajectory = wire.unflatten_message(message, self._signature, self._levels)
         return self._put_trajectory(trajectory, header.actor_index)
     except Exception as error:  # pylint: disable=broad-except
@@ -385,10 +392,13 @@ class RemoteActors:
     return None
 
   def poll(self):
-    """Episodes the actor processes reported since the last poll, into the monitor."""
+    """Episodes the actor processes reported since the last poll, and the processes that
+    joined, fell silent or sent again (SenderWatch), into the monitor."""
     for level_index, episode_return, episode_step in self.server.dequeue_episodes():
       if 0 <= level_index < len(self._levels):
         self._monitor.record_episode(self._levels[level_index], episode_return, episode_step)
+    for task, event, seconds in self.watch.changes(time.monotonic()):
+      self._monitor.record_actor_process(task, event, seconds, len(self.watch.sending()))
 
   def publish_version(self, num_updates):
     """Actor processes read it with the parameters; a trajectory naming a later version is

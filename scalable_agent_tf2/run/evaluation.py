@@ -7,7 +7,9 @@ games (no life-loss termination) starting with up to 30 no-ops (Table 4).
 
 Results go to logdir/evaluation/results.json and results.csv. That directory is checked before
 any episode is played; the tables are printed before the files are written, so a write that
-fails afterwards loses nothing shown (ResultsNotWritten says where it could not write).
+fails afterwards loses nothing shown (ResultsNotWritten says where it could not write). Each
+file is replaced whole (a kill or a full disk leaves the previous results), and a stop signal
+that comes while they are written waits for both (StoppedAfterWriting).
 
 A level whose environment cannot start or reset here (environments.LevelCannotRun) is left out
 of the tables and named, with the other such levels, in one training.LevelsCannotRun after
@@ -18,6 +20,7 @@ the videos recorded by evaluation_videos.py; this module restores the checkpoint
 and turns the episodes into the paper's tables and the results files.
 """
 import csv
+import io
 import json
 import math
 import os
@@ -29,17 +32,34 @@ from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import evaluation_videos
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.runfiles import videos as videos_lib
+from scalable_agent_tf2.utils import stop_signals
 
 RESULTS_SUBDIR = "evaluation"
 
 
 class ResultsNotWritten(run_directory.RunDirectoryError):
   """The results were printed but could not be written (the message says where)."""
+
+
+class VideosNotWritten(run_directory.RunDirectoryError):
+  """The disk refused the videos (full, read-only); the results were written (the message
+  says where the videos were to go)."""
+
+
+class StoppedAfterWriting(stop_signals.Stopping):
+  """SIGINT or SIGTERM came while the results were being written: the stop waited for both
+  files (milliseconds), so they hold this test's results. str(): the signal; paths: the
+  files."""
+
+  def __init__(self, signal_name, paths):
+    super().__init__(signal_name)
+    self.paths = paths
 
 
 def level_rows(level_episodes):
@@ -105,24 +125,32 @@ def _number(value, width, decimals):
 
 
 def write_results(rows, summary, directory):
-  """results.json (rows + summary) and results.csv (rows) in directory; returns their paths."""
+  """results.json (rows + summary) and results.csv (rows) in directory; returns their paths.
+
+  Both are replaced as checkpoints' state files are (checkpoint_files.write_files_atomically):
+  a kill or a full disk leaves the previous results whole, never an empty or half file."""
   os.makedirs(directory, exist_ok=True)
   json_path = os.path.join(directory, "results.json")
-  with open(json_path, "w") as f:
-    json.dump(dict(levels=rows, summary=summary), f, indent=2)
   csv_path = os.path.join(directory, "results.csv")
   fields = ["level", "test_level", "episodes", "mean_return", "std_return", "mean_length",
             "human", "random", "human_normalized"]
-  with open(csv_path, "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-      writer.writerow({k: row.get(k, "") for k in fields})
+  table = io.StringIO()
+  writer = csv.DictWriter(table, fieldnames=fields, extrasaction="ignore")
+  writer.writeheader()
+  for row in rows:
+    writer.writerow({k: row.get(k, "") for k in fields})
+  checkpoint_files.write_files_atomically([
+      (json_path, json.dumps(dict(levels=rows, summary=summary), indent=2)),
+      (csv_path, table.getvalue())])
   return json_path, csv_path
 
 
-def evaluate(config, environment_constructor=None, network_config=None, print_fn=print):
+def evaluate(config, environment_constructor=None, network_config=None, print_fn=print,
+             stop_request=None):
   """Restores logdir's latest checkpoint and plays config.test_num_episodes per level.
+
+  stop_request: the command's stop_signals.StopRequest (experiment_main.py), which holds a
+  stop signal while the results are written; None: a handler of the write's own does.
 
   Returns:
     dict: rows (per-level results), summary (suite scores or {}), checkpoint, paths.
@@ -130,7 +158,8 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
   Raises:
     checkpoints.CheckpointError: no usable checkpoint in logdir.
     run_directory.RunDirectoryError: the results directory cannot be written (checked before
-      playing); ResultsNotWritten: writing failed after the tables were printed.
+      playing); ResultsNotWritten: writing failed after the tables were printed;
+      VideosNotWritten: the disk refused the videos (the results were written).
     training.LevelsCannotRun: levels that cannot run here (after the others' results).
   """
   results_dir = os.path.join(config.logdir, RESULTS_SUBDIR)
@@ -154,13 +183,33 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
     summary["videos"] = evaluation_videos.videos_summary(
         level_videos, video_format, os.path.join(results_dir, videos_lib.SUBDIRECTORY))
   print_fn(format_tables(rows, config.level_name))
-  paths = _write_or_explain(rows, summary, results_dir)
+  paths = None
+  try:
+    with stop_signals.StopsDeferred(stop_request):  # Both files are this test's, or neither.
+      paths = _write_or_explain(rows, summary, results_dir)
+  except (KeyboardInterrupt, stop_signals.Stopping) as interrupt:
+    if paths is None:  # Before the writing started: nothing was written.
+      raise
+    raise StoppedAfterWriting(stop_signals.interrupt_name(interrupt), paths) from None
   print_fn(f"Results: {paths[0]}, {paths[1]}")
   for line in evaluation_videos.videos_lines(summary.get("videos")):
     print_fn(line)
   if cannot_run:
     raise training.LevelsCannotRun(cannot_run, config, " The results above leave them out.")
+  _raise_for_refused_videos(level_videos, os.path.join(results_dir, videos_lib.SUBDIRECTORY))
   return dict(rows=rows, summary=summary, checkpoint=path, paths=paths)
+
+
+def _raise_for_refused_videos(level_videos, directory):
+  """VideosNotWritten when the disk refused a level's videos (full, read-only): the test goes
+  on without them, and ends with this error once its results are written."""
+  refused = {level: videos.disk_refusal for level, videos in level_videos.items()
+             if videos.disk_refusal}
+  if refused:
+    raise VideosNotWritten(
+        f"could not write the videos of {', '.join(sorted(refused))} in {directory} "
+        f"({next(iter(refused.values()))}): the results above were written; free space "
+        "there (or make it writable) and run the test again for the videos.")
 
 
 def _restored_agent(config, environment_constructor, network_config, print_fn):

@@ -74,7 +74,7 @@ class WorkerVideos:
       try:
         act(slot, recording, picture)
       except (OSError, videos_lib.VideoError, RuntimeError) as error:
-        self._level.stop(f"its video could not be written ({type(error).__name__}: {error}).")
+        self._level.cannot_write(error)
 
   def _start(self):
     self._each(lambda slot, recording, picture: recording.start(picture))
@@ -96,7 +96,7 @@ class WorkerVideos:
       try:
         recording.episode_ended((float(episode_return), int(episode_length)))
       except (OSError, videos_lib.VideoError, RuntimeError) as error:
-        self._level.stop(f"its video could not be written ({type(error).__name__}: {error}).")
+        self._level.cannot_write(error)
 
   def _stop(self):
     """The level's videos stopped: this worker's unfinished ones are discarded."""
@@ -110,7 +110,7 @@ class WorkerVideos:
       try:
         recording.close()
       except (OSError, videos_lib.VideoError, RuntimeError) as error:
-        self._level.stop(f"its video could not be written ({type(error).__name__}: {error}).")
+        self._level.cannot_write(error)
 
 
 def level_videos(config, results_dir, print_fn):

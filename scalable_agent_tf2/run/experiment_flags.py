@@ -16,8 +16,9 @@ before it started: the checkpoint unchanged); 1 the run failed (updates that sta
 a dead thread of the learner, a checkpoint or log that cannot be written: the newest good
 checkpoint is kept); 2 bad flags, unusable checkpoint or logdir, levels that cannot run here,
 or refused by a learner or replay service; 3 the shared replay service unreachable or lost (the
-checkpoint is written); 130 a test stopped by SIGINT or SIGTERM before its results were written
-(nothing is written; the shell's code for a command ended by Ctrl-C).
+checkpoint is written); 130 a test stopped by SIGINT or SIGTERM (the shell's code for a command
+ended by Ctrl-C): nothing is written, or, for a signal while the results were being written
+(which waits for them), both results files; its "Stopped:" line says which.
 
 Before TensorFlow loads (seconds to a minute), everything the flags and the files can tell is
 answered: bad flags, an unusable logdir (a file, not writable, held by a live run), no

@@ -165,7 +165,7 @@ def _run(config, cluster, stop_request):
     return 2
   try:
     if config.mode == settings.TEST:
-      return _test(config)
+      return _test(config, stop_request)
     elif job_name == distributed.ACTOR_JOB:
       actor_process.run_actor_process(config, learner_address, task, secret=secret,
                                       stop_request=stop_request)
@@ -196,16 +196,20 @@ def _run(config, cluster, stop_request):
   return 0
 
 
-def _test(config):
+def _test(config, stop_request):
   """Test mode; SIGINT or SIGTERM (the command's StopRequest raises Stopping) stops it, its
-  environments closed and nothing written, with a "Stopped:" line and TEST_STOPPED."""
+  environments closed, with a "Stopped:" line and TEST_STOPPED: nothing written, or (a signal
+  while the results were written, which waits for them) both results files written."""
   from scalable_agent_tf2.run import evaluation  # pylint: disable=g-import-not-at-top
   try:
-    evaluation.evaluate(config)
+    evaluation.evaluate(config, stop_request=stop_request)
   except (KeyboardInterrupt, stop_signals.Stopping) as interrupt:
     stop_signals.ignore_stop_signals()  # A second signal would cut the closing short.
-    print(f"Stopped: interrupted ({stop_signals.interrupt_name(interrupt)}) while testing; "
-          f"no results written.", flush=True)
+    name = stop_signals.interrupt_name(interrupt)
+    written = getattr(interrupt, "paths", None)  # evaluation.StoppedAfterWriting's.
+    print(f"Stopped: interrupted ({name}) while writing the results; both were written "
+          f"first: {written[0]}, {written[1]}." if written else
+          f"Stopped: interrupted ({name}) while testing; no results written.", flush=True)
     # evaluate closed its policy: the evaluation threads' next step fails, and each closes
     # its environments (their processes and shared memory) on its way out.
     _join_threads("evaluation-", _TEST_STOP_GRACE_SECS)

@@ -6,7 +6,9 @@
 Everything after "--" goes to every experiment.py process (the learner and the actors); the
 cluster is {"learner": ["localhost:PORT"]} (loopback only). Output lines are prefixed with
 the process's role. The launcher returns when the learner finishes (its actors then stop by
-themselves); Ctrl-C or SIGTERM stops the learner (which writes its checkpoint) and the actors.
+themselves); Ctrl-C or SIGTERM stops the learner (which writes its checkpoint) and the actors,
+within about SIGNAL_STOP_SECS of the learner's checkpoint, whatever an actor process does (a
+frozen one is killed).
 An actor process that dies is reported with its last lines; the others and the learner go on.
 A learner that fails or is killed is reported at once with its exit code and last lines, the
 actors are stopped within seconds, and the launcher exits non-zero.
@@ -52,6 +54,14 @@ def _free_port():
 # their next call to it), and after a SIGTERM when the learner failed; then they are killed.
 ACTORS_STOP_SECS = 120.0
 ACTORS_TERMINATE_SECS = 10.0
+# A stop signal to the launcher: the learner and the actor processes get SIGTERM at once. An
+# actor process still running this long after it (frozen by SIGSTOP, a hung machine) is
+# killed: a healthy one stops in about a second and only the learner writes checkpoints. The
+# learner is killed when it is still running this long after its `Stopped:` line (its final
+# checkpoint is written by then; what is left is closing, and the final learning curve, which
+# its own child process finishes). The launcher so returns within about 5 s of the learner's
+# final checkpoint (docs/CLUSTERS.md).
+SIGNAL_STOP_SECS = 5.0
 # Lines of a process's output kept to show when it dies.
 LAST_LINES = 20
 # The generated secret's file, in the logdir.
@@ -67,6 +77,8 @@ class _Process:
     self.role = role
     self.last_lines = collections.deque(maxlen=LAST_LINES)
     self.reported = False
+    self.killed = False  # By the launcher, at a stop (not a death to report).
+    self.stopped_at = None  # When it printed its `Stopped:` line (a learner's: saved).
     self.popen = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, start_new_session=True, env=env)
     self._forwarder = threading.Thread(target=self._forward, daemon=True)
@@ -75,6 +87,8 @@ class _Process:
   def _forward(self):
     for line in self.popen.stdout:
       self.last_lines.append(line.rstrip("\n"))
+      if line.startswith("Stopped:") and self.stopped_at is None:
+        self.stopped_at = time.monotonic()
       sys.stdout.write(f"[{self.role}] {line}")
       sys.stdout.flush()
 
@@ -86,27 +100,47 @@ class _Process:
     if self.popen.poll() is None:
       self.popen.send_signal(signal.SIGTERM)
 
+  def kill(self, why):
+    """Kills the process (this launcher's own child) at a stop, saying why."""
+    if self.popen.poll() is None and not self.killed:
+      self.killed = self.reported = True
+      _say(f"{self.role} {why}; killing it.")
+      self.popen.kill()
+
 
 def _say(message):
   print(f"[launch] {message}", flush=True)
 
 
-def _stop_actors(actors, wait_secs):
-  """Waits up to `wait_secs` for the actors to end, SIGTERMs them, then kills stragglers."""
+def _stop_actors(actors, wait_secs, terminate_secs=ACTORS_TERMINATE_SECS):
+  """Waits up to `wait_secs` for the actors to end, SIGTERMs them, waits `terminate_secs`
+  more, then kills stragglers."""
   deadline = time.monotonic() + wait_secs
   for actor in actors:
     try:
       actor.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
       actor.terminate()
-  deadline = time.monotonic() + ACTORS_TERMINATE_SECS
+  deadline = time.monotonic() + terminate_secs
   for actor in actors:
     try:
       actor.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-      _say(f"{actor.role} did not stop; killing it.")
-      actor.popen.kill()
-      actor.popen.wait()
+      actor.kill("did not stop")
+    actor.popen.wait()
+
+
+def _kill_what_does_not_stop(learner, actors, signalled_at):
+  """After a stop signal: kills the actor processes still running SIGNAL_STOP_SECS after it,
+  and the learner SIGNAL_STOP_SECS after its `Stopped:` line."""
+  now = time.monotonic()
+  if now - signalled_at >= SIGNAL_STOP_SECS:
+    for actor in actors:
+      actor.kill(f"did not stop within {SIGNAL_STOP_SECS:g} s of the stop signal (frozen or "
+                 "hung)")
+  if learner.stopped_at is not None and now - learner.stopped_at >= SIGNAL_STOP_SECS:
+    learner.kill(f"wrote its final checkpoint but was still closing {SIGNAL_STOP_SECS:g} s "
+                 "later")
 
 
 def _report_dead_actors(actors):
@@ -222,26 +256,31 @@ def launch(num_actor_processes, experiment_flags, port=None):
   learner = _Process("learner", common + ["--job_name=learner"], env)
   actors = [_Process(f"actor {k}", common + ["--job_name=actor", f"--task={k}"], env)
             for k in range(num_actor_processes)]
-  stopping = threading.Event()
+  signalled = []  # When the first stop signal came.
 
   def stop(signum=None, frame=None):
     del frame
-    if not stopping.is_set():
+    if not signalled:
       name = signal.Signals(signum).name if signum else "SIGINT"
-      _say(f"{name}: stopping; the learner saves a checkpoint, then the actors stop.")
-    stopping.set()
-    learner.terminate()
+      _say(f"{name}: stopping; the learner saves a checkpoint, the actors stop.")
+      signalled.append(time.monotonic())
+    for process in [learner] + actors:  # Again at a repeated signal: it counts there too.
+      process.terminate()
 
   previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
   try:
     while learner.popen.poll() is None:
       time.sleep(0.5)
       _report_dead_actors(actors)
+      if signalled:
+        _kill_what_does_not_stop(learner, actors, signalled[0])
   finally:
     for sig, handler in previous.items():
       signal.signal(sig, handler)
   code = learner.popen.wait()
-  if code == 0:
+  if signalled:  # The actors had SIGTERM with the learner; those still running are killed.
+    _stop_actors(actors, signalled[0] + SIGNAL_STOP_SECS - time.monotonic(), terminate_secs=0)
+  if code == 0 or learner.killed:  # Killed after its final checkpoint.
     _stop_actors(actors, ACTORS_STOP_SECS)
     return 0
   how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"

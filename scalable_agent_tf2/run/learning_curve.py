@@ -10,6 +10,8 @@ import subprocess
 import sys
 import tempfile
 
+from scalable_agent_tf2.runfiles import plot
+
 # How long the stop waits for the final learning curve (a child process; a long run's
 # log.jsonl of millions of episodes reads and draws in tens of seconds on a small machine).
 FINAL_CURVE_TIMEOUT_SECS = 120.0
@@ -26,7 +28,9 @@ class CurveWriter:
 
   `request` starts a drawing unless one is running (the next request draws what it missed);
   `finish` (at the stop) replaces a running drawing with a final one and waits for it. A
-  failure is printed once; the run goes on.
+  failure is printed once; the run goes on. A file that could not be written (the child's
+  plot.WRITE_FAILED: a full disk, a read-only logdir) is not printed but kept in
+  `write_error`, for the run to stop on as on any of its files.
   """
 
   def __init__(self, logdir, print_fn, timeout_secs=FINAL_CURVE_TIMEOUT_SECS):
@@ -36,6 +40,7 @@ class CurveWriter:
     self._child = None
     self._errors = None
     self._failed_once = False
+    self.write_error = None  # The child's `error:` line, without "error: ".
 
   def _command(self, nice):
     return [sys.executable, "-m", "scalable_agent_tf2.runfiles.plot", self._logdir,
@@ -81,7 +86,9 @@ class CurveWriter:
     errors = self._errors.read().decode(errors="replace").strip().splitlines()
     self._errors.close()
     self._child = self._errors = None
-    if code != 0:
+    if code == plot.WRITE_FAILED and errors:
+      self.write_error = errors[-1].removeprefix("error: ")
+    elif code != 0:
       self._failed(f"its drawing ended with exit code {code}"
                    + (f": {errors[-1]}" if errors else ""))
 

@@ -15,10 +15,15 @@ At each checkpoint (`checkpointed`) and at the stop (`close`) the learning curve
 logdir/learning_curve.png is redrawn from log.jsonl (runfiles/plot.py) in a child process
 (learning_curve.CurveWriter), so that drawing it never holds up the run. The console line's
 pace (rates, time to go, what the run waits for) is console_pace.py's.
+
+A file that cannot be written (a full disk, a read-only or deleted logdir: log.jsonl,
+TensorBoard's events file, the learning curve) raises run_failures.LogWriteFailed naming it,
+once; the run then stops with its checkpoint (supervisor.py) and the files are left alone.
 """
 import collections
 import math
 import os
+import re
 import threading
 import time
 
@@ -31,6 +36,7 @@ from scalable_agent_tf2.run import learning_curve
 from scalable_agent_tf2.run.console_pace import RATE_WINDOW_UPDATES, Activity
 from scalable_agent_tf2.run.console_pace import eta_rate, eta_window_start, format_eta
 from scalable_agent_tf2.run.console_pace import waiting_message, windowed_rates
+from scalable_agent_tf2.run.run_failures import LogWriteFailed
 from scalable_agent_tf2.runfiles import plot
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.configuration import suites
@@ -78,7 +84,8 @@ def learning_rate_in_words(config):
     words += "; values learned in PopArt's normalised scale (--popart)"
   return words
 
-def start_banner(config, network, device, xla, checkpoint, frames, mode="train"):
+def start_banner(config, network, device, xla, checkpoint, frames, mode="train",
+                 remote_actors=False):
   """The lines a run starts with: what it runs, on what, and where it starts from.
 
   Args:
@@ -89,6 +96,8 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
     checkpoint: the checkpoint restored (None: a fresh start).
     frames: the frame count the run starts from.
     mode: "train" or "test".
+    remote_actors: a cluster's learner: its actors are actor processes' threads
+      (--num_actors in each), as many processes as connect.
   """
   levels = config.levels
   what = (f"{config.level_name} ({len(levels)} levels)" if len(levels) > 1
@@ -107,7 +116,9 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train")
   if mode == "train":
     batch_frames = config_lib.frames_per_batch(config.batch_size, config.unroll_length,
                                                config.num_action_repeats)
-    lines.append(f"  {config.algorithm}: {config.num_actors} actors, batch {config.batch_size}, "
+    actors = (f"actor processes of {config.num_actors} actors each (as many as connect)"
+              if remote_actors else f"{config.num_actors} actors")
+    lines.append(f"  {config.algorithm}: {actors}, batch {config.batch_size}, "
                  f"unroll {config.unroll_length}, frame budget "
                  f"{config.total_environment_frames:,} (frames are counted a batch of "
                  f"{batch_frames:,} at a time: the run stops at the first update that reaches "
@@ -144,6 +155,7 @@ class Monitor:
     self._recent = {level: collections.deque(maxlen=RECENT_EPISODES) for level in levels}
     self._new_episodes = []
     self._new_failures = []  # record_restart's, until the next write logs them.
+    self._new_actor_processes = []  # record_actor_process's, likewise.
     self._num_episodes = 0
     self._num_restarts = 0
     self._last_update = {}
@@ -168,9 +180,14 @@ class Monitor:
     # A resumed run has episodes to draw before it finishes one of its own.
     self._curve_data = os.path.exists(runlog.log_path(logdir)) and bool(
         os.path.getsize(runlog.log_path(logdir)))
+    self._logdir = logdir
     self._writer = tf.summary.create_file_writer(logdir)
     self._log = runlog.Writer(logdir)
     self._curves = learning_curve.CurveWriter(logdir, print_fn)
+    # The first file that could not be written (LogWriteFailed): raised once, by the write
+    # or close that met it; the run's files are not written again after it.
+    self._write_error = None
+    self._closed = False
 
   def start(self, num_frames):
     """Marks the start of training at num_frames (rates are measured from here).
@@ -187,7 +204,11 @@ class Monitor:
     self._frame_changes.clear()
     self._samples.clear()
     self._samples.append((self._start_time, num_frames, self._num_updates))
-    self._log.start(num_frames)
+    try:
+      self._log.start(num_frames)
+    except OSError as error:
+      self._write_error = LogWriteFailed(f"Cannot write the run's log: {error}")
+      raise self._write_error from error
 
   def _trained_episodes(self, num_frames):
     """Episodes of the log up to num_frames that lead to the parameters the run starts from
@@ -234,6 +255,22 @@ class Monitor:
                                  getattr(error, "user_frame", None), self._learner_frames))
     self._print(f"Environment for {level} failed and was restarted: {error}")
 
+  def record_actor_process(self, task, event, seconds, sending):
+    """A cluster's actor process `task` joined (its first trajectory), fell silent (nothing
+    for `seconds`: stopped, frozen or cut off) or sent again (learner_service.SenderWatch);
+    `sending`: the processes sending now. A console line now, a runlog ACTOR_PROCESS record
+    at the next write."""
+    if event == "joined":
+      line = f"Actor process {task}: first trajectory received ({sending} sending)."
+    elif event == "silent":
+      line = (f"Actor process {task} has sent nothing for {seconds:.0f} s (stopped, frozen "
+              f"or cut off); training goes on with the {sending} sending.")
+    else:
+      line = f"Actor process {task} sends again, after {seconds:.0f} s of silence."
+    with self._lock:
+      self._new_actor_processes.append((task, event, round(seconds, 1), self._learner_frames))
+    self._print(line)
+
   @property
   def num_restarts(self):
     """Environments replaced after a failure so far."""
@@ -263,6 +300,7 @@ class Monitor:
     with self._lock:
       episodes, self._new_episodes = self._new_episodes, []
       failures, self._new_failures = self._new_failures, []
+      actor_processes, self._new_actor_processes = self._new_actor_processes, []
       lags, self._policy_lags = self._policy_lags, []
       update = dict(self._last_update)
       num_updates, num_episodes, num_restarts = (self._num_updates, self._num_episodes,
@@ -286,7 +324,33 @@ class Monitor:
         record[f"human_normalized/{level}"] = value
       for key in ("mean_capped", "mean", "median"):
         record[f"human_normalized_{key}"] = normalized[key]
-    self._write_summaries(num_frames, [e[:3] for e in episodes], record)
+    error = None
+    if self._write_error is None:
+      error = self._write_files(num_frames, episodes, failures, actor_processes, record)
+    self._curve_data = self._curve_data or bool(episodes)
+    self._curves.poll()  # Reports a drawing that failed.
+    if error is None and self._write_error is None and self._curves.write_error:
+      error = LogWriteFailed(f"Cannot write the learning curve: {self._curves.write_error}")
+    waiting = None
+    if self._start_time is not None:
+      waiting = waiting_message(
+          now - self._start_time, num_updates,
+          None if last_update_time is None else now - last_update_time,
+          self._activity() if num_updates == 0 else Activity())
+    self._print(self._console_line(record, returns, waiting))
+    if error is not None:
+      self._write_error = error
+      raise error
+    return record
+
+  def _write_files(self, num_frames, episodes, failures, actor_processes, record):
+    """A write's TensorBoard scalars and log.jsonl records; the LogWriteFailed of a file that
+    could not be written (a full disk, a read-only or deleted logdir), or None."""
+    try:
+      self._write_summaries(num_frames, [e[:3] for e in episodes], record)
+    except tf.errors.OpError as error:
+      return LogWriteFailed(f"Cannot write TensorBoard's events file in {self._logdir}: "
+                            f"{_op_error_text(error)}")
     for level, episode_return, episode_step, frames in episodes:
       # Within the PROGRESS records around it, so the log's frames never go back (a write
       # can read the learner's count before its latest update reached record_update).
@@ -295,19 +359,16 @@ class Monitor:
     for level, error, error_type, where, frames in failures:
       frames = min(max(frames, self._logged_frames), int(num_frames))
       self._log.environment_failure(frames, level, error, error_type, where)
+    for task, event, seconds, frames in actor_processes:
+      self._log.actor_process(min(max(frames, self._logged_frames), int(num_frames)), task,
+                              event, seconds)
     self._logged_frames = int(num_frames)
     self._log.write(record)
-    self._log.flush()
-    self._curve_data = self._curve_data or bool(episodes)
-    self._curves.poll()  # Reports a drawing that failed.
-    waiting = None
-    if self._start_time is not None:
-      waiting = waiting_message(
-          now - self._start_time, num_updates,
-          None if last_update_time is None else now - last_update_time,
-          self._activity() if num_updates == 0 else Activity())
-    self._print(self._console_line(record, returns, waiting))
-    return record
+    try:
+      self._log.flush()
+    except OSError as error:  # runlog cut the file back to its last complete line.
+      return LogWriteFailed(f"Cannot write the run's log: {error}")
+    return None
 
   def checkpointed(self):
     """A checkpoint was written: the learning curve is redrawn (CurveWriter.request)."""
@@ -395,8 +456,35 @@ class Monitor:
     return " | ".join(parts)
 
   def close(self):
-    """Closes the logs and draws the final learning curve (waits for it: CurveWriter)."""
-    self._writer.close()
-    self._log.close()
-    if self._curve_data:
+    """Closes the logs and draws the final learning curve (waits for it: CurveWriter).
+
+    Raises:
+      LogWriteFailed: a file that could not be written here first (TensorBoard's last
+        events, the final curve on a disk that filled at the stop); one that failed before
+        was raised by its write, and the curve is then not drawn again.
+    """
+    if self._closed:
+      return
+    self._closed = True
+    error = None
+    try:
+      self._writer.close()
+    except tf.errors.OpError as close_error:
+      error = LogWriteFailed(f"Cannot write TensorBoard's events file in {self._logdir}: "
+                             f"{_op_error_text(close_error)}")
+    try:
+      self._log.close()
+    except OSError as close_error:  # Records not flushed yet: none after a write.
+      error = error or LogWriteFailed(f"Cannot write the run's log: {close_error}")
+    if self._curve_data and self._write_error is None:
       self._curves.finish()
+      if error is None and self._curves.write_error:
+        error = LogWriteFailed(f"Cannot write the learning curve: {self._curves.write_error}")
+    if error is not None and self._write_error is None:
+      self._write_error = error
+      raise error
+
+
+def _op_error_text(error):
+  """A TensorFlow error's first line without its op's prefix ("{{function_node ...}} ")."""
+  return re.sub(r"^\{\{[^}]*\}\}\s*", "", str(error.message).splitlines()[0])

@@ -21,6 +21,11 @@ class RunFailed(RuntimeError):
   message says what happened and which checkpoint holds the run's state."""
 
 
+class LogWriteFailed(RunFailed):
+  """A file the run writes besides its checkpoints (log.jsonl, TensorBoard's events file,
+  the learning curve) could not be written: a full disk, a read-only or deleted logdir."""
+
+
 class Diverged(RunFailed):
   """Training has diverged: the parameters at the stop are not worth a checkpoint (the last
   healthy one stays the newest)."""

@@ -35,7 +35,8 @@ from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import progress_watch
 from scalable_agent_tf2.run import repeatable
 from scalable_agent_tf2.run.local_actors import LocalActors
-from scalable_agent_tf2.run.run_failures import Diverged, LevelsCannotRun, NonFiniteUpdates
+from scalable_agent_tf2.run.run_failures import Diverged, LevelsCannotRun, LogWriteFailed
+from scalable_agent_tf2.run.run_failures import NonFiniteUpdates
 from scalable_agent_tf2.run.run_failures import ParametersDiverged, RunFailed, Stalled
 from scalable_agent_tf2.run.training_result import TrainResult, TrajectoryAccounts
 from scalable_agent_tf2.runfiles import runlog
@@ -109,7 +110,7 @@ class Run:
     config = self.config
     self.monitor = monitoring.Monitor(config.logdir, sorted(set(config.levels)),
                                       config.total_environment_frames, print_fn=self.print)
-    cleanup.callback(self.monitor.close)
+    cleanup.push(self._close_monitor)
     self.monitor.watch_activity(lambda: console_pace.activity_of(
         self.actors, assembly.environment_group_size(config)))
     self.policy = assembly.make_policy(config, self.agent, self.device)
@@ -125,6 +126,7 @@ class Run:
           replace=lambda index, replacement: self._actor_thread(
               index, environment_constructor, None, replacement))
     else:
+      first_env_owner.close()  # A cluster's learner steps no environment: the spec's goes.
       self.actors = actor_process.RemoteActors(
           config, self.agent, signature, listen_address, self.input.put_trajectory,
           self.monitor, self.print, secret=access.secret,
@@ -133,6 +135,18 @@ class Run:
     self.dataset = self.input.dataset(self.agent, signature, shared_replay, agent_tag,
                                       self.device, self.print, secret=access.secret)
     self.update_options = laser.update_options(config)  # LASER's entropy mask, if any.
+
+  def _close_monitor(self, exc_type, unused_error, unused_traceback):
+    """Closes the monitor's files (its final curve drawn); one that cannot be written there
+    fails the run, after its `Stopped:` line, unless the run is failing already."""
+    try:
+      self.monitor.close()
+    except LogWriteFailed as error:
+      if exc_type is not None:
+        self.print(f"Also: {error}")
+        return False
+      raise LogWriteFailed(f"{error}{self._kept()}") from error
+    return False
 
   def _actor_thread(self, index, environment_constructor, first_env, replacement=0):
     """(actor thread `index`, its watchdog.CallClock); replacement n > 0: the n-th actor that
@@ -265,8 +279,8 @@ class Run:
       if now >= next_log:
         try:
           self.monitor.write(self.frames(), self.input.queues.fill())
-        except OSError as error:  # A full disk, a read-only or deleted logdir.
-          self.failure = RunFailed(f"Cannot write the run's log in {config.logdir}: {error}.")
+        except LogWriteFailed as error:  # A full disk, a read-only or deleted logdir.
+          self.failure = error
           return
         next_log = now + config.log_secs
       if now >= next_checkpoint:
@@ -401,7 +415,10 @@ class Run:
 
   def report(self):
     """The final log record and console lines: trajectory accounts, why the run stopped."""
-    self.monitor.write(self.frames(), self.input.queues.fill())
+    try:
+      self.monitor.write(self.frames(), self.input.queues.fill())
+    except LogWriteFailed as error:  # The disk filled at the stop.
+      self.failure = self.failure or error
     self.accounts = TrajectoryAccounts.count(trained=self.progress.trained,
                                              online_fill=self.input.online_fill,
                                              dropped=self.input.dropped_trajectories,

@@ -146,7 +146,8 @@ def _build_and_supervise(config, environment_constructor, network_config, print_
     learner.use_config_hyperparameters()
     for line in monitoring.start_banner(config, agent.config, assembly.learner_device(),
                                         learner.jit_compile, restored,
-                                        int(learner.num_env_frames.numpy())):
+                                        int(learner.num_env_frames.numpy()),
+                                        remote_actors=listen_address is not None):
       print_fn(line)
     if shared_replay is not None and not config.laser_replay:
       raise ValueError("shared_replay is LASER's: it needs --laser_replay.")

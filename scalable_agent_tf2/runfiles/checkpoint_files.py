@@ -143,18 +143,31 @@ def sync_directory(path):
 def write_atomically(path, text):
   """Replaces file `path` with `text`: after a kill or a power loss it holds the old text or
   the new, never a part (a temporary file is synced, then renamed onto it)."""
-  temp = f"{path}{TEMP_SUFFIX}{secrets.token_hex(4)}"
+  write_files_atomically([(path, text)])
+
+
+def write_files_atomically(files):
+  """Replaces each file of `files` ([(path, text)]) as write_atomically does, every text
+  written and synced before the first rename: a failed write (a full disk) or a kill while
+  writing leaves every file as it was, and only a kill between the renames (microseconds
+  apart) can leave some replaced and the rest old, each file whole."""
+  temps = []
   try:
-    with open(temp, "w") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(temp, path)
+    for path, text in files:
+      temps.append(f"{path}{TEMP_SUFFIX}{secrets.token_hex(4)}")
+      with open(temps[-1], "w", newline="") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    for temp, (path, _) in zip(temps, files):
+      os.replace(temp, path)
   except BaseException:
-    with contextlib.suppress(OSError):
-      os.remove(temp)
+    for temp in temps:
+      with contextlib.suppress(OSError):
+        os.remove(temp)
     raise
-  sync_directory(os.path.dirname(path))
+  for directory in dict.fromkeys(os.path.dirname(os.path.abspath(path)) for path, _ in files):
+    sync_directory(directory)
 
 
 def write_state(directory, names):

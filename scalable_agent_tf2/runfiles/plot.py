@@ -40,6 +40,9 @@ from scalable_agent_tf2.runfiles import runlog  # pylint: disable=wrong-import-p
 
 # The curve files a training run keeps in its logdir.
 CURVE_FILE = "learning_curve.png"
+# The exit code of a drawing whose file could not be written (a full disk, a read-only
+# folder), after an `error:` line: a training run stops on it (learning_curve.CurveWriter).
+WRITE_FAILED = 3
 LEVELS_SUFFIX = "_levels"
 # Runs of more levels than this get the per-level grid file instead of one row per level.
 MAX_LEVEL_ROWS = 4
@@ -277,6 +280,8 @@ def _save(figure, path):
   try:
     figure.savefig(temporary, dpi=DPI, format="png")
     os.replace(temporary, path)
+  except OSError as error:  # Named by the file it was for, not by its temporary name.
+    raise OSError(error.errno, error.strerror or str(error), path) from error
   finally:
     if os.path.exists(temporary):
       os.remove(temporary)
@@ -456,8 +461,13 @@ def main(argv=None):
       return
     raise SystemExit(str(error)) from None
   output = args.output or os.path.join(args.logdirs[0], CURVE_FILE)
-  paths = plot_runs(runs, output, window=args.window, title=args.title,
-                    with_time=not args.frames_only, legend_loc=args.legend_loc)
+  try:
+    paths = plot_runs(runs, output, window=args.window, title=args.title,
+                      with_time=not args.frames_only, legend_loc=args.legend_loc)
+  except OSError as error:  # A full disk, a read-only folder: the previous file stays whole.
+    reason = f"[Errno {error.errno}] {error.strerror}" if error.errno else str(error)
+    print(f"error: cannot write {error.filename or output}: {reason}", file=sys.stderr)
+    raise SystemExit(WRITE_FAILED) from None
   for line in summary_lines(runs):
     print(line)
   print("Wrote " + ", ".join(paths))

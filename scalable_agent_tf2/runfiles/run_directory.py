@@ -2,8 +2,9 @@
 
 TensorFlow-free, so a bad --logdir is reported before TensorFlow loads and environments start.
 
-Two processes writing one logdir overwrite each other's checkpoints (both write `ckpt-N` at
-the same N) and interleave `log.jsonl`. `hold(logdir, role)` takes an exclusive `flock` on
+Two trainings on one logdir overwrite each other's checkpoints (both write `ckpt-N` at the
+same N) and interleave `log.jsonl`; two tests, each other's results; a test beside a training
+restores a checkpoint while the training replaces them. `hold(logdir, role)` takes an exclusive `flock` on
 `<logdir>/.lock` for the life of the process and writes who holds it there. The kernel releases
 an flock when its process ends, however it ends (kill -9 included), so a lock file left by a
 dead process never blocks the next run: only a live holder does.
@@ -113,15 +114,34 @@ class RunDirectoryLock:
     self.release()
 
 
-def _holder_description(lock_path):
+def _holder(lock_path):
+  """(who holds the logdir, in words; its role or None when its details cannot be read)."""
   try:
     with open(lock_path) as f:
       holder = json.loads(f.read() or "{}")
   except (OSError, ValueError):
-    return "another process (its details could not be read)"
+    return "another process (its details could not be read)", None
   return (f"process {holder.get('pid', '?')} on {holder.get('host', '?')} "
           f"({holder.get('role', '?')}, started {holder.get('started', '?')}: "
-          f"{holder.get('command', '?')})")
+          f"{holder.get('command', '?')})"), holder.get("role")
+
+
+def _clash(role, holder_role):
+  """What two processes on one logdir would do to each other, from their roles ("train of
+  ...", "test of ..."; None: not known): a training writes checkpoints and log.jsonl, a test
+  its results files and no checkpoint."""
+  if holder_role is None:
+    return ("Two runs on one logdir write over each other's files (a training's checkpoints "
+            "and log.jsonl, a test's results)")
+  tests = [r.startswith("test") for r in (role, holder_role)]
+  if all(tests):
+    return ("Two tests on one logdir write over each other's results (evaluation/"
+            "results.json and results.csv)")
+  if any(tests):
+    return ("A test beside a training on one logdir would restore a checkpoint while the "
+            "training writes new ones and deletes old ones")
+  return ("Two trainings on one logdir overwrite each other's checkpoints (both write "
+          "ckpt-N at the same N) and interleave its log.jsonl")
 
 
 def hold(logdir, role):
@@ -147,10 +167,10 @@ def hold(logdir, role):
     if error.errno not in (errno.EAGAIN, errno.EACCES):
       raise RunDirectoryError(f"--logdir={logdir}: cannot lock {lock_path} ({error.strerror})."
                               ) from error
+    holder, holder_role = _holder(lock_path)
     raise RunDirectoryError(
-        f"--logdir={logdir} is in use by {_holder_description(lock_path)}. Two runs on one "
-        "logdir overwrite each other's checkpoints: stop that process or choose another "
-        "--logdir.") from None
+        f"--logdir={logdir} is in use by {holder}. {_clash(role, holder_role)}: stop that "
+        "process or choose another --logdir.") from None
   holder = dict(pid=os.getpid(), host=socket.gethostname(), role=role,
                 started=datetime.datetime.now().isoformat(timespec="seconds"),
                 command=" ".join(sys.argv))

@@ -16,7 +16,11 @@ Records, by their "kind":
             step() or reset() raised, its output broke its spec): time, frames, level,
             error (the message, naming the step and episode), error_type, and where (the
             file, line and function of the environment's own code that raised, or null).
+  ACTOR_PROCESS  one per change in a cluster learner's actor processes: time, frames, task,
+            event ("joined": its first trajectory; "silent": nothing for `seconds`, stopped,
+            frozen or cut off; "sending again": after `seconds` of silence), seconds.
 """
+import contextlib
 import json
 import math
 import os
@@ -27,6 +31,7 @@ START = "start"
 EPISODE = "episode"
 PROGRESS = "progress"
 ENVIRONMENT_FAILURE = "environment_failure"
+ACTOR_PROCESS = "actor_process"
 
 
 def log_path(logdir):
@@ -34,28 +39,26 @@ def log_path(logdir):
 
 
 class Writer:
-  """Appends records to a run's log.jsonl (a resumed run appends to the same file)."""
+  """Appends records to a run's log.jsonl (a resumed run appends to the same file).
+
+  Only whole lines stay in the file: a write that fails (a full disk) is cut back to the last
+  complete line before the error is raised, and a line left without its end (a process
+  killed mid-line, a disk full before) is cut off when the next attempt opens the file.
+  """
 
   def __init__(self, logdir):
     os.makedirs(logdir, exist_ok=True)
-    path = log_path(logdir)
-    # A process killed mid-line leaves a line without its end; ending it here keeps this
-    # attempt's first record (its START) a line of its own.
-    cut_short = False
-    if os.path.exists(path) and os.path.getsize(path):
-      with open(path, "rb") as f:
-        f.seek(-1, os.SEEK_END)
-        cut_short = f.read(1) != b"\n"
-    self._file = open(path, "a")
-    if cut_short:
-      self._file.write("\n")
+    self.path = log_path(logdir)
+    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    self._size = _cut_to_complete_lines(self.path, self._fd)
+    self._pending = []
 
   def write(self, record):
     """Appends one record (a dict with "kind"); NaN floats are written as null (strict JSON).
-    Call `flush` to make what was written visible to readers."""
+    Call `flush` to write it (and make it visible to readers)."""
     record = {k: None if isinstance(v, float) and math.isnan(v) else v
               for k, v in record.items()}
-    self._file.write(json.dumps(record) + "\n")
+    self._pending.append(json.dumps(record) + "\n")
 
   def start(self, frames):
     """Logs (and flushes) the START record of an attempt starting at `frames`."""
@@ -70,11 +73,55 @@ class Writer:
     self.write(dict(kind=ENVIRONMENT_FAILURE, time=time.time(), frames=int(frames),
                     level=level, error=error, error_type=error_type, where=where))
 
+  def actor_process(self, frames, task, event, seconds):
+    self.write(dict(kind=ACTOR_PROCESS, time=time.time(), frames=int(frames), task=int(task),
+                    event=event, seconds=seconds))
+
   def flush(self):
-    self._file.flush()
+    """Writes the records since the last flush.
+
+    Raises:
+      OSError: naming the file (its errno: ENOSPC for a full disk); the file is cut back to
+        the records written before, and these records are dropped.
+    """
+    data, self._pending = "".join(self._pending).encode(), []
+    view = memoryview(data)
+    try:
+      while view:
+        view = view[os.write(self._fd, view):]
+    except OSError as error:
+      with contextlib.suppress(OSError):  # Never a line without its end.
+        os.ftruncate(self._fd, self._size)
+      raise OSError(error.errno, error.strerror, self.path) from error
+    self._size += len(data)
 
   def close(self):
-    self._file.close()
+    """Writes what was not flushed (OSError as flush's), then closes the file."""
+    if self._fd is None:
+      return
+    try:
+      self.flush()
+    finally:
+      os.close(self._fd)
+      self._fd = None
+
+
+def _cut_to_complete_lines(path, fd):
+  """Cuts the file (open as fd) after its last newline; returns its size."""
+  size = os.fstat(fd).st_size
+  with open(path, "rb") as f:
+    end = size
+    while end > 0:
+      start = max(0, end - 65536)
+      f.seek(start)
+      newline = f.read(end - start).rfind(b"\n")
+      if newline >= 0:
+        end = start + newline + 1
+        break
+      end = start
+  if end < size:
+    os.ftruncate(fd, end)
+  return end
 
 
 def read_records(path, start=0, end=None):
@@ -111,7 +158,8 @@ def read_log(logdir):
 
 
 def of_kind(records, kind):
-  """The records of one kind (START, EPISODE, PROGRESS, ENVIRONMENT_FAILURE), in order."""
+  """The records of one kind (START, EPISODE, PROGRESS, ENVIRONMENT_FAILURE, ACTOR_PROCESS),
+  in order."""
   return [r for r in records if r.get("kind") == kind]
 
 

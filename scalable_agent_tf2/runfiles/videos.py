@@ -29,6 +29,7 @@ every frame: frames x GIF_FRAME_MS(fps)).
 numpy only at module level (no TensorFlow): imageio_ffmpeg and PIL are imported when used.
 """
 import collections
+import errno
 import math
 import os
 import re
@@ -50,6 +51,20 @@ MP4_PACKAGE = "imageio-ffmpeg"
 
 class VideoError(RuntimeError):
   """A picture that cannot go into a video (not RGB, another size than the episode's first)."""
+
+
+# Errors of a filesystem that refuses what is written to it, whoever wrote (this process, or
+# ffmpeg, whose error reaches us as a broken pipe with its own message).
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def disk_refusal(error):
+  """"[Errno 28] No space left on device" when `error` (a video's write error) comes from a
+  full or read-only filesystem, else None."""
+  if isinstance(error, OSError) and error.errno in _DISK_ERRNOS:
+    return f"[Errno {error.errno}] {os.strerror(error.errno)}"
+  return next((f"[Errno {number}] {os.strerror(number)}" for number in _DISK_ERRNOS
+               if os.strerror(number) in str(error)), None)
 
 
 def file_stem(level_name, episode):
@@ -317,6 +332,7 @@ class LevelVideos:
     self._files = []
     self._count = 0
     self.reason = None  # Why this level has no (more) videos.
+    self.disk_refusal = None  # disk_refusal() of the write that stopped them, if that.
 
   @property
   def active(self):
@@ -330,6 +346,12 @@ class LevelVideos:
       self.reason = str(reason)
     self._print(f"Videos: {self.level_name} is not recorded: {self.reason} Its test goes on "
                 "without videos.")
+
+  def cannot_write(self, error):
+    """A video of the level could not be written: its videos stop (a full or read-only disk
+    is kept in disk_refusal: the test then ends with an error once its results are written)."""
+    self.disk_refusal = self.disk_refusal or disk_refusal(error)
+    self.stop(f"its video could not be written ({type(error).__name__}: {error}).")
 
   def open_writer(self, fps):
     """A writer on a hidden unfinished file of this level's (renamed when kept)."""

@@ -205,3 +205,58 @@ class DeliveryLedger:
   @property
   def total(self):
     return sum(self.received.values())
+
+
+# An actor process is silent when it has sent nothing for this many of its own mean gaps
+# between trajectories (and for longer than an environment step may take: silent_secs).
+SILENT_GAPS = 20
+
+
+class SenderWatch:
+  """When each actor process joined, fell silent and sent again, from its deliveries.
+
+  The learner cannot tell a dead actor process from a frozen one or one cut off (a process
+  that dies says nothing; gRPC does not tell the server): a process that has sent nothing for
+  max(silent_secs, SILENT_GAPS x its mean gap) is silent. `delivered` is called by the pump
+  thread, `changes` by the supervisor's.
+  """
+
+  def __init__(self, silent_secs):
+    self._silent_secs = silent_secs
+    self._first = {}  # Task -> time of its first trajectory.
+    self._last = {}  # Task -> time of its latest one.
+    self._count = collections.Counter()
+    self._announced = set()
+    self._silent = {}  # Task -> the silence's start (its last trajectory then).
+
+  def delivered(self, task, now):
+    self._first.setdefault(task, now)
+    self._last[task] = now
+    self._count[task] += 1
+
+  def _limit(self, task):
+    count = self._count[task]
+    mean_gap = (self._last[task] - self._first[task]) / (count - 1) if count > 1 else 0.0
+    return max(self._silent_secs, SILENT_GAPS * mean_gap)
+
+  def changes(self, now):
+    """[(task, event, seconds)] since the last call: event "joined" (its first trajectory;
+    seconds 0), "silent" (seconds without a trajectory) or "sending again" (after seconds of
+    silence)."""
+    events = []
+    for task, last in sorted(dict(self._last).items()):
+      if task not in self._announced:
+        self._announced.add(task)
+        events.append((task, "joined", 0.0))
+      since = self._silent.get(task)
+      if since is not None and last > since:
+        del self._silent[task]
+        events.append((task, "sending again", last - since))
+      elif since is None and now - last > self._limit(task):
+        self._silent[task] = last
+        events.append((task, "silent", now - last))
+    return events
+
+  def sending(self):
+    """Actor processes that joined and are not silent."""
+    return sorted(set(self._last) - set(self._silent))

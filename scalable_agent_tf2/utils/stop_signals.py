@@ -59,7 +59,8 @@ class StopRequest:
 
   Usage (training.py): install, build the run (a signal raises Stopping here: nothing to save
   yet), `supervise(wake)` when the run's threads are about to start (from then on a signal only
-  records the request, announces it and calls `wake`), `restore` at the end.
+  records the request, announces it and calls `wake`), `restore` at the end. Only the first
+  signal raises: later ones let the stop it began go on, and the third quits at once.
   """
 
   ANNOUNCEMENT = "stopping: saving a checkpoint ..."
@@ -71,6 +72,7 @@ class StopRequest:
     self._wake = None
     self.signal_name = None  # The first stop signal received, e.g. "SIGINT".
     self.count = 0
+    self._held = None  # While a StopsDeferred holds the signals: those that came.
 
   def install(self):
     if self._active:
@@ -98,22 +100,84 @@ class StopRequest:
 
   def _handle(self, signum, frame):
     del frame
+    if self._held is not None:
+      self._held.append(signum)
+      return
     name = signal.Signals(signum).name
     self.count += 1
-    if self._wake is None:  # Still building the run: nothing to save.
-      self.signal_name = self.signal_name or name
+    if self._wake is None and self.signal_name is None:  # Still building: nothing to save.
+      self.signal_name = name
       raise Stopping(name)
     if self.signal_name is None:
       self.signal_name = name
       _say(self._print, self.ANNOUNCEMENT)
       self._wake()
-    elif self.count >= QUIT_AFTER_SIGNALS:
-      _say(self._print, f"{name} {self.count} times: quitting now, without the final "
-           "checkpoint (the last periodic one stays).")
-      os._exit(QUIT_EXIT_CODE)  # pylint: disable=protected-access
     else:
-      _say(self._print, f"still stopping: saving a checkpoint ... ({name} "
-           f"{QUIT_AFTER_SIGNALS - self.count} more time(s) quits without it)")
+      self._repeated(name)
+
+  def _repeated(self, name):
+    """A signal after the first: the stop goes on as it was (under GNU timeout, which sends
+    its signal to the process and to its group, every stop gets two); the third quits.
+
+    Before the run's threads started the first raised Stopping, and the code stopping since
+    (closing environments, an actor process's report) must not be cut short by another."""
+    saving = self._wake is not None
+    if self.count >= QUIT_AFTER_SIGNALS:
+      _say(self._print, f"{name} {self.count} times: quitting now"
+           + (", without the final checkpoint (the last periodic one stays)." if saving
+              else "."))
+      os._exit(QUIT_EXIT_CODE)  # pylint: disable=protected-access
+    left = QUIT_AFTER_SIGNALS - self.count
+    _say(self._print, f"still stopping: saving a checkpoint ... ({name} {left} more time(s) "
+         f"quits without it)" if saving else
+         f"still stopping ... ({name} {left} more time(s) quits at once)")
+
+
+class StopsDeferred:
+  """A context in which SIGINT and SIGTERM wait for its end: files written together (test
+  mode's results) are all written or none. At the end the first signal that came is handled
+  as it would have been, unless the block raised (its error ends the command anyway).
+
+  With the command's StopRequest (`stop_request`), its handler holds them (it stays the only
+  handler); without one, handlers that hold them are set for the block (on the main thread;
+  elsewhere nothing changes) and the signal then goes to the handler from before
+  (signal.raise_signal). `deferred`: that signal's name, or None.
+  """
+
+  def __init__(self, stop_request=None):
+    self._request = stop_request
+    self._active = threading.current_thread() is threading.main_thread()
+    self._previous = {}
+    self._came = []
+
+  def __enter__(self):
+    if self._request is not None:
+      self._request._held = self._came  # pylint: disable=protected-access
+    elif self._active:
+      for signum in STOP_SIGNALS:
+        self._previous[signum] = signal.signal(signum, self._record)
+    return self
+
+  def _record(self, signum, frame):
+    del frame
+    self._came.append(signum)
+
+  @property
+  def deferred(self):
+    return signal.Signals(self._came[0]).name if self._came else None
+
+  def __exit__(self, exc_type, unused_value, unused_traceback):
+    if self._request is not None:
+      self._request._held = None  # pylint: disable=protected-access
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)
+    self._previous = {}
+    if self._came and exc_type is None:
+      if self._request is not None:
+        self._request._handle(self._came[0], None)  # pylint: disable=protected-access
+      else:
+        signal.raise_signal(self._came[0])
+    return False
 
 
 def ignore_stop_signals():

@@ -111,3 +111,27 @@ def test_a_second_training_on_a_logdir_in_use_is_refused(tmp_path):
     first.send_signal(signal.SIGTERM)
     first.communicate(timeout=120)
   assert first.returncode == 0
+
+
+@pytest.mark.parametrize("holder_role, role, says, not_said", [
+    ("train of toy/lit_side", "train of toy/lit_side",
+     "overwrite each other's checkpoints", "results"),
+    ("train of toy/lit_side", "test of toy/lit_side",
+     "restore a checkpoint while the training writes new ones", "overwrite"),
+    ("test of toy/lit_side", "train of toy/lit_side",
+     "restore a checkpoint while the training writes new ones", "overwrite"),
+    ("test of toy/lit_side", "test of toy/lit_side",
+     "write over each other's results (evaluation/results.json", "checkpoints"),
+])
+def test_the_refusal_says_what_the_two_runs_would_do_to_each_other(
+    tmp_path, holder_role, role, says, not_said):
+  """A test writes no checkpoint: the refusal of a test said that the two runs "overwrite
+  each other's checkpoints"."""
+  logdir = str(tmp_path / "run")
+  with run_directory.hold(logdir, holder_role):
+    with pytest.raises(run_directory.RunDirectoryError) as refused:
+      run_directory.hold(logdir, role)
+  message = str(refused.value)
+  assert f"({holder_role}, started" in message, message
+  clash = message.rsplit(": stop that process", 1)[0].rsplit("). ", 1)[1]
+  assert says in clash and not_said not in clash, message
