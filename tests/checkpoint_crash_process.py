@@ -65,7 +65,8 @@ def saver(logdir):
 
 
 def train(logdir):
-  from tests.run.test_training import toy_config, train_toy  # pylint: disable=import-outside-toplevel
+  from tests.run.test_training import toy_config  # pylint: disable=import-outside-toplevel
+  from tests.run.test_training import train_toy  # pylint: disable=import-outside-toplevel
   train_toy(toy_config(logdir, total_frames=100_000_000, num_actors=2, log_secs=1.0,
                        checkpoint_secs=0.5))
 

@@ -74,8 +74,9 @@ def missing_map_name(level):
 class Lab(object):
   """deepmind_lab.Lab with the real constructor signature and checks."""
 
-  def __init__(self, level, observations, config={}, renderer="software",  # pylint: disable=dangerous-default-value
-               level_cache=None, temp_folder=None):
+  def __init__(self, level, observations, config=None, renderer="software", level_cache=None,
+               temp_folder=None):
+    config = {} if config is None else config  # The real module's default: no settings.
     if not isinstance(level, str):
       raise TypeError("level must be a str")
     if not isinstance(observations, list):

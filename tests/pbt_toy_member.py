@@ -27,11 +27,11 @@ def main(argv):
   parser.add_argument("--shared_replay_connect_secs", type=float, default=60.0)
   args = parser.parse_args(argv)
   # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.agent import networks
   from scalable_agent_tf2.environments import toy as toy_environment
   from scalable_agent_tf2.resolution import config as config_lib
-  from scalable_agent_tf2.agent import networks
-  from scalable_agent_tf2.transport import replay_service
   from scalable_agent_tf2.run import training
+  from scalable_agent_tf2.transport import replay_service
   config = config_lib.resolve(config_lib.ExperimentConfig(
       level_name="atari/pong", logdir=args.logdir, seed=args.seed, num_actors=2,
       batch_size=4, unroll_length=10, total_environment_frames=args.total_environment_frames,

@@ -191,14 +191,14 @@ def thread_inputs(policy, network_config, num_threads, group_size, seed=0):
   numpy [G, ...], core states [G, ...]) with random LSTM states (so that a state handed to
   the wrong row shows)."""
   # pylint: disable=g-import-not-at-top
-  from benchmarks.tools import random_batches
+  from tests import random_batches
   inputs = []
   for thread in range(num_threads):
     rng = np.random.default_rng([seed, thread])
     env_outputs = random_batches.random_env_outputs(network_config, (group_size,),
                                                  seed=seed * 1000 + thread)
     states = tf.nest.map_structure(
-        lambda s: rng.normal(size=s.shape).astype(np.float32),
+        lambda s, rng=rng: rng.normal(size=s.shape).astype(np.float32),
         policy.initial_states(group_size))
     actions = rng.integers(0, network_config.num_actions, group_size).astype(np.int32)
     inputs.append((actions, env_outputs, states))

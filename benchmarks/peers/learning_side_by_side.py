@@ -68,14 +68,14 @@ import sys
 import time
 
 import matplotlib
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks.peers import sample_factory_pong  # pylint: disable=wrong-import-position
 from benchmarks.studies import runs  # pylint: disable=wrong-import-position
-from scalable_agent_tf2.runfiles import (  # pylint: disable=wrong-import-position
-    plot as learning_curves)
+from scalable_agent_tf2.runfiles import plot as learning_curves  # pylint: disable=wrong-import-position
 from scalable_agent_tf2.runfiles import runlog  # pylint: disable=wrong-import-position
 
 OURS, PEER = "ours", "sample_factory"

@@ -289,7 +289,8 @@ def child_main(sf_argv):
   """Registers the logged environment under its gymnasium id and trains (as
   sf_examples.train_gym_env does)."""
   # pylint: disable=import-outside-toplevel
-  from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
+  from sample_factory.cfg.arguments import parse_full_cfg
+  from sample_factory.cfg.arguments import parse_sf_args
   from sample_factory.envs.env_utils import register_env
   from sample_factory.train import run_rl
   level = next(a.split("=", 1)[1] for a in sf_argv if a.startswith("--env="))

@@ -227,6 +227,7 @@ def sample_factory_argv(args, train_dir, experiment):
 def make_logged_game(full_env_name, cfg, env_config, render_mode=None):
   """Sample Factory's Atari environment, plus a log of every finished game's return."""
   import gymnasium as gym  # pylint: disable=import-outside-toplevel
+
   # pylint: disable-next=import-outside-toplevel
   from sf_examples.atari.atari_utils import make_atari_env
 
@@ -285,7 +286,8 @@ def child_main(sf_argv):
   # These are the run's own files. The variable reaches Sample Factory's spawned processes.
   os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
   # pylint: disable=import-outside-toplevel
-  from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
+  from sample_factory.cfg.arguments import parse_full_cfg
+  from sample_factory.cfg.arguments import parse_sf_args
   from sample_factory.envs.env_utils import register_env
   from sample_factory.train import run_rl
   from sf_examples.atari.atari_params import atari_override_defaults

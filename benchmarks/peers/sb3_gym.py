@@ -94,7 +94,6 @@ def make_env(level, env_kwargs):
   levels are flattened by FlatObsWrapper (the module docstring says why)."""
   import gymnasium as gym
   if registered_name(level).startswith(MINIGRID_PREFIXES):
-    import minigrid  # pylint: disable=unused-import  (registers its ids)
     from minigrid.wrappers import FlatObsWrapper
     return FlatObsWrapper(gym.make(level, **env_kwargs)), "FlatObsWrapper"
   return gym.make(level, **env_kwargs), None
@@ -125,6 +124,7 @@ def episode_logger(args, path):
   sample_factory_gym.write_episodes (Monitor's "episode" info: the raw return, before any
   VecNormalize), and stops learning when stop_reason says so."""
   import csv
+
   from stable_baselines3.common.callbacks import BaseCallback
 
   class EpisodeLogger(BaseCallback):

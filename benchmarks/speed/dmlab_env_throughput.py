@@ -30,8 +30,8 @@ import time
 import numpy as np
 
 from scalable_agent_tf2 import environments
-from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.environments import dmlab
+from scalable_agent_tf2.utils import profiling
 
 MODES = ("inprocess", "process")
 

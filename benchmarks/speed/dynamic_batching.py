@@ -38,9 +38,9 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import dynamic_batching  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.agent import language  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import layers  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
-from scalable_agent_tf2.agent import language  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.structures import EnvOutput  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.structures import Observation  # pylint: disable=g-import-not-at-top
 

@@ -92,6 +92,7 @@ def synthetic_batch(signature, batch_size, seed=0):
   """(agent_state, env_outputs, agent_outputs) numpy arrays of one batch, time-major."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   from scalable_agent_tf2.agent import language  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   _, state_spec, env_spec, agent_spec = signature
@@ -125,9 +126,9 @@ def child(args):
   rss_start = proc_status_bytes("VmRSS")
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-top
-      config as config_lib)
 
   flags = [f"--level_name={args.level_name}", f"--torso={args.torso}",
            f"--batch_size={args.batch_size}", f"--unroll_length={args.unroll_length}",

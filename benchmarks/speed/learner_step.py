@@ -22,17 +22,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from scalable_agent_tf2.resolution import (  # pylint: disable=g-import-not-at-top
-    config as config_lib)
-from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
-from benchmarks.tools import random_batches  # pylint: disable=g-import-not-at-top
-from scalable_agent_tf2.environments import (  # pylint: disable=g-import-not-at-top
-    base as env_base)
-from scalable_agent_tf2.environments.families import (  # pylint: disable=g-import-not-at-top
-    gym as gym_family)
-
+from scalable_agent_tf2.environments import base as env_base  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.environments.families import gym as gym_family  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
+from tests import random_batches  # pylint: disable=g-import-not-at-top
 
 
 def minigrid_config(torso):

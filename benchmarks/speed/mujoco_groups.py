@@ -23,14 +23,14 @@ import time
 
 import numpy as np
 
-from scalable_agent_tf2.acting import actor as actor_lib
-from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.utils import profiling
 from benchmarks.speed import stage_costs
 from benchmarks.speed import throughput
 from benchmarks.speed import training_rate
 from benchmarks.speed.learner_step import machine_description
+from scalable_agent_tf2.acting import actor as actor_lib
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.utils import profiling
 
 WORKERS = 16  # The IMPACT paper's 16 CPUs (section 4.3); mujoco_presets.
 

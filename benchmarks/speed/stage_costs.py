@@ -4,16 +4,15 @@ what the machine can do: benchmarks/speed/throughput.py)."""
 import time
 
 import numpy as np
-
 import tensorflow as tf
 
-from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.utils import profiling
-from benchmarks.tools import random_batches
+from tests import random_batches
 
 
 def environment_cost(config, seconds):

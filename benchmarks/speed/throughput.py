@@ -47,18 +47,19 @@ import numpy as np
 # TensorFlow first, through quiet_tensorflow: its start-up notices (cuInit's failure on a machine
 # without a GPU among them) say nothing actionable on a CPU machine, as in experiment.py.
 from scalable_agent_tf2.utils import quiet_tensorflow
+
 tf = quiet_tensorflow.import_tensorflow()
 
-from scalable_agent_tf2.acting import actor as actor_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.acting import policies
-from scalable_agent_tf2.structures import AgentOutput
 from benchmarks.speed import machine_load
 from benchmarks.speed import stage_costs
 from benchmarks.speed import training_rate
 from benchmarks.speed.learner_step import machine_description  # One machine line for all.
+from scalable_agent_tf2.acting import actor as actor_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
+from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.structures import AgentOutput
 
 VARIANT_NAMES = {
     "a": "(a) environments alone, random actions",

@@ -27,6 +27,7 @@ import os
 
 import matplotlib
 import numpy as np
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -54,7 +54,6 @@ class BlankMission(gymnasium.ObservationWrapper):
 
 
 def make_blank_mission_fetch(**kwargs):
-  import minigrid  # pylint: disable=g-import-not-at-top,unused-import  (registers FETCH_LEVEL)
   return BlankMission(gymnasium.make(FETCH_LEVEL, **kwargs))
 
 

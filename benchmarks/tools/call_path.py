@@ -80,7 +80,10 @@ class CallRecorder:
 
 def _atari_batch(T, B, num_actions, seed=0):
   import numpy as np
-  from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
+
+  from scalable_agent_tf2.structures import AgentOutput
+  from scalable_agent_tf2.structures import EnvOutput
+  from scalable_agent_tf2.structures import Observation
   rng = np.random.default_rng(seed)
   env_outputs = EnvOutput(
       reward=np.zeros((T + 1, B), np.float32), done=np.zeros((T + 1, B), bool),
@@ -97,6 +100,7 @@ def _atari_batch(T, B, num_actions, seed=0):
 def learner_update_path():
   """The path of docs/ARCHITECTURE.md's learner update (Atari shallow, Table G.1)."""
   import tensorflow as tf
+
   from scalable_agent_tf2.agent import networks
   from scalable_agent_tf2.learning import learner
   from scalable_agent_tf2.resolution import config as config_lib
@@ -123,7 +127,9 @@ def actor_step_path():
   the network's code is the same)."""
   import numpy as np
   import tensorflow as tf
-  from scalable_agent_tf2.acting import actor, policies
+
+  from scalable_agent_tf2.acting import actor
+  from scalable_agent_tf2.acting import policies
   from scalable_agent_tf2.agent import networks
   from scalable_agent_tf2.environments.atari_vector import AtariVectorGroup
   tf.config.run_functions_eagerly(True)

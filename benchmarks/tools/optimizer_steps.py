@@ -33,8 +33,7 @@ def step_fraction(mean_square, epsilon):
 def _variable_names(reader):
   """Index in the optimizer's lists -> the variable's path under the agent (e.g.
   'torso/fc/w'), from the checkpoint's object graph."""
-  from tensorflow.core.protobuf import (  # pylint: disable=g-import-not-at-top
-      trackable_object_graph_pb2)
+  from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=g-import-not-at-top
   graph = trackable_object_graph_pb2.TrackableObjectGraph()
   graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
   paths, stack, seen = {}, [(0, ())], set()

@@ -12,12 +12,14 @@ decay to 0 over --total_environment_frames).
 import argparse
 
 import matplotlib
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
 
 # pylint: disable-next=g-import-not-at-top,wrong-import-position
 from scalable_agent_tf2.population import pbt
+
 # pylint: disable-next=g-import-not-at-top,wrong-import-position
 from scalable_agent_tf2.runfiles import runlog
 

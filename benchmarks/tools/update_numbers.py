@@ -6,7 +6,7 @@ should not move them did not.
     python -m benchmarks.tools.update_numbers --compare /tmp/before.json /tmp/after.json
 
 Each case builds a small agent from a fixed seed, runs three updates on fixed random batches
-(benchmarks/tools/random_batches.py) and records every statistic of each update and
+(tests/random_batches.py) and records every statistic of each update and
 a digest of the parameters after them: IMPALA on Atari (shallow, no LSTM), on the DeepMind
 Lab stand-in (deep torso, LSTM, instructions), a Gaussian policy (IMPALA on a MuJoCo-sized vector), IMPACT
 (categorical and Gaussian) and LASER (trust region, entropy on online trajectories only).
@@ -18,7 +18,6 @@ import json
 import sys
 
 import numpy as np
-
 
 # The cases, in the order `numbers` records them. IMPACT and LASER need one learner
 # (config.resolve refuses several), so only the IMPALA cases take a strategy.
@@ -48,12 +47,13 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
   """
   # pylint: disable=g-import-not-at-top
   import contextlib
-  from benchmarks.tools import random_batches
-  from scalable_agent_tf2.resolution import config as config_lib
-  from scalable_agent_tf2.learning import learner
-  from scalable_agent_tf2.learning import impact
+
   from scalable_agent_tf2.agent import networks
+  from scalable_agent_tf2.learning import impact
+  from scalable_agent_tf2.learning import learner
+  from scalable_agent_tf2.resolution import config as config_lib
   from scalable_agent_tf2.structures import AgentOutput
+  from tests import random_batches
 
   if name not in CASES:
     raise ValueError(f"Unknown case {name!r}; the cases are {', '.join(CASES)}.")

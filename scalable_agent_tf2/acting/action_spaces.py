@@ -36,8 +36,8 @@ import json
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import normalization
 from scalable_agent_tf2.structures import AgentOutput

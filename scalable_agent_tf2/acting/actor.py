@@ -31,12 +31,15 @@ import tensorflow as tf
 
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import policies
-from scalable_agent_tf2.utils import profiling
-from scalable_agent_tf2.environments import (EnvironmentProcessDied, EnvironmentProcessTimeout,
-                                             LevelCannotRun)
+from scalable_agent_tf2.environments import EnvironmentProcessDied
+from scalable_agent_tf2.environments import EnvironmentProcessTimeout
+from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments.base import CannotRender
-from scalable_agent_tf2.structures import EnvOutput, Observation, Trajectory
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
+from scalable_agent_tf2.structures import Trajectory
+from scalable_agent_tf2.utils import profiling
 
 # Environment failures an actor recovers from by replacing the environment (a new process, or a
 # new environment in this one): a dead or silent environment process, an environment whose

@@ -16,7 +16,9 @@ import tensorflow as tf
 import dynamic_batching
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.agent import language
-from scalable_agent_tf2.structures import EnvOutput, Observation
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
+
 
 def acting_step(agent):
   """The agent's acting step on a batch: (prev_action [B, *action_shape], reward [B],

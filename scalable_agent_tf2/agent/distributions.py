@@ -28,7 +28,6 @@ import math
 
 import tensorflow as tf
 
-
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _HALF_LOG_2PI_E = 0.5 * math.log(2.0 * math.pi * math.e)
 

@@ -37,7 +37,8 @@ previous action; network_config_for_spec composes a config from an environment's
 """
 import collections
 import dataclasses
-from typing import Optional, Tuple
+from typing import Optional
+from typing import Tuple
 
 import tensorflow as tf
 
@@ -46,8 +47,11 @@ from scalable_agent_tf2.agent import heads
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import torsos
-from scalable_agent_tf2.configuration.settings import (  # --torso's choices.
-    DEEP, IMPACT_CNN, SHALLOW, SHALLOW_MIN_FRAME_SIZE, TORSOS)
+from scalable_agent_tf2.configuration.settings import DEEP  # --torso's choices.
+from scalable_agent_tf2.configuration.settings import IMPACT_CNN  # --torso's choices.
+from scalable_agent_tf2.configuration.settings import SHALLOW  # --torso's choices.
+from scalable_agent_tf2.configuration.settings import SHALLOW_MIN_FRAME_SIZE  # --torso's choices.
+from scalable_agent_tf2.configuration.settings import TORSOS  # --torso's choices.
 from scalable_agent_tf2.structures import AgentOutput
 
 CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
@@ -228,7 +232,7 @@ class NetworkConfig:
       raise ValueError(f"A Discrete(n) observation is an index: frame_shape () and "
                        f"num_observation_values n >= 1, got {self.frame_shape} and "
                        f"{self.num_observation_values}.")
-    self.torso_choice  # pylint: disable=pointless-statement  (its own checks: hidden sizes.)
+    _ = self.torso_choice  # Building the choice runs its own checks (hidden sizes).
 
 
 def dmlab_config(torso=DEEP, num_actions=9, frame_shape=(72, 96, 3)):

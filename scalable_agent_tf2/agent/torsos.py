@@ -23,7 +23,8 @@ import collections
 
 import tensorflow as tf
 
-from scalable_agent_tf2.agent.layers import Conv2D, Linear
+from scalable_agent_tf2.agent.layers import Conv2D
+from scalable_agent_tf2.agent.layers import Linear
 
 PIXEL_MAX = 255.0  # uint8 pixels span [0, 255]; the torso takes them divided by it.
 TORSO_OUTPUT_SIZE = 256  # Figure 3: "FC 256" after the convolutions.

@@ -10,14 +10,27 @@ import dataclasses
 from typing import Optional
 
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.configuration.setting_fields import (
-    A_NUMBER, NON_NEGATIVE, OFF_OR_POSITIVE, PORT, POSITIVE, POSITIVE_INT, REQUIRED, reuse,
-    setting)
-from scalable_agent_tf2.configuration.settings import (
-    BURN_IN_FRAMES, EVOLUTION, EXPLOIT_THRESHOLD, LAUNCH, MEMBERS, POPULATION_SIZE,
-    POPULATION_TOPIC, READY_EPISODES, REPLAY_SERVICE, SHARED_REPLAY, ClusterSettings,
-    ExperimentSettings)
-
+from scalable_agent_tf2.configuration.setting_fields import A_NUMBER
+from scalable_agent_tf2.configuration.setting_fields import NON_NEGATIVE
+from scalable_agent_tf2.configuration.setting_fields import OFF_OR_POSITIVE
+from scalable_agent_tf2.configuration.setting_fields import PORT
+from scalable_agent_tf2.configuration.setting_fields import POSITIVE
+from scalable_agent_tf2.configuration.setting_fields import POSITIVE_INT
+from scalable_agent_tf2.configuration.setting_fields import REQUIRED
+from scalable_agent_tf2.configuration.setting_fields import reuse
+from scalable_agent_tf2.configuration.setting_fields import setting
+from scalable_agent_tf2.configuration.settings import BURN_IN_FRAMES
+from scalable_agent_tf2.configuration.settings import EVOLUTION
+from scalable_agent_tf2.configuration.settings import EXPLOIT_THRESHOLD
+from scalable_agent_tf2.configuration.settings import LAUNCH
+from scalable_agent_tf2.configuration.settings import MEMBERS
+from scalable_agent_tf2.configuration.settings import POPULATION_SIZE
+from scalable_agent_tf2.configuration.settings import POPULATION_TOPIC
+from scalable_agent_tf2.configuration.settings import READY_EPISODES
+from scalable_agent_tf2.configuration.settings import REPLAY_SERVICE
+from scalable_agent_tf2.configuration.settings import SHARED_REPLAY
+from scalable_agent_tf2.configuration.settings import ClusterSettings
+from scalable_agent_tf2.configuration.settings import ExperimentSettings
 
 # Loopback: a replay service listens on this machine only unless told otherwise
 # (replay_service.DEFAULT_REPLAY_ADDRESS, which imports TensorFlow; a test keeps them equal).

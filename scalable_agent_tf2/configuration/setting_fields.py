@@ -14,8 +14,8 @@ the words of its requirement, so a bad value reads "--name must be <requirement>
 import dataclasses
 import json
 import math
-from typing import Any, Callable
-
+from typing import Any
+from typing import Callable
 
 PRESET = None  # The default of a setting whose value comes from the level's preset.
 

@@ -22,11 +22,18 @@ modules, so a bad flag is reported in well under a second (TensorFlow takes seco
 import dataclasses
 from typing import Optional
 
-from scalable_agent_tf2.configuration.setting_fields import (
-    AT_LEAST_ONE, GPU_MEMORY, JSON_OBJECT, NON_NEGATIVE, OPEN_UNIT_INTERVAL,
-    POSITIVE, POSITIVE_INT, TRUST_REGION, UNIT_INTERVAL, WHOLE_POSITIVE, preset_setting,
-    setting)
-
+from scalable_agent_tf2.configuration.setting_fields import AT_LEAST_ONE
+from scalable_agent_tf2.configuration.setting_fields import GPU_MEMORY
+from scalable_agent_tf2.configuration.setting_fields import JSON_OBJECT
+from scalable_agent_tf2.configuration.setting_fields import NON_NEGATIVE
+from scalable_agent_tf2.configuration.setting_fields import OPEN_UNIT_INTERVAL
+from scalable_agent_tf2.configuration.setting_fields import POSITIVE
+from scalable_agent_tf2.configuration.setting_fields import POSITIVE_INT
+from scalable_agent_tf2.configuration.setting_fields import TRUST_REGION
+from scalable_agent_tf2.configuration.setting_fields import UNIT_INTERVAL
+from scalable_agent_tf2.configuration.setting_fields import WHOLE_POSITIVE
+from scalable_agent_tf2.configuration.setting_fields import preset_setting
+from scalable_agent_tf2.configuration.setting_fields import setting
 
 # Defaults whose source is a paper's text rather than a table row (cited here once).
 # IMPALA Table D.3, "Experience Replay (in Section 5.2.2)": capacity 10,000 trajectories.

@@ -18,11 +18,14 @@ A run's resolved configuration (resolution/) sits above: nothing here imports it
 """
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
-from scalable_agent_tf2.environments.base import (EnvSpec, Environment, EnvironmentFault,
-                                                   LevelCannotRun, LevelKeepsFailing)
-from scalable_agent_tf2.environments.process import (EnvironmentProcess,
-                                                      EnvironmentProcessDied,
-                                                      EnvironmentProcessTimeout)
+from scalable_agent_tf2.environments.base import Environment
+from scalable_agent_tf2.environments.base import EnvironmentFault
+from scalable_agent_tf2.environments.base import EnvSpec
+from scalable_agent_tf2.environments.base import LevelCannotRun
+from scalable_agent_tf2.environments.base import LevelKeepsFailing
+from scalable_agent_tf2.environments.process import EnvironmentProcess
+from scalable_agent_tf2.environments.process import EnvironmentProcessDied
+from scalable_agent_tf2.environments.process import EnvironmentProcessTimeout
 
 __all__ = ["EnvSpec", "Environment", "EnvironmentFault", "EnvironmentProcess",
            "EnvironmentProcessDied", "EnvironmentProcessTimeout", "LevelCannotRun",

@@ -17,11 +17,10 @@ starts a new game (with new no-ops). episode_return / episode_step are always th
 GAME's, so the return reported when a game ends is the game's score (Table 4 scores whole
 games). At a life-loss `done` they are the running game's statistics, not restarted.
 """
-import cv2
-import numpy as np
-
 import ale_py
 import ale_py.roms
+import cv2
+import numpy as np
 
 from scalable_agent_tf2.environments import base
 

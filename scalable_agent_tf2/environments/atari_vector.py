@@ -78,14 +78,14 @@ How AtariVectorEnv's options map onto Table G.1, and what this wrapper does on t
     (atari._derive_seeds); ale-py seeds its no-op generator with it too, so the no-op counts
     are seeded and reproducible but are not AtariEnvironment's draws.
 """
-import numpy as np
-
 import ale_py.roms
+import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
 from scalable_agent_tf2.environments import atari
 from scalable_agent_tf2.environments import base
-from scalable_agent_tf2.structures import EnvOutput, Observation
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
 
 # ale-py's cap when ours is disabled (0): about 5 hours of play, far beyond any game, and
 # below 2**31 (ale-py keeps the cap + 1 in an int).

@@ -23,7 +23,8 @@ import traceback
 import numpy as np
 
 from scalable_agent_tf2.environments import normalization
-from scalable_agent_tf2.structures import EnvOutput, Observation
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
 
 # What the actor needs before it builds the network. num_actions: int, size of the discrete
 # action set. frame_shape: (H, W, C) of the uint8 frames (DMLab (72, 96, 3); Atari (84, 84, 4)),

@@ -45,8 +45,8 @@ No TensorFlow here: this runs in environment processes.
 """
 import numpy as np
 
-from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import rendering
 

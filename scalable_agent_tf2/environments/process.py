@@ -57,7 +57,8 @@ import numpy as np
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import process_child
 from scalable_agent_tf2.environments import process_output
-from scalable_agent_tf2.structures import EnvOutput, Observation
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
 
 # Seconds a call may take before the child is declared stuck. Generous: without a level cache a
 # DMLab-30 reset compiles a map and can take about 30 s (docs/ARCHITECTURE.md "DeepMind Lab").

@@ -14,11 +14,13 @@ import contextlib
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import language
+from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import optimizers
 from scalable_agent_tf2.learning import popart as popart_lib
-from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
+from scalable_agent_tf2.structures import AgentOutput
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
 
 
 def default_jit_compile():

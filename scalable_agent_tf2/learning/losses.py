@@ -34,8 +34,11 @@ import tensorflow as tf
 
 # Names of the reward-clipping modes (the learner's job; environments return raw rewards);
 # settings.py names them, as the choices of --reward_clipping.
-from scalable_agent_tf2.configuration.settings import (
-    ABS_ONE, NO_CLIPPING, OPTIMISTIC_ASYMMETRIC, REWARD_CLIPPING_MODES, SOFT_ASYMMETRIC)
+from scalable_agent_tf2.configuration.settings import ABS_ONE
+from scalable_agent_tf2.configuration.settings import NO_CLIPPING
+from scalable_agent_tf2.configuration.settings import OPTIMISTIC_ASYMMETRIC
+from scalable_agent_tf2.configuration.settings import REWARD_CLIPPING_MODES
+from scalable_agent_tf2.configuration.settings import SOFT_ASYMMETRIC
 from scalable_agent_tf2.learning import vtrace
 
 

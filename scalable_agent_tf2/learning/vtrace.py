@@ -25,9 +25,13 @@ import math
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import distributions
+
 # Table 2's rows (section 5.2.1), named in settings.py as --off_policy_correction's choices.
-from scalable_agent_tf2.configuration.settings import (
-    EPSILON, NO_CORRECTION, OFF_POLICY_CORRECTIONS, ONE_STEP_IS, VTRACE)
+from scalable_agent_tf2.configuration.settings import EPSILON
+from scalable_agent_tf2.configuration.settings import NO_CORRECTION
+from scalable_agent_tf2.configuration.settings import OFF_POLICY_CORRECTIONS
+from scalable_agent_tf2.configuration.settings import ONE_STEP_IS
+from scalable_agent_tf2.configuration.settings import VTRACE
 
 VTraceReturns = collections.namedtuple("VTraceReturns", "vs pg_advantages")
 

@@ -15,10 +15,10 @@ import threading
 
 import numpy as np
 
-from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.configuration import settings as settings_lib
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import processes
+from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import runlog
 
 

@@ -26,9 +26,9 @@ from typing import Optional
 
 import numpy as np
 
-from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.runfiles import runlog
 
 # Appendix F: "each parameter ... is permuted with 33% probability by multiplying with either
 # 1.2 or 1/1.2" (unbiased, unlike Jaderberg et al.'s 1.2 or 0.8), "no matter if a copy

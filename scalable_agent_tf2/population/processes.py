@@ -13,10 +13,11 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable, Optional
+from typing import Callable
+from typing import Optional
 
-from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.population import pbt
+from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import runlog
 
 # Children run in the directory that holds the package, so that `-m` finds it.

@@ -15,11 +15,11 @@ import os
 
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.configuration import suites
-from scalable_agent_tf2.configuration.settings import IMPACT, IMPALA
+from scalable_agent_tf2.configuration.settings import IMPACT
+from scalable_agent_tf2.configuration.settings import IMPALA
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
-
 
 # A gradient-norm clip that a paper set on a loss averaged over the batch's T x B steps (the
 # IMPACT paper's Algorithm 1 and RLlib's APPO, which ran IMPACT), where this project's learners

@@ -24,12 +24,12 @@ import tensorflow as tf
 from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import filter_sync as filter_sync_lib
 from scalable_agent_tf2.transport import learner_service
 from scalable_agent_tf2.transport import service_client
-from scalable_agent_tf2.transport import filter_sync as filter_sync_lib
+from scalable_agent_tf2.transport import wire
 from scalable_agent_tf2.utils import profiling
 from scalable_agent_tf2.utils import stop_signals
-from scalable_agent_tf2.transport import wire
 
 # How long stopping threads may take before we give up on them (they are daemons).
 JOIN_TIMEOUT_SECS = 60.0

@@ -11,25 +11,28 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from scalable_agent_tf2 import environments
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor as actor_lib
+from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.acting import watchdog
-from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2 import environments
-from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.acting import policies
-from scalable_agent_tf2.transport import wire
-from scalable_agent_tf2.configuration.settings import IMPACT, TEST, TRAIN
+from scalable_agent_tf2.configuration.settings import IMPACT
+from scalable_agent_tf2.configuration.settings import TEST
+from scalable_agent_tf2.configuration.settings import TRAIN
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput
-from scalable_agent_tf2.structures import Observation
-from scalable_agent_tf2.runfiles import checkpoint_files
-from scalable_agent_tf2.utils import quiet_tensorflow
 from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.structures import AgentOutput
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
+from scalable_agent_tf2.transport import wire
+from scalable_agent_tf2.utils import quiet_tensorflow
 
 
 def derive_seed(*parts):

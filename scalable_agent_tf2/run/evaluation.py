@@ -27,16 +27,16 @@ import os
 
 import numpy as np
 
+from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import evaluation_videos
 from scalable_agent_tf2.run import monitoring
-from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.run import training
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
-from scalable_agent_tf2.configuration import suites
-from scalable_agent_tf2.run import training
-from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.runfiles import videos as videos_lib
 from scalable_agent_tf2.utils import stop_signals
 

@@ -20,10 +20,10 @@ import time
 import numpy as np
 
 from scalable_agent_tf2.acting import actor as actor_lib
-from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.run import evaluation_videos
 from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.run import evaluation_videos
 from scalable_agent_tf2.runfiles import videos as videos_lib
 
 

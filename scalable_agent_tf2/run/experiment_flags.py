@@ -41,12 +41,13 @@ import sys
 
 from absl import flags
 
+from scalable_agent_tf2.configuration import command_line as configuration_command_line
+from scalable_agent_tf2.configuration import settings
+
 # The settings and their checks import no TensorFlow: a bad flag is reported at once.
 from scalable_agent_tf2.resolution import citations
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.resolution import presets
-from scalable_agent_tf2.configuration import command_line as configuration_command_line
-from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
 

@@ -105,6 +105,7 @@ def main(config, cluster, stop_request):
   (stop_request raises Stopping until then) prints the "Stopped:" line."""
   # pylint: disable=g-import-not-at-top
   from absl import logging
+
   from scalable_agent_tf2.configuration import settings
   logging.set_verbosity(logging.WARNING)  # TensorFlow's Python INFO lines (checkpointing).
   try:

@@ -23,14 +23,15 @@ import tensorflow as tf
 
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.learning import buffers
-from scalable_agent_tf2.transport import distributed
-from scalable_agent_tf2.utils import profiling
-from scalable_agent_tf2.transport import replay_client
-from scalable_agent_tf2.run import repeatable
-from scalable_agent_tf2.run.assembly import derive_seed, environment_group_size
-from scalable_agent_tf2.run.assembly import layout_settings
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import laser
+from scalable_agent_tf2.run import repeatable
+from scalable_agent_tf2.run.assembly import derive_seed
+from scalable_agent_tf2.run.assembly import environment_group_size
+from scalable_agent_tf2.run.assembly import layout_settings
+from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import replay_client
+from scalable_agent_tf2.utils import profiling
 
 # Seeds the replay buffer's sampling, apart from the actors' seeds (derive_seed(seed, index)).
 _REPLAY_SEED_TAG = 1_000_003

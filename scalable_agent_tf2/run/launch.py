@@ -32,10 +32,10 @@ import sys
 import threading
 import time
 
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.runfiles import run_directory
 from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import command_settings
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.runfiles import run_directory
 
 # experiment.py's command line as a module of the package, so that an installed copy (pip
 # install ., where no experiment.py is) starts its processes too.

@@ -30,17 +30,21 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import learning_curve
-from scalable_agent_tf2.run.console_pace import RATE_WINDOW_UPDATES, Activity
-from scalable_agent_tf2.run.console_pace import eta_rate, eta_window_start, format_eta
-from scalable_agent_tf2.run.console_pace import waiting_message, windowed_rates
+from scalable_agent_tf2.run.console_pace import RATE_WINDOW_UPDATES
+from scalable_agent_tf2.run.console_pace import Activity
+from scalable_agent_tf2.run.console_pace import eta_rate
+from scalable_agent_tf2.run.console_pace import eta_window_start
+from scalable_agent_tf2.run.console_pace import format_eta
+from scalable_agent_tf2.run.console_pace import waiting_message
+from scalable_agent_tf2.run.console_pace import windowed_rates
 from scalable_agent_tf2.run.run_failures import LogWriteFailed
 from scalable_agent_tf2.runfiles import plot
 from scalable_agent_tf2.runfiles import runlog
-from scalable_agent_tf2.configuration import suites
-from scalable_agent_tf2.environments.families import base as family_base
 
 # Console and TensorBoard summaries average the last this many episodes per level.
 RECENT_EPISODES = 100

@@ -6,10 +6,9 @@ in other processes share a replay through a service instead (replay_service.py).
 """
 import os
 
-from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.learning import buffers
-from scalable_agent_tf2.run import training
 from scalable_agent_tf2.learning import laser
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.run import training
 
 
 def train_sharing_replay(configs, replay_capacity, environment_constructor=None,

@@ -26,6 +26,8 @@ import tensorflow as tf
 
 from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.acting import watchdog
+from scalable_agent_tf2.environments import LevelCannotRun
+from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.run import actor_process
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import checkpoints
@@ -35,14 +37,17 @@ from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import progress_watch
 from scalable_agent_tf2.run import repeatable
 from scalable_agent_tf2.run.local_actors import LocalActors
-from scalable_agent_tf2.run.run_failures import Diverged, LevelsCannotRun, LogWriteFailed
+from scalable_agent_tf2.run.run_failures import Diverged
+from scalable_agent_tf2.run.run_failures import LevelsCannotRun
+from scalable_agent_tf2.run.run_failures import LogWriteFailed
 from scalable_agent_tf2.run.run_failures import NonFiniteUpdates
-from scalable_agent_tf2.run.run_failures import ParametersDiverged, RunFailed, Stalled
-from scalable_agent_tf2.run.training_result import TrainResult, TrajectoryAccounts
+from scalable_agent_tf2.run.run_failures import ParametersDiverged
+from scalable_agent_tf2.run.run_failures import RunFailed
+from scalable_agent_tf2.run.run_failures import Stalled
+from scalable_agent_tf2.run.training_result import TrainResult
+from scalable_agent_tf2.run.training_result import TrajectoryAccounts
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.utils import profiling
-from scalable_agent_tf2.environments import LevelCannotRun
-from scalable_agent_tf2.learning import laser
 
 # How long the supervisor keeps collecting levels that cannot run once one is reported, while
 # other actors have not yet delivered a first trajectory nor failed (their environments may

@@ -30,14 +30,12 @@ that has none.
 import contextlib
 import os
 
+from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.runfiles import checkpoint_files
-from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import repeatable
 from scalable_agent_tf2.run import supervisor
-from scalable_agent_tf2.utils import stop_signals
-from scalable_agent_tf2.environments import LevelCannotRun
+
 # What train raises and returns; its callers name them training.<name>.
 from scalable_agent_tf2.run.run_failures import Diverged  # noqa: F401
 from scalable_agent_tf2.run.run_failures import LevelsCannotRun
@@ -45,7 +43,11 @@ from scalable_agent_tf2.run.run_failures import NonFiniteUpdates  # noqa: F401
 from scalable_agent_tf2.run.run_failures import ParametersDiverged  # noqa: F401
 from scalable_agent_tf2.run.run_failures import RunFailed  # noqa: F401
 from scalable_agent_tf2.run.run_failures import Stalled  # noqa: F401
-from scalable_agent_tf2.run.training_result import TrainResult, TrajectoryAccounts
+from scalable_agent_tf2.run.training_result import TrainResult
+from scalable_agent_tf2.run.training_result import TrajectoryAccounts
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.utils import stop_signals
 
 
 def train(config, environment_constructor=None, network_config=None, print_fn=print,

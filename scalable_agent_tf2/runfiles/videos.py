@@ -88,7 +88,7 @@ def choose_format():
   except (ImportError, RuntimeError) as error:
     missing = f"{MP4_PACKAGE} is not usable here ({type(error).__name__}: {error})"
   try:
-    import PIL.Image  # pylint: disable=g-import-not-at-top,unused-import
+    import PIL.Image  # noqa: F401 (whether Pillow is there is the question)
   except ImportError:
     return None, (f"Videos: none will be recorded: {missing} and Pillow (for GIFs) is not "
                   f"installed. Install one: pip install -r requirements-runtime.txt.")

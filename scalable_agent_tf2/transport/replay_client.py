@@ -9,14 +9,18 @@ import threading
 
 import tensorflow as tf
 
-from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.transport import wire
-from scalable_agent_tf2.transport.replay_service import (
-    DEFAULT_CALL_TIMEOUT_SECS, DEFAULT_CONNECT_TIMEOUT_SECS, NO_LAYOUT_YET, REPLAY_DOMAIN,
-    REPLAY_PROTOCOL_VERSION, STATS_COUNTS, ReplayServiceUnavailable, tensor_text)
+from scalable_agent_tf2.transport.replay_service import DEFAULT_CALL_TIMEOUT_SECS
+from scalable_agent_tf2.transport.replay_service import DEFAULT_CONNECT_TIMEOUT_SECS
+from scalable_agent_tf2.transport.replay_service import NO_LAYOUT_YET
+from scalable_agent_tf2.transport.replay_service import REPLAY_DOMAIN
+from scalable_agent_tf2.transport.replay_service import REPLAY_PROTOCOL_VERSION
+from scalable_agent_tf2.transport.replay_service import STATS_COUNTS
+from scalable_agent_tf2.transport.replay_service import ReplayServiceUnavailable
+from scalable_agent_tf2.transport.replay_service import tensor_text
 
 
 class ReplayClient(service_client.ServiceClient):

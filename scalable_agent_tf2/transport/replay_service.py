@@ -78,16 +78,14 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.learning import buffers
-from scalable_agent_tf2.transport import distributed
-from scalable_agent_tf2.transport import credentials
-from scalable_agent_tf2.transport import learner_service
-from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import command_settings
-from scalable_agent_tf2.utils import stop_signals
-from scalable_agent_tf2.transport import wire
 from scalable_agent_tf2.learning import laser
+from scalable_agent_tf2.transport import credentials
+from scalable_agent_tf2.transport import distributed
+from scalable_agent_tf2.transport import learner_service
+from scalable_agent_tf2.transport import wire
+from scalable_agent_tf2.utils import stop_signals
 
 # 1: the first version (hello with a JSON layout; serialized payloads; episodes by token);
 # 2: every call carries a credential first (credentials.Gatekeeper), and "ping"; 3: env_outputs

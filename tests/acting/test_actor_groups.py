@@ -9,18 +9,19 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.acting import actor
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.run import evaluation_episodes
+from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.acting import policies
-from scalable_agent_tf2.resolution import presets
-from scalable_agent_tf2.environments import (EnvironmentProcessDied, LevelCannotRun,
-                                             LevelKeepsFailing)
+from scalable_agent_tf2.environments import EnvironmentProcessDied
+from scalable_agent_tf2.environments import LevelCannotRun
+from scalable_agent_tf2.environments import LevelKeepsFailing
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 from scalable_agent_tf2.environments.atari_vector import AtariVectorGroup
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.resolution import presets
+from scalable_agent_tf2.run import evaluation_episodes
 
 SEEDS = (3, 4, 5)
 

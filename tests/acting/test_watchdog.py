@@ -70,7 +70,7 @@ def test_a_list_stays_a_list_of_timed_environments_and_a_group_keeps_its_attribu
   envs = watchdog.timed([_Env(), _Env()], clock)
   assert isinstance(envs, list) and len(envs) == 2
   group = _Env()
-  group.finished_games = lambda: []
+  group.finished_games = list
   assert hasattr(watchdog.timed(group, clock), "finished_games")  # actor.as_group's test.
 
 

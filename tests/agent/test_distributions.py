@@ -9,8 +9,8 @@ import tensorflow as tf
 from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.learning import vtrace
 from scalable_agent_tf2.environments import base as env_base
+from scalable_agent_tf2.learning import vtrace
 from scalable_agent_tf2.structures import AgentOutput
 from tests import reference
 

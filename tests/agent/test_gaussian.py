@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.environments import action_bounds
+from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import heads
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.agent import action_families
-from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import vtrace
-from scalable_agent_tf2.structures import EnvOutput, Observation
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
 from tests import reference
 
 

@@ -13,19 +13,20 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.acting import action_spaces
-from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.agent import action_families
-from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
-from scalable_agent_tf2.environments.families import gym as gym_family
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput
-from scalable_agent_tf2.structures import Observation
-from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.environments import gym_env
+from scalable_agent_tf2.environments.families import gym as gym_family
+from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.structures import AgentOutput
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
 
 T, B = 4, 3
 HPARAMS = dict(learning_rate=0.01, total_environment_frames=100_000, max_grad_norm=40.0)
@@ -256,7 +257,7 @@ def test_discrete_actions_filter_vector_observations():
 
 def test_minigrid_ids_import_their_package_or_say_how_to_get_it():
   try:
-    import minigrid  # pylint: disable=g-import-not-at-top,unused-import
+    import minigrid  # noqa: F401 (whether it is installed is the question)
   except ImportError:
     with pytest.raises(ValueError, match=re.escape(gym_env.MINIGRID_INSTALL)):
       gym_env.check_registered("MiniGrid-Empty-5x5-v0")

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.tools import random_batches
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.structures import EnvOutput, Observation
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
+from tests import random_batches
 
 # Small frames keep the tests fast; the shallow torso needs at least 20 pixels (8x8/4 then
 # 4x4/2, VALID).
@@ -57,7 +58,7 @@ def test_unroll_equals_successive_steps_with_resets(config):
   step_state = state
   for t in range(T):
     output, step_state = agent.step(
-        prev_actions[t], tf.nest.map_structure(lambda x: x[t], env_outputs), step_state)
+        prev_actions[t], tf.nest.map_structure(lambda x, t=t: x[t], env_outputs), step_state)
     np.testing.assert_allclose(output.policy_params.numpy(),
                                unrolled.policy_params.numpy()[t], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(output.baseline.numpy(), unrolled.baseline.numpy()[t],
@@ -115,7 +116,7 @@ def test_sampled_actions_follow_the_policy():
 def test_same_seed_same_network_different_seed_different_network():
   config = networks.atari_config(num_actions=4, frame_shape=(20, 20, 4))
   a, b, c = (networks.Agent(config, seed=s) for s in (5, 5, 6))
-  for va, vb, vc in zip(a.trainable_variables, b.trainable_variables, c.trainable_variables):
+  for va, vb in zip(a.trainable_variables, b.trainable_variables):
     np.testing.assert_array_equal(va.numpy(), vb.numpy())
   assert not np.allclose(a.torso.fc.w.numpy(), c.torso.fc.w.numpy())
 

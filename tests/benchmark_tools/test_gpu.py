@@ -81,8 +81,8 @@ def test_dynamic_batching_serves_a_policy_on_the_gpu_each_thread_its_own_rows():
 def test_the_toy_level_trains_to_its_usual_return_on_the_gpu(tmp_path):
   # tests/run/test_training.py's learning test (the lit-side level, reward at the episode's end),
   # with the learner and the batched inference on the GPU (training chooses it) and XLA on.
-  from tests.run import test_training  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.environments import toy  # pylint: disable=g-import-not-at-top
+  from tests.run import test_training  # pylint: disable=g-import-not-at-top
   lines = []
   result = test_training.train_toy(
       test_training.toy_config(tmp_path, total_frames=100_000, reward_clipping="none"),

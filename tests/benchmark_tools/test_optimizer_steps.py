@@ -1,13 +1,13 @@
 """benchmarks/tools/optimizer_steps: TF1 RMSProp's step/lr read back from a run's checkpoint."""
 import numpy as np
-
-from benchmarks.tools import random_batches
-from benchmarks.tools import optimizer_steps
-from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.agent import networks
 import tensorflow as tf
+
+from benchmarks.tools import optimizer_steps
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.run import checkpoints
+from tests import random_batches
 
 
 def test_step_fraction_is_the_step_for_a_gradient_of_the_accumulators_size():

@@ -16,7 +16,6 @@ import pytest
 import tensorflow as tf
 
 from benchmarks.peers import learning_side_by_side
-
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import evaluation

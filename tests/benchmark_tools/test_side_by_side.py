@@ -66,8 +66,8 @@ def test_extra_flags_reach_every_system_of_ours_and_its_label(monkeypatch, capsy
 import glob  # pylint: disable=g-import-not-at-top,wrong-import-position
 import json  # pylint: disable=g-import-not-at-top,wrong-import-position
 import os  # pylint: disable=g-import-not-at-top,wrong-import-position
-import sys  # pylint: disable=g-import-not-at-top,wrong-import-position
 import subprocess  # pylint: disable=g-import-not-at-top,wrong-import-position
+import sys  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks.peers import sample_factory_gym as sf_gym  # pylint: disable=g-import-not-at-top,wrong-import-position
 

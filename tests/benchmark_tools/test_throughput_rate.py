@@ -2,14 +2,16 @@
 import pytest
 
 from benchmarks.speed.throughput import parse_args
-from benchmarks.speed.training_rate import (level_config, produced_frames, steady_rate,
-                                            training_samples)
+from benchmarks.speed.training_rate import level_config
+from benchmarks.speed.training_rate import produced_frames
+from benchmarks.speed.training_rate import steady_rate
+from benchmarks.speed.training_rate import training_samples
 
 
 def test_updates_every_few_seconds_give_their_true_rate():
   # One update of 12,800 frames every 8 s (a DMLab run at 1,600 frames/s), sampled every second:
   # most 1-second intervals carry no frames, so a median of intervals would say 0.
-  samples = [(float(t), 12_800 * (t // 8)) for t in range(0, 81)]
+  samples = [(float(t), 12_800 * (t // 8)) for t in range(81)]
   assert steady_rate(samples, warmup=10) == pytest.approx(1_600.0)
 
 
@@ -19,7 +21,7 @@ def test_a_steady_count_gives_its_mean_rate_after_the_warmup():
 
 
 def test_fewer_than_two_updates_after_the_warmup_is_an_error_naming_the_fix():
-  samples = [(float(t), 12_800 * (t // 30)) for t in range(0, 40)]
+  samples = [(float(t), 12_800 * (t // 30)) for t in range(40)]
   with pytest.raises(RuntimeError, match="raise --seconds"):
     steady_rate(samples, warmup=5)
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import settings
+from scalable_agent_tf2.resolution import config as config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import command_settings
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.environments.families import dmlab as dmlab_family
+from scalable_agent_tf2.resolution import config as config_lib
 
 # What the current code gives each derived config by default (config.py's docstrings).
 LEARNER_DEFAULTS = dict(dmlab_family.DMLAB30, max_grad_norm=None)  # DMLab-30; None: no clipping.
@@ -119,8 +119,6 @@ def test_flags_shared_with_experiment_py_are_reused():
 
 
 def test_command_tables_keep_the_commands_defaults():
-  from scalable_agent_tf2.learning import buffers
-  from scalable_agent_tf2.population import pbt  # pylint: disable=g-import-not-at-top
   population = command_settings.PopulationSettings(logdir="/tmp/p")
   assert (population.population_size, population.initial_hyperparameters, population.seed,
           population.burn_in_frames, population.ready_episodes, population.exploit_threshold,
@@ -149,8 +147,8 @@ def test_replay_service_default_address_is_the_services():
 
 def test_parsers_are_generated_from_the_tables():
   # pylint: disable=protected-access
-  from scalable_agent_tf2.run import launch
   from scalable_agent_tf2.population import command  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.run import launch
   values, rest = command._parser().parse_settings(
       ["--logdir=/tmp/p", "--population_size=3", "--exploit_threshold", "2.5", "--",
        "--level_name=atari/pong"], known_only=True)

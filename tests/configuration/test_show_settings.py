@@ -6,13 +6,12 @@ the start of `import tensorflow` on stderr), not with a wall-clock limit.
 """
 import dataclasses
 import math
-import os
 import re
 
+from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.resolution import citations
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.resolution import presets
-from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.run import experiment_flags
 from tests.run.test_before_tensorflow import TENSORFLOW_MARK
 from tests.run.test_before_tensorflow import run_experiment

@@ -4,7 +4,8 @@ import ale_py.roms
 import gymnasium
 import numpy as np
 import pytest
-from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+from gymnasium.wrappers import AtariPreprocessing
+from gymnasium.wrappers import FrameStackObservation
 
 from scalable_agent_tf2 import environments
 from scalable_agent_tf2.configuration import suites

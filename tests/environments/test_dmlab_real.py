@@ -198,7 +198,7 @@ def play_whole_episode(env, level_name):
   first = env.initial()
   check_output(first, level_name)
   episode_return = 0.0
-  for step in range(1, SHORT_EPISODE_STEPS[level_name] + 1):
+  for step in range(1, SHORT_EPISODE_STEPS[level_name] + 1):  # noqa: B007 (read after)
     output = env.step(0)
     check_output(output, level_name)
     episode_return += output.reward

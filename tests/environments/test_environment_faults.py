@@ -12,8 +12,11 @@ from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import process
-from scalable_agent_tf2.structures import EnvOutput, Observation
-from tests.environments.test_gym_family import USER, _DiscretisedTarget, _UniformPolicy
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
+from tests.environments.test_gym_family import USER
+from tests.environments.test_gym_family import _DiscretisedTarget
+from tests.environments.test_gym_family import _UniformPolicy
 from tests.gym_user_package import envs as user_envs
 
 TARGET = USER + "UserTarget-v0"

@@ -5,10 +5,9 @@ import sys
 
 import pytest
 
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.resolution import config as config_lib
 
 
 @pytest.mark.parametrize("level_name, family_name", [
@@ -35,7 +34,7 @@ def test_unknown_names_are_refused_not_defaulted(name):
 
 def test_atari_vector_constants_are_atari_py_defaults():
   from scalable_agent_tf2.environments import atari  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.environments.families import atari as atari_family  # noqa
+  from scalable_agent_tf2.environments.families import atari as atari_family
   assert atari_family.VECTOR_FRAME_SIZE == atari.DEFAULT_FRAME_SIZE
   assert atari_family.VECTOR_NUM_ACTION_REPEATS == atari.DEFAULT_NUM_ACTION_REPEATS
 

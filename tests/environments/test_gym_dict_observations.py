@@ -10,20 +10,21 @@ installed."""
 import numpy as np
 import pytest
 
+from scalable_agent_tf2 import structures
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import language
-from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2 import structures
-from tests.gym_mission_envs import IMAGE_SHAPE, MISSIONS
+from tests.gym_mission_envs import IMAGE_SHAPE
+from tests.gym_mission_envs import MISSIONS
 
 HERE = "tests.gym_mission_envs:"
 LEVEL = f"gym:{HERE}TestMissionRoom-v0"

@@ -7,9 +7,7 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2.acting import actor
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import mujoco_presets
-from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import families
@@ -19,6 +17,8 @@ from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.environments.families import gym as gym_family
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.resolution import presets
 
 USER = "gym:tests.gym_user_package.envs:"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -326,8 +326,8 @@ def test_show_settings_names_the_network_the_run_builds(level, env_kwargs):
 
 
 def test_the_start_says_in_one_line_which_defaults_apply_and_why():
-  from scalable_agent_tf2.run import monitoring  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.run import monitoring  # pylint: disable=g-import-not-at-top
   config = _resolve("gym:CartPole-v1")
   banner = monitoring.start_banner(config, networks.vector_config(2, 4), "/cpu:0", False, None, 0)
   defaults = [line for line in banner if line.startswith("  defaults:")]

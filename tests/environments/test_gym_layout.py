@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.environments.families import gym as gym_family
+from scalable_agent_tf2.resolution import config as config_lib
 from tests.gym_user_package import costs
 
 PLANES = "gym:tests.gym_user_package.costs:UserPlanes-v0"
@@ -90,6 +90,7 @@ def test_a_step_that_hangs_while_measured_is_abandoned_not_waited_for():
   that hangs (issue 41's fault): the measuring thread is left behind after its timeout, the
   step counts as unmeasured and the run's own watchdog meets the hang later."""
   import time  # pylint: disable=g-import-not-at-top
+
   from tests.gym_user_package import hanging  # pylint: disable=g-import-not-at-top
   env = hanging.UserHangs()  # Its step HANG_AT_STEP (30) never returns.
   start = time.monotonic()

@@ -4,11 +4,11 @@ import gymnasium
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2 import environments
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import mujoco
+from scalable_agent_tf2.resolution import config as config_lib
 
 # Level -> (observation size, action size, action bound) of gymnasium's -v5 tasks.
 EXPECTED = {

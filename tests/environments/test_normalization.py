@@ -5,9 +5,10 @@ import threading
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.environments.normalization import (MeanStdFilter, NonFiniteObservation,
-                                                           NonFiniteStatistics,
-                                                           RunningStatistics)
+from scalable_agent_tf2.environments.normalization import MeanStdFilter
+from scalable_agent_tf2.environments.normalization import NonFiniteObservation
+from scalable_agent_tf2.environments.normalization import NonFiniteStatistics
+from scalable_agent_tf2.environments.normalization import RunningStatistics
 
 
 def test_running_statistics_match_numpy():

@@ -9,7 +9,9 @@ import time
 import pytest
 
 from scalable_agent_tf2.environments import process
-from tests.environments.test_process import ScriptedEnvironment, is_gone, wait_until_gone
+from tests.environments.test_process import ScriptedEnvironment
+from tests.environments.test_process import is_gone
+from tests.environments.test_process import wait_until_gone
 
 
 class EnvironmentWithACompiler(ScriptedEnvironment):

@@ -3,7 +3,6 @@ window); importing this module registers UserPygameDrawn-v0
 (gym:tests.gym_user_package.pygame_drawn:UserPygameDrawn-v0). TensorFlow-free."""
 import gymnasium
 import numpy as np
-import pygame  # pylint: disable=unused-import
 from gymnasium import spaces
 
 

@@ -5,9 +5,9 @@ import threading
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.resolution import config as config_lib
 
 
 def test_replay_removes_first_in_first_out_and_holds_at_most_its_capacity():
@@ -108,7 +108,7 @@ def test_circular_buffer_uses_each_batch_exactly_k_times_then_drops_it():
     ring = impact.CircularBuffer(num_batches, max_uses)
     stream = iter(range(20))
     order = []
-    while (step := ring.next(lambda: next(stream, None))) is not None:
+    while (step := ring.next(lambda stream=stream: next(stream, None))) is not None:
       batch, use = step
       assert use == order.count(batch)  # Uses are numbered 0..K-1.
       order.append(batch)

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.tools import random_batches
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.learning import learner
-from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.learning import learner
+from scalable_agent_tf2.learning import losses
+from scalable_agent_tf2.resolution import config as config_lib
+from tests import random_batches
 
 # Small networks keep these fast: an LSTM agent (agent_state matters) and a feed-forward one.
 LSTM_SMALL = networks.dmlab_config(networks.SHALLOW, num_actions=5, frame_shape=(20, 24, 3))

@@ -6,8 +6,8 @@ import collections
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.learning import buffers
-from scalable_agent_tf2.structures import EnvOutput, Trajectory
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Trajectory
 
 T = 4  # Unroll length.
 
@@ -218,7 +218,7 @@ def test_another_agents_episode_starts_from_a_zero_state():
   assert any(e.unrolls[0].agent_state[0] != 0 for e in replay._episodes)
   ours, _ = _actor_stream([5] * 20, offset=1000.0)
   mixer = laser.EpisodeMixer(_online(ours), replay, 2, 1, "us", _toy_core(0.5))
-  for call in range(2):  # Online, then the first unroll of a sampled episode of theirs.
+  for _ in range(2):  # Online, then the first unroll of a sampled episode of theirs.
     item = mixer()
   assert mixer.sampled_agents == {"them": 1}
   assert item.agent_state == (0.0,) and type(item.agent_state) is tuple
@@ -226,18 +226,18 @@ def test_another_agents_episode_starts_from_a_zero_state():
 
 # --- The learner and training -------------------------------------------------------------
 
-import dataclasses  # noqa: E402
+import dataclasses
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from scalable_agent_tf2.environments import toy as toy_environment  # noqa: E402
-from scalable_agent_tf2.resolution import config as config_lib  # noqa: E402
-from scalable_agent_tf2.agent import distributions  # noqa: E402
-from scalable_agent_tf2.learning import losses  # noqa: E402
-from scalable_agent_tf2.agent import networks  # noqa: E402
-from scalable_agent_tf2.run import input_pipeline  # noqa: E402
-from scalable_agent_tf2.run import shared_replay_runs  # noqa: E402
+from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.learning import laser
+from scalable_agent_tf2.learning import losses
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.run import input_pipeline
+from scalable_agent_tf2.run import shared_replay_runs
 
 TOY_LSTM = networks.NetworkConfig(
     num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
@@ -377,8 +377,8 @@ def test_recomputed_state_with_the_actors_parameters_is_the_actors_state():
   agent = networks.Agent(TOY_LSTM, seed=1)
   constructor, kwargs = toy_environment.environment_constructor()(
       toy_environment.LEVEL_NAME, 0, False)
-  from scalable_agent_tf2.acting import actor as actor_lib
   from scalable_agent_tf2 import environments
+  from scalable_agent_tf2.acting import actor as actor_lib
   from scalable_agent_tf2.acting import policies
   env = environments.EnvironmentProcess(constructor, kwargs=kwargs)
   policy = policies.PerActorPolicy(agent, device="/cpu:0")

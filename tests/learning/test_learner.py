@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.tools import random_batches
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import losses
-from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.structures import AgentOutput
+from tests import random_batches
 
 DMLAB_SMALL = networks.dmlab_config(networks.SHALLOW, num_actions=5, frame_shape=(20, 24, 3))
 ATARI_SMALL = networks.atari_config(num_actions=4, torso=networks.DEEP,
@@ -57,7 +57,7 @@ def _collect_on_policy(agent, T, B, seed):
   for t in range(T):
     # The agent acts on observation t; its output is stored at index t+1, next to the
     # environment output that its action leads to.
-    output, state = agent.step(actions[-1], tf.nest.map_structure(lambda x: x[t], env_outputs),
+    output, state = agent.step(actions[-1], tf.nest.map_structure(lambda x, t=t: x[t], env_outputs),
                                state)
     actions.append(output.action.numpy())
     logits.append(output.policy_params.numpy())

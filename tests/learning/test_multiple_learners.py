@@ -4,7 +4,6 @@ import os
 import subprocess
 import sys
 import textwrap
-
 import threading
 
 import pytest
@@ -21,7 +20,7 @@ SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from benchmarks.tools import random_batches
+    from tests import random_batches
     from scalable_agent_tf2.resolution import config as config_lib
     from scalable_agent_tf2.learning import learner as learner_lib
     from scalable_agent_tf2.agent import networks

@@ -8,16 +8,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.tools import random_batches
-from scalable_agent_tf2.runfiles import checkpoint_files
-from scalable_agent_tf2.run import input_pipeline
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.run import training
-from scalable_agent_tf2.structures import Trajectory
 from scalable_agent_tf2.learning import impact
-from tests.run.test_training import REPO_DIR, toy_config, train_toy
+from scalable_agent_tf2.learning import learner as learner_lib
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.run import input_pipeline
+from scalable_agent_tf2.run import training
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.structures import Trajectory
+from tests import random_batches
+from tests.run.test_training import REPO_DIR
+from tests.run.test_training import toy_config
+from tests.run.test_training import train_toy
 
 ATARI = networks.atari_config(num_actions=4, torso=networks.SHALLOW, frame_shape=(24, 24, 4))
 HPARAMS = dict(learning_rate=0.01, total_environment_frames=10_000, max_grad_norm=40.0)
@@ -180,6 +182,7 @@ def test_experiment_reports_a_diverged_run_as_an_error_line_with_exit_code_1(tmp
 def test_a_non_finite_trajectory_over_the_wire_is_dropped_with_its_sender(tmp_path):
   import threading  # pylint: disable=g-import-not-at-top
   import time  # pylint: disable=g-import-not-at-top
+
   from scalable_agent_tf2.run import actor_process  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.transport import service_client  # pylint: disable=g-import-not-at-top

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks.tools import random_batches
 from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import popart
+from scalable_agent_tf2.resolution import config as config_lib
+from tests import random_batches
 
 VECTOR = networks.vector_config(num_actions=3, observation_size=5)
 

@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 
+from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.runfiles import runlog
-from scalable_agent_tf2.configuration import suites
 
 
 def test_table_d1_sampler_ranges_and_distributions():

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.runfiles import checkpoint_files
-from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.population import pbt
+from scalable_agent_tf2.environments import dmlab as dmlab_environment
+from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.population import command as command_lib
 from scalable_agent_tf2.population import driver as driver_lib
+from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import processes
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import runlog
-from scalable_agent_tf2.environments import dmlab as dmlab_environment
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE_MEMBER = os.path.join(TESTS_DIR, "pbt_fake_member.py")
@@ -395,7 +395,8 @@ def test_real_members_on_the_toy_task(tmp_path):
     saved = tf.train.load_checkpoint(os.path.join(
         checkpoint_files.checkpoint_dir(pbt.member_dir(str(tmp_path), member)), prefix))
     names = saved.get_variable_to_shape_map()
-    value = lambda part: float(saved.get_tensor(next(n for n in names if part in n)))
+    value = lambda part, saved=saved, names=names: float(
+        saved.get_tensor(next(n for n in names if part in n)))
     want = latest[member].hyperparameters
     assert value("learner/learning_rate") == pytest.approx(want["learning_rate"], rel=1e-6)
     assert value("learner/entropy_cost") == pytest.approx(want["entropy_cost"], rel=1e-6)

@@ -33,7 +33,6 @@ Also, without running anything: every `python -m X` named anywhere on the pages 
 that exists, and every repository path they name exists.
 """
 import collections
-import configparser
 import contextlib
 import glob
 import importlib.util
@@ -42,11 +41,9 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -164,7 +161,7 @@ def _logdir_of(arguments):
 
 def classify(command):
   """(kind, details) of one command; kind is one of "experiment", "module", "pytest", "pip",
-  "venv", "shell", "script", "external". ValueError for a command this test does not know how to run."""
+  "venv", "shell", "script", "external", "lint". ValueError for a command this test does not know how to run."""
   argv = command.argv
   program = _python_program(argv)
   if program is not None:
@@ -180,6 +177,8 @@ def classify(command):
     raise ValueError(f"{command.page}: `{command.line}` runs a script this test does not know")
   if argv[0] in ("pip", "pip3"):
     return "pip", argv[1:]
+  if argv[0] == "ruff":  # The linter (requirements-test.txt; pyproject.toml's rules).
+    return "lint", argv[1:]
   if argv[0] in ("source", "."):  # The shell's own: activates the venv of the line before.
     return "shell", argv[1:]
   if argv[0].endswith(".sh") or argv[0] == "bash":
@@ -220,6 +219,7 @@ class _CaseTimeout(Exception):
 def _stop_after_parsing():
   """Makes argparse (and the settings tables' parse_settings) stop a command once parsed."""
   import argparse  # pylint: disable=g-import-not-at-top
+
   from scalable_agent_tf2.configuration import command_line  # pylint: disable=g-import-not-at-top
   depth = [0]
 
@@ -459,13 +459,25 @@ def test_pytest_commands_use_known_markers_and_readme_matches_ci():
     script = f.read()
   # .ci/run first makes and activates a new venv (as README's line before the command does),
   # then runs README's command, after this marker, line for line.
-  marker = "# README's test command, exactly:\n"
+  marker = "# README's test command, exactly (the linter first: a finding fails the run):\n"
   assert marker in script, f".ci/run lost its marker line {marker!r}"
   ci = [line.strip() for line in script.split(marker, 1)[1].splitlines()
         if line.strip() and not line.startswith("#")]
   readme = [" ".join(c.argv) for c in page_commands("README.md")
             if c.line.startswith("pip install") and "pytest" in c.line]
+  assert "ruff check ." in readme, "README's test command runs the linter before the tests"
   assert readme == ci, f"README's test command {readme} is not .ci/run's {ci}"
+
+
+def test_lint_commands_pass_on_the_tree():
+  """The pages' `ruff ...` commands (README's test command lints first) pass as written."""
+  commands = [c for c in all_commands() if classify(c)[0] == "lint"]
+  assert commands, "no lint command on the pages"
+  ruff = os.path.join(os.path.dirname(sys.executable), "ruff")
+  for command in commands:
+    run = subprocess.run([ruff, *classify(command)[1]], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, f"{command.page}: `{command.line}`:\n{run.stdout}{run.stderr}"
 
 
 def test_pip_commands_are_satisfied_here():

@@ -91,7 +91,7 @@ def test_requirements_txt_is_the_package_pins_and_the_test_pins():
   assert {"tensorflow", "numpy", "absl-py", "gymnasium"} <= names
   assert not names & {"pytest", "pytest-timeout"}  # Test pins are the `test` extra's.
   assert {pin.split("==")[0] for pin in tests} == {"pytest", "pytest-timeout", "pytest-xdist",
-                                                   "execnet", "setuptools"}
+                                                   "execnet", "setuptools", "ruff"}
 
 
 def _version(text):

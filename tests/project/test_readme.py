@@ -35,8 +35,8 @@ def test_experiment_commands_resolve_their_own_values(tmp_path, monkeypatch):
   """Every `python experiment.py ...` command on the pages parses and resolves its flags,
   passes the checks a run makes of its levels before it starts (--show_settings prints
   before them), and the command's own mode, level and logdir reach the run."""
-  from scalable_agent_tf2.run import experiment_flags as experiment
   from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.run import experiment_flags as experiment
   commands = [c for c in docs.all_commands() if docs.classify(c)[0] == "experiment"]
   assert len(commands) >= 20
   for path in docs._write_user_package(str(tmp_path)):  # pylint: disable=protected-access

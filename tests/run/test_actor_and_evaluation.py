@@ -4,16 +4,16 @@ import pytest
 
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor
-from scalable_agent_tf2.run import evaluation
-from scalable_agent_tf2.run import evaluation_episodes
-from scalable_agent_tf2.run import monitoring
+from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments.atari import AtariEnvironment
+from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.run import evaluation_episodes
+from scalable_agent_tf2.run import monitoring
 
 
 def _output(done, episode_return, episode_step):

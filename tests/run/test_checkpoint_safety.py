@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.runfiles import checkpoint_files
 from tests import checkpoint_crash_process as crash_process
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

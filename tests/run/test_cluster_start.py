@@ -7,7 +7,6 @@ import sys
 import pytest
 
 from dynamic_batching import build
-
 from tests.run.test_training import REPO_DIR
 
 

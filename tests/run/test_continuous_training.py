@@ -10,18 +10,20 @@ import tensorflow as tf
 
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor as actor_lib
-from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.run import evaluation
+from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.learning import losses
-from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.environments import mujoco
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
+from scalable_agent_tf2.structures import AgentOutput
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 

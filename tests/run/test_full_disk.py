@@ -26,7 +26,9 @@ from scalable_agent_tf2.runfiles import plot
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.runfiles import videos
 from tests.run.test_curves import write_log
-from tests.run.test_training import REPO_DIR, toy_config, train_toy
+from tests.run.test_training import REPO_DIR
+from tests.run.test_training import toy_config
+from tests.run.test_training import train_toy
 
 FULL = os.strerror(errno.ENOSPC)  # "No space left on device"
 
@@ -196,7 +198,8 @@ class _FullVideoWriter(videos.GifWriter):
 def test_videos_on_a_full_disk_end_the_test_with_an_error_after_its_results(tmp_path,
                                                                            monkeypatch):
   """The test printed "is not recorded" and ended as if nothing were wrong (exit 0)."""
-  from tests.run.test_videos import _toy_config, _toy_logdir  # pylint: disable=g-import-not-at-top
+  from tests.run.test_videos import _toy_config  # pylint: disable=g-import-not-at-top
+  from tests.run.test_videos import _toy_logdir  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(videos, "choose_format", lambda: (videos.GIF, None))
   monkeypatch.setitem(videos.WRITERS, videos.GIF, _FullVideoWriter)
   logdir = _toy_logdir(tmp_path)

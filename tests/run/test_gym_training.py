@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import training
 

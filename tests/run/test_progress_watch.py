@@ -18,7 +18,8 @@ from scalable_agent_tf2.acting import watchdog
 from scalable_agent_tf2.run import progress_watch
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.runfiles import checkpoint_files
-from tests.run.test_training import toy_config, train_toy
+from tests.run.test_training import toy_config
+from tests.run.test_training import train_toy
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 Counters = progress_watch.Counters

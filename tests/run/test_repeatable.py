@@ -21,7 +21,10 @@ from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import repeatable
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation, Trajectory
+from scalable_agent_tf2.structures import AgentOutput
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
+from scalable_agent_tf2.structures import Trajectory
 from scalable_agent_tf2.transport import distributed
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

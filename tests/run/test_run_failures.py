@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.runfiles import checkpoint_files
-from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.transport import learner_service
-from scalable_agent_tf2.run import training
 from scalable_agent_tf2.environments import toy as toy_environment
+from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.run import training
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.transport import learner_service
+from tests.run.test_training import TOY_NETWORK
+from tests.run.test_training import toy_config
+from tests.run.test_training import train_toy
 from tests.transport import test_distributed as td
-from tests.run.test_training import TOY_NETWORK, toy_config, train_toy
 
 
 @pytest.mark.timeout(240)

@@ -12,20 +12,22 @@ import time
 
 import pytest
 
+from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import LevelCannotRun
+from scalable_agent_tf2.environments import LevelKeepsFailing
+from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import monitoring
+from scalable_agent_tf2.run import training
 from scalable_agent_tf2.runfiles import checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.utils import stop_signals
-from scalable_agent_tf2.configuration import suites
-from scalable_agent_tf2.run import training
-from scalable_agent_tf2.environments import LevelCannotRun, LevelKeepsFailing
-from scalable_agent_tf2.environments import families
-from scalable_agent_tf2.environments import toy as toy_environment
 from tests.environments import test_environment_faults
-from tests.run.test_training import TOY_NETWORK, toy_config
+from tests.run.test_training import TOY_NETWORK
+from tests.run.test_training import toy_config
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(TESTS_DIR)

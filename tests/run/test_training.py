@@ -16,21 +16,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.acting import actor
-from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.learning import buffers
-from scalable_agent_tf2.runfiles import checkpoint_files
-from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.resolution import presets
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import input_pipeline
-from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.resolution import presets
-from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import runlog
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOY_NETWORK = networks.NetworkConfig(

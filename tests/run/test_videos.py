@@ -20,13 +20,13 @@ import sys
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.environments import atari
 from scalable_agent_tf2.environments import atari_vector
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import dmlab
 from scalable_agent_tf2.environments import process
 from scalable_agent_tf2.environments import toy
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import evaluation_videos
@@ -51,7 +51,8 @@ def read_mp4(path):
 
 def read_gif(path):
   """(distinct frames [n, H, W, 3], durations in ms) of a GIF, as Pillow reads it."""
-  from PIL import Image, ImageSequence  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from PIL import ImageSequence  # pylint: disable=g-import-not-at-top
   frames, durations = [], []
   with Image.open(path) as image:
     for frame in ImageSequence.Iterator(image):

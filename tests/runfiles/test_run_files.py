@@ -131,6 +131,7 @@ def test_latest_checkpoint_and_copy(tmp_path):
 
 def test_the_checkpointer_writes_the_layout_this_module_reads(tmp_path):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
   from scalable_agent_tf2.run import checkpoints  # pylint: disable=import-outside-toplevel
   checkpointer = checkpoints.Checkpointer(str(tmp_path), {"torso": "shallow"},
                                           step=tf.Variable(3))

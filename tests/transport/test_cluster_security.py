@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.run import actor_process
 from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import credentials
+from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import learner_service
-from scalable_agent_tf2.transport import service_client
-from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.transport import replay_client
 from scalable_agent_tf2.transport import replay_service
+from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.transport import wire
-from tests.transport import test_distributed as td
 from tests.run import test_training
+from tests.transport import test_distributed as td
 
 SECRET = b"the cluster's own secret"
 ZERO = tf.constant(0, tf.int64)

@@ -10,15 +10,15 @@ import time
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.environments import toy as toy_environment
+from scalable_agent_tf2 import structures
 from scalable_agent_tf2.acting import actor
+from scalable_agent_tf2.agent import language
+from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import learner_service
 from scalable_agent_tf2.transport import service_client
-from scalable_agent_tf2.agent import language
-from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2 import structures
 from scalable_agent_tf2.transport import wire
 from tests.run import test_training
 

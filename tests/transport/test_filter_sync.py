@@ -12,13 +12,12 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.acting import action_spaces
+from scalable_agent_tf2.environments.normalization import MeanStdFilter
+from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import actor_process
 from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.transport import learner_service
-from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.transport import filter_sync
-from scalable_agent_tf2.environments.normalization import MeanStdFilter
+from scalable_agent_tf2.transport import service_client
 from tests.transport import test_distributed
 
 SIZE = 3  # Observation size O of these tests.

@@ -16,11 +16,11 @@ import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import credentials
+from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import learner_service
-from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.transport import replay_service
+from scalable_agent_tf2.transport import service_client
 from scalable_agent_tf2.transport import wire
 from tests.transport import test_cluster_security
 from tests.transport import test_distributed as td

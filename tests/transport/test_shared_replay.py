@@ -10,21 +10,20 @@ import time
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.environments import toy as toy_environment
+from scalable_agent_tf2 import structures
 from scalable_agent_tf2.acting import actor
-from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.learning import buffers
-from scalable_agent_tf2.runfiles import checkpoint_files
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.transport import distributed
-from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import language
+from scalable_agent_tf2.agent import layers
+from scalable_agent_tf2.environments import toy as toy_environment
+from scalable_agent_tf2.learning import laser
+from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.run import training
+from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import replay_client
 from scalable_agent_tf2.transport import replay_service
-from scalable_agent_tf2 import structures
-from scalable_agent_tf2.run import training
 from scalable_agent_tf2.transport import wire
-from scalable_agent_tf2.learning import laser
 from tests.transport import test_distributed
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -322,8 +322,7 @@ class GymFamily(base.Family):
     """
     from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
     from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
-    from scalable_agent_tf2.environments import (  # pylint: disable=g-import-not-at-top
-        base as env_base)
+    from scalable_agent_tf2.environments import base as env_base  # pylint: disable=g-import-not-at-top
     env_kwargs = parse_env_kwargs(config.env_kwargs)
     description = self.describe(config.levels[0], env_kwargs)
     kind = description.observation_kind

@@ -2,13 +2,17 @@
 
 The tests feed them to the networks and the learner; the learner benchmarks
 (benchmarks/speed/learner_step.py, stage_costs.py, throughput_gpu.py) time updates on them and
-benchmarks/tools/update_numbers.py records the numbers of updates on them. Both import the
-package, so it lives here: tests do not import benchmarks, and benchmarks do not import tests.
+benchmarks/tools/update_numbers.py records the numbers of updates on them. They are built from
+the package's public pieces (a network config, the records) and the package never uses them:
+they are the tests' own, which the benchmarks, run from a checkout, borrow (tests import no
+benchmark).
 """
 import numpy as np
 
 from scalable_agent_tf2.agent import language
-from scalable_agent_tf2.structures import AgentOutput, EnvOutput, Observation
+from scalable_agent_tf2.structures import AgentOutput
+from scalable_agent_tf2.structures import EnvOutput
+from scalable_agent_tf2.structures import Observation
 
 _INSTRUCTIONS = ("pick the red hat", "go to the blue room", "")
 
