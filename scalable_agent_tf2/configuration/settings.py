@@ -201,7 +201,7 @@ class ExperimentSettings:
       "(or not finite) stops the run with an error: training has diverged. A checkpoint is "
       "never written of such parameters; the last healthy one stays the newest.",
       source="not in the paper: the default networks' global norms are 15 to 32 at their "
-      "start (toy, Pong shallow and deep, CartPole, Pendulum); the issue's diverged run "
+      "start (toy, Pong shallow and deep, CartPole, Pendulum); a diverged run measured here "
       "reached 3.8e10 at its first update",
       check=POSITIVE)
   env_step_timeout_secs: float = setting(

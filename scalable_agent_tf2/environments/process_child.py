@@ -90,8 +90,8 @@ def _start_group_reaper():
   the child is gone, however it went.
 
   PR_SET_PDEATHSIG kills the child when the run is SIGKILLed, but the child's own children
-  (DeepMind Lab's map compilers) are then reparented to init and run on for minutes (issue 41:
-  14 survivors of one dmlab30 run). The shell blocks on a pipe whose only writer is this
+  (DeepMind Lab's map compilers) are then reparented to init and run on for minutes (14
+  survivors of one dmlab30 run, measured). The shell blocks on a pipe whose only writer is this
   process (os.pipe's ends are not inherited by what the child starts), so it costs nothing
   until the child dies, when it reads end-of-file and kills the group, itself included.
   """

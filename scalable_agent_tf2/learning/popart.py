@@ -3,7 +3,7 @@ Deep Reinforcement Learning with PopArt", the IMPALA follow-up; van Hasselt et a
 
 Why: IMPALA's losses carry the scale of the returns. A task paying -1 per step for 500 steps
 has values near -100, a baseline loss in the thousands and gradients whose global norm (2e4
-measured, issue 42) the clip of 40 cuts to almost nothing, policy gradient included; a task
+measured) the clip of 40 cuts to almost nothing, policy gradient included; a task
 paying 1 once an episode has gradients so small that RMSProp's epsilon swamps them. Atari's
 reward clipping (Table G.1) fixes the scale by changing the task; PopArt keeps the task and
 learns the values in a scale of its own:

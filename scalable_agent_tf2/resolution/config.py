@@ -372,7 +372,7 @@ def short_run_batch_size(values):
   """The preset batch size, or fewer unrolls when the whole frame budget is smaller than one
   batch: the learner counts frames a batch at a time and stops at the first update that
   reaches --total_environment_frames, so a budget of 2,000 frames at a batch of 32 unrolls of
-  1,024 steps (IMPACT's Box setting) ran to 32,768 frames (issue 41). Such a run is a smoke
+  1,024 steps (IMPACT's Box setting) ran to 32,768 frames. Such a run is a smoke
   test, not the paper's setting; the batch becomes the fewest unrolls that reach the budget.
   Not with LASER's replay or --repeatable, whose rounds and replayed places are sized by it."""
   batch_size = values.get("batch_size")

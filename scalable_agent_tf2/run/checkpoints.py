@@ -4,7 +4,7 @@ The files' names and layout are checkpoint_files.py's.
 
 A checkpoint that cannot be read, or that belongs to a different network, is an error that
 says what to do; it is never silently replaced by a fresh start. A kill or a power loss at any
-moment leaves the newest complete checkpoint restorable (issue 30; Checkpointer.save says how),
+moment leaves the newest complete checkpoint restorable (Checkpointer.save says how),
 and a corrupt newest one names the intact older one to resume from (--restore_checkpoint).
 """
 import contextlib

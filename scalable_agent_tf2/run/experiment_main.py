@@ -14,7 +14,7 @@ Until a supervisor takes the request over, a stop signal raises stop_signals.Sto
 the main thread is (the command's modules loading, TensorFlow's import, the run being built):
 nothing has started that a stop could lose, and this module prints the `Stopped:` line instead
 of a traceback. The handler comes first because a SIGTERM half a second after the start used to
-end the process by the default action, without that line (issue 41): this module imports nothing
+end the process by the default action, without that line: this module imports nothing
 heavy before it is installed.
 
 Exit codes: experiment_flags.py's docstring (--help), which is the command's.

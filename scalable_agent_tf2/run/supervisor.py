@@ -14,7 +14,7 @@ The learner thread (`learn`) runs the compiled update (learner.py) on the input 
 batches. An update whose loss or gradient norm is not finite is skipped (parameters and frame
 count unchanged), and --max_nonfinite_updates of them in a row stop the run; the parameters'
 global norm is checked after every update (--max_parameter_norm: finite but huge parameters
-make every actor's output NaN, so no update would be skipped again; issue 41).
+make every actor's output NaN, so no update would be skipped again).
 """
 import dataclasses
 import os
@@ -55,7 +55,7 @@ from scalable_agent_tf2.utils import profiling
 LEVEL_CHECK_SECS = 300.0
 # Seconds a stop waits, in all, for the learner's and the actors' threads to end before the
 # final checkpoint: a thread stuck in an environment call (watchdog.py) never ends, and SIGTERM
-# must stop a run within 10 s whatever an environment is doing (issue 41).
+# must stop a run within 10 s whatever an environment is doing.
 STOP_JOIN_SECS = 3.0
 # Environment calls that hang before a level is given up (the run stops with an error): a
 # level whose every environment hangs would otherwise leave a stuck thread per replacement.
@@ -252,8 +252,8 @@ class Run:
   def _check_parameters(self, when, norm):
     """Raises ParametersDiverged when the parameters' global norm (the update's
     parameter_norm) is not finite or above --max_parameter_norm (finite but huge parameters
-    make every actor output NaN, so no update would ever be skipped as non-finite again:
-    issue 41)."""
+    make every actor output NaN, so no update would ever be skipped as non-finite
+    again)."""
     limit = self.config.max_parameter_norm
     if not progress_watch.parameters_healthy(norm, limit):
       raise ParametersDiverged(

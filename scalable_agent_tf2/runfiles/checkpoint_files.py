@@ -17,7 +17,7 @@ alone (no checkpoint to test, a --restore_checkpoint that is not there, a checkp
 with other settings) is known here too: experiment.py says it before TensorFlow loads
 (check_before_restore), with the words Checkpointer.restore would use.
 
-A kill at any moment leaves a restorable checkpoint (issue 30): a checkpoint is written in a
+A kill at any moment leaves a restorable checkpoint: a checkpoint is written in a
 temporary directory (SAVING_PREFIX) and moved into place, data files before the .index, and
 only then named in the state file, which is replaced atomically. An .index thus means a complete
 checkpoint; data files without one, and the temporary files, are leftovers of a save cut short,
@@ -57,8 +57,8 @@ _NAME = re.compile(rf"{PREFIX}-(\d+)")
 # cannot work. Everything else (learning rate, number of actors, ...) may change on resume.
 # The algorithm fixes which variables exist (IMPACT's target network).
 SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm", "popart")
-# What a settings file written before a setting was stored means by its absence (PopArt came
-# with issue 42: every earlier run trained without it).
+# What a settings file written before a setting was stored means by its absence (runs written
+# before PopArt existed trained without it).
 SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala", "popart": False}
 
 

@@ -1,6 +1,6 @@
 """What a save cut short leaves in a run's checkpoint directory, and how the next start tidies it.
 
-A kill at any moment leaves a restorable checkpoint (issue 30; checkpoint_files.py: a save
+A kill at any moment leaves a restorable checkpoint (checkpoint_files.py: a save
 writes in a temporary directory, moves the files in, the .index last, then names the checkpoint
 in the state file). What a kill can leave besides is tidied here when the run starts again
 (checkpoints.Checkpointer): temporary files and directories, data files without an .index, and

@@ -8,8 +8,8 @@ Records, by their "kind":
   START     one per (re)start of training: time, frames (the frame count it starts from: a
             resumed run starts at its checkpoint's).
   EPISODE   one per finished episode: frames (the learner's frame count when the episode
-            ended: monitoring.Monitor.record_episode; logs written before issue 33 have the
-            count of the write that logged it), level, episode_return, episode_length.
+            ended: monitoring.Monitor.record_episode; older logs have the count of the write
+            that logged it), level, episode_return, episode_length.
   PROGRESS  one per monitor write (every --log_secs): time, frames, progress, rates, counts
             and the learner's latest scalars; "not measured yet" is null.
   ENVIRONMENT_FAILURE  one per environment replaced after it failed (its process died, its

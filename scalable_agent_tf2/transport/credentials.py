@@ -1,5 +1,5 @@
-"""Every call's credential: the cluster's secret proven for one call of one method (issues 30
-and 41), signed by the client (CallSigner) and checked by the service (Gatekeeper).
+"""Every call's credential: the cluster's secret proven for one call of one method, signed
+by the client (CallSigner) and checked by the service (Gatekeeper).
 
 Only the cluster's own processes may call. Anyone who reaches an open learner's port could
 read the whole model (`parameters`) and train it on whatever they send (`enqueue`), so every

@@ -11,7 +11,7 @@ Cluster layout (the standard TF_CONFIG format, or --cluster with the same "clust
      "task": {"type": "actor", "index": 0}}
 Only the learner listens (on its own address from the spec); actors only connect.
 
-Only the cluster's own processes may call (issues 30 and 41): every call proves that its
+Only the cluster's own processes may call: every call proves that its
 caller holds the cluster's shared secret (--cluster_secret_file, or IMPALA_CLUSTER_SECRET;
 cluster_secret), as credentials.py's docstring tells. Without a secret nothing is checked:
 allowed on loopback, or anywhere with --insecure_open_cluster (check_listen_address). The
@@ -27,7 +27,7 @@ import tensorflow as tf
 # call carries a credential (nonce, tag) first, and "ping"; 5: env_outputs gain `truncated`
 # (structures.EnvOutput: one more bool [T+1] tensor in every trajectory message); 6: a
 # credential is (challenge, counter, tag) for one call, the challenge issued by the service's
-# "challenge" (issue 41: a captured credential can no longer be sent again).
+# "challenge" (so that a captured credential cannot be sent again).
 PROTOCOL_VERSION = 6
 LEARNER_JOB, ACTOR_JOB = "learner", "actor"
 # Loopback: with no cluster given, nothing listens beyond this machine.

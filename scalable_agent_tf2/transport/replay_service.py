@@ -90,8 +90,8 @@ from scalable_agent_tf2.utils import stop_signals
 # 1: the first version (hello with a JSON layout; serialized payloads; episodes by token);
 # 2: every call carries a credential first (credentials.Gatekeeper), and "ping"; 3: env_outputs
 # gain `truncated` (one more bool [T+1] tensor in every unroll); 4: a credential is
-# (challenge, counter, tag) for one call, the challenge issued by "challenge" (issue 41: a
-# captured credential can no longer be sent again).
+# (challenge, counter, tag) for one call, the challenge issued by "challenge" (so that a
+# captured credential cannot be sent again).
 REPLAY_PROTOCOL_VERSION = 4
 # What the replay service's credentials are computed for (credentials.call_tag).
 REPLAY_DOMAIN = "laser replay service"

@@ -22,7 +22,7 @@ round trip would cost more than it saves (benchmarks/speed/gym_overhead.py;
 benchmarks/RESULTS.md, "A dictionary observation").
 
 Presets (PRESETS_DOCUMENTATION; docs/ENVIRONMENTS.md): an environment the papers did not run
-has no published setting. Its defaults are this project's, chosen by measurement on issue 42's
+has no published setting. Its defaults are this project's, chosen by measurement on a
 development set (CartPole-v1, LunarLander-v3 discrete and continuous, Pendulum-v1, MiniGrid
 Empty-8x8 and Unlock; benchmarks/RESULTS.md, "Defaults for environments nobody tuned") and
 judged on Acrobot-v1, which nobody tuned for. One set for every observation and action kind
