@@ -94,6 +94,7 @@ def make_env(level, env_kwargs):
   levels are flattened by FlatObsWrapper (the module docstring says why)."""
   import gymnasium as gym
   if registered_name(level).startswith(MINIGRID_PREFIXES):
+    import minigrid  # noqa: F401 (importing it registers its ids)
     from minigrid.wrappers import FlatObsWrapper
     return FlatObsWrapper(gym.make(level, **env_kwargs)), "FlatObsWrapper"
   return gym.make(level, **env_kwargs), None

@@ -54,6 +54,7 @@ class BlankMission(gymnasium.ObservationWrapper):
 
 
 def make_blank_mission_fetch(**kwargs):
+  import minigrid  # noqa: F401 (importing it registers FETCH_LEVEL)
   return BlankMission(gymnasium.make(FETCH_LEVEL, **kwargs))
 
 

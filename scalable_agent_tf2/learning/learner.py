@@ -325,11 +325,7 @@ def check_batch(network_config, agent_state, env_outputs, agent_outputs):
 
 
 def _as_tensors_of_t_plus_1_steps(env_outputs, agent_outputs):
-  """Both structures as tensors, and their leading shape [T+1, B] from the rewards (T >= 1).
-  A batch built by hand may leave `truncated` out (None): nothing in it was truncated."""
-  if env_outputs.truncated is None:
-    env_outputs = env_outputs._replace(
-        truncated=tf.zeros_like(tf.convert_to_tensor(env_outputs.done), tf.bool))
+  """Both structures as tensors, and their leading shape [T+1, B] from the rewards (T >= 1)."""
   env_outputs = tf.nest.map_structure(tf.convert_to_tensor, env_outputs)
   agent_outputs = tf.nest.map_structure(tf.convert_to_tensor, agent_outputs)
   reward_shape = env_outputs.reward.shape

@@ -3,6 +3,7 @@ window); importing this module registers UserPygameDrawn-v0
 (gym:tests.gym_user_package.pygame_drawn:UserPygameDrawn-v0). TensorFlow-free."""
 import gymnasium
 import numpy as np
+import pygame  # noqa: F401 (importing it prints the notice the command must silence)
 from gymnasium import spaces
 
 

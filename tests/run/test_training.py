@@ -195,7 +195,7 @@ def test_replay_and_the_off_policy_correction_reach_the_learner(tmp_path, monkey
 
 @pytest.mark.parametrize("correction", ["vtrace", "one_step_is", "epsilon", "none"])
 def test_off_policy_correction_flag_reaches_the_learner(correction):
-  import experiment  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.run import experiment_flags as experiment
   experiment.FLAGS.unparse_flags()
   experiment.FLAGS(["experiment.py", f"--off_policy_correction={correction}"])
   try:
