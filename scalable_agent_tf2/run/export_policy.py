@@ -44,9 +44,10 @@ POLICY_FOLDER, SAVED_MODEL = "policy_folder", "saved_model"
 FORMATS = (POLICY_FOLDER, SAVED_MODEL)
 
 
-def export(config, output):
+def export(config, output, argv=None):
   """Writes config.logdir's checkpoint (the newest, or --restore_checkpoint) as a policy-only
-  folder `output` (module docstring); returns (checkpoint path written, frames).
+  folder `output` (module docstring); returns (checkpoint path written, frames). argv: the
+  export command's arguments, for the record (None: this process's).
 
   Raises:
     ValueError: `output` exists and is not empty (nothing is overwritten).
@@ -64,17 +65,17 @@ def export(config, output):
   shutil.copyfile(checkpoint_files.settings_path(config.logdir),
                   checkpoint_files.settings_path(output))
   with open(checkpoint_files.policy_only_path(output), "w") as f:
-    json.dump(_record(config, source, frames), f, indent=2, sort_keys=True)
+    json.dump(_record(config, source, frames, argv), f, indent=2, sort_keys=True)
     f.write("\n")
   return os.path.join(directory, name), frames
 
 
-def export_saved_model(config, output):
+def export_saved_model(config, output, argv=None):
   """Writes config.logdir's checkpoint as a SavedModel folder `output` (saved_policy.py);
-  returns (output, frames). Raises as export does."""
+  returns (output, frames). Takes and raises as export does."""
   agent, learner, source = _restored(config, output)
   frames = int(learner.num_env_frames.numpy())
-  saved_policy.save(agent, config, output, _record(config, source, frames))
+  saved_policy.save(agent, config, output, _record(config, source, frames, argv))
   return output, frames
 
 
@@ -89,12 +90,13 @@ def _restored(config, output):
                                 restore_from=config.restore_checkpoint, make_newest=False)
 
 
-def _record(config, source, frames):
-  """Where an export came from: the source logdir and checkpoint, the frames, this command."""
+def _record(config, source, frames, argv):
+  """Where an export came from: the source logdir and checkpoint, the frames, the command."""
+  argv = sys.argv[1:] if argv is None else argv
   return dict(source_logdir=os.path.abspath(config.logdir), source_checkpoint=source,
               frames=frames, level_name=config.level_name,
               command=shlex.join(["python", "-m", "scalable_agent_tf2.run.export_policy",
-                                  *sys.argv[1:]]))
+                                  *argv]))
 
 
 def main(argv):
@@ -113,9 +115,9 @@ def main(argv):
   try:
     config = config_lib.config_from_argv([*experiment_flags, "--mode=test"])
     if args.format == SAVED_MODEL:
-      path, frames = export_saved_model(config, args.output)
+      path, frames = export_saved_model(config, args.output, argv)
     else:
-      path, frames = export(config, args.output)
+      path, frames = export(config, args.output, argv)
   except (ValueError, RuntimeError) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
