@@ -29,6 +29,7 @@ from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.environments import gymnasium_view
+from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import checkpoints
@@ -268,12 +269,17 @@ def _folder_config(path, level_name, checkpoint):
 
 
 def _environment(config, seed, test_mode, network_config):
-  """A GymnasiumView of config's level; network_config None: the level's own network's
-  (which says whether observations carry an instruction)."""
+  """A GymnasiumView of config's level, its environment built as its run builds it (one
+  game of a VECTOR family's group, else the family's environment in this process);
+  network_config None: the level's own network's (which says whether observations carry an
+  instruction)."""
   constructor = assembly.default_environment_constructor(config)
   level = config.levels[0]
 
   def make(environment_seed):
+    if config.runs_as == family_base.VECTOR:  # As training and test mode run the level.
+      return gymnasium_view.GroupRow(config.family.vector_group(
+          config, level, [environment_seed], test_mode))
     make_env, kwargs = constructor(level, environment_seed, test_mode)
     return make_env(**kwargs)
   first = make(seed)

@@ -27,6 +27,7 @@ from gymnasium import spaces
 
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.structures import EnvOutput, Observation
 
 # A Text space's longest instruction (DeepMind Lab's are a sentence; a mission a few words).
 MAX_INSTRUCTION_CHARACTERS = 1024
@@ -58,6 +59,41 @@ def action_space(spec):
   if isinstance(spec, base.MultiDiscreteEnvSpec):
     return spaces.MultiDiscrete(list(spec.nvec))
   return spaces.Discrete(spec.num_actions)
+
+
+class GroupRow:
+  """The one environment of a group of one (a VECTOR family's group: Atari's ale-py vector,
+  atari_vector.AtariVectorGroup, as training and test mode run Table G.1's games) behind
+  base.Environment's calls."""
+
+  def __init__(self, group):
+    self._group = group
+
+  @property
+  def spec(self):
+    return self._group.spec
+
+  @staticmethod
+  def _row(output):
+    observation = output.observation
+    return EnvOutput(reward=float(output.reward[0]), done=bool(output.done[0]),
+                     observation=Observation(frame=np.array(observation.frame[0]),
+                                             instruction=observation.instruction[0]),
+                     episode_return=float(output.episode_return[0]),
+                     episode_step=int(output.episode_step[0]),
+                     truncated=bool(output.truncated[0]))
+
+  def initial(self):
+    return self._row(self._group.initial())
+
+  def step(self, action):
+    return self._row(self._group.step(np.asarray([action])))
+
+  def render(self):
+    return self._group.render(0)
+
+  def close(self):
+    self._group.close()
 
 
 class GymnasiumView(gymnasium.Env):

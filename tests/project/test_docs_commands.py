@@ -64,6 +64,8 @@ EXTERNAL_TOOLS = {
     "ssh": "OpenSSH's port forward to the learner; tests/transport/test_cluster_security.py runs the real "
            "`ssh -N -L` where an SSH server is installed",
     "tensorboard": "TensorBoard's viewer of the run's summaries (installed with TensorFlow)",
+    "saved_model_cli": "TensorFlow's SavedModel inspector (installed with TensorFlow); "
+                       "docs/POLICY_API.md says what it lists of an exported policy",
 }
 # A harness case that runs longer than this is doing the command's work, not parsing it (the
 # first case that imports TensorFlow pays for its import: a minute or more on a loaded machine).
