@@ -229,9 +229,6 @@ class Policy:
       raise PolicyError(f"a state of {len(state.first)} rows for {batch} observations: "
                         f"start with initial_state({batch}).")
 
-  def close(self):
-    self._network.close()
-
 
 def _folder_config(path, level_name, checkpoint):
   """The resolved test-mode config of folder `path` from its settings.json; PolicyError
