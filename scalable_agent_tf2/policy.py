@@ -56,8 +56,8 @@ def load_policy(path, level_name=None, checkpoint=None, seed=0):
     path: the folder (its checkpoints/ holds the checkpoint and settings.json).
     level_name: the level the caller means to play, checked against the folder's (None: the
       folder's own, `policy.level_name`).
-    checkpoint: a checkpoint's name in the folder ("ckpt-40248320"); None: the newest. The
-      folder is only read.
+    checkpoint: a checkpoint's name in the folder ("ckpt-40248320"); None: the newest. It is
+      not made the newest (Checkpointer.restore's make_newest=False).
     seed: seeds the sampled actions.
 
   Returns:

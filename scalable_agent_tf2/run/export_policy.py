@@ -23,7 +23,8 @@ without this project (run/saved_policy.py; docs/POLICY_API.md):
         --output=/tmp/breakout_saved_model -- --level_name=atari/breakout \\
         --logdir=benchmarks/agents/breakout
 
-Either way the source logdir is only read (a --restore_checkpoint is not made its newest).
+Either way a --restore_checkpoint is not made the source logdir's newest (nothing newer there
+is set aside).
 """
 import argparse
 import json
@@ -80,7 +81,7 @@ def export_saved_model(config, output, argv=None):
 
 
 def _restored(config, output):
-  """(agent, learner, checkpoint path) of config.logdir, test mode's (the logdir only read),
+  """(agent, learner, checkpoint path) of config.logdir, test mode's (its newest left as it is),
   once `output` is known to be new."""
   if os.path.exists(output) and os.listdir(output):
     raise ValueError(f"--output={output} exists and is not empty; give a new folder.")
