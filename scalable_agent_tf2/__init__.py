@@ -15,4 +15,20 @@ are tests/project/test_import_rules.py's; docs/ARCHITECTURE.md lists them):
   population     population-based training's driver; no TensorFlow.
   utils          signals, profiling, quiet TensorFlow import.
 structures.py holds the records every room shares (no TensorFlow).
+
+The public API of a trained policy (docs/POLICY_API.md), policy.py's, loaded (with TensorFlow)
+at the first use of a name, so that importing a TensorFlow-free room stays light:
+  scalable_agent_tf2.load_policy(path)          a logdir's or a policy folder's agent
+  scalable_agent_tf2.make_environment(level)    a level's environment as a gymnasium.Env
 """
+
+_POLICY_NAMES = ("load_policy", "make_environment", "Policy", "PolicyError", "PolicyState")
+__all__ = list(_POLICY_NAMES)
+
+
+def __getattr__(name):
+  """policy.py's names, imported at their first use (PEP 562)."""
+  if name not in _POLICY_NAMES:
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+  from scalable_agent_tf2 import policy  # pylint: disable=g-import-not-at-top
+  return getattr(policy, name)

@@ -20,8 +20,10 @@ import sys
 
 PACKAGE = "scalable_agent_tf2"
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-# Top-level modules that are not rooms of their own but belong to one.
-_TOP_MODULES = {"structures": "structures", "rooms": "structures", "__init__": "structures"}
+# Top-level modules that are not rooms of their own but belong to one: policy.py, the public
+# API of a trained policy, is the run room's (it rebuilds agents as test mode does).
+_TOP_MODULES = {"structures": "structures", "rooms": "structures", "__init__": "structures",
+                "policy": "run"}
 # Modules outside the package that load TensorFlow (the custom op's package builds on it).
 TENSORFLOW_MODULES = ("tensorflow", "tensorflow_probability", "dynamic_batching", "keras")
 
@@ -35,8 +37,9 @@ class Room:
 
 
 RULES = {
-    "structures": Room("the records every room shares: EnvOutput, AgentOutput, Trajectory",
-                       tensorflow_free=True),
+    "structures": Room("the records every room shares: EnvOutput, AgentOutput, Trajectory; "
+                       "the package's names load_policy and make_environment (lazily, "
+                       "policy.py)", lazy=("run",), tensorflow_free=True),
     "utils": Room("signals, profiling, the quiet TensorFlow import (lazily)",
                   tensorflow_free=True),
     "runfiles": Room("the run's files: run log, checkpoint layout, logdir", ("utils",),

@@ -146,6 +146,10 @@ class Categorical:
     """
     return tf.random.stateless_categorical(self.logits, 1, seed=seed, dtype=tf.int32)[:, 0]
 
+  def mode(self):
+    """The most likely actions int32 [...] (a greedy policy): argmax of the logits."""
+    return tf.argmax(self.logits, axis=-1, output_type=tf.int32)
+
 
 class DiagGaussian:
   """pi(a|x) = prod_i N(a_i; m_i(x), s_i(x)^2) over A action dimensions (IMPACT paper, section
@@ -298,6 +302,10 @@ class DiagGaussian:
     return self.mean + tf.exp(self.log_std) * tf.random.stateless_normal(
         tf.shape(self.mean), seed=seed)
 
+  def mode(self):
+    """The most likely actions float32 [..., A] (a greedy policy): the means, unclipped."""
+    return self.mean
+
 
 class MultiCategorical:
   """prod_k softmax(logits_k) over K independent categorical components of nvec[k] actions
@@ -403,3 +411,7 @@ class MultiCategorical:
     seeds = tf.random.experimental.stateless_split(seed, len(self.nvec))
     return tf.stack([component.sample(seeds[k])
                      for k, component in enumerate(self.components())], axis=-1)
+
+  def mode(self):
+    """The most likely actions int32 [..., K] (a greedy policy): each component's argmax."""
+    return tf.stack([component.mode() for component in self.components()], axis=-1)

@@ -252,10 +252,13 @@ def make_learner(config, agent, strategy=None):
 
 def checkpoint_settings(config, agent):
   """What a checkpoint's network depends on (stored beside it, compared at restore): the run's
-  checkpoint_files.SHAPE_SETTINGS, the torso the network was built with, the action layout."""
+  checkpoint_files.SHAPE_SETTINGS, the torso the network was built with, the action layout;
+  and, stored but not compared, checkpoint_files.POLICY_SETTINGS (what else shapes the network
+  and its environment, for a policy loaded outside the run: policy.py)."""
   return {**{name: getattr(config, name) for name in checkpoint_files.SHAPE_SETTINGS},
           "torso": agent.config.torso,
-          **agent.config.action_distribution.layout()}
+          **agent.config.action_distribution.layout(),
+          **{name: getattr(config, name) for name in checkpoint_files.POLICY_SETTINGS}}
 
 
 class FrameCount(tf.Module):
@@ -265,6 +268,24 @@ class FrameCount(tf.Module):
   def __init__(self, num_env_frames):
     super().__init__(name="learner")
     self.num_env_frames = num_env_frames
+
+
+def restore_agent(config, environment_constructor, network_config=None, restore_from="",
+                  make_newest=True):
+  """(agent, learner, checkpoint path): the agent built as training builds it (build_agent)
+  at logdir's newest checkpoint, or at `restore_from` (make_newest: Checkpointer.restore's),
+  for test mode and the policy's readers (evaluation.py, export_policy.py, policy.py). The
+  learner holds what the checkpoint keeps besides the agent (its frame count); no update runs.
+
+  Raises:
+    checkpoints.CheckpointError: no usable checkpoint there.
+  """
+  agent, probe_env = build_agent(config, environment_constructor, network_config)
+  probe_env.close()
+  learner = make_learner(config, agent)
+  path = make_checkpointer(config, agent, learner).restore(
+      required=True, restore_from=restore_from, make_newest=make_newest)
+  return agent, learner, path
 
 
 def make_checkpointer(config, agent, learner):

@@ -178,7 +178,7 @@ class Checkpointer:
     except checkpoint_files.UnusableCheckpoint as error:
       raise CheckpointError(str(error)) from error.__cause__
 
-  def restore(self, required=False, restore_from=""):
+  def restore(self, required=False, restore_from="", make_newest=True):
     """Restores the newest checkpoint, or the one named `restore_from`, if any.
 
     Args:
@@ -187,6 +187,8 @@ class Checkpointer:
         "ckpt-80000"); empty: the newest. It becomes the newest: the state file is rewritten
         and newer checkpoints are moved to set_aside/ (listed in `set_aside`), so that later
         saves never meet them.
+      make_newest: False: restore_from is only read, the directory is left as it is (a
+        reader that never saves: policy.load_policy).
 
     Returns:
       The restored checkpoint's path, or None when there was none (a fresh start).
@@ -216,7 +218,7 @@ class Checkpointer:
     corrupt, failure = self._restore(path)
     if failure is not None:
       raise self._restore_error(path, corrupt, failure)
-    if restore_from:
+    if restore_from and make_newest:
       self._make_newest(restore_from)
     self._directory_existed = True
     return path

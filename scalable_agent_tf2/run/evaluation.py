@@ -216,11 +216,7 @@ def _restored_agent(config, environment_constructor, network_config, print_fn):
   """(agent, checkpoint path, its training frames, the inference device): the agent built as
   training builds it, at logdir's latest checkpoint (CheckpointError without one), after the
   start banner."""
-  agent, probe_env = assembly.build_agent(config, environment_constructor, network_config)
-  probe_env.close()
-  learner = assembly.make_learner(config, agent)  # What the checkpoint holds (no update).
-  checkpointer = assembly.make_checkpointer(config, agent, learner)
-  path = checkpointer.restore(required=True)
+  agent, learner, path = assembly.restore_agent(config, environment_constructor, network_config)
   frames = int(learner.num_env_frames.numpy())
   device = assembly.learner_device()
   for line in monitoring.start_banner(config, agent.config, device, learner.jit_compile, path,

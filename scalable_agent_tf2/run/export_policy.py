@@ -15,6 +15,16 @@ source logdir and checkpoint, the frames, this command). A policy is about a ten
 training checkpoint: RMSProp keeps a mean square per weight and IMPACT a target network too.
 Training on such a folder is refused (assembly.make_checkpointer); test mode's results go to
 its evaluation/ as for any logdir.
+
+--format=saved_model writes the policy as a TensorFlow SavedModel instead, for programs
+without this project (run/saved_policy.py; docs/POLICY_API.md):
+
+    python -m scalable_agent_tf2.run.export_policy --format=saved_model \\
+        --output=/tmp/breakout_saved_model -- --level_name=atari/breakout \\
+        --logdir=benchmarks/agents/breakout
+
+Either way a --restore_checkpoint is not made the source logdir's newest (nothing newer there
+is set aside).
 """
 import argparse
 import json
@@ -27,26 +37,23 @@ import tensorflow as tf
 
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
+from scalable_agent_tf2.run import saved_policy
 from scalable_agent_tf2.runfiles import checkpoint_files
 
+POLICY_FOLDER, SAVED_MODEL = "policy_folder", "saved_model"
+FORMATS = (POLICY_FOLDER, SAVED_MODEL)
 
-def export(config, output):
+
+def export(config, output, argv=None):
   """Writes config.logdir's checkpoint (the newest, or --restore_checkpoint) as a policy-only
-  folder `output` (module docstring); returns (checkpoint path written, frames).
+  folder `output` (module docstring); returns (checkpoint path written, frames). argv: the
+  export command's arguments, for the record (None: this process's).
 
   Raises:
     ValueError: `output` exists and is not empty (nothing is overwritten).
     checkpoints.CheckpointError: the run's checkpoint cannot be restored.
   """
-  if os.path.exists(output) and os.listdir(output):
-    raise ValueError(f"--output={output} exists and is not empty; give a new folder.")
-  environment_constructor = assembly.checked_environment_constructor(config, None,
-                                                                     test_mode=True)
-  agent, probe_env = assembly.build_agent(config, environment_constructor)
-  probe_env.close()
-  learner = assembly.make_learner(config, agent)
-  source = assembly.make_checkpointer(config, agent, learner).restore(
-      required=True, restore_from=config.restore_checkpoint)
+  agent, learner, source = _restored(config, output)
   frames = int(learner.num_env_frames.numpy())
   directory = checkpoint_files.checkpoint_dir(output)
   os.makedirs(directory)
@@ -57,33 +64,69 @@ def export(config, output):
   checkpoint_files.write_state(directory, [name])
   shutil.copyfile(checkpoint_files.settings_path(config.logdir),
                   checkpoint_files.settings_path(output))
-  record = dict(source_logdir=os.path.abspath(config.logdir), source_checkpoint=source,
-                frames=frames, level_name=config.level_name,
-                command=shlex.join(["python", "-m", "scalable_agent_tf2.run.export_policy",
-                                    *sys.argv[1:]]))
   with open(checkpoint_files.policy_only_path(output), "w") as f:
-    json.dump(record, f, indent=2, sort_keys=True)
+    json.dump(_record(config, source, frames, argv), f, indent=2, sort_keys=True)
     f.write("\n")
   return os.path.join(directory, name), frames
+
+
+def export_saved_model(config, output, argv=None):
+  """Writes config.logdir's checkpoint as a SavedModel folder `output` (saved_policy.py);
+  returns (output, frames). Takes and raises as export does."""
+  agent, learner, source = _restored(config, output)
+  frames = int(learner.num_env_frames.numpy())
+  saved_policy.save(agent, config, output, _record(config, source, frames, argv))
+  return output, frames
+
+
+def _restored(config, output):
+  """(agent, learner, checkpoint path) of config.logdir, test mode's (its newest left as it is),
+  once `output` is known to be new."""
+  if os.path.exists(output) and os.listdir(output):
+    raise ValueError(f"--output={output} exists and is not empty; give a new folder.")
+  environment_constructor = assembly.checked_environment_constructor(config, None,
+                                                                     test_mode=True)
+  return assembly.restore_agent(config, environment_constructor,
+                                restore_from=config.restore_checkpoint, make_newest=False)
+
+
+def _record(config, source, frames, argv):
+  """Where an export came from: the source logdir and checkpoint, the frames, the command."""
+  argv = sys.argv[1:] if argv is None else argv
+  return dict(source_logdir=os.path.abspath(config.logdir), source_checkpoint=source,
+              frames=frames, level_name=config.level_name,
+              command=shlex.join(["python", "-m", "scalable_agent_tf2.run.export_policy",
+                                  *argv]))
 
 
 def main(argv):
   parser = argparse.ArgumentParser(
       prog="python -m scalable_agent_tf2.run.export_policy",
       description=__doc__.split("\n\n")[0] + " Experiment flags follow `--`.")
-  parser.add_argument("--output", required=True, help="The new folder (a test-mode logdir).")
+  parser.add_argument("--output", required=True,
+                      help="The new folder (policy_folder: a test-mode logdir).")
+  parser.add_argument("--format", choices=FORMATS, default=POLICY_FOLDER,
+                      help="policy_folder: the weights as a checkpoint test mode plays; "
+                           "saved_model: a TensorFlow SavedModel with policy.json.")
   split = argv.index("--") if "--" in argv else len(argv)
   args, experiment_flags = parser.parse_args(argv[:split]), argv[split + 1:]
   if not experiment_flags:
     parser.error("give the run's experiment flags after `--` (its --level_name, --logdir, ...)")
   try:
     config = config_lib.config_from_argv([*experiment_flags, "--mode=test"])
-    path, frames = export(config, args.output)
+    if args.format == SAVED_MODEL:
+      path, frames = export_saved_model(config, args.output, argv)
+    else:
+      path, frames = export(config, args.output, argv)
   except (ValueError, RuntimeError) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
-  print(f"Exported {frames:,} frames' policy to {path} (test it with `python experiment.py "
-        f"--mode=test --level_name={config.level_name} --logdir={args.output}`).")
+  if args.format == SAVED_MODEL:
+    print(f"Exported {frames:,} frames' policy as a SavedModel to {path} (its "
+          f"{saved_policy.SPEC_FILE} names the inputs and outputs; docs/POLICY_API.md).")
+  else:
+    print(f"Exported {frames:,} frames' policy to {path} (test it with `python experiment.py "
+          f"--mode=test --level_name={config.level_name} --logdir={args.output}`).")
   return 0
 
 

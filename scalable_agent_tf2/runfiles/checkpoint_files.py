@@ -57,6 +57,11 @@ _NAME = re.compile(rf"{PREFIX}-(\d+)")
 # cannot work. Everything else (learning rate, number of actors, ...) may change on resume.
 # The algorithm fixes which variables exist (IMPACT's target network).
 SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm", "popart")
+# Settings stored beside SHAPE_SETTINGS but never compared (a resume may change them): what
+# else shapes a gymnasium level's network (its --env_kwargs, --value_torso) and the
+# environment the policy acted in, so that a policy loaded outside its run (policy.py)
+# rebuilds both from the folder alone. A folder without them had the defaults.
+POLICY_SETTINGS = ("env_kwargs", "value_torso", "sticky_actions", "num_action_repeats")
 # What a settings file written before a setting was stored means by its absence (runs written
 # before PopArt existed trained without it).
 SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala", "popart": False}

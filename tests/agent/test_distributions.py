@@ -297,3 +297,17 @@ def test_multi_categorical_family_samples_each_component_from_its_policy():
                              [0.1, 0.2, 0.3, 0.4], atol=0.03)
   np.testing.assert_array_equal(family.action_features(np.array([[2, 1, 0]])),
                                 [[0, 0, 1, 0, 1, 1, 0, 0, 0]])
+
+
+def test_the_mode_is_each_distribution_s_most_likely_action():
+  logits = _logits(11)
+  np.testing.assert_array_equal(distributions.Categorical(logits).mode().numpy(),
+                                np.argmax(logits, axis=-1))
+  mean, log_std = _gaussian(12)
+  np.testing.assert_array_equal(distributions.DiagGaussian(mean, log_std).mode().numpy(), mean)
+  nvec = (3, 2)
+  joint = _logits(13, (T, B, sum(nvec)))
+  expected = np.stack([np.argmax(joint[..., :3], -1), np.argmax(joint[..., 3:], -1)], -1)
+  mode = distributions.MultiCategorical(joint, nvec).mode()
+  assert mode.dtype == tf.int32
+  np.testing.assert_array_equal(mode.numpy(), expected)

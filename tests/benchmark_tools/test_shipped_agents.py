@@ -3,7 +3,8 @@ that test mode plays without training (run/export_policy.py's layout), small, an
 random play.
 
 Each agent's folder holds checkpoints/ (one policy-only checkpoint, its settings.json and
-policy_only.json), training_curve.csv (its run's curve) and shipped.json: the test score
+policy_only.json), saved_model/ (the same policy as a SavedModel, docs/POLICY_API.md),
+training_curve.csv (its run's curve) and shipped.json: the test score
 measured when it was shipped (the mean over `test_episodes` games of `python experiment.py
 --mode=test`), which the slow test holds it to.
 """
@@ -15,11 +16,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import scalable_agent_tf2
 from benchmarks.peers import learning_side_by_side
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.runfiles import checkpoint_files
+from tests import policy_folders
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AGENTS_DIR = os.path.join(REPO, "benchmarks", "agents")
@@ -113,3 +116,31 @@ def test_a_shipped_agent_beats_random_play(name, tmp_path):
   score = result["rows"][0]["mean_return"]
   bar = shipped["random_score"] + KEPT_LEAD * (shipped["test_score"] - shipped["random_score"])
   assert score >= bar, (score, bar, shipped)
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_a_shipped_saved_model_is_the_folder_s_policy(name):
+  """Each folder's saved_model/ (export_policy.py --format=saved_model of the folder itself):
+  its record names the folder's frames, and its step gives the network's outputs (test mode's
+  restore) on the level's own frames."""
+  folder, shipped, _ = _shipped(name)
+  saved = os.path.join(folder, "saved_model")
+  with open(os.path.join(saved, "policy.json"), encoding="utf-8") as f:
+    spec = json.load(f)
+  assert (spec["level_name"], spec["frames"]) == (shipped["level_name"], shipped["frames"])
+  policy = scalable_agent_tf2.load_policy(folder)
+  env = policy.make_environment(seed=2)
+  frames = [env.reset()[0]]
+  for _ in range(5):
+    frames.append(env.step(env.action_space.sample())[0])
+  observation = np.stack(frames)
+  model = tf.saved_model.load(saved)
+  state = model.initial_state({"batch_size": tf.constant(len(frames))})
+  out = model.step(dict(state, observation=observation, reward=tf.zeros([len(frames)]),
+                        seed=tf.constant([0, 0]), greedy=tf.constant(True)))
+  agent = policy_folders.restored_agent(folder, shipped["level_name"])
+  (params, baseline, _), = policy_folders.network_outputs(agent, [dict(
+      observation=observation, reward=np.zeros(len(frames)), first=np.ones(len(frames), bool),
+      prev_action=np.zeros(len(frames), np.int32))])
+  np.testing.assert_allclose(out["policy_params"].numpy(), params, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(out["baseline"].numpy(), baseline, atol=1e-5, rtol=0)

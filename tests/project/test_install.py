@@ -5,7 +5,11 @@ tests (TensorFlow is not downloaded again) and installs the project into it offl
 --no-deps --no-build-isolation: that environment's pinned setuptools builds it, the build tool
 made explicit by requirements-test.txt), then runs the commands from a directory that holds no
 checkout, with no PYTHONPATH, so only the installed copy can answer.
+
+One slow test installs requirements-cpu.txt (README's install without CUDA) into a venv of its
+own with pip, as a user does, and trains and tests in it.
 """
+import json
 import os
 import re
 import shutil
@@ -181,3 +185,44 @@ def test_installed_copy_runs_its_commands_its_op_and_a_cluster(tmp_path):
   assert "[actor 0] Actor process 0: first trajectory delivered" in run.stdout
   assert "[learner] Stopped: frame budget reached." in run.stdout
   assert os.listdir(os.path.join(logdir, "checkpoints"))
+
+
+def test_requirements_cpu_txt_is_requirements_txt_without_the_cuda_extra():
+  """README's install for a machine without a GPU: the runtime pins line for line, TensorFlow's
+  wheel alone in place of tensorflow[and-cuda] at the same version, and the test pins."""
+  runtime, cpu = _pins("requirements-runtime.txt"), _pins("requirements-cpu.txt")
+  assert runtime[0].startswith("tensorflow[and-cuda]=="), runtime[0]
+  assert cpu == [runtime[0].replace("tensorflow[and-cuda]==", "tensorflow==")] + runtime[1:] + [
+      "-r requirements-test.txt"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_the_cpu_requirements_install_a_venv_without_cuda_that_trains_and_tests(tmp_path):
+  """`pip install -r requirements-cpu.txt` in a new venv of its own (pip downloads what its
+  cache lacks, about 840 MB): no NVIDIA package in it, and a short train and test of the
+  one-minute check from the checkout."""
+  venv = tmp_path / "venv"
+  subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+  python = str(venv / "bin" / "python")
+  install = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            "-r", "requirements-cpu.txt"], cwd=REPO, capture_output=True,
+                           text=True, timeout=3000, check=False)
+  assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+  listed = subprocess.run([python, "-m", "pip", "list", "--format=json"], capture_output=True,
+                          text=True, check=True, timeout=300).stdout
+  names = {package["name"].lower(): package["version"] for package in json.loads(listed)}
+  assert names.get("tensorflow") == "2.21.0", names
+  assert not [name for name in names if name.startswith("nvidia")], names
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  logdir = str(tmp_path / "lit_side")
+  outputs = []
+  for flags in (["--mode=train", "--total_environment_frames=2000"],
+                ["--mode=test", "--test_num_episodes=2"]):
+    run = _run(python, "experiment.py", "--level_name=toy/lit_side", f"--logdir={logdir}",
+               *flags, cwd=REPO, env=env, timeout=1200)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    outputs.append(run.stdout)
+  assert "Stopped: frame budget reached." in outputs[0], outputs[0][-3000:]
+  with open(os.path.join(logdir, "evaluation", "results.json")) as f:
+    assert json.load(f)["levels"][0]["episodes"] == 2
