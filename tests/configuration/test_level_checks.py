@@ -1,4 +1,5 @@
 """Levels that cannot run are found before any environment starts (config.resolve)."""
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -22,7 +23,15 @@ def _check_can_run(*flags):
   config_lib.check_levels_can_run(_config(*flags))
 
 
-def test_the_dataset_levels_need_the_dataset_and_the_message_says_how_to_go_on():
+def _deepmind_lab_installed_or_not(monkeypatch):
+  """The checks below are of the dataset and the memory, DeepMind Lab's module installed or
+  not (without it, its own message comes first: test_dmlab_without_deepmind_lab_*)."""
+  from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(dmlab, "check_deepmind_lab_available", lambda: None)
+
+
+def test_the_dataset_levels_need_the_dataset_and_the_message_says_how_to_go_on(monkeypatch):
+  _deepmind_lab_installed_or_not(monkeypatch)
   with pytest.raises(ValueError) as raised:
     _check_can_run("--level_name=dmlab30")
   message = str(raised.value)
@@ -33,8 +42,7 @@ def test_the_dataset_levels_need_the_dataset_and_the_message_says_how_to_go_on()
 
 
 def test_the_dataset_or_leaving_its_levels_out_lets_the_suite_run(monkeypatch):
-  from scalable_agent_tf2.environments import dmlab  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(dmlab, "check_deepmind_lab_available", lambda: None)  # Installed or not.
+  _deepmind_lab_installed_or_not(monkeypatch)
   _check_can_run("--level_name=dmlab30", "--dataset_path=/data/brady", "--num_actors=30")
   _check_can_run("--level_name=dmlab30", f"--excluded_levels={','.join(_BRADY)}",
                  "--num_actors=30")
@@ -51,6 +59,7 @@ def test_dmlab_actors_that_do_not_fit_in_memory_are_refused_with_a_count_that_fi
   dmlab_family.check_dmlab_memory(107, memory_gb=24.0)
   dmlab_family.check_dmlab_memory(150, memory_gb=64.0)
   # The run's check uses the machine's memory, after the dataset check, before any work.
+  _deepmind_lab_installed_or_not(monkeypatch)
   monkeypatch.setattr(config_lib, "machine_memory_gb", lambda: 24.0)
   with pytest.raises(ValueError, match="--num_actors=107 or fewer"):
     _check_can_run("--level_name=dmlab30", f"--excluded_levels={','.join(_BRADY)}")
@@ -61,7 +70,13 @@ def test_experiment_py_stops_before_tensorflow_with_the_dataset_message(tmp_path
   result = subprocess.run([sys.executable, "experiment.py", "--level_name=dmlab30",
                            f"--logdir={tmp_path}"], capture_output=True, text=True)
   assert result.returncode == 2
-  assert result.stderr.startswith("error: psychlab_arbitrary_visuomotor_mapping")
+  # Without DeepMind Lab's module its own blocker is named first, the dataset after it.
+  first = ("error: psychlab_arbitrary_visuomotor_mapping"
+           if importlib.util.find_spec("deepmind_lab") is not None
+           else "error: DeepMind Lab levels need the `deepmind_lab` Python module")
+  assert result.stderr.startswith(first), result.stderr
+  assert "psychlab_arbitrary_visuomotor_mapping" in result.stderr and "--dataset_path" in (
+      result.stderr)
 
 
 def test_excluded_levels_leave_the_suite_and_are_checked():
