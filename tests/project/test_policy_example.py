@@ -47,18 +47,10 @@ def _play_episode(tmp_path, name):
 
 
 @pytest.mark.timeout(900)
-def test_the_api_example_plays_a_breakout_episode_within_test_mode_s_range(tmp_path):
-  level, score, steps = _play_episode(tmp_path, "breakout")
-  shipped = _shipped("breakout")
-  assert level == shipped["level_name"] and steps > 100
-  assert _within_test_mode_range(score, shipped), (score, shipped)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_the_api_example_plays_a_boxing_episode_within_test_mode_s_range(tmp_path):
-  level, score, steps = _play_episode(tmp_path, "boxing")
-  shipped = _shipped("boxing")
+@pytest.mark.parametrize("game", ["breakout", pytest.param("boxing", marks=pytest.mark.slow)])
+def test_the_api_example_plays_an_episode_within_test_mode_s_range(tmp_path, game):
+  level, score, steps = _play_episode(tmp_path, game)
+  shipped = _shipped(game)
   assert level == shipped["level_name"] and steps > 100
   assert _within_test_mode_range(score, shipped), (score, shipped)
 

@@ -50,6 +50,14 @@ def _subsequence(wanted, events):
   return all(any(event == step for event in remaining) for step in wanted)
 
 
+def _kill_what_is_left(launcher, logdir):
+  """A failed test leaves no launcher and none of the cluster's processes running."""
+  if launcher.poll() is None:
+    launcher.kill()
+  for pid in _pids(logdir):
+    os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.timeout(300)
 def test_a_frozen_actor_process_is_recorded_by_the_learner_and_never_holds_up_the_stop(
     tmp_path):
@@ -76,10 +84,7 @@ def test_a_frozen_actor_process_is_recorded_by_the_learner_and_never_holds_up_th
     # the frozen process.
     rest, _ = launcher.communicate(timeout=90)
   finally:
-    if launcher.poll() is None:
-      launcher.kill()
-    for pid in _pids(logdir):
-      os.kill(pid, signal.SIGKILL)
+    _kill_what_is_left(launcher, logdir)
   output = "".join(lines) + rest
   assert launcher.returncode == 0, output[-3000:]
   assert ("[launch] actor 1 did not stop within 5 s of the stop signal (frozen or hung); "
@@ -117,10 +122,7 @@ def test_a_second_sigterm_while_an_actor_process_stops_keeps_its_report(tmp_path
     launcher.send_signal(signal.SIGTERM)
     rest, _ = launcher.communicate(timeout=90)
   finally:
-    if launcher.poll() is None:
-      launcher.kill()
-    for pid in _pids(logdir):
-      os.kill(pid, signal.SIGKILL)
+    _kill_what_is_left(launcher, logdir)
   output = "".join(lines) + rest
   actor_lines = "".join(line for line in output.splitlines(True) if "[actor 0]" in line)
   assert "[actor 0] Actor process stopped: interrupted (SIGTERM); " in actor_lines, actor_lines
