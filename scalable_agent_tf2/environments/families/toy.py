@@ -1,5 +1,8 @@
-"""The diagnostic levels "toy/lit_side" and "toy/lit_side_delayed" (environments/toy.py; not
-from the paper): point at the lit half of a 20x20 frame.
+"""The diagnostic levels (environments/toy.py; not from the paper): point at the lit half of a
+20x20 frame ("toy/lit_side"; "toy/lit_side_delayed" pays at the episode's end), and the
+reward-scale diagnostics of suites: "toy/lit_side_x1000" (toy/lit_side paying 1,000 a success),
+"toy/unlit_side" and "toy/unlit_side_x1000" (point at the dark half of a dimmer frame, paying 1
+and 1,000).
 
 Presets: TOY, Table G.1's learner with a small batch and short unrolls. Environments: one
 process per actor (cheap, but the fault-injection tests rely on processes). Observations: one
@@ -10,7 +13,22 @@ from scalable_agent_tf2.environments.families import atari
 from scalable_agent_tf2.environments.families import base
 
 PREFIX = "toy/"
-LEVELS = ("toy/lit_side", "toy/lit_side_delayed")
+# Each level's environments.toy.LitSideEnvironment options.
+LEVEL_OPTIONS = {
+    "toy/lit_side": {},
+    "toy/lit_side_delayed": dict(delayed_reward=True),
+    "toy/lit_side_x1000": dict(reward_scale=1000.0),
+    "toy/unlit_side": dict(unlit=True),
+    "toy/unlit_side_x1000": dict(unlit=True, reward_scale=1000.0),
+}
+LEVELS = tuple(LEVEL_OPTIONS)
+# Suites of the reward-scale diagnostics (environments/toy.py's docstring). One level at two
+# reward scales, 1 and 1,000 per success: one policy serves both.
+REWARD_SCALE_LEVELS = ("toy/lit_side", "toy/lit_side_x1000")
+# Two tasks in conflict at one scale (they learn at one pace) and at scales 1 and 1,000 (without
+# a scale per task the second takes the gradient).
+CONFLICT_LEVELS = ("toy/lit_side", "toy/unlit_side")
+CONFLICT_SCALE_LEVELS = ("toy/lit_side", "toy/unlit_side_x1000")
 # Not from the paper: Table G.1's learner (Atari) with a small batch and short unrolls, so a run
 # takes a minute or two on a CPU. The environment repeats no actions, so frames are agent steps.
 # Rewards are not clipped: the delayed level's reward (0-10) carries how many choices were right.
@@ -46,8 +64,7 @@ class ToyFamily(base.Family):
   def environment_constructor(self, level_name, seed, test_mode, options):
     from scalable_agent_tf2.environments import toy  # pylint: disable=g-import-not-at-top
     del test_mode  # The same level in test mode.
-    return toy.LitSideEnvironment, dict(
-        seed=seed, delayed_reward=level_name == toy.DELAYED_LEVEL_NAME, **options)
+    return toy.LitSideEnvironment, dict(seed=seed, **LEVEL_OPTIONS[level_name], **options)
 
   def network_config(self, config, spec):
     """Atari's feed-forward agent on one grey 20x20 frame."""
