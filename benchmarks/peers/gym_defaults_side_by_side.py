@@ -110,6 +110,15 @@ DEVELOPMENT_SET = (
                 None, 5_000_000, requires="minatar"),
     Environment("BipedalWalker-v3", "BipedalWalker-v3", None, 5_000_000,
                 zoo_id="BipedalWalker-v3", optional=True),
+    # Box actions on gymnasium's MuJoCo tasks through gym: ids, 1M steps each: gymnasium's
+    # reward_threshold where its spec has one (Hopper 3800, HalfCheetah 4800, Reacher -3.75);
+    # Walker2d-v5 has none, so it is side by side only. RL Zoo 2.9.2's ppo.yml tunes the -v4
+    # ids (the same models and rewards; v5 fixes contact and default-argument details), so the
+    # Zoo's runs are of -v4.
+    Environment("Hopper-v5", "Hopper-v5", 3800.0, 1_000_000, zoo_id="Hopper-v4"),
+    Environment("Walker2d-v5", "Walker2d-v5", None, 1_000_000, zoo_id="Walker2d-v4"),
+    Environment("HalfCheetah-v5", "HalfCheetah-v5", 4800.0, 1_000_000, zoo_id="HalfCheetah-v4"),
+    Environment("Reacher-v5", "Reacher-v5", -3.75, 1_000_000, zoo_id="Reacher-v2"),
 )
 ENVIRONMENTS = {env.name: env for env in DEVELOPMENT_SET}
 

@@ -15,7 +15,7 @@
 #   2.13.0+cpu wheel pip's configuration offers beside PyPI (the one setup_sample_factory.sh
 #   uses), elsewhere PyPI's CUDA build (it runs on a CPU too). The check below prints which.
 # - stable-baselines3==2.9.2, the release the comparison names (torch>=2.8, gymnasium<2).
-# - gymnasium==1.4.0, numpy==2.4.6, box2d==2.3.10, pygame==2.6.1: the project's own pins
+# - gymnasium==1.4.0, numpy==2.4.6, box2d==2.3.10, pygame==2.6.1, mujoco==3.3.7, imageio==2.38.1: the project's own pins
 #   (requirements-runtime.txt), so that both systems step the same environments' code
 #   (LunarLander-v3 and BipedalWalker-v3 from Box2D 2.3.10's wheel: no swig build).
 # - rl-zoo3==2.9.2 (and what it brings: sb3-contrib, optuna, shimmy, huggingface-hub, ...):
@@ -50,7 +50,7 @@ if ! "$VENV/bin/python" -c \
   fi
 fi
 quiet_pip install --quiet "torch==2.13.0" "stable-baselines3==2.9.2" "gymnasium==1.4.0" \
-  "numpy==2.4.6" "box2d==2.3.10" "pygame==2.6.1"
+  "numpy==2.4.6" "box2d==2.3.10" "pygame==2.6.1" "mujoco==3.3.7" "imageio==2.38.1"
 if ! quiet_pip install --quiet "torch==2.13.0" "stable-baselines3==2.9.2" "gymnasium==1.4.0" \
     "numpy==2.4.6" "rl-zoo3==2.9.2"; then
   echo "rl-zoo3 2.9.2 did not install: --systems=rl_zoo3 (sb3_gym.py --hyperparams=zoo) refuses"
@@ -71,7 +71,8 @@ minatar.gym.register_envs()
 shapes = []
 for env_id, kwargs in [("CartPole-v1", {}), ("LunarLander-v3", {"continuous": True}),
                        ("Pendulum-v1", {}), ("MiniGrid-Unlock-v0", {}),
-                       ("MinAtar/Breakout-v1", {}), ("BipedalWalker-v3", {})]:
+                       ("MinAtar/Breakout-v1", {}), ("BipedalWalker-v3", {}),
+                       ("Hopper-v5", {}), ("Reacher-v5", {})]:
   env = gym.make(env_id, **kwargs)
   env.reset(seed=0)
   env.step(env.action_space.sample())
