@@ -67,7 +67,8 @@ def network_outputs(agent, steps):
                            done=np.asarray(step["first"], bool),
                            observation=Observation(frame=frame, instruction=instruction),
                            episode_return=np.zeros(batch, np.float32),
-                           episode_step=np.zeros(batch, np.int32))
+                           episode_step=np.zeros(batch, np.int32),
+                           truncated=np.zeros(batch, bool))
     output, core = agent.step(step["prev_action"], env_output, core)
     outputs.append((output.policy_params.numpy(), output.baseline.numpy(),
                     [c.numpy() for c in core] if agent.config.use_lstm else []))

@@ -67,7 +67,7 @@ def actor_inputs(config, seed, rows=1):
           frame=rng.integers(0, 256, (rows,) + config.frame_shape, dtype=np.uint8),
           instruction=language.hash_instructions(["pick the red object"] * rows)),
       episode_return=np.zeros([rows], np.float32),
-      episode_step=np.zeros([rows], np.int32))
+      episode_step=np.zeros([rows], np.int32), truncated=np.zeros([rows], bool))
   state = ()
   if config.use_lstm:
     state = layers.LSTMState(c=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32),

@@ -90,7 +90,7 @@ def _atari_batch(T, B, num_actions, seed=0):
       observation=Observation(frame=rng.integers(0, 256, (T + 1, B, 84, 84, 4), np.uint8),
                               instruction=()),
       episode_return=np.zeros((T + 1, B), np.float32),
-      episode_step=np.zeros((T + 1, B), np.int32))
+      episode_step=np.zeros((T + 1, B), np.int32), truncated=np.zeros((T + 1, B), bool))
   agent_outputs = AgentOutput(action=np.zeros((T + 1, B), np.int32),
                               policy_params=np.zeros((T + 1, B, num_actions), np.float32),
                               baseline=np.zeros((T + 1, B), np.float32))

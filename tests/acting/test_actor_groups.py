@@ -112,7 +112,7 @@ def test_the_batched_policy_serves_groups_of_several_threads():
             frame=rng.integers(0, 255, (num_envs, 20, 20, 2), dtype=np.uint8),
             instruction=np.zeros((num_envs, language.MAX_INSTRUCTION_WORDS), np.int32)),
         episode_return=np.zeros(num_envs, np.float32),
-        episode_step=np.zeros(num_envs, np.int32))
+        episode_step=np.zeros(num_envs, np.int32), truncated=np.zeros(num_envs, bool))
   calls = [(np.arange(n, dtype=np.int32) % 4, outputs_of(n), batched.initial_states(n))
            for n in (1, 2, 5, 3)]
   results = [None] * len(calls)

@@ -355,7 +355,7 @@ def _env_outputs(observations):
   zeros = np.zeros(observations.shape[:2], np.float32)
   return EnvOutput(reward=zeros, done=zeros.astype(bool),
                    observation=Observation(frame=observations, instruction=()),
-                   episode_return=(), episode_step=())
+                   episode_return=(), episode_step=(), truncated=zeros.astype(bool))
 
 
 @pytest.mark.parametrize("state_dependent", [True, False])

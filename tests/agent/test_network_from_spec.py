@@ -39,7 +39,8 @@ def _env_outputs(frames, rng, instructions=None):
   return EnvOutput(
       reward=rng.normal(size=leading).astype(np.float32), done=rng.random(leading) < 0.2,
       observation=Observation(frame=frames, instruction=instructions),
-      episode_return=np.zeros(leading, np.float32), episode_step=np.zeros(leading, np.int32))
+      episode_return=np.zeros(leading, np.float32), episode_step=np.zeros(leading, np.int32),
+      truncated=np.zeros(leading, bool))
 
 
 def _discrete_batch(config, frames, rng, instructions=None):

@@ -128,7 +128,8 @@ def test_frames_are_scaled_by_255():
   torso_on_ones = agent.torso(tf.ones([1, 20, 20, 4]))
   env_output = EnvOutput(reward=np.zeros(1, np.float32), done=np.zeros(1, bool),
                          observation=Observation(np.full((1, 20, 20, 4), 255, np.uint8), ()),
-                         episode_return=np.zeros(1), episode_step=np.zeros(1))
+                         episode_return=np.zeros(1), episode_step=np.zeros(1),
+                         truncated=np.zeros(1, bool))
   core_input = tf.concat([torso_on_ones, [[0.0]], tf.one_hot([0], 2)], axis=1)
   output, _ = agent.step(np.zeros(1, np.int32), env_output, ())
   np.testing.assert_allclose(output.policy_params.numpy(), agent.policy(core_input).numpy(),

@@ -43,7 +43,7 @@ def _actor_stream(episode_lengths, decay=0.5, offset=0.0):
   for start in range(0, len(done) - T, T):
     window = slice(start, start + T + 1)
     env = EnvOutput(reward=rewards[window], done=done[window], observation=None,
-                    episode_return=None, episode_step=None)
+                    episode_return=None, episode_step=None, truncated=None)
     unroll = Trajectory("toy", 0, state, env, None)
     unrolls.append(unroll)
     state = advance(unroll, state)

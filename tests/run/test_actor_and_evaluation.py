@@ -179,7 +179,7 @@ def test_per_actor_policy_acts_like_the_batched_one(use_lstm):
               frame=rng.integers(0, 255, (num_envs, 20, 20, 2), dtype=np.uint8),
               instruction=np.zeros((num_envs, language.MAX_INSTRUCTION_WORDS), np.int32)),
           episode_return=np.zeros(num_envs, np.float32),
-          episode_step=np.full(num_envs, step, np.int32))
+          episode_step=np.full(num_envs, step, np.int32), truncated=np.zeros(num_envs, bool))
       prev_actions = np.array([2, 0, 3], np.int32)
       outputs = [policy(prev_actions, env_outputs, state)
                  for policy, state in zip((batched, direct), states)]

@@ -205,7 +205,8 @@ def _batch(seed=0):
       reward=f32(T + 1, B), done=rng.random((T + 1, B)) < 0.2,
       observation=Observation(frame=f32(T + 1, B, O), instruction=np.zeros((T + 1, B, 16),
                                                                            np.int32)),
-      episode_return=f32(T + 1, B), episode_step=np.zeros((T + 1, B), np.int32))
+      episode_return=f32(T + 1, B), episode_step=np.zeros((T + 1, B), np.int32),
+      truncated=np.zeros((T + 1, B), bool))
   action = 2 * f32(T + 1, B, A)
   agent_params = np.concatenate([f32(T + 1, B, A), 0.3 * f32(T + 1, B, A)], -1)
   agent_outputs = AgentOutput(action=action, policy_params=agent_params, baseline=f32(T + 1, B))
