@@ -39,8 +39,8 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import dynamic_batching  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import language  # pylint: disable=g-import-not-at-top
-from scalable_agent_tf2.agent import layers  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.structures import EnvOutput  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.structures import Observation  # pylint: disable=g-import-not-at-top
 
@@ -70,7 +70,7 @@ def actor_inputs(config, seed, rows=1):
       episode_step=np.zeros([rows], np.int32), truncated=np.zeros([rows], bool))
   state = ()
   if config.use_lstm:
-    state = layers.LSTMState(c=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32),
+    state = torsos.LSTMState(c=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32),
                              h=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32))
   return np.zeros([rows], np.int32), env_output, state
 

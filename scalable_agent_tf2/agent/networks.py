@@ -26,8 +26,8 @@ Two APIs share the same variables:
               dimension") and resetting the core wherever an episode ended.
 
 This module holds the agent and its config; the language input (hashing, encoder) is
-language.py's, the layers (Linear, Conv2D, LSTM) layers.py's, the torsos (and how frames
-reach them: to_unit_float, chunked_torso) torsos.py's.
+language.py's, the layers (Linear, Conv2D, LSTM) and the torsos (and how frames reach them:
+to_unit_float, chunked_torso) torsos.py's.
 
 The observation's kind (NetworkConfig.observation_kind, torsos.torso_for_observation) picks
 the torso: image frames take the paper's (Figure 3), float vectors the MLP (IMPACT section
@@ -45,7 +45,6 @@ import tensorflow as tf
 from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import heads
 from scalable_agent_tf2.agent import language
-from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration.settings import DEEP  # --torso's choices.
 from scalable_agent_tf2.configuration.settings import IMPACT_CNN  # --torso's choices.
@@ -62,8 +61,8 @@ CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
 DEEP_TORSO_CHUNK_FRAMES = 128
 
 # The initial weights of the Linear layers (NetworkConfig.initializer): Sonnet 1's truncated
-# normal (the released code's, layers.Initializer) or RLlib's normc (the IMPACT paper's code
-# base, layers.NormcInitializer). Frame torsos always start from Sonnet's.
+# normal (the released code's, torsos.Initializer) or RLlib's normc (the IMPACT paper's code
+# base, torsos.NormcInitializer). Frame torsos always start from Sonnet's.
 SONNET_INIT, NORMC_INIT = "sonnet", "normc"
 
 # Output of `unroll`: the learner's own view of the trajectory. policy_params float32
@@ -112,7 +111,7 @@ class NetworkConfig:
       network", not its weights); False: the baseline shares the torso and core (Figure 3).
     initializer: SONNET_INIT or NORMC_INIT, the Linear layers' initial weights (the MLP
       torso's and the heads'); frame torsos, the instruction encoder and the LSTM always start
-      from Sonnet's (layers.Initializer).
+      from Sonnet's (torsos.Initializer).
     state_dependent_log_std: a Gaussian policy's log_std from the head's layer (RLlib's
       free_log_std=False, which the IMPACT paper's code base ran) or one learned vector.
     trim_instruction_padding: the instruction encoder's LSTM runs up to the longest
@@ -385,9 +384,9 @@ class Agent(tf.Module):
     # The Linear layers draw from one generator in the order they are built; frame torsos from
     # Sonnet's generator (the same one when the Linear layers are Sonnet's too), so that the
     # same seed gives the same network as before these were one stack.
-    frame_init = layers.Initializer(seed)
+    frame_init = torsos.Initializer(seed)
     dense_init = (frame_init if config.initializer == SONNET_INIT
-                  else layers.NormcInitializer(seed))
+                  else torsos.NormcInitializer(seed))
     torso_init = frame_init if config.observation_kind == torsos.FRAME else dense_init
     with self.name_scope:
       # The frame torsos are built as before this choice existed: the same module names and
@@ -405,7 +404,7 @@ class Agent(tf.Module):
         self.instruction_encoder = language.InstructionEncoder(init=frame_init)
         core_input_size += language.INSTRUCTION_LSTM_SIZE
       if config.use_lstm:
-        self.core = layers.LSTM(core_input_size, CORE_LSTM_SIZE, init=frame_init, name="core")
+        self.core = torsos.LSTM(core_input_size, CORE_LSTM_SIZE, init=frame_init, name="core")
         core_output_size = CORE_LSTM_SIZE
       else:
         core_output_size = core_input_size
@@ -417,7 +416,7 @@ class Agent(tf.Module):
         self.value_torso = torsos.build_torso(config.torso_choice, torso_init,
                                               name="value_torso")
         baseline_input_size = self.value_torso.output_size
-      self.baseline = layers.Linear(baseline_input_size, 1, init=output_init, name="baseline")
+      self.baseline = torsos.Linear(baseline_input_size, 1, init=output_init, name="baseline")
       self._sampler = tf.random.Generator.from_seed(seed + 1)
 
   def initial_state(self, batch_size):

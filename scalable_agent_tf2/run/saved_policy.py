@@ -30,7 +30,6 @@ import tensorflow as tf
 
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import language
-from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration import suites
@@ -105,7 +104,7 @@ def _step_function(agent):
       observation = tf.cast((tf.cast(observation, tf.float64) - mean)
                             / (std + normalization.FILTER_EPSILON), tf.float32)
     instruction = word_ids(inputs["instruction"]) if config.use_instruction else ()
-    core = (layers.LSTMState(c=inputs["core_c"], h=inputs["core_h"]) if config.use_lstm
+    core = (torsos.LSTMState(c=inputs["core_c"], h=inputs["core_h"]) if config.use_lstm
             else ())
     params, baseline, core = acting(inputs["prev_action"], inputs["reward"], inputs["first"],
                                     observation, instruction, core)

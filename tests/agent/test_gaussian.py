@@ -10,8 +10,8 @@ import tensorflow as tf
 from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import heads
-from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import vtrace
@@ -360,7 +360,7 @@ def _env_outputs(observations):
 
 @pytest.mark.parametrize("state_dependent", [True, False])
 def test_policy_head_log_std_dependence(state_dependent):
-  init = layers.NormcInitializer(0).for_output_layers()
+  init = torsos.NormcInitializer(0).for_output_layers()
   head = heads.policy_head(action_families.DiagGaussianFamily(3), 8, init,
                            state_dependent_log_std=state_dependent)
   assert isinstance(head, heads.GaussianPolicyHead)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import learner
@@ -53,7 +53,7 @@ def test_sigma_is_the_standard_deviation_within_bounds():
 
 
 def test_update_moves_the_statistics_and_keeps_the_values():
-  layer = layers.Linear(4, 1, init=layers.Initializer(seed=0), name="baseline")
+  layer = torsos.Linear(4, 1, init=torsos.Initializer(seed=0), name="baseline")
   scaler = popart.PopArt(layer)
   features = tf.random.stateless_normal([6, 4], seed=[1, 2])
   before = scaler.values(tf.squeeze(layer(features), -1))
