@@ -19,7 +19,7 @@ every family.
 Categorical (IMPALA's agents): a sample by the Gumbel-max trick; the action is an int32 index.
 
 Diagonal Gaussian (the IMPACT paper's continuous control, section 4.3): the sample
-(action_families.DiagGaussianFamily.sample_numpy) is UNCLIPPED in the trajectory (the behaviour
+(distributions.DiagGaussianFamily.sample_numpy) is UNCLIPPED in the trajectory (the behaviour
 log-probability is the density of that sample); only the copy sent to the environment is
 clipped to the spec's bounds (action_bounds.clip_to_bounds, RLlib's `clip_actions`).
 
@@ -36,7 +36,7 @@ import json
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import normalization
@@ -58,10 +58,10 @@ class ActionSpace:
     self.observation_filter = observation_filter
 
   def _family_of_params(self, params):
-    return self.distribution or action_families.CategoricalFamily(np.shape(params)[-1])
+    return self.distribution or distributions.CategoricalFamily(np.shape(params)[-1])
 
   def _family_of_spec(self, spec):
-    return self.distribution or action_families.for_spec(spec)
+    return self.distribution or distributions.for_spec(spec)
 
   def empty_agent_output(self, spec):
     """The agent output paired with an episode's first observation (released code: zeros;

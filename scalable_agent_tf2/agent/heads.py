@@ -16,7 +16,7 @@ and log_std), which every checkpoint records under agent/policy/.
 """
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import torsos
 
 
@@ -62,7 +62,7 @@ def policy_head(distribution, input_size, init, state_dependent_log_std=True, na
       (False); other families have no log_std.
     name: the module's name.
   """
-  if isinstance(distribution, action_families.DiagGaussianFamily):
+  if isinstance(distribution, distributions.DiagGaussianFamily):
     return GaussianPolicyHead(input_size, distribution.action_size, init,
                               state_dependent_log_std=state_dependent_log_std, name=name)
   return torsos.Linear(input_size, distribution.param_size, init=init, name=name)

@@ -32,7 +32,7 @@ to_unit_float, chunked_torso) torsos.py's.
 The observation's kind (NetworkConfig.observation_kind, torsos.torso_for_observation) picks
 the torso: image frames take the paper's (Figure 3), float vectors the MLP (IMPACT section
 4.3's sizes), a Discrete observation's index its one-hot; the action distribution
-(NetworkConfig.action_distribution, action_families.py) sizes the policy head and reads the
+(NetworkConfig.action_distribution, distributions.py) sizes the policy head and reads the
 previous action; network_config_for_spec composes a config from an environment's spec.
 """
 import collections
@@ -42,7 +42,7 @@ from typing import Tuple
 
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import heads
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import torsos
@@ -197,9 +197,9 @@ class NetworkConfig:
       if self.num_actions is None:
         raise ValueError("A network config needs num_actions (categorical) or an "
                          "action_distribution.")
-      distribution = action_families.CategoricalFamily(self.num_actions)
+      distribution = distributions.CategoricalFamily(self.num_actions)
       object.__setattr__(self, "action_distribution", distribution)
-    if isinstance(distribution, action_families.CategoricalFamily):
+    if isinstance(distribution, distributions.CategoricalFamily):
       if self.num_actions not in (None, distribution.num_actions):
         raise ValueError(f"num_actions {self.num_actions} and {distribution} disagree.")
       object.__setattr__(self, "num_actions", distribution.num_actions)
@@ -279,7 +279,7 @@ def continuous_vector_config(observation_size, action_size, state_dependent_log_
       num_actions=None, frame_shape=(int(observation_size),), torso=torsos.MLP,
       use_lstm=use_lstm, use_instruction=False, observation_kind=torsos.VECTOR,
       mlp_hidden_sizes=tuple(hidden_sizes),
-      action_distribution=action_families.DiagGaussianFamily(int(action_size)),
+      action_distribution=distributions.DiagGaussianFamily(int(action_size)),
       reward_and_action_inputs=False, separate_value_torso=True, initializer=NORMC_INIT,
       state_dependent_log_std=state_dependent_log_std)
 
@@ -294,7 +294,7 @@ def continuous_frame_config(frame_shape, action_size, torso=SHALLOW,
   return NetworkConfig(
       num_actions=None, frame_shape=tuple(int(n) for n in frame_shape), torso=torso,
       use_lstm=use_lstm, use_instruction=False, torso_chunk_frames=0,
-      action_distribution=action_families.DiagGaussianFamily(int(action_size)),
+      action_distribution=distributions.DiagGaussianFamily(int(action_size)),
       reward_and_action_inputs=False, initializer=NORMC_INIT,
       state_dependent_log_std=state_dependent_log_std)
 
@@ -304,7 +304,7 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
                             num_observation_values=None, state_dependent_log_std=True,
                             separate_value_torso=False):
   """The network for an environment's spec: the torso by the observation's kind, the core
-  (use_lstm), and the head of the spec's action distribution (action_families.for_spec).
+  (use_lstm), and the head of the spec's action distribution (distributions.for_spec).
 
   Discrete actions (an EnvSpec, or a MultiDiscreteEnvSpec: a categorical per choice) take
   Figure 3's agent with that torso: frames (torso: --torso, shallow by default; with
@@ -333,7 +333,7 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
   Raises:
     ValueError: a pair of observation and actions no network takes (Box actions on an index).
   """
-  distribution = action_families.for_spec(spec)
+  distribution = distributions.for_spec(spec)
   frame_shape = tuple(spec.frame_shape)
   if not distribution.discrete:
     if observation_kind == torsos.VECTOR:

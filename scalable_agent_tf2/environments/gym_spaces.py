@@ -11,7 +11,7 @@ Discrete(n) -> a categorical policy (IMPALA); MultiDiscrete(nvec) -> one categor
 choice, sampled independently (SEED RL's multi-categorical distribution); Box (A,) -> a
 diagonal Gaussian (the IMPACT paper's continuous control, section 4.3). The spec a
 Description gives (base.EnvSpec, MultiDiscreteEnvSpec or ContinuousEnvSpec) chooses the
-network's head (agent/action_families.for_spec), and `sent_action` the copy gymnasium gets.
+network's head (agent/distributions.for_spec), and `sent_action` the copy gymnasium gets.
 """
 import sys
 

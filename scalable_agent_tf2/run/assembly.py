@@ -16,7 +16,7 @@ from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.acting import watchdog
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.configuration.settings import IMPACT
@@ -216,7 +216,7 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
     if tuple(spec.frame_shape) != tuple(network_config.frame_shape):
       raise ValueError(f"The environment's frames are {spec.frame_shape}, the network "
                        f"expects {network_config.frame_shape}.")
-    if action_families.for_spec(spec).discrete != network_config.action_distribution.discrete:
+    if distributions.for_spec(spec).discrete != network_config.action_distribution.discrete:
       raise ValueError(f"The environment's spec {spec} and the network config "
                        f"{network_config} are not for the same kind of actions.")
     with strategy.scope() if strategy is not None else contextlib.nullcontext():

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import heads
 from scalable_agent_tf2.agent import networks
@@ -108,12 +107,14 @@ def test_log_probs_match_the_product_of_normal_densities():
                              atol=1e-4)
 
 
-def test_log_probs_reject_mismatched_shapes():
+def test_mismatched_shapes_are_refused_where_they_enter():
   mean = np.zeros((2, 3, 4), np.float32)
   with pytest.raises(ValueError, match="policy_log_std"):
-    _log_prob(mean, np.zeros((2, 3, 1)), mean)
-  with pytest.raises(ValueError, match="actions"):
-    _log_prob(mean, mean, np.zeros((2, 3), np.float32))
+    distributions.DiagGaussian(mean, np.zeros((2, 3, 1)))
+  # A batch's actions are checked at V-trace's entry, not again inside log_prob.
+  policy, zeros = distributions.DiagGaussian(mean, mean), np.zeros((2, 3), np.float32)
+  with pytest.raises(ValueError, match=r"actions has shape \(2, 3\), expected \(2, 3, 4\)"):
+    vtrace.vtrace_returns(policy, policy, zeros, zeros, zeros, zeros, zeros[0])
 
 
 def test_entropy_matches_closed_form_and_monte_carlo():
@@ -313,8 +314,8 @@ def test_tf_and_numpy_samples_have_the_policy_statistics():
   log_std = np.log(np.array([0.3, 1.0, 2.5], np.float32))
   tiled = lambda x: np.tile(x, (50000, 1))
   tf_samples = _sample(tiled(mean), tiled(log_std), seed=[0, 1]).numpy()
-  np_samples = action_families.sample_gaussian_numpy(tiled(mean), tiled(log_std),
-                                                   np.random.default_rng(0))
+  np_samples = distributions.DiagGaussianFamily(3).sample_numpy(
+      np.concatenate([tiled(mean), tiled(log_std)], -1), np.random.default_rng(0))
   for samples in (tf_samples, np_samples):
     assert samples.dtype == np.float32
     np.testing.assert_allclose(samples.mean(0), mean, atol=0.04)
@@ -325,8 +326,8 @@ def test_tf_and_numpy_samples_have_the_policy_statistics():
 
 def test_samples_are_unclipped_and_only_the_environment_copy_is_clipped():
   mean, log_std = np.zeros(4, np.float32), np.full(4, math.log(3.0), np.float32)
-  samples = action_families.sample_gaussian_numpy(np.tile(mean, (100, 1)), np.tile(log_std, (100, 1)),
-                                   np.random.default_rng(1))
+  samples = distributions.DiagGaussianFamily(4).sample_numpy(
+      np.tile(np.concatenate([mean, log_std]), (100, 1)), np.random.default_rng(1))
   assert np.abs(samples).max() > 1.0  # The policy's own samples leave [-1, 1].
   original = samples.copy()
   clipped = np.stack([action_bounds.clip_to_bounds(a, -1.0, 1.0) for a in samples])
@@ -361,7 +362,7 @@ def _env_outputs(observations):
 @pytest.mark.parametrize("state_dependent", [True, False])
 def test_policy_head_log_std_dependence(state_dependent):
   init = torsos.NormcInitializer(0).for_output_layers()
-  head = heads.policy_head(action_families.DiagGaussianFamily(3), 8, init,
+  head = heads.policy_head(distributions.DiagGaussianFamily(3), 8, init,
                            state_dependent_log_std=state_dependent)
   assert isinstance(head, heads.GaussianPolicyHead)
   head.linear.w.assign(tf.random.normal(head.linear.w.shape, seed=1))

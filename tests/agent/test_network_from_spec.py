@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.acting import action_spaces
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
@@ -189,10 +189,10 @@ def _gym_config(tmp_path, level_name, *extra):
 
 
 @pytest.mark.parametrize("level_name, family_type, kind, filtered", [
-    ("gym:CartPole-v1", action_families.CategoricalFamily, torsos.VECTOR, True),
-    ("gym:FrozenLake-v1", action_families.CategoricalFamily, torsos.INDEX, False),
-    ("gym:Pendulum-v1", action_families.DiagGaussianFamily, torsos.VECTOR, True),
-    ("gym:CarRacing-v3", action_families.DiagGaussianFamily, torsos.FRAME, False)])
+    ("gym:CartPole-v1", distributions.CategoricalFamily, torsos.VECTOR, True),
+    ("gym:FrozenLake-v1", distributions.CategoricalFamily, torsos.INDEX, False),
+    ("gym:Pendulum-v1", distributions.DiagGaussianFamily, torsos.VECTOR, True),
+    ("gym:CarRacing-v3", distributions.DiagGaussianFamily, torsos.FRAME, False)])
 def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, family_type, kind,
                                                         filtered):
   config = _gym_config(tmp_path, level_name)
@@ -201,7 +201,7 @@ def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, fa
     assert type(agent.config.action_distribution) is family_type
     assert agent.config.observation_kind == kind
     # The family's choice is the composition network_config_for_spec makes from the spec.
-    continuous = family_type is action_families.DiagGaussianFamily
+    continuous = family_type is distributions.DiagGaussianFamily
     assert agent.config == networks.network_config_for_spec(
         env.spec, kind, torso=config.torso if kind == torsos.FRAME else None,
         use_lstm=kind == torsos.FRAME and not continuous,
@@ -268,8 +268,8 @@ def test_minigrid_ids_import_their_package_or_say_how_to_get_it():
 
 def test_a_new_action_distribution_needs_only_its_family():
   # MultiDiscrete actions on a vector: the head (sum(nvec) logits), the previous action's
-  # one-hots, the sampling and the learner all follow action_families.MultiCategoricalFamily.
-  family = action_families.MultiCategoricalFamily((3, 2))
+  # one-hots, the sampling and the learner all follow distributions.MultiCategoricalFamily.
+  family = distributions.MultiCategoricalFamily((3, 2))
   config = networks.NetworkConfig(
       num_actions=None, frame_shape=(5,), torso=torsos.MLP, use_lstm=False,
       use_instruction=False, observation_kind=torsos.VECTOR, action_distribution=family)

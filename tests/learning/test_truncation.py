@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.agent.action_families import CategoricalFamily
+from scalable_agent_tf2.agent.distributions import CategoricalFamily
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.learning import losses

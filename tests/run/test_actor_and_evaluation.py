@@ -5,7 +5,7 @@ import pytest
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.acting import policies
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.configuration import suites
@@ -58,7 +58,7 @@ def test_episode_tracker_on_real_atari_life_losses():
 def test_sample_action_follows_the_policy():
   rng = np.random.default_rng(1)
   logits = np.log(np.array([0.7, 0.2, 0.1], np.float32))
-  space = action_spaces.ActionSpace(action_families.CategoricalFamily(3))
+  space = action_spaces.ActionSpace(distributions.CategoricalFamily(3))
   counts = np.bincount([space.sample(logits, rng) for _ in range(20000)], minlength=3)
   np.testing.assert_allclose(counts / 20000, [0.7, 0.2, 0.1], atol=0.015)
 

@@ -11,7 +11,6 @@ import tensorflow as tf
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.acting import policies
-from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.environments import mujoco
@@ -195,7 +194,7 @@ def test_filter_statistics_round_trip_through_a_checkpoint(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 T, B, A, O = 5, 3, 2, 4
-GAUSSIAN = action_families.DiagGaussianFamily(A)
+GAUSSIAN = distributions.DiagGaussianFamily(A)
 
 
 def _batch(seed=0):
