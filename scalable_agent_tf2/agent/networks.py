@@ -18,12 +18,11 @@ parameters), the observation only (reward_and_action_inputs=False), RLlib's norm
 (initializer=NORMC_INIT) and, on vectors, a separate value MLP (separate_value_torso: "The critic
 network shares the same architecture as the policy network", not its weights).
 
-Two APIs share the same variables:
-  * acting:   `initial_state(batch_size)`, then `step(prev_action, env_output, core_state)`
-              on a batch of any size, one time step;
-  * learning: `unroll(prev_actions, env_outputs, core_state)` over [T+1, B], applying the
-              torso to all T+1 frames at once (section 3: "folding time into the batch
-              dimension") and resetting the core wherever an episode ended.
+One entry point, `unroll(prev_actions, env_outputs, core_state)` over [T, B] from
+`initial_state(B)` or an actor's state: the learner runs it over a batch's T+1 steps, applying
+the torso to all frames at once (section 3: "folding time into the batch dimension") and
+resetting the core wherever an episode ended; actors run it over one step
+(acting/policies.acting_step) and sample the actions in numpy (acting/action_spaces.py).
 
 This module holds the agent and its config; the language input (hashing, encoder) is
 language.py's, the layers (Linear, Conv2D, LSTM) and the torsos (and how frames reach them:
@@ -51,7 +50,6 @@ from scalable_agent_tf2.configuration.settings import IMPACT_CNN  # --torso's ch
 from scalable_agent_tf2.configuration.settings import SHALLOW  # --torso's choices.
 from scalable_agent_tf2.configuration.settings import SHALLOW_MIN_FRAME_SIZE  # --torso's choices.
 from scalable_agent_tf2.configuration.settings import TORSOS  # --torso's choices.
-from scalable_agent_tf2.structures import AgentOutput
 
 CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
 # The learner's deep torso runs in chunks of at most this many frames, each chunk's activations
@@ -368,18 +366,26 @@ class Agent(tf.Module):
   and a baseline (Figure 3; the IMPACT paper's continuous-control networks, section 4.3).
 
   Its attribute paths are part of every checkpoint: torso (policy_torso and value_torso with a
-  separate value torso), instruction_encoder, core, policy, baseline, _sampler.
+  separate value torso), instruction_encoder, core, policy, baseline, observation_filter.
+  (Checkpoints written before actors sampled in numpy also hold agent/_sampler, a random
+  generator no code reads any more: restoring leaves it unread.)
   """
 
-  def __init__(self, config, seed=0, name="agent"):
+  def __init__(self, config, seed=0, name="agent", observation_filter=None):
     """Args:
       config: a NetworkConfig (see the presets: dmlab_config, atari_config, vector_config,
         index_config, continuous_vector_config, continuous_frame_config).
-      seed: seeds the initial weights and the action sampling.
+      seed: seeds the initial weights.
       name: module name.
+      observation_filter: None, or the run's filter of observation vectors
+        (acting/action_spaces.ObservationFilter, RLlib's MeanStdFilter; the run builds one for
+        a network that reads vectors, assembly.build_agent). Actors pass every observation
+        through it before the network sees or stores it; it is part of the agent, so every
+        checkpoint carries its statistics and a restored agent filters as it was trained.
     """
     super().__init__(name=name)
     self.config = config
+    self.observation_filter = observation_filter
     distribution = config.action_distribution
     # The Linear layers draw from one generator in the order they are built; frame torsos from
     # Sonnet's generator (the same one when the Linear layers are Sonnet's too), so that the
@@ -417,37 +423,12 @@ class Agent(tf.Module):
                                               name="value_torso")
         baseline_input_size = self.value_torso.output_size
       self.baseline = torsos.Linear(baseline_input_size, 1, init=output_init, name="baseline")
-      self._sampler = tf.random.Generator.from_seed(seed + 1)
 
   def initial_state(self, batch_size):
     """The core state at the start of an episode: LSTMState of zeros [B, 256], or ()."""
     if self.config.use_lstm:
       return self.core.initial_state(batch_size)
     return ()
-
-  def step(self, prev_action, env_output, core_state):
-    """One acting step for a batch of any size B.
-
-    Args:
-      prev_action: [B, *action_shape], the action that led to env_output (int32 [B] for a
-        categorical policy, float32 [B, A] for a Gaussian).
-      env_output: EnvOutput of [B, ...] tensors (frame uint8 [B, H, W, C], float32 [B, O]
-        or int32 [B] by the config's observation_kind; instruction int32
-        [B, MAX_INSTRUCTION_WORDS] when the config uses language).
-      core_state: the state returned by the previous step, or initial_state(B).
-
-    Returns:
-      (AgentOutput(action [B, *action_shape] sampled from the policy (a Gaussian's
-       unclipped), policy_params float32 [B, P], baseline [B]), new core_state).
-    """
-    add_time = lambda t: tf.convert_to_tensor(t)[tf.newaxis]
-    output, core_state = self.unroll(
-        add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)
-    policy_params, baseline = output.policy_params[0], output.baseline[0]
-    action = self.config.action_distribution(policy_params).sample(
-        seed=self._sampler.make_seeds(1)[:, 0])
-    return AgentOutput(action=action, policy_params=policy_params,
-                       baseline=baseline), core_state
 
   def unroll(self, prev_actions, env_outputs, core_state, static_shapes=False):
     """Runs the network over a time-major sequence.
@@ -456,8 +437,9 @@ class Agent(tf.Module):
       prev_actions: [T, B, *action_shape], prev_actions[t] is the action that led to
         env_outputs[t] (unused without reward_and_action_inputs).
       env_outputs: EnvOutput of [T, B, ...] tensors (observation.frame [T, B, *frame_shape]
-        of the config's frame_dtype); done[t] True means observation t starts a new episode,
-        so the core state is reset before step t.
+        of the config's frame_dtype, as learner.check_batch asserts at the update's entry);
+        done[t] True means observation t starts a new episode, so the core state is reset
+        before step t.
       core_state: the core state before step 0 (initial_state(B) or an actor's state).
       static_shapes: the unroll is compiled with XLA, which cannot compile the chunked
         torso's recomputing loop (torsos.chunked_torso; its own rematerialisation manages
@@ -470,9 +452,6 @@ class Agent(tf.Module):
     """
     config = self.config
     frames = tf.convert_to_tensor(env_outputs.observation.frame)
-    if not frames.shape[2:].is_compatible_with(config.frame_shape):
-      raise ValueError(f"observation.frame has shape {frames.shape}, expected "
-                       f"[T, B, *{tuple(config.frame_shape)}] (the config's frame_shape).")
     steps, batch = tf.shape(frames)[0], tf.shape(frames)[1]
     flat = lambda t: tf.reshape(t, tf.concat([[steps * batch], tf.shape(t)[2:]], 0))
 

@@ -202,7 +202,7 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
   The environment (of levels[0], seed of actor 0) is returned for actor 0 to use. With a
   strategy (several learners) the agent's variables are mirrored on its devices. An agent
   that reads observation vectors (MuJoCo, gymnasium's Box (O,), with discrete or continuous
-  actions: action_spaces.takes_observation_filter) carries the run's observation filter as
+  actions: action_spaces.takes_observation_filter) is built with the run's observation filter,
   `agent.observation_filter` (action_spaces.ObservationFilter: checkpointed with the agent;
   updated in training, frozen in test mode; filter_sync.py syncs it with actor processes).
   """
@@ -219,11 +219,12 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
     if distributions.for_spec(spec).discrete != network_config.action_distribution.discrete:
       raise ValueError(f"The environment's spec {spec} and the network config "
                        f"{network_config} are not for the same kind of actions.")
+    observation_filter = (action_spaces.ObservationFilter(spec.frame_shape[0],
+                                                          update=config.mode == TRAIN)
+                          if action_spaces.takes_observation_filter(network_config) else None)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-      agent = networks.Agent(network_config, seed=config.seed)
-    if action_spaces.takes_observation_filter(network_config):
-      agent.observation_filter = action_spaces.ObservationFilter(
-          spec.frame_shape[0], update=config.mode == TRAIN)
+      agent = networks.Agent(network_config, seed=config.seed,
+                             observation_filter=observation_filter)
     return agent, env
   except BaseException:
     env.close()

@@ -363,7 +363,7 @@ class LearnerInput:
     """--repeatable's batches (repeatable.lockstep_batches); the actors act one at a time
     where they share an observation filter."""
     config, queues = self._config, self.queues
-    queues.one_at_a_time = getattr(agent, "observation_filter", None) is not None
+    queues.one_at_a_time = agent.observation_filter is not None
     print_fn(f"Repeatable (--repeatable): rounds of {queues.num_streams} unrolls (one per "
              f"environment of {config.num_actors} actor(s), in order), acted "
              f"{'one actor after another ' if queues.one_at_a_time else ''}with the "

@@ -80,7 +80,7 @@ def word_ids(instructions):
 def filter_moments(agent):
   """(mean, std) float64 [O] of the agent's frozen observation filter, or None (no filter,
   or one that has seen nothing: observations then reach the network unchanged)."""
-  observation_filter = getattr(agent, "observation_filter", None)
+  observation_filter = agent.observation_filter
   if observation_filter is None:
     return None
   state = observation_filter.filter.state()

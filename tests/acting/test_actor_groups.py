@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.environments import EnvironmentProcessDied
@@ -32,6 +34,7 @@ class _UniformPolicy:
 
   def __init__(self, num_actions):
     self._num_actions = num_actions
+    self.action_space = action_spaces.ActionSpace(distributions.CategoricalFamily(num_actions))
     self.group_sizes = []
 
   def initial_states(self, num_envs):

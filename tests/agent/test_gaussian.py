@@ -17,6 +17,8 @@ from scalable_agent_tf2.learning import vtrace
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation
 from tests import reference
+from tests.agent_steps import acting_step
+from tests.agent_steps import sampled_actions
 
 
 def _random_params(rng, shape):
@@ -412,17 +414,16 @@ def test_agent_architecture_initialisation_and_separate_networks():
   np.testing.assert_allclose(agent.policy_torso(observations[0]), want, rtol=1e-5, atol=1e-6)
 
 
-def test_agent_step_matches_unroll_and_samples_float_actions():
+def test_acting_step_matches_unroll_and_samples_float_actions():
   config = networks.continuous_vector_config(observation_size=5, action_size=2,
                                              state_dependent_log_std=False)
   agent = networks.Agent(config, seed=3)
   observations = np.random.default_rng(1).normal(size=(1, 4, 5)).astype(np.float32)
   output, _ = agent.unroll(np.zeros((1, 4, 2), np.float32), _env_outputs(observations), ())
   env_output = tf.nest.map_structure(lambda x: x[0], _env_outputs(observations))
-  step_output, _ = agent.step(np.zeros((4, 2), np.float32), env_output, ())
-  assert step_output.action.dtype == tf.float32 and step_output.action.shape == (4, 2)
-  np.testing.assert_allclose(step_output.policy_params, output.policy_params[0], rtol=1e-6)
-  np.testing.assert_allclose(step_output.baseline, output.baseline[0], rtol=1e-6)
-  np.testing.assert_array_equal(step_output.policy_params[:, 2:], 0.0)  # log_std starts at 0.
-  with pytest.raises(ValueError, match="frame_shape"):
-    agent.unroll(np.zeros((1, 4, 2), np.float32), _env_outputs(observations[..., :4]), ())
+  params, baseline, _ = acting_step(agent, np.zeros((4, 2), np.float32), env_output, ())
+  actions = sampled_actions(agent, params)
+  assert actions.dtype == np.float32 and actions.shape == (4, 2)
+  np.testing.assert_allclose(params, output.policy_params[0], rtol=1e-6)
+  np.testing.assert_allclose(baseline, output.baseline[0], rtol=1e-6)
+  np.testing.assert_array_equal(params[:, 2:], 0.0)  # log_std starts at 0.

@@ -27,6 +27,8 @@ from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.structures import AgentOutput
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation
+from tests.agent_steps import acting_step
+from tests.agent_steps import sampled_actions
 
 T, B = 4, 3
 HPARAMS = dict(learning_rate=0.01, total_environment_frames=100_000, max_grad_norm=40.0)
@@ -82,8 +84,9 @@ def test_vector_agent_with_an_lstm_core():
   agent = networks.Agent(config, seed=0)
   env_output = tf.nest.map_structure(lambda t: t[0], _env_outputs(
       np.ones((1, 2, 5), np.float32), np.random.default_rng(0)))
-  agent_output, state = agent.step(np.zeros(2, np.int32), env_output, agent.initial_state(2))
-  assert agent_output.policy_params.shape == (2, 3) and state.h.shape == (2, 256)
+  params, _, state = acting_step(agent, np.zeros(2, np.int32), env_output,
+                                 agent.initial_state(2))
+  assert params.shape == (2, 3) and state.h.shape == (2, 256)
 
 
 def test_discrete_observations_take_the_one_hot_torso_and_update():
@@ -118,9 +121,9 @@ def test_box_actions_on_frames_take_the_frame_torso_with_a_gaussian_head():
                                    axis=-1).astype(np.float32),
       baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
   env_outputs = _env_outputs(frames, rng)
-  agent_output, _ = agent.step(np.zeros((B, 3), np.float32),
-                               tf.nest.map_structure(lambda t: t[0], env_outputs), ())
-  assert agent_output.action.shape == (B, 3) and agent_output.baseline.shape == (B,)
+  params, baseline, _ = acting_step(agent, np.zeros((B, 3), np.float32),
+                                    tf.nest.map_structure(lambda t: t[0], env_outputs), ())
+  assert sampled_actions(agent, params).shape == (B, 3) and baseline.shape == (B,)
   _updates_every_variable(agent, env_outputs, agent_outputs)
   # IMPACT's learner builds its target network from the agent's config.
   impact.ImpactLearner(agent, config_lib.LearnerConfig(**HPARAMS),
@@ -282,8 +285,9 @@ def test_a_new_action_distribution_needs_only_its_family():
   agent_outputs = AgentOutput(
       action=actions, policy_params=rng.normal(size=(T + 1, B, 5)).astype(np.float32),
       baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
-  step, _ = agent.step(actions[0], tf.nest.map_structure(lambda t: t[0], env_outputs), ())
-  assert step.action.shape == (B, 2) and step.policy_params.shape == (B, 5)
+  params, _, _ = acting_step(agent, actions[0],
+                             tf.nest.map_structure(lambda t: t[0], env_outputs), ())
+  assert sampled_actions(agent, params).shape == (B, 2) and params.shape == (B, 5)
   space = action_spaces.for_agent(agent)
-  assert space.sample(step.policy_params.numpy()[0], rng).shape == (2,)
+  assert space.sample(params.numpy()[0], rng).shape == (2,)
   _updates_every_variable(agent, env_outputs, agent_outputs)

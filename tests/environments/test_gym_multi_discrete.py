@@ -96,7 +96,7 @@ def test_the_actors_sample_one_index_per_choice_and_store_them_as_int32():
   assert actions.dtype == np.int32 and actions.shape == (4, len(NVEC))
   np.testing.assert_array_equal(actions, [[2, 0]] * 4)
   np.testing.assert_array_equal(space.group_to_environment(actions, spec), actions)
-  empty = space.empty_agent_output(spec)
+  empty = space.empty_agent_output()
   assert empty.action.shape == (len(NVEC),) and empty.policy_params.shape == (sum(NVEC),)
 
 

@@ -91,7 +91,7 @@ class _CountingEnvironment(base.Environment):
 
 class _FixedPolicy:
   """Stands in for BatchedPolicy: logits favour action 1, state counts calls."""
-  action_space = action_spaces.ActionSpace()
+  action_space = action_spaces.ActionSpace(distributions.CategoricalFamily(2))
 
   def initial_states(self, num_envs):
     return np.zeros((num_envs, 2), np.float32)
