@@ -25,6 +25,7 @@ from scalable_agent_tf2.configuration.settings import TRAIN
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.runfiles import checkpoint_files
@@ -248,7 +249,8 @@ def make_learner(config, agent, strategy=None):
                                      jit_compile=config.jit_compile_choice(),
                                      kl_target=config.kl_target)
   return learner_lib.Learner(agent, config.learner_config(),
-                             jit_compile=config.jit_compile_choice(), strategy=strategy)
+                             jit_compile=config.jit_compile_choice(), strategy=strategy,
+                             entropy_mask=laser.entropy_mask(config))
 
 
 def checkpoint_settings(config, agent):

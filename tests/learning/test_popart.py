@@ -100,8 +100,8 @@ def test_popart_losses_are_the_normalised_ones():
   env_outputs, agent_outputs = _batch(1.0)
   scaled = env_outputs._replace(reward=env_outputs.reward * scale)  # Inputs clipped alike.
   state = ()
-  got = with_popart._loss_and_gradients(state, scaled, agent_outputs)[1]
-  want = without._loss_and_gradients(state, env_outputs, agent_outputs)[1]
+  got = with_popart._loss_gradients_and_targets(state, scaled, agent_outputs)[1]
+  want = without._loss_gradients_and_targets(state, env_outputs, agent_outputs)[1]
   for key in ("pg_loss", "baseline_loss", "entropy_loss"):
     np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), rtol=2e-4, err_msg=key)
 
