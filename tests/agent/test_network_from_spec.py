@@ -216,7 +216,7 @@ def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, fa
     # since issue 42's Unlock study); Box actions on frames share the torso (CarRacing).
     assert agent.config.separate_value_torso == (kind != torsos.FRAME or not continuous)
     assert hasattr(agent, "value_torso") == agent.config.separate_value_torso
-    assert hasattr(agent, "observation_filter") == filtered
+    assert (agent.observation_filter is not None) == filtered
     assert (action_spaces.for_agent(agent).observation_filter is not None) == filtered
     if kind == torsos.INDEX:
       assert agent.config.num_observation_values == 16  # FrozenLake's Discrete(16).
@@ -291,3 +291,18 @@ def test_a_new_action_distribution_needs_only_its_family():
   space = action_spaces.for_agent(agent)
   assert space.sample(params.numpy()[0], rng).shape == (2,)
   _updates_every_variable(agent, env_outputs, agent_outputs)
+
+
+def test_the_observation_filter_is_part_of_the_agent_and_its_checkpoints(tmp_path):
+  """The run's filter is given when the agent is built (assembly.build_agent), not attached
+  later; a checkpoint of the agent carries its statistics, which an agent built with a fresh
+  filter restores."""
+  config = networks.vector_config(2, 2)
+  trained = networks.Agent(config, observation_filter=action_spaces.ObservationFilter(2))
+  trained.observation_filter(np.array([[1.0, 2.0], [3.0, 6.0]]))
+  path = tf.train.Checkpoint(agent=trained).save(str(tmp_path / "ckpt"))
+  fresh = networks.Agent(config, observation_filter=action_spaces.ObservationFilter(2))
+  tf.train.Checkpoint(agent=fresh).restore(path).assert_existing_objects_matched()
+  assert fresh.observation_filter.serialize() == trained.observation_filter.serialize()
+  assert action_spaces.for_agent(fresh).observation_filter is fresh.observation_filter
+  assert networks.Agent(config).observation_filter is None

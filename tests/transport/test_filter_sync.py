@@ -156,8 +156,8 @@ LEARNER_SCRIPT = textwrap.dedent("""
     from scalable_agent_tf2.transport import service_client
     from scalable_agent_tf2.transport import filter_sync
     from scalable_agent_tf2.agent import networks
-    agent = networks.Agent(t.TOY_NETWORK, seed=3)
-    agent.observation_filter = action_spaces.ObservationFilter({size})
+    agent = networks.Agent(t.TOY_NETWORK, seed=3,
+                           observation_filter=action_spaces.ObservationFilter({size}))
     agent.observation_filter.deserialize({restored!r})  # As a checkpoint restores it.
     server = learner_service.TrajectoryServer({address!r}, t.layout(), t.FINGERPRINT,
                                               agent.trainable_variables, capacity=4,
