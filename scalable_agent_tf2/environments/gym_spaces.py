@@ -111,7 +111,7 @@ class Description:
 
   def action_layout(self):
     """The action sizes by name, as the network's action distribution family gives them
-    (action_families' `layout`: num_actions, action_size or nvec): what the network's line
+    (its `layout`: num_actions, action_size or nvec): what the network's line
     in words says (families/base.py network_in_words), known without TensorFlow."""
     if self.continuous_actions:
       return dict(action_size=self.action_size)
