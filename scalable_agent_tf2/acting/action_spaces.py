@@ -110,9 +110,10 @@ class ActionSpace:
 class ObservationFilter(tf.train.experimental.PythonState):
   """A run's normalization.MeanStdFilter, shared by its actor threads, saved with checkpoints.
 
-  A tf.train.experimental.PythonState: a tf.train.Checkpoint that tracks it (through the agent,
-  build_agent attaches it) writes its statistics at every save and reads them back at restore,
-  so a resumed run and a test run normalise as the trained network expects.
+  A tf.train.experimental.PythonState: a tf.train.Checkpoint that tracks it (through the agent
+  built with it, networks.Agent's observation_filter) writes its statistics at every save and
+  reads them back at restore, so a resumed run and a test run normalise as the trained network
+  expects.
   """
 
   def __init__(self, observation_size, update=True):
@@ -161,5 +162,5 @@ def for_network(network_config, observation_filter=None):
 
 
 def for_agent(agent):
-  """The action space of an agent, with the observation filter build_agent attached."""
+  """The action space of an agent, with the agent's observation filter."""
   return for_network(agent.config, agent.observation_filter)
