@@ -39,10 +39,8 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None, batch
     jit_compile: compile the update with XLA.
     strategy: None, or a tf.distribute strategy (STRATEGY_CASES only): the agent is built in
       its scope and the learner splits each batch over its replicas.
-    learning_rate: None for HPARAMS'; another value builds the same case with a different
-      step (the readiness tests' forced difference).
-    batch_size: B of the batches the learner will take (LASER's entropy mask is [B]: its
-      online half).
+    learning_rate: None for HPARAMS'; another gives another step (the readiness tests').
+    batch_size: B of its batches (LASER's entropy mask is [B]: their online half).
 
   Returns:
     (learner, batch): batch(T, B, seed) -> (env_outputs, agent_outputs), numpy, fixed by seed.
@@ -52,7 +50,6 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None, batch
 
   from scalable_agent_tf2.agent import networks
   from scalable_agent_tf2.learning import impact
-  from scalable_agent_tf2.learning import laser
   from scalable_agent_tf2.learning import learner
   from scalable_agent_tf2.resolution import config as config_lib
   from scalable_agent_tf2.structures import AgentOutput
@@ -98,12 +95,16 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None, batch
     return impact.ImpactLearner(agent, config_lib.LearnerConfig(**hparams),
                                 config_lib.ImpactConfig(target_update_period=2),
                                 jit_compile=jit_compile), batch
-  entropy_mask = None
   if name.startswith("laser"):
     hparams["trust_region_threshold"] = 0.5
-    entropy_mask = laser.online_mask(batch_size, batch_size // 2)
   return learner.Learner(agent, config_lib.LearnerConfig(**hparams), jit_compile=jit_compile,
-                         strategy=strategy, entropy_mask=entropy_mask), batch
+                         strategy=strategy, entropy_mask=_entropy_mask(name, batch_size)), batch
+
+
+def _entropy_mask(name, batch_size):
+  """LASER's case: the entropy cost on each batch's online half (laser.online_mask)."""
+  from scalable_agent_tf2.learning import laser  # pylint: disable=g-import-not-at-top
+  return laser.online_mask(batch_size, batch_size // 2) if name.startswith("laser") else None
 
 
 def case_updates(name, the_learner, batch, T=5, B=4, updates=3):
