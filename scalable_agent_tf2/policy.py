@@ -168,7 +168,8 @@ class Policy:
     env_output = EnvOutput(reward=np.broadcast_to(rewards, (batch,)),
                            done=np.asarray(state.first, bool),
                            observation=Observation(frame=frames, instruction=instructions),
-                           episode_return=zeros, episode_step=zeros)
+                           episode_return=zeros, episode_step=zeros,
+                           truncated=np.zeros(batch, bool))
     env_output = self._space.observe(policies.encode_group_instructions(env_output))
     params, _, core = self._network(state.action, env_output, state.core)
     if greedy:

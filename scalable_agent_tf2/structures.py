@@ -5,9 +5,6 @@ Every field is time-major when batched for learning: [T+1, B, ...] (the last ste
 unroll is the first of the next, as in the released code's actor loop).
 """
 import collections
-import sys
-
-import numpy as np
 
 # One observation. frame: uint8 [H, W, C] (DMLab: 72x96x3 RGB; Atari: 84x84x4 stacked grey
 # frames), or float32 [O] for continuous control (MuJoCo's observation vector). instruction: on
@@ -17,51 +14,18 @@ import numpy as np
 Observation = collections.namedtuple("Observation", "frame instruction")
 
 
-class EnvOutput(collections.namedtuple(
-    "EnvOutput", "reward done observation episode_return episode_step truncated")):
-  """What the agent sees after each environment step.
-
-  reward: float32 (unclipped: clipping is the learner's job). done: bool, True when this
-  observation is the first of a NEW episode (the previous one ended and the environment reset
-  itself, as in the released code). episode_return / episode_step: statistics of the episode
-  that is running (or, when done, of the episode that just ended), for logging only.
-  truncated: bool, True when this observation is the last of an episode a time limit cut
-  (environments/truncation.py): the next step's action is ignored and that step starts the
-  next episode; the learner cuts the transition leaving this observation, so that the return
-  into it bootstraps from its value (losses.py). [T+1, B] in a batch like `done`.
-
-  `truncated` may be left out (or None): it is then "never truncated" in done's form
-  (never_truncated_like), so that records of environments that cannot truncate, and records
-  built by hand, stay valid.
-  """
-  __slots__ = ()
-
-  def __new__(cls, reward, done, observation, episode_return, episode_step, truncated=None):
-    if truncated is None:
-      truncated = never_truncated_like(done)
-    return super().__new__(cls, reward, done, observation, episode_return, episode_step,
-                           truncated)
-
-
-def never_truncated_like(done):
-  """All-False `truncated` in the form of `done`: False for a Python or numpy bool, a bool
-  array of done's shape, and for TensorFlow objects (only when TensorFlow is already loaded:
-  a record of tensors cannot exist before) an all-False bool tensor or a bool TensorSpec of
-  done's shape (assembly.trajectory_signature builds EnvOutput from specs). None stays None.
-  """
-  if done is None:
-    return None
-  if isinstance(done, (bool, np.bool_)):
-    return False
-  if isinstance(done, np.ndarray):
-    return np.zeros(done.shape, bool)
-  tf = sys.modules.get("tensorflow")
-  if tf is not None:
-    if isinstance(done, tf.TensorSpec):
-      return tf.TensorSpec(done.shape, tf.bool)
-    if tf.is_tensor(done):
-      return tf.zeros_like(done, dtype=tf.bool)
-  return np.zeros(np.shape(done), bool)
+# What the agent sees after each environment step. reward: float32 (unclipped: clipping is the
+# learner's job). done: bool, True when this observation is the first of a NEW episode (the
+# previous one ended and the environment reset itself, as in the released code).
+# episode_return / episode_step: statistics of the episode that is running (or, when done, of
+# the episode that just ended), for logging only. truncated: bool, True when this observation is
+# the last of an episode a time limit cut (environments/truncation.py): the next step's action
+# is ignored and that step starts the next episode; the learner cuts the transition leaving this
+# observation, so that the return into it bootstraps from its value (losses.py). [T+1, B] in a
+# batch like `done`. Every field is given: an environment that cannot truncate says False (or
+# zeros of done's shape).
+EnvOutput = collections.namedtuple(
+    "EnvOutput", "reward done observation episode_return episode_step truncated")
 
 
 # What the agent emits at each step, for every action distribution (agent/distributions.py):

@@ -1,6 +1,6 @@
 """Policy folders for the tests of policy.py and the SavedModel export, made with the project's
 own pieces (a run's agent and checkpointer, as training saves one), and the project's own
-network's outputs on a sequence of steps (test mode's restore, then networks.Agent.step)."""
+network's outputs on a sequence of steps (test mode's restore, then policies.acting_step)."""
 import os
 
 import numpy as np
@@ -10,6 +10,7 @@ from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation
+from tests.agent_steps import acting_step
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BREAKOUT = os.path.join(REPO, "benchmarks", "agents", "breakout")
@@ -49,10 +50,10 @@ def restored_agent(logdir, level_name, *flags):
 
 
 def network_outputs(agent, steps):
-  """[(policy_params [B, P], baseline [B], core)] of Agent.step over `steps`: dicts of
+  """[(policy_params [B, P], baseline [B], core)] of policies.acting_step over `steps`: dicts of
   observation [B, ...], reward [B], first [B], prev_action [B, ...], instruction (B strings or
   None); observations filtered and instructions hashed as actors do."""
-  observation_filter = getattr(agent, "observation_filter", None)
+  observation_filter = agent.observation_filter
   core = agent.initial_state(len(steps[0]["reward"]))
   outputs = []
   for step in steps:
@@ -67,8 +68,9 @@ def network_outputs(agent, steps):
                            done=np.asarray(step["first"], bool),
                            observation=Observation(frame=frame, instruction=instruction),
                            episode_return=np.zeros(batch, np.float32),
-                           episode_step=np.zeros(batch, np.int32))
-    output, core = agent.step(step["prev_action"], env_output, core)
-    outputs.append((output.policy_params.numpy(), output.baseline.numpy(),
+                           episode_step=np.zeros(batch, np.int32),
+                           truncated=np.zeros(batch, bool))
+    params, baseline, core = acting_step(agent, step["prev_action"], env_output, core)
+    outputs.append((params.numpy(), baseline.numpy(),
                     [c.numpy() for c in core] if agent.config.use_lstm else []))
   return outputs

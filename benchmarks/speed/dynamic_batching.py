@@ -1,8 +1,8 @@
 """Acting throughput with dynamic batching (the paper's Table 1, "dyn. batch").
 
 N Python threads each play one actor: they call the shallow DMLab network's acting step
-(`Agent.step`, batch of one, LSTM state fed back) as fast as they can. Three ways to serve
-them, side by side in one run:
+(`policies.acting_step`, batch of one, LSTM state fed back) as fast as they can. Three ways to
+serve them, side by side in one run:
 
   op      dynamic_batching.batch_fn: the C++ batcher op; one serving thread runs the step on
           the concatenated batch (what the actors use).
@@ -38,9 +38,10 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import dynamic_batching  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.acting import policies  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import language  # pylint: disable=g-import-not-at-top
-from scalable_agent_tf2.agent import layers  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.structures import EnvOutput  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.structures import Observation  # pylint: disable=g-import-not-at-top
 
@@ -67,20 +68,32 @@ def actor_inputs(config, seed, rows=1):
           frame=rng.integers(0, 256, (rows,) + config.frame_shape, dtype=np.uint8),
           instruction=language.hash_instructions(["pick the red object"] * rows)),
       episode_return=np.zeros([rows], np.float32),
-      episode_step=np.zeros([rows], np.int32))
+      episode_step=np.zeros([rows], np.int32), truncated=np.zeros([rows], bool))
   state = ()
   if config.use_lstm:
-    state = layers.LSTMState(c=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32),
+    state = torsos.LSTMState(c=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32),
                              h=np.zeros([rows, networks.CORE_LSTM_SIZE], np.float32))
   return np.zeros([rows], np.int32), env_output, state
 
 
+def agent_step(agent):
+  """The actors' step of the network (policies.acting_step) on one actor's (prev_action,
+  env_output, core_state): (policy_params, baseline, core_state)."""
+  step = policies.acting_step(agent)
+
+  def call(prev_action, env_output, core_state):
+    observation = env_output.observation
+    return step(prev_action, env_output.reward, env_output.done, observation.frame,
+                observation.instruction, core_state)
+  return call
+
+
 def batched_step_function(agent, example):
-  """agent.step traced once with an open batch dimension (for the batched modes)."""
+  """agent_step traced once with an open batch dimension (for the batched modes)."""
   specs = tf.nest.map_structure(
       lambda x: tf.TensorSpec((None,) + np.shape(x)[1:], tf.as_dtype(np.asarray(x).dtype)),
       example)
-  return tf.function(agent.step).get_concrete_function(*specs)
+  return tf.function(agent_step(agent)).get_concrete_function(*specs)
 
 
 class PythonQueueBatcher:
@@ -170,11 +183,11 @@ def measure(mode, agent, num_threads, seconds, warmup_seconds):
   example = actor_inputs(config, seed=0)
   closer = None
   if mode == "direct":
-    call = tf.function(agent.step)
+    call = tf.function(agent_step(agent))
   elif mode == "op":
     call = dynamic_batching.batch_fn_with_options(
         minimum_batch_size=1, maximum_batch_size=MAXIMUM_BATCH_SIZE, timeout_ms=TIMEOUT_MS)(
-            agent.step)
+            agent_step(agent))
     closer = call.close
   else:
     call = PythonQueueBatcher(batched_step_function(agent, example), MAXIMUM_BATCH_SIZE)
@@ -195,7 +208,7 @@ def measure_layout(agent, num_threads, rows, seconds, warmup_seconds):
   """The op serving `num_threads` threads of `rows` rows per call (groups if rows > 1)."""
   call = dynamic_batching.batch_fn_with_options(
       minimum_batch_size=1, maximum_batch_size=MAXIMUM_BATCH_SIZE, timeout_ms=TIMEOUT_MS,
-      allow_groups=rows > 1)(agent.step)
+      allow_groups=rows > 1)(agent_step(agent))
   try:
     run(call, num_threads, warmup_seconds, agent.config, rows)  # Tracing, start-up, caches.
     latencies = run(call, num_threads, seconds, agent.config, rows)

@@ -30,7 +30,7 @@ HPARAMS = dict(learning_rate=0.01, total_environment_frames=100_000, max_grad_no
 AGENT_SEED = 3
 
 
-def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
+def build_case(name, jit_compile=False, strategy=None, learning_rate=None, batch_size=4):
   """(learner, batch) of one case, built from its fixed seed where the caller's device scope
   puts it (tests/benchmark_tools/test_gpu.py builds one under /GPU:0 and one under /CPU:0).
 
@@ -39,8 +39,8 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
     jit_compile: compile the update with XLA.
     strategy: None, or a tf.distribute strategy (STRATEGY_CASES only): the agent is built in
       its scope and the learner splits each batch over its replicas.
-    learning_rate: None for HPARAMS'; another value builds the same case with a different
-      step (the readiness tests' forced difference).
+    learning_rate: None for HPARAMS'; another gives another step (the readiness tests').
+    batch_size: B of its batches (LASER's entropy mask is [B]: their online half).
 
   Returns:
     (learner, batch): batch(T, B, seed) -> (env_outputs, agent_outputs), numpy, fixed by seed.
@@ -98,23 +98,27 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None):
   if name.startswith("laser"):
     hparams["trust_region_threshold"] = 0.5
   return learner.Learner(agent, config_lib.LearnerConfig(**hparams), jit_compile=jit_compile,
-                         strategy=strategy), batch
+                         strategy=strategy, entropy_mask=_entropy_mask(name, batch_size)), batch
+
+
+def _entropy_mask(name, batch_size):
+  """LASER's case: the entropy cost on each batch's online half (laser.online_mask)."""
+  from scalable_agent_tf2.learning import laser  # pylint: disable=g-import-not-at-top
+  return laser.online_mask(batch_size, batch_size // 2) if name.startswith("laser") else None
 
 
 def case_updates(name, the_learner, batch, T=5, B=4, updates=3):
   """Runs `updates` updates of case `name` on its fixed batches (seeds 0, 1, ...); returns
   [{stat: value}] per update (the learner's variables are trained in place)."""
-  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.learning import laser
   records = []
   for seed in range(updates):
     env_outputs, agent_outputs = batch(T, B, seed)
     state = the_learner.agent.initial_state(B)
-    # One call for both learners: IMPACT's batch carries its target network's policy.
-    kwargs = the_learner.batch(state, env_outputs, agent_outputs)
-    if name.startswith("laser"):
-      kwargs["entropy_mask"] = laser.online_mask(B, B // 2)
-    stats = the_learner.update(**kwargs)
+    kwargs = {}
+    if name.startswith("impact"):  # The target network's policy, frozen as the batch enters.
+      kwargs["target_policy_params"] = the_learner.target_policy_params(state, env_outputs,
+                                                                         agent_outputs)
+    stats = the_learner.update(state, env_outputs, agent_outputs, **kwargs)
     # New statistics may be added; the old ones must keep their values.
     records.append({k: np.asarray(v).item() for k, v in sorted(stats.items())
                     if k != "update_skipped"})
@@ -132,7 +136,7 @@ def numbers(T=5, B=4, updates=3):
   """{case: {"updates": [{stat: value}], "parameters": digest}}."""
   results = {}
   for name in CASES:
-    the_learner, batch = build_case(name)
+    the_learner, batch = build_case(name, batch_size=B)
     records = case_updates(name, the_learner, batch, T, B, updates)
     results[name] = {"updates": records,
                      "parameters": _digest(the_learner.agent.trainable_variables)}

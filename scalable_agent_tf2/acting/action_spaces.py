@@ -4,7 +4,7 @@ policy's action distribution (agent/distributions.py).
     space = action_spaces.for_agent(agent)              # an ActionSpace
     params = network_output.policy_params               # one row per environment: logits, or
                                                          # [mean, log_std] concatenated
-    agent_output = space.empty_agent_output(env.spec)   # paired with an episode's first step
+    agent_output = space.empty_agent_output()           # paired with an episode's first step
     env_output = space.observe(env.initial())           # the observation filter (vectors)
     action = space.sample(params_row, rng)              # what the trajectory stores
     actions = space.sample_group(params, rngs)          # the same for a group's rows
@@ -19,7 +19,7 @@ every family.
 Categorical (IMPALA's agents): a sample by the Gumbel-max trick; the action is an int32 index.
 
 Diagonal Gaussian (the IMPACT paper's continuous control, section 4.3): the sample
-(action_families.DiagGaussianFamily.sample_numpy) is UNCLIPPED in the trajectory (the behaviour
+(distributions.DiagGaussianFamily.sample_numpy) is UNCLIPPED in the trajectory (the behaviour
 log-probability is the density of that sample); only the copy sent to the environment is
 clipped to the spec's bounds (action_bounds.clip_to_bounds, RLlib's `clip_actions`).
 
@@ -36,7 +36,6 @@ import json
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import normalization
@@ -46,34 +45,26 @@ from scalable_agent_tf2.structures import AgentOutput
 class ActionSpace:
   """The actions of one policy: sampled, stored and sent as its distribution says."""
 
-  def __init__(self, distribution=None, observation_filter=None):
+  def __init__(self, distribution, observation_filter=None):
     """Args:
-      distribution: the network's distributions family (None: a categorical over the
-        parameters' own size, or over the environment spec's num_actions: a policy stand-in
-        that has no network).
+      distribution: the network's distributions family (its config's action_distribution).
       observation_filter: an ObservationFilter (vector observations), or None (frames,
         indices: observations as the environment gives them).
     """
     self.distribution = distribution
     self.observation_filter = observation_filter
 
-  def _family_of_params(self, params):
-    return self.distribution or action_families.CategoricalFamily(np.shape(params)[-1])
-
-  def _family_of_spec(self, spec):
-    return self.distribution or action_families.for_spec(spec)
-
-  def empty_agent_output(self, spec):
+  def empty_agent_output(self):
     """The agent output paired with an episode's first observation (released code: zeros;
     never used: the learner's step t=0 is no action's outcome)."""
-    family = self._family_of_spec(spec)
+    family = self.distribution
     return AgentOutput(action=np.zeros(family.action_shape, family.action_dtype)[()],
                        policy_params=np.zeros(family.param_size, np.float32),
                        baseline=np.float32(0))
 
-  def empty_group_outputs(self, num_envs, spec):
+  def empty_group_outputs(self, num_envs):
     """empty_agent_output for each of a group's num_envs environments: [G] rows."""
-    family = self._family_of_spec(spec)
+    family = self.distribution
     return AgentOutput(
         action=np.zeros((num_envs,) + tuple(family.action_shape), family.action_dtype),
         policy_params=np.zeros((num_envs, family.param_size), np.float32),
@@ -86,16 +77,16 @@ class ActionSpace:
 
   def sample(self, params, rng):
     """One action from the policy's parameters [P] with rng (a Gaussian's unclipped)."""
-    return self._family_of_params(params).sample_numpy(params, rng)
+    return self.distribution.sample_numpy(params, rng)
 
   def sample_group(self, params, rngs):
     """The group's actions [G, *action_shape] from its parameters [G, P], row g with rngs[g]."""
-    return self._family_of_params(params).sample_rows(params, rngs)
+    return self.distribution.sample_rows(params, rngs)
 
   def to_environment(self, action, spec):
     """The copy the environment receives: a discrete action as it is; a continuous one
     clipped to the spec's bounds (the trajectory keeps the unclipped sample)."""
-    if self.distribution is None or self.distribution.discrete:
+    if self.distribution.discrete:
       return action
     if not isinstance(spec, base.ContinuousEnvSpec):
       raise ValueError(f"A {self.distribution} policy acts on continuous actions; the "
@@ -104,14 +95,14 @@ class ActionSpace:
 
   def group_to_environment(self, actions, spec):
     """to_environment for each of a group's actions [G, ...]."""
-    if self.distribution is None or self.distribution.discrete:
+    if self.distribution.discrete:
       return actions
     return np.stack([self.to_environment(action, spec) for action in actions])
 
   def agent_output(self, action, params, baseline):
     """What the trajectory stores for a step: the action in the family's dtype, mu's
     parameters [P] and the baseline."""
-    dtype = self._family_of_params(params).action_dtype
+    dtype = self.distribution.action_dtype
     return AgentOutput(action=np.asarray(action, dtype)[()], policy_params=params,
                        baseline=baseline)
 
@@ -119,9 +110,10 @@ class ActionSpace:
 class ObservationFilter(tf.train.experimental.PythonState):
   """A run's normalization.MeanStdFilter, shared by its actor threads, saved with checkpoints.
 
-  A tf.train.experimental.PythonState: a tf.train.Checkpoint that tracks it (through the agent,
-  build_agent attaches it) writes its statistics at every save and reads them back at restore,
-  so a resumed run and a test run normalise as the trained network expects.
+  A tf.train.experimental.PythonState: a tf.train.Checkpoint that tracks it (through the agent
+  built with it, networks.Agent's observation_filter) writes its statistics at every save and
+  reads them back at restore, so a resumed run and a test run normalise as the trained network
+  expects.
   """
 
   def __init__(self, observation_size, update=True):
@@ -161,7 +153,7 @@ def takes_observation_filter(network_config):
   observations pass through the run's ObservationFilter whatever the actions (RLlib's
   MeanStdFilter, environments/normalization.py). Frames ([0, 255] pixels, scaled by the network) and
   indices (one-hot) are never filtered."""
-  return getattr(network_config, "observation_kind", "frame") == "vector"
+  return network_config.observation_kind == "vector"
 
 
 def for_network(network_config, observation_filter=None):
@@ -170,5 +162,5 @@ def for_network(network_config, observation_filter=None):
 
 
 def for_agent(agent):
-  """The action space of an agent, with the observation filter build_agent attached."""
-  return for_network(agent.config, getattr(agent, "observation_filter", None))
+  """The action space of an agent, with the agent's observation filter."""
+  return for_network(agent.config, agent.observation_filter)

@@ -29,8 +29,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.environments import EnvironmentProcessDied
 from scalable_agent_tf2.environments import EnvironmentProcessTimeout
 from scalable_agent_tf2.environments import LevelCannotRun
@@ -242,7 +242,8 @@ class EnvironmentLoop:
     """Args:
       group_factory: callable(attempt) -> a group (AtariVectorGroup, EnvironmentGroup), a
         list of base.Environments or one (as_group); attempt counts restarts from 0.
-      policy: a policies.BatchedPolicy (or PerActorPolicy).
+      policy: a policies.BatchedPolicy (or PerActorPolicy); its action_space samples, stores
+        and sends the actions (action_spaces.ActionSpace).
       rngs: one numpy Generator per environment of the group, for its actions.
       level_name: str, the group's level, for reports.
       on_episode: callable(level_name, episode_return, episode_step) at each episode end.
@@ -251,8 +252,7 @@ class EnvironmentLoop:
     """
     self._group_factory = group_factory
     self._policy = policy
-    # A policy without an action space (a test's stand-in) acts in a discrete one.
-    self._action_space = getattr(policy, "action_space", None) or action_spaces.ActionSpace()
+    self._action_space = policy.action_space
     self._rngs = list(rngs)
     self.level_name = level_name
     self._on_episode = on_episode
@@ -290,8 +290,12 @@ class EnvironmentLoop:
     if len(self._rngs) != group.num_envs:
       raise ValueError(f"{group.num_envs} environments need as many random generators, got "
                        f"{len(self._rngs)}.")
-    self.env_output = policies.encode_group_instructions(group.initial())
-    self.agent_output = self._action_space.empty_group_outputs(group.num_envs, group.spec)
+    # The word ids of a group whose levels give no instruction (Atari, the toy levels), built
+    # once: its steps share them.
+    self._no_instructions = language.empty_instructions([group.num_envs])
+    self._no_instructions.setflags(write=False)
+    self.env_output = policies.encode_group_instructions(group.initial(), self._no_instructions)
+    self.agent_output = self._action_space.empty_group_outputs(group.num_envs)
     self.core_state = self._policy.initial_states(group.num_envs)
 
   def _crashed(self, error):
@@ -352,7 +356,7 @@ class EnvironmentLoop:
       self._crashed(error)
       raise EnvironmentRestarted(str(error)) from error
     self.agent_output = space.agent_output(actions, params, baseline)
-    self.env_output = policies.encode_group_instructions(env_output)
+    self.env_output = policies.encode_group_instructions(env_output, self._no_instructions)
     self.core_state = core_state
     self._report_episodes()
     return self.agent_output, self.env_output

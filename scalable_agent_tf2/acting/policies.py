@@ -131,13 +131,17 @@ class PerActorPolicy(_Policy):
     self._step = on_device
 
 
-def encode_group_instructions(env_outputs):
-  """A group's outputs with instructions as int32 word ids [G, 16]; no hashing when every
-  instruction is empty (Atari, the toy levels)."""
+def encode_group_instructions(env_outputs, no_instructions=None):
+  """A group's outputs with instructions as int32 word ids [G, 16]. No hashing when every
+  instruction is empty (Atari, the toy levels): the ids are `no_instructions`, the zeros [G, 16]
+  an actor builds once for its group (language.empty_instructions; read-only, as the steps
+  share them), or new zeros."""
   instructions = env_outputs.observation.instruction
-  if not any(instructions):
-    encoded = language.empty_instructions([len(instructions)])
-  else:
+  if any(instructions):
     encoded = language.hash_instructions(np.asarray(list(instructions), dtype=object))
+  elif no_instructions is not None and len(no_instructions) == len(instructions):
+    encoded = no_instructions
+  else:
+    encoded = language.empty_instructions([len(instructions)])
   return env_outputs._replace(
       observation=env_outputs.observation._replace(instruction=encoded))

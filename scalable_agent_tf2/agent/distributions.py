@@ -1,31 +1,35 @@
-"""The policy's action distributions as TF objects: categorical (IMPALA's discrete actions),
-diagonal Gaussian (the IMPACT paper's continuous control, section 4.3) and multi-categorical
-(gymnasium's MultiDiscrete: independent categorical components), after SEED RL's
-parametric distributions (Espeholt et al. 2020, seed_rl/common/parametric_distribution.py):
-one learner, one V-trace and one set of losses for every kind of action.
+"""The policy's action distributions, after SEED RL's parametric distributions (Espeholt et
+al. 2020, seed_rl/common/parametric_distribution.py): one learner, one V-trace and one set of
+losses for every kind of action.
 
-A DISTRIBUTION (`Categorical(logits)`, `DiagGaussian(mean, log_std)`,
-`MultiCategorical(logits, nvec)`, or a family's `family(params)`, action_families.py) holds
-tensors [..., P] with any leading shape (e.g. [T, B] when learning, [B] when acting) and offers
-`log_prob(actions)`, `entropy()`, `kl(other)`, `total_kl(other)`,
-`implied_policy_kl(behaviour, ...)` (LASER's trust region, section 4.3) and `sample(seed)`
-(TF, stateless); `[key]` slices the leading dimensions and `stop_gradient()` detaches it.
-What the shapes are, how the network reads a previous action and how actors sample in numpy
-is its family's (action_families.py): the learner's math here, the action kind's layout there.
+A FAMILY is what an action kind is to the rest of the agent: `CategoricalFamily(num_actions)`
+(IMPALA's discrete actions), `DiagGaussianFamily(action_size)` (the IMPACT paper's continuous
+control, section 4.3), `MultiCategoricalFamily(nvec)` (gymnasium's MultiDiscrete); `for_spec`
+gives an environment's, and a network config holds one as `action_distribution`. It knows the
+size P of the network's flat parameters [..., P] (`param_size`: what the policy head outputs
+and structures.AgentOutput.policy_params carries), the action spec (`action_dtype`,
+`action_shape`), how the network reads a previous action (`action_features`, Figure 3's one-hot
+for discrete actions), the settings that fix the action tensors' shapes (`layout`: checkpoints
+and the wire compare them) and the actors' numpy sampling (`sample_rows`, `sample_numpy`: one
+generator per environment, so which other actors share a forward pass never changes an
+environment's actions). A family is a value (equal, hashable, printed by its one field).
 
-Each method is the arithmetic of the function it replaced (vtrace.py's, losses.py's and the
-former gaussian.py's), moved unchanged: the learner's numbers do not move
-(benchmarks/tools/update_numbers.py).
+Calling a family on parameters gives its DISTRIBUTION, the learner's math (`Categorical(logits)`,
+`DiagGaussian(mean, log_std)`, `MultiCategorical(logits, nvec)`): tensors [..., P] of any
+leading shape ([T, B] when learning, [B] when acting) with `log_prob(actions)`, `entropy()`,
+`kl(other)`, `total_kl(other)`, `implied_policy_kl(behaviour, ...)` (LASER's trust region,
+section 4.3), `sample(seed)` (TF, stateless) and `mode()`; `[key]` slices the leading dimensions
+and `stop_gradient()` detaches it. Adding an action kind is a distribution and a family here and
+its branch in `for_spec`.
 
-Continuous actions: a Gaussian policy's log-probability is of the UNCLIPPED sample, which is
-what the trajectory stores; action_bounds.clip_to_bounds clips only the copy sent to the
-environment (RLlib's `clip_actions` does the same). Its log standard deviation is STATE-
-DEPENDENT and unbounded by default (RLlib's DiagGaussian with free_log_std=False, which the
-IMPACT paper's code base ran; heads.GaussianPolicyHead), so the network's flat parameters
-are [..., 2A], the means then the log standard deviations.
+A Gaussian policy's log-probability is of the UNCLIPPED sample, which the trajectory stores;
+action_bounds.clip_to_bounds clips only the environment's copy (RLlib's `clip_actions`). Its
+log_std is state-dependent by default (RLlib's free_log_std=False, which the IMPACT paper's
+code base ran; heads.GaussianPolicyHead): flat parameters [..., 2A], the means then log_std.
 """
 import math
 
+import numpy as np
 import tensorflow as tf
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -39,19 +43,190 @@ _HALF_LOG_2PI_E = 0.5 * math.log(2.0 * math.pi * math.e)
 IMPLIED_KL_NUM_SAMPLES = 32
 
 
-class Categorical:
-  """softmax(logits) over N actions (IMPALA's policies).
+# The families: an action kind's shapes, previous-action features and numpy sampling.
 
-  Attributes:
-    logits: float32 [..., N], unnormalised log-probabilities.
-  """
+
+class _Family:
+  """A family is a value: equal, hashable and printed by its one defining field (`_FIELD`)."""
+
+  _FIELD = ""
+
+  def __repr__(self):
+    return f"{type(self).__name__}({self._FIELD}={getattr(self, self._FIELD)})"
+
+  def __eq__(self, other):
+    return type(other) is type(self) and getattr(other, self._FIELD) == getattr(
+        self, self._FIELD)
+
+  def __hash__(self):
+    return hash((type(self), getattr(self, self._FIELD)))
+
+  def layout(self):
+    """What fixes the action tensors' shapes (checkpoint and wire settings)."""
+    value = getattr(self, self._FIELD)
+    return {self._FIELD: list(value) if isinstance(value, tuple) else value}
+
+  def of_outputs(self, outputs):
+    """The policy of an output record (structures.AgentOutput or networks.NetworkOutput):
+    the distribution of its policy_params [..., P]."""
+    return self(outputs.policy_params)
+
+  @property
+  def action_feature_size(self):
+    """The length of action_features' rows: P for discrete actions (their one-hots)."""
+    return self.param_size
+
+  def sample_rows(self, params, rngs):
+    """One action per row of numpy params [G, P], row g drawn with rngs[g] (numpy
+    Generators): a row's draws do not depend on the group's other rows."""
+    return np.stack([self.sample_numpy(row, rng) for row, rng in zip(params, rngs)])
+
+
+class CategoricalFamily(_Family):
+  """Categorical policies over num_actions actions N: parameters [..., N] (the logits), actions
+  int32 [] (one index)."""
+
+  _FIELD = "num_actions"
+  discrete = True
+  action_dtype = np.dtype(np.int32)
+  action_shape = ()
+
+  def __init__(self, num_actions):
+    self.num_actions = num_actions
+
+  @property
+  def param_size(self):
+    return self.num_actions
+
+  def __call__(self, params):
+    return Categorical(params)
+
+  def action_features(self, actions):
+    """A previous action as the network reads it (Figure 3): int [N'] -> one-hot float32
+    [N', N]."""
+    return tf.one_hot(tf.cast(actions, tf.int32), self.num_actions)
+
+  def sample_rows(self, params, rngs):
+    """int32 [G]: the Gumbel-max trick on each row of logits [G, N], row g with rngs[g]."""
+    params = np.asarray(params)
+    noise = np.stack([rng.gumbel(size=params.shape[1:]) for rng in rngs])
+    return np.argmax(params + noise, axis=-1).astype(np.int32)
+
+  def sample_numpy(self, params, rng):
+    """One action from logits [N] with rng (sample_rows of one row): an int."""
+    params = np.asarray(params)
+    return int(np.argmax(params + rng.gumbel(size=params.shape)))
+
+
+class DiagGaussianFamily(_Family):
+  """Diagonal Gaussian policies over action_size A real dimensions: parameters [..., 2A] (means
+  then log standard deviations), actions float32 [A] (unclipped samples)."""
+
+  _FIELD = "action_size"
+  discrete = False
+  action_dtype = np.dtype(np.float32)
+
+  def __init__(self, action_size):
+    self.action_size = action_size
+
+  @property
+  def param_size(self):
+    return 2 * self.action_size
+
+  @property
+  def action_shape(self):
+    return (self.action_size,)
+
+  def __call__(self, params):
+    return DiagGaussian.from_params(params)
+
+  @property
+  def action_feature_size(self):
+    return self.action_size
+
+  def action_features(self, actions):
+    """A previous action as a network that reads it would: the (unclipped) sample itself,
+    float [N', A] -> float32 [N', A]."""
+    return tf.cast(actions, tf.float32)
+
+  def split_numpy(self, params):
+    """(mean, log_std) float32 [..., A] of numpy parameters [..., 2A]."""
+    params = np.asarray(params, np.float32)
+    if params.shape[-1] != 2 * self.action_size:
+      raise ValueError(f"Gaussian policy parameters of shape {params.shape}; expected "
+                       f"[..., {2 * self.action_size}] (mean and log_std of "
+                       f"{self.action_size} action dimensions).")
+    return params[..., :self.action_size], params[..., self.action_size:]
+
+  def sample_numpy(self, params, rng):
+    """DiagGaussian.sample's numpy counterpart: an unclipped sample float32 [A] (or [..., A])
+    of N(mean, exp(log_std)^2) from parameters [2A] (or [..., 2A]) with rng."""
+    mean, log_std = self.split_numpy(params)
+    noise = rng.standard_normal(mean.shape, dtype=np.float32)
+    return (mean + np.exp(log_std) * noise).astype(np.float32)
+
+
+class MultiCategoricalFamily(_Family):
+  """MultiCategorical policies over nvec: parameters [..., sum(nvec)] (each component's
+  logits), actions int32 [K] (one index per component)."""
+
+  _FIELD = "nvec"
+  discrete = True
+  action_dtype = np.dtype(np.int32)
+
+  def __init__(self, nvec):
+    """nvec: K positive ints, the components' numbers of actions."""
+    self.nvec = tuple(int(n) for n in nvec)
+    if not self.nvec or min(self.nvec) < 1:
+      raise ValueError(f"nvec must be positive numbers of actions, got {nvec}.")
+
+  @property
+  def param_size(self):
+    return sum(self.nvec)
+
+  @property
+  def action_shape(self):
+    return (len(self.nvec),)
+
+  def __call__(self, params):
+    return MultiCategorical(params, self.nvec)
+
+  def action_features(self, actions):
+    """A previous action as the network reads it: int [N', K] -> the components' one-hots
+    concatenated, float32 [N', sum(nvec)]."""
+    actions = tf.cast(actions, tf.int32)
+    return tf.concat([tf.one_hot(actions[..., k], n) for k, n in enumerate(self.nvec)], -1)
+
+  def sample_numpy(self, params, rng):
+    """One action int32 [K] from parameters [sum(nvec)] with rng (each component by the
+    Gumbel-max trick, CategoricalFamily's)."""
+    params = np.asarray(params)
+    bounds = np.cumsum((0,) + self.nvec)
+    return np.array([np.argmax(params[start:end] + rng.gumbel(size=end - start))
+                     for start, end in zip(bounds[:-1], bounds[1:])], np.int32)
+
+
+def for_spec(spec):
+  """The family of an environment's spec: categorical over an EnvSpec's num_actions (IMPALA),
+  diagonal Gaussian over a ContinuousEnvSpec's action_size (IMPACT section 4.3),
+  multi-categorical over a MultiDiscreteEnvSpec's nvec. The spec is read by its fields, not its
+  class, as every spec is a plain record (environments/base.py)."""
+  if hasattr(spec, "action_size"):
+    return DiagGaussianFamily(spec.action_size)
+  if hasattr(spec, "nvec"):
+    return MultiCategoricalFamily(spec.nvec)
+  return CategoricalFamily(spec.num_actions)
+
+
+# The distributions: the learner's math, as TF objects.
+
+
+class Categorical:
+  """softmax(logits) over N actions (IMPALA's policies). logits: float32 [..., N]."""
 
   discrete = True
 
   def __init__(self, logits):
-    """Args:
-      logits: float32 [..., N] (e.g. [T, B, N] when learning, [B, N] when acting).
-    """
     self.logits = tf.convert_to_tensor(logits, tf.float32)
 
   @property
@@ -66,41 +241,27 @@ class Categorical:
   def stop_gradient(self):
     return Categorical(tf.stop_gradient(self.logits))
 
+  def actions_shape(self):
+    """The shape of the actions log_prob takes: the logits' leading shape [...]."""
+    return self.logits.shape[:-1]
+
   def log_prob(self, actions):
-    """log pi(a | x) of the taken actions.
-
-    Args:
-      actions: int32 [...], the leading shape of the logits.
-
-    Returns:
-      float32 [...].
-    """
-    actions = tf.convert_to_tensor(actions, dtype=tf.int32)
-    if (actions.shape.rank is not None and self.logits.shape.rank is not None
-        and actions.shape.rank != self.logits.shape.rank - 1):
-      raise ValueError(f"actions has shape {actions.shape}, expected the logits' leading "
-                       f"shape {self.logits.shape[:-1]} (discrete actions are int32 [...]).")
-    return -tf.nn.sparse_softmax_cross_entropy_with_logits(logits=self.logits, labels=actions)
-
-  def _sum_pi_log_pi(self):
-    """sum_a pi log pi, float32 [...] (minus the entropy, as losses.entropy_loss sums it)."""
-    log_policy = tf.nn.log_softmax(self.logits)
-    return tf.reduce_sum(tf.exp(log_policy) * log_policy, -1)
+    """log pi(a | x) float32 [...] of the taken actions int32 [...]."""
+    return -tf.nn.sparse_softmax_cross_entropy_with_logits(
+        logits=self.logits, labels=tf.convert_to_tensor(actions, dtype=tf.int32))
 
   def entropy(self):
     """H(pi(.|x)) = -sum_a pi log pi, float32 [...]."""
-    return -self._sum_pi_log_pi()
+    log_policy = tf.nn.log_softmax(self.logits)
+    return -tf.reduce_sum(tf.exp(log_policy) * log_policy, -1)
 
   def _kl_terms(self, other):
     log_p = tf.nn.log_softmax(self.logits)
     return tf.exp(log_p) * (log_p - tf.nn.log_softmax(other.logits))
 
   def kl(self, other):
-    """KL(self || other) = sum_a p (log p - log q) at every step, float32 [...].
-
-    Args:
-      other: a Categorical of the same shape.
-    """
+    """KL(self || other) = sum_a p (log p - log q) at every step, float32 [...] (other: a
+    Categorical of the same shape)."""
     return tf.reduce_sum(self._kl_terms(other), -1)
 
   def total_kl(self, other):
@@ -117,16 +278,10 @@ class Categorical:
     relevance function"). It depends on the states' policies only, not on the sampled actions
     (section 4.3: an action-based criterion would add bias). Computed in log space, so
     policies with tiny probabilities give finite values; exact (a sum over the N actions).
-
-    Args:
-      behaviour: Categorical [..., N], mu.
-      clip_rho_threshold: rho_bar (V-trace's, 1 by default); None or inf: no truncation, so
-        pi_rho_bar = pi and the divergence is 0.
-      seed: unused (DiagGaussian's Monte-Carlo estimate takes one).
-
-    Returns:
-      float32 [...], >= 0, gradient-free (it selects data; it is not a loss).
-    """
+    behaviour: a Categorical [..., N], mu; clip_rho_threshold: rho_bar (V-trace's), None or
+    inf: no truncation, so pi_rho_bar = pi and the divergence is 0; seed: unused
+    (DiagGaussian's Monte-Carlo estimate takes one). Returns float32 [...] >= 0, gradient-free
+    (it selects data; it is not a loss)."""
     del seed
     log_pi = tf.nn.log_softmax(tf.stop_gradient(self.logits))
     if clip_rho_threshold is None or math.isinf(clip_rho_threshold):
@@ -139,11 +294,7 @@ class Categorical:
     return tf.maximum(kl, 0.0)  # Rounding can give -1e-8 where pi_rho_bar = pi.
 
   def sample(self, seed):
-    """Actions int32 [B] from logits [B, N] (TF, stateless, XLA-compilable).
-
-    Args:
-      seed: int32 [2], the stateless random seed.
-    """
+    """Actions int32 [B] from logits [B, N] with the stateless seed int32 [2] (XLA-compiles)."""
     return tf.random.stateless_categorical(self.logits, 1, seed=seed, dtype=tf.int32)[:, 0]
 
   def mode(self):
@@ -153,30 +304,18 @@ class Categorical:
 
 class DiagGaussian:
   """pi(a|x) = prod_i N(a_i; m_i(x), s_i(x)^2) over A action dimensions (IMPACT paper, section
-  4.3 and Appendix E, "We assume a diagonal Gaussian policy").
-
-  Attributes:
-    mean: float32 [..., A], the means m(x).
-    log_std: float32 [..., A], the log standard deviations log s(x).
-  """
+  4.3 and Appendix E, "We assume a diagonal Gaussian policy"): the means m(x) and the log
+  standard deviations log s(x), float32 [..., A] each (a state-independent log_std is
+  broadcast by the policy head, heads.GaussianPolicyHead)."""
 
   discrete = False
 
-  def __init__(self, mean, log_std, mean_name="policy_mean", log_std_name="policy_log_std"):
-    """Args:
-      mean: float32 [..., A].
-      log_std: float32 [..., A], the same shape (a state-independent log_std is broadcast by
-        the policy head).
-      mean_name, log_std_name: what error messages call them.
-    """
+  def __init__(self, mean, log_std):
     mean = tf.convert_to_tensor(mean, tf.float32)
     log_std = tf.convert_to_tensor(log_std, tf.float32)
-    if mean.shape.rank is not None and mean.shape.rank < 1:
-      raise ValueError(f"{mean_name} must have an action dimension [..., A], got a scalar.")
-    if not mean.shape.is_compatible_with(log_std.shape):
-      raise ValueError(f"{log_std_name} has shape {log_std.shape}, expected {mean.shape} like "
-                       f"{mean_name} (a state-independent log_std is broadcast by the policy "
-                       f"head, heads.GaussianPolicyHead).")
+    if mean.shape.rank == 0 or not mean.shape.is_compatible_with(log_std.shape):
+      raise ValueError(f"policy_log_std has shape {log_std.shape}, expected {mean.shape} like "
+                       f"policy_mean (both [..., A]).")
     self.mean, self.log_std = mean, log_std
 
   @classmethod
@@ -196,21 +335,14 @@ class DiagGaussian:
   def stop_gradient(self):
     return DiagGaussian(tf.stop_gradient(self.mean), tf.stop_gradient(self.log_std))
 
+  def actions_shape(self):
+    """The shape of the actions log_prob takes: the means' [..., A]."""
+    return self.mean.shape
+
   def log_prob(self, actions):
-    """log pi(a | x) of the taken actions, summed over the action dimensions:
-
-    log pi(a|x) = sum_i [-0.5 ((a_i - m_i) / s_i)^2 - log s_i - 0.5 log(2 pi)].
-
-    Args:
-      actions: float32 [..., A], the actions taken (unclipped samples).
-
-    Returns:
-      float32 [...].
-    """
+    """log pi(a | x) float32 [...] of the taken actions float32 [..., A] (unclipped samples),
+    sum_i [-0.5 ((a_i - m_i) / s_i)^2 - log s_i - 0.5 log(2 pi)]."""
     actions = tf.convert_to_tensor(actions, tf.float32)
-    if not actions.shape.is_compatible_with(self.mean.shape):
-      raise ValueError(f"actions has shape {actions.shape}, expected {self.mean.shape} like "
-                       f"policy_mean (continuous actions are float32 [..., A]).")
     standardised = (actions - self.mean) * tf.exp(-self.log_std)
     return -tf.reduce_sum(0.5 * tf.square(standardised) + self.log_std + _HALF_LOG_2PI,
                           axis=-1)
@@ -221,19 +353,9 @@ class DiagGaussian:
     return tf.reduce_sum(self.log_std + _HALF_LOG_2PI_E, axis=-1)
 
   def kl(self, other):
-    """KL(self || other) between diagonal Gaussians at every step, in closed form:
-
-    sum_i [log(s_q,i / s_p,i) + (s_p,i^2 + (m_p,i - m_q,i)^2) / (2 s_q,i^2) - 1/2].
-
-    Args:
-      other: a DiagGaussian of the same shape (gradients flow through both).
-
-    Returns:
-      float32 [...], >= 0.
-    """
-    if not self.mean.shape.is_compatible_with(other.mean.shape):
-      raise ValueError(f"q_mean has shape {other.mean.shape}, expected {self.mean.shape} like "
-                       f"p_mean.")
+    """KL(self || other) >= 0 between diagonal Gaussians of the same shape at every step,
+    float32 [...], in closed form (gradients flow through both):
+    sum_i [log(s_q,i / s_p,i) + (s_p,i^2 + (m_p,i - m_q,i)^2) / (2 s_q,i^2) - 1/2]."""
     p_mean, p_log_std, q_mean, q_log_std = self.mean, self.log_std, other.mean, other.log_std
     variance_ratio = tf.exp(2.0 * (p_log_std - q_log_std))
     standardised_gap = (p_mean - q_mean) * tf.exp(-q_log_std)
@@ -242,8 +364,7 @@ class DiagGaussian:
         axis=-1)
 
   def total_kl(self, other):
-    """sum over every step of KL(self || other), float32 scalar."""
-    return tf.reduce_sum(self.kl(other))
+    return tf.reduce_sum(self.kl(other))  # Over every step: float32 scalar.
 
   def implied_policy_kl(self, behaviour, clip_rho_threshold=1.0,
                         num_samples=IMPLIED_KL_NUM_SAMPLES, seed=(0, 0)):
@@ -257,23 +378,13 @@ class DiagGaussian:
     so KL = E_pi[e] + log E_pi[exp(-e)], both expectations over the same K samples a ~ pi
     (section 4.3: "a Monte Carlo estimate of the KL divergence"). The estimate is >= 0 by
     Jensen, exactly 0 where pi = mu (rho_bar >= 1), and consistent as K grows. It depends on
-    the states' policies only, not on the actions taken (section 4.3).
-
-    Args:
-      behaviour: DiagGaussian [..., A], mu.
-      clip_rho_threshold: rho_bar (V-trace's, 1 by default); None or inf: pi_rho_bar = pi, 0.
-      num_samples: K, samples from pi per step.
-      seed: int32 [2], the stateless random seed of the samples (same seed, same estimate).
-
-    Returns:
-      float32 [...], >= 0, gradient-free (it selects data; it is not a loss).
-    """
+    the states' policies only, not on the actions taken (section 4.3). behaviour: a
+    DiagGaussian [..., A], mu; clip_rho_threshold as Categorical's; num_samples: K; seed: int32
+    [2], the samples' stateless seed (same seed, same estimate). Returns float32 [...] >= 0,
+    gradient-free."""
     mu_mean, mu_log_std = tf.nest.map_structure(
         tf.stop_gradient, (behaviour.mean, behaviour.log_std))
     pi_mean, pi_log_std = tf.nest.map_structure(tf.stop_gradient, (self.mean, self.log_std))
-    if not mu_mean.shape.is_compatible_with(pi_mean.shape):
-      raise ValueError(f"target_policy_mean has shape {pi_mean.shape}, expected "
-                       f"{mu_mean.shape} like behaviour_policy_mean.")
     if clip_rho_threshold is None or math.isinf(clip_rho_threshold):
       return tf.zeros_like(pi_mean[..., 0])
     if num_samples < 1:
@@ -293,12 +404,8 @@ class DiagGaussian:
     return tf.maximum(tf.reduce_mean(excess, axis=0) + log_normaliser, 0.0)
 
   def sample(self, seed):
-    """a = m + s * eps, eps ~ N(0, I): UNCLIPPED actions float32 [..., A] (TF, stateless,
-    XLA-compilable). Clip only the copy sent to the environment.
-
-    Args:
-      seed: int32 [2], the stateless random seed.
-    """
+    """a = m + s * eps, eps ~ N(0, I): UNCLIPPED actions float32 [..., A] with the stateless
+    seed int32 [2] (XLA-compiles). Clip only the copy sent to the environment."""
     return self.mean + tf.exp(self.log_std) * tf.random.stateless_normal(
         tf.shape(self.mean), seed=seed)
 
@@ -311,20 +418,12 @@ class MultiCategorical:
   """prod_k softmax(logits_k) over K independent categorical components of nvec[k] actions
   each (gymnasium's MultiDiscrete(nvec) action spaces; SEED RL's
   multi_categorical_distribution): the log-probability, entropy and KL are the components'
-  sums.
-
-  Attributes:
-    logits: float32 [..., sum(nvec)], the components' logits one after another.
-    nvec: the components' numbers of actions, a tuple of K ints.
+  sums. logits: float32 [..., sum(nvec)], the components' one after another; nvec: K ints.
   """
 
   discrete = True
 
   def __init__(self, logits, nvec):
-    """Args:
-      logits: float32 [..., sum(nvec)].
-      nvec: K positive ints.
-    """
     self.logits = tf.convert_to_tensor(logits, tf.float32)
     self.nvec = tuple(int(n) for n in nvec)
 
@@ -343,19 +442,14 @@ class MultiCategorical:
   def stop_gradient(self):
     return MultiCategorical(tf.stop_gradient(self.logits), self.nvec)
 
+  def actions_shape(self):
+    """The shape of the actions log_prob takes: [..., K], one index per component."""
+    return self.logits.shape[:-1].concatenate([len(self.nvec)])
+
   def log_prob(self, actions):
-    """log pi(a | x) = sum_k log pi_k(a_k | x) of the taken actions.
-
-    Args:
-      actions: int32 [..., K], one index per component.
-
-    Returns:
-      float32 [...].
-    """
+    """log pi(a | x) = sum_k log pi_k(a_k | x) float32 [...] of the taken actions int32
+    [..., K]."""
     actions = tf.convert_to_tensor(actions, dtype=tf.int32)
-    if actions.shape.rank is not None and actions.shape[-1] != len(self.nvec):
-      raise ValueError(f"actions has shape {actions.shape}, expected [..., {len(self.nvec)}] "
-                       f"(one index per component of nvec {self.nvec}).")
     return tf.add_n([component.log_prob(actions[..., k])
                      for k, component in enumerate(self.components())])
 
@@ -364,17 +458,13 @@ class MultiCategorical:
     return tf.add_n([component.entropy() for component in self.components()])
 
   def kl(self, other):
-    """KL(self || other) = sum_k KL(self_k || other_k) at every step, float32 [...].
-
-    Args:
-      other: a MultiCategorical of the same nvec.
-    """
+    """KL(self || other) = sum_k KL(self_k || other_k) at every step, float32 [...] (other: a
+    MultiCategorical of the same nvec)."""
     return tf.add_n([mine.kl(theirs)
                      for mine, theirs in zip(self.components(), other.components())])
 
   def total_kl(self, other):
-    """sum over every step of KL(self || other), float32 scalar."""
-    return tf.reduce_sum(self.kl(other))
+    return tf.reduce_sum(self.kl(other))  # Over every step: float32 scalar.
 
   def _joint_log_probs(self):
     """log pi(a | x) of every joint action, float32 [..., prod(nvec)] (row-major in a)."""
@@ -392,15 +482,7 @@ class MultiCategorical:
     """KL(pi || pi_rho_bar) at every step (Categorical.implied_policy_kl's, LASER section 4.3),
     exact over the prod(nvec) joint actions: min(rho_bar mu, pi) does not factor over the
     components, so the joint distributions are enumerated (cost and memory prod(nvec) per
-    step).
-
-    Args:
-      behaviour: MultiCategorical of the same nvec, mu.
-      clip_rho_threshold: rho_bar; None or inf: 0.
-      seed: unused (the divergence is exact).
-
-    Returns:
-      float32 [...], >= 0, gradient-free.
+    step). behaviour: a MultiCategorical of the same nvec, mu; seed: unused (exact).
     """
     return Categorical(self._joint_log_probs()).implied_policy_kl(
         Categorical(behaviour._joint_log_probs()), clip_rho_threshold, seed)  # pylint: disable=protected-access

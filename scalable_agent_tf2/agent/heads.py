@@ -16,8 +16,8 @@ and log_std), which every checkpoint records under agent/policy/.
 """
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import action_families
-from scalable_agent_tf2.agent import layers
+from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.agent import torsos
 
 
 class GaussianPolicyHead(tf.Module):
@@ -38,7 +38,7 @@ class GaussianPolicyHead(tf.Module):
     self.state_dependent_log_std = state_dependent_log_std
     with self.name_scope:
       outputs = 2 * action_size if state_dependent_log_std else action_size
-      self.linear = layers.Linear(input_size, outputs, init, name="linear")
+      self.linear = torsos.Linear(input_size, outputs, init, name="linear")
       if not state_dependent_log_std:
         self.log_std = tf.Variable(tf.zeros([action_size]), name="log_std")
 
@@ -56,13 +56,13 @@ def policy_head(distribution, input_size, init, state_dependent_log_std=True, na
   Args:
     distribution: the network config's action_distribution.
     input_size: the core output's size.
-    init: the initializer of output layers (layers.Initializer, or a NormcInitializer's
+    init: the initializer of output layers (torsos.Initializer, or a NormcInitializer's
       for_output_layers()).
     state_dependent_log_std: a Gaussian's log_std from the layer (True) or learned free
       (False); other families have no log_std.
     name: the module's name.
   """
-  if isinstance(distribution, action_families.DiagGaussianFamily):
+  if isinstance(distribution, distributions.DiagGaussianFamily):
     return GaussianPolicyHead(input_size, distribution.action_size, init,
                               state_dependent_log_std=state_dependent_log_std, name=name)
-  return layers.Linear(input_size, distribution.param_size, init=init, name=name)
+  return torsos.Linear(input_size, distribution.param_size, init=init, name=name)

@@ -14,7 +14,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import layers
+from scalable_agent_tf2.agent import torsos
 
 # Instruction encoder (section 5, Figure 3): words hashed into 1000 buckets, embedding 20,
 # LSTM 64 (released code: tf.string_to_hash_bucket_fast(words, 1000), snt.Embed(1000, 20),
@@ -77,7 +77,7 @@ class InstructionEncoder(tf.Module):
       self.embeddings = tf.Variable(
           init.truncated_normal([INSTRUCTION_HASH_BUCKETS, INSTRUCTION_EMBEDDING_SIZE]),
           name="embeddings")
-      self.lstm = layers.LSTM(INSTRUCTION_EMBEDDING_SIZE, INSTRUCTION_LSTM_SIZE, init=init)
+      self.lstm = torsos.LSTM(INSTRUCTION_EMBEDDING_SIZE, INSTRUCTION_LSTM_SIZE, init=init)
 
   def __call__(self, word_ids, trim_padding=False):
     """word_ids: int32 [N, MAX_INSTRUCTION_WORDS] from hash_instructions -> [N, 64].

@@ -18,21 +18,20 @@ parameters), the observation only (reward_and_action_inputs=False), RLlib's norm
 (initializer=NORMC_INIT) and, on vectors, a separate value MLP (separate_value_torso: "The critic
 network shares the same architecture as the policy network", not its weights).
 
-Two APIs share the same variables:
-  * acting:   `initial_state(batch_size)`, then `step(prev_action, env_output, core_state)`
-              on a batch of any size, one time step;
-  * learning: `unroll(prev_actions, env_outputs, core_state)` over [T+1, B], applying the
-              torso to all T+1 frames at once (section 3: "folding time into the batch
-              dimension") and resetting the core wherever an episode ended.
+One entry point, `unroll(prev_actions, env_outputs, core_state)` over [T, B] from
+`initial_state(B)` or an actor's state: the learner runs it over a batch's T+1 steps, applying
+the torso to all frames at once (section 3: "folding time into the batch dimension") and
+resetting the core wherever an episode ended; actors run it over one step
+(acting/policies.acting_step) and sample the actions in numpy (acting/action_spaces.py).
 
 This module holds the agent and its config; the language input (hashing, encoder) is
-language.py's, the layers (Linear, Conv2D, LSTM) layers.py's, the torsos (and how frames
-reach them: to_unit_float, chunked_torso) torsos.py's.
+language.py's, the layers (Linear, Conv2D, LSTM) and the torsos (and how frames reach them:
+to_unit_float, chunked_torso) torsos.py's.
 
 The observation's kind (NetworkConfig.observation_kind, torsos.torso_for_observation) picks
 the torso: image frames take the paper's (Figure 3), float vectors the MLP (IMPACT section
 4.3's sizes), a Discrete observation's index its one-hot; the action distribution
-(NetworkConfig.action_distribution, action_families.py) sizes the policy head and reads the
+(NetworkConfig.action_distribution, distributions.py) sizes the policy head and reads the
 previous action; network_config_for_spec composes a config from an environment's spec.
 """
 import collections
@@ -42,17 +41,15 @@ from typing import Tuple
 
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import heads
 from scalable_agent_tf2.agent import language
-from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration.settings import DEEP  # --torso's choices.
 from scalable_agent_tf2.configuration.settings import IMPACT_CNN  # --torso's choices.
 from scalable_agent_tf2.configuration.settings import SHALLOW  # --torso's choices.
 from scalable_agent_tf2.configuration.settings import SHALLOW_MIN_FRAME_SIZE  # --torso's choices.
 from scalable_agent_tf2.configuration.settings import TORSOS  # --torso's choices.
-from scalable_agent_tf2.structures import AgentOutput
 
 CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
 # The learner's deep torso runs in chunks of at most this many frames, each chunk's activations
@@ -62,8 +59,8 @@ CORE_LSTM_SIZE = 256  # Figure 3: "LSTM 256".
 DEEP_TORSO_CHUNK_FRAMES = 128
 
 # The initial weights of the Linear layers (NetworkConfig.initializer): Sonnet 1's truncated
-# normal (the released code's, layers.Initializer) or RLlib's normc (the IMPACT paper's code
-# base, layers.NormcInitializer). Frame torsos always start from Sonnet's.
+# normal (the released code's, torsos.Initializer) or RLlib's normc (the IMPACT paper's code
+# base, torsos.NormcInitializer). Frame torsos always start from Sonnet's.
 SONNET_INIT, NORMC_INIT = "sonnet", "normc"
 
 # Output of `unroll`: the learner's own view of the trajectory. policy_params float32
@@ -112,7 +109,7 @@ class NetworkConfig:
       network", not its weights); False: the baseline shares the torso and core (Figure 3).
     initializer: SONNET_INIT or NORMC_INIT, the Linear layers' initial weights (the MLP
       torso's and the heads'); frame torsos, the instruction encoder and the LSTM always start
-      from Sonnet's (layers.Initializer).
+      from Sonnet's (torsos.Initializer).
     state_dependent_log_std: a Gaussian policy's log_std from the head's layer (RLlib's
       free_log_std=False, which the IMPACT paper's code base ran) or one learned vector.
     trim_instruction_padding: the instruction encoder's LSTM runs up to the longest
@@ -198,9 +195,9 @@ class NetworkConfig:
       if self.num_actions is None:
         raise ValueError("A network config needs num_actions (categorical) or an "
                          "action_distribution.")
-      distribution = action_families.CategoricalFamily(self.num_actions)
+      distribution = distributions.CategoricalFamily(self.num_actions)
       object.__setattr__(self, "action_distribution", distribution)
-    if isinstance(distribution, action_families.CategoricalFamily):
+    if isinstance(distribution, distributions.CategoricalFamily):
       if self.num_actions not in (None, distribution.num_actions):
         raise ValueError(f"num_actions {self.num_actions} and {distribution} disagree.")
       object.__setattr__(self, "num_actions", distribution.num_actions)
@@ -280,7 +277,7 @@ def continuous_vector_config(observation_size, action_size, state_dependent_log_
       num_actions=None, frame_shape=(int(observation_size),), torso=torsos.MLP,
       use_lstm=use_lstm, use_instruction=False, observation_kind=torsos.VECTOR,
       mlp_hidden_sizes=tuple(hidden_sizes),
-      action_distribution=action_families.DiagGaussianFamily(int(action_size)),
+      action_distribution=distributions.DiagGaussianFamily(int(action_size)),
       reward_and_action_inputs=False, separate_value_torso=True, initializer=NORMC_INIT,
       state_dependent_log_std=state_dependent_log_std)
 
@@ -295,7 +292,7 @@ def continuous_frame_config(frame_shape, action_size, torso=SHALLOW,
   return NetworkConfig(
       num_actions=None, frame_shape=tuple(int(n) for n in frame_shape), torso=torso,
       use_lstm=use_lstm, use_instruction=False, torso_chunk_frames=0,
-      action_distribution=action_families.DiagGaussianFamily(int(action_size)),
+      action_distribution=distributions.DiagGaussianFamily(int(action_size)),
       reward_and_action_inputs=False, initializer=NORMC_INIT,
       state_dependent_log_std=state_dependent_log_std)
 
@@ -305,7 +302,7 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
                             num_observation_values=None, state_dependent_log_std=True,
                             separate_value_torso=False):
   """The network for an environment's spec: the torso by the observation's kind, the core
-  (use_lstm), and the head of the spec's action distribution (action_families.for_spec).
+  (use_lstm), and the head of the spec's action distribution (distributions.for_spec).
 
   Discrete actions (an EnvSpec, or a MultiDiscreteEnvSpec: a categorical per choice) take
   Figure 3's agent with that torso: frames (torso: --torso, shallow by default; with
@@ -334,7 +331,7 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
   Raises:
     ValueError: a pair of observation and actions no network takes (Box actions on an index).
   """
-  distribution = action_families.for_spec(spec)
+  distribution = distributions.for_spec(spec)
   frame_shape = tuple(spec.frame_shape)
   if not distribution.discrete:
     if observation_kind == torsos.VECTOR:
@@ -369,25 +366,33 @@ class Agent(tf.Module):
   and a baseline (Figure 3; the IMPACT paper's continuous-control networks, section 4.3).
 
   Its attribute paths are part of every checkpoint: torso (policy_torso and value_torso with a
-  separate value torso), instruction_encoder, core, policy, baseline, _sampler.
+  separate value torso), instruction_encoder, core, policy, baseline, observation_filter.
+  (Checkpoints written before actors sampled in numpy also hold agent/_sampler, a random
+  generator no code reads any more: restoring leaves it unread.)
   """
 
-  def __init__(self, config, seed=0, name="agent"):
+  def __init__(self, config, seed=0, name="agent", observation_filter=None):
     """Args:
       config: a NetworkConfig (see the presets: dmlab_config, atari_config, vector_config,
         index_config, continuous_vector_config, continuous_frame_config).
-      seed: seeds the initial weights and the action sampling.
+      seed: seeds the initial weights.
       name: module name.
+      observation_filter: None, or the run's filter of observation vectors
+        (acting/action_spaces.ObservationFilter, RLlib's MeanStdFilter; the run builds one for
+        a network that reads vectors, assembly.build_agent). Actors pass every observation
+        through it before the network sees or stores it; it is part of the agent, so every
+        checkpoint carries its statistics and a restored agent filters as it was trained.
     """
     super().__init__(name=name)
     self.config = config
+    self.observation_filter = observation_filter
     distribution = config.action_distribution
     # The Linear layers draw from one generator in the order they are built; frame torsos from
     # Sonnet's generator (the same one when the Linear layers are Sonnet's too), so that the
     # same seed gives the same network as before these were one stack.
-    frame_init = layers.Initializer(seed)
+    frame_init = torsos.Initializer(seed)
     dense_init = (frame_init if config.initializer == SONNET_INIT
-                  else layers.NormcInitializer(seed))
+                  else torsos.NormcInitializer(seed))
     torso_init = frame_init if config.observation_kind == torsos.FRAME else dense_init
     with self.name_scope:
       # The frame torsos are built as before this choice existed: the same module names and
@@ -405,7 +410,7 @@ class Agent(tf.Module):
         self.instruction_encoder = language.InstructionEncoder(init=frame_init)
         core_input_size += language.INSTRUCTION_LSTM_SIZE
       if config.use_lstm:
-        self.core = layers.LSTM(core_input_size, CORE_LSTM_SIZE, init=frame_init, name="core")
+        self.core = torsos.LSTM(core_input_size, CORE_LSTM_SIZE, init=frame_init, name="core")
         core_output_size = CORE_LSTM_SIZE
       else:
         core_output_size = core_input_size
@@ -417,38 +422,13 @@ class Agent(tf.Module):
         self.value_torso = torsos.build_torso(config.torso_choice, torso_init,
                                               name="value_torso")
         baseline_input_size = self.value_torso.output_size
-      self.baseline = layers.Linear(baseline_input_size, 1, init=output_init, name="baseline")
-      self._sampler = tf.random.Generator.from_seed(seed + 1)
+      self.baseline = torsos.Linear(baseline_input_size, 1, init=output_init, name="baseline")
 
   def initial_state(self, batch_size):
     """The core state at the start of an episode: LSTMState of zeros [B, 256], or ()."""
     if self.config.use_lstm:
       return self.core.initial_state(batch_size)
     return ()
-
-  def step(self, prev_action, env_output, core_state):
-    """One acting step for a batch of any size B.
-
-    Args:
-      prev_action: [B, *action_shape], the action that led to env_output (int32 [B] for a
-        categorical policy, float32 [B, A] for a Gaussian).
-      env_output: EnvOutput of [B, ...] tensors (frame uint8 [B, H, W, C], float32 [B, O]
-        or int32 [B] by the config's observation_kind; instruction int32
-        [B, MAX_INSTRUCTION_WORDS] when the config uses language).
-      core_state: the state returned by the previous step, or initial_state(B).
-
-    Returns:
-      (AgentOutput(action [B, *action_shape] sampled from the policy (a Gaussian's
-       unclipped), policy_params float32 [B, P], baseline [B]), new core_state).
-    """
-    add_time = lambda t: tf.convert_to_tensor(t)[tf.newaxis]
-    output, core_state = self.unroll(
-        add_time(prev_action), tf.nest.map_structure(add_time, env_output), core_state)
-    policy_params, baseline = output.policy_params[0], output.baseline[0]
-    action = self.config.action_distribution(policy_params).sample(
-        seed=self._sampler.make_seeds(1)[:, 0])
-    return AgentOutput(action=action, policy_params=policy_params,
-                       baseline=baseline), core_state
 
   def unroll(self, prev_actions, env_outputs, core_state, static_shapes=False):
     """Runs the network over a time-major sequence.
@@ -457,8 +437,9 @@ class Agent(tf.Module):
       prev_actions: [T, B, *action_shape], prev_actions[t] is the action that led to
         env_outputs[t] (unused without reward_and_action_inputs).
       env_outputs: EnvOutput of [T, B, ...] tensors (observation.frame [T, B, *frame_shape]
-        of the config's frame_dtype); done[t] True means observation t starts a new episode,
-        so the core state is reset before step t.
+        of the config's frame_dtype, as learner.check_batch asserts at the update's entry);
+        done[t] True means observation t starts a new episode, so the core state is reset
+        before step t.
       core_state: the core state before step 0 (initial_state(B) or an actor's state).
       static_shapes: the unroll is compiled with XLA, which cannot compile the chunked
         torso's recomputing loop (torsos.chunked_torso; its own rematerialisation manages
@@ -471,9 +452,6 @@ class Agent(tf.Module):
     """
     config = self.config
     frames = tf.convert_to_tensor(env_outputs.observation.frame)
-    if not frames.shape[2:].is_compatible_with(config.frame_shape):
-      raise ValueError(f"observation.frame has shape {frames.shape}, expected "
-                       f"[T, B, *{tuple(config.frame_shape)}] (the config's frame_shape).")
     steps, batch = tf.shape(frames)[0], tf.shape(frames)[1]
     flat = lambda t: tf.reshape(t, tf.concat([[steps * batch], tf.shape(t)[2:]], 0))
 

@@ -39,7 +39,7 @@ ContinuousEnvSpec = collections.namedtuple(
 
 # Several discrete choices per step (gymnasium's MultiDiscrete, gym_spaces.py): nvec, a tuple of
 # K numbers of choices, an action being K indices, action[k] in [0, nvec[k]) (a categorical
-# policy per component, agent/action_families.MultiCategoricalFamily); frame_shape as EnvSpec's.
+# policy per component, agent/distributions.MultiCategoricalFamily); frame_shape as EnvSpec's.
 MultiDiscreteEnvSpec = collections.namedtuple("MultiDiscreteEnvSpec", "nvec frame_shape")
 
 # Frames are uint8 (structures.Observation); continuous-control observations float32.

@@ -11,7 +11,7 @@ Discrete(n) -> a categorical policy (IMPALA); MultiDiscrete(nvec) -> one categor
 choice, sampled independently (SEED RL's multi-categorical distribution); Box (A,) -> a
 diagonal Gaussian (the IMPACT paper's continuous control, section 4.3). The spec a
 Description gives (base.EnvSpec, MultiDiscreteEnvSpec or ContinuousEnvSpec) chooses the
-network's head (agent/action_families.for_spec), and `sent_action` the copy gymnasium gets.
+network's head (agent/distributions.for_spec), and `sent_action` the copy gymnasium gets.
 """
 import sys
 
@@ -111,7 +111,7 @@ class Description:
 
   def action_layout(self):
     """The action sizes by name, as the network's action distribution family gives them
-    (action_families' `layout`: num_actions, action_size or nvec): what the network's line
+    (its `layout`: num_actions, action_size or nvec): what the network's line
     in words says (families/base.py network_in_words), known without TensorFlow."""
     if self.continuous_actions:
       return dict(action_size=self.action_size)

@@ -6,8 +6,8 @@ losses.py       the losses, per step (section 4.2, reward clipping, IMPACT's sur
                 per batch: IMPALA's terms (with LASER's trust-region and entropy masks) and
                 IMPACT's beside them, summed over T x B.
 optimizers.py   RMSProp with TF1 semantics and the linear learning-rate schedule.
-learner.py      the compiled update (Learner; one `update(**learner.batch(...))` for both),
-                the batch's checks at its entry.
+learner.py      the compiled update (Learner, which IMPACT's extends), the batch's checks at
+                its entry.
 impact.py       IMPACT's own: the circular buffer, its learner steps, ImpactLearner.
 popart.py       PopArt's value normalisation (statistics, the output-preserving rescale).
 laser.py        LASER's own: the episode replay and mixer, replayed core states, the

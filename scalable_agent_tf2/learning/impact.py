@@ -86,9 +86,9 @@ class CircularBuffer:
 def steps(dataset, learner, config):
   """IMPACT's learner steps (Algorithm 1 lines 6, 7, 10): batches pass through a
   CircularBuffer of --circular_buffer_size batches, each used --circular_buffer_max_uses
-  times; learner.batch evaluates the target network's policy on a batch when it enters. Only a
-  batch's first use brings new trajectories (and of those, not the replayed ones): frames are
-  counted once.
+  times; the target network's policy on a batch is evaluated when it enters
+  (learner.target_policy_params). Only a batch's first use brings new trajectories (and of
+  those, not the replayed ones): frames are counted once.
 
   Yields (policy_versions [B], learner.update's keyword arguments, number of new
   trajectories), as run/input_pipeline.learner_steps does for IMPALA.
@@ -101,8 +101,12 @@ def steps(dataset, learner, config):
     batch = next(batches, None)
     if batch is None:
       return None
-    policy_versions, *inputs = batch
-    return policy_versions, learner.batch(*inputs)
+    policy_versions, agent_state, env_outputs, agent_outputs = batch
+    # Algorithm 1 line 7: the target network's policy on the batch, frozen as it enters.
+    return policy_versions, dict(
+        agent_state=agent_state, env_outputs=env_outputs, agent_outputs=agent_outputs,
+        target_policy_params=learner.target_policy_params(agent_state, env_outputs,
+                                                          agent_outputs))
 
   while (step := ring.next(enter)) is not None:
     (policy_versions, inputs), use = step
@@ -114,10 +118,9 @@ class ImpactLearner(learner_lib.Learner):
   target-worker surrogate with V-trace GAE-lambda advantages.
 
   One step on a batch B (Algorithm 1 lines 6-11):
-    - batch(B) / target_policy_params(B): the target network's policy on B, computed once,
-      when B enters the circular buffer (line 7; CircularBuffer,
-      input_pipeline.learner_steps);
-    - update(**batch(B)): r = pi / max(pi_target, mu / rho), PPO's clipped surrogate of
+    - target_policy_params(B): the target network's policy on B, computed once, when B
+      enters the circular buffer (line 7; steps, CircularBuffer);
+    - update(B, target_policy_params=...): r = pi / max(pi_target, mu / rho), PPO's clipped surrogate of
       r and the V-trace GAE-lambda advantages (pi_target against mu), the value loss against
       V + A, the entropy bonus and kl_cost x KL(pi_target || pi) (line 8), then the
       optimizer step (line 9) and, every target_update_period steps, target <- learner
@@ -200,24 +203,16 @@ class ImpactLearner(learner_lib.Learner):
                                           static_shapes=self.jit_compile)
     return outputs.policy_params
 
-  def batch(self, agent_state, env_outputs, agent_outputs):
-    """Learner.batch with the target network's policy on the batch, frozen now (Algorithm 1
-    line 7): dict(agent_state, env_outputs, agent_outputs, target_policy_params)."""
-    return dict(agent_state=agent_state, env_outputs=env_outputs, agent_outputs=agent_outputs,
-                target_policy_params=self.target_policy_params(agent_state, env_outputs,
-                                                               agent_outputs))
-
   def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None,
-             entropy_mask=None, target_policy_params=None):
+             target_policy_params=None):
     """One IMPACT step (Algorithm 1 lines 8, 9, 11).
 
     Args:
       agent_state, env_outputs, agent_outputs, num_new_trajectories: as Learner.update
         (a batch used again in the circular buffer brings 0 new trajectories).
-      entropy_mask: None only (LASER's online-only entropy is IMPALA's learner's).
       target_policy_params: float32 [T+1, B, P], target_policy_params() of this batch when it
-        entered the circular buffer (batch() puts it there); None: the target network's
-        policy now.
+        entered the circular buffer (steps puts it there); None: the target network's policy
+        now.
 
     Returns:
       dict of scalars: as Learner.update plus kl_loss, ppo_clipped_fraction (steps whose PPO
@@ -225,13 +220,11 @@ class ImpactLearner(learner_lib.Learner):
       target_updated (whether the target network was refreshed after this step); with
       kl_target also kl_coefficient (the one this step used).
     """
-    if entropy_mask is not None:
-      raise ValueError("entropy_mask is LASER's (IMPALA's learner); IMPACT's entropy cost "
-                       "applies to every trajectory.")
-    if target_policy_params is None:
-      target_policy_params = self.target_policy_params(agent_state, env_outputs, agent_outputs)
     env_outputs, agent_outputs = learner_lib.check_batch(self.agent.config, agent_state,
                                                           env_outputs, agent_outputs)
+    if target_policy_params is None:
+      target_policy_params = self._compiled_target_params(agent_state, env_outputs,
+                                                          agent_outputs.action)
     target_policy_params = tf.convert_to_tensor(target_policy_params, tf.float32)
     want = env_outputs.reward.shape[:2].concatenate(
         [self.agent.config.action_distribution.param_size])

@@ -7,7 +7,7 @@
                       batch; episodes replayed from their start, core states recomputed.
     advance_state_fn  Appendix A.2: replayed episodes' LSTM states recomputed with the latest
                       parameters.
-    online_mask, update_options  section 5.1: the entropy cost on online trajectories only.
+    online_mask, entropy_mask  section 5.1: the entropy cost on online trajectories only.
 
 Its trust region (section 4.2, --trust_region_threshold) is V-trace's mask (vtrace.py,
 losses.py), its replay's wiring run/input_pipeline.py's (with_laser_replay).
@@ -285,10 +285,10 @@ def online_mask(batch_size, num_replayed):
   return tf.concat([tf.ones([batch_size - num_replayed]), tf.zeros([num_replayed])], 0)
 
 
-def update_options(config):
-  """learner.update's keyword arguments for LASER's settings: the entropy mask of section 5.1
-  (the entropy cost on the batch's online trajectories only), else none."""
+def entropy_mask(config):
+  """The learner's entropy mask for a run's LASER settings (learner.Learner's entropy_mask):
+  section 5.1's online_mask, the entropy cost on each batch's online trajectories only; None
+  (every trajectory) without --entropy_on_online_only."""
   if not config.entropy_on_online_only:
-    return {}
-  return {"entropy_mask": online_mask(config.learner_batch_size,
-                                      config.num_replayed_per_batch)}
+    return None
+  return online_mask(config.learner_batch_size, config.num_replayed_per_batch)

@@ -32,7 +32,8 @@ def default_jit_compile():
 class Learner(tf.Module):
   """Owns the optimizer state and the frame counter; `update` trains on one batch."""
 
-  def __init__(self, agent, config, jit_compile=None, name="learner", strategy=None):
+  def __init__(self, agent, config, jit_compile=None, name="learner", strategy=None,
+               entropy_mask=None):
     """Args:
       agent: a networks.Agent (its variables are trained in place, so actors that share the
         object always act with the latest parameters).
@@ -45,8 +46,16 @@ class Learner(tf.Module):
         summed losses are summed across replicas (so one update equals one learner's update
         on the whole batch) and one RMSProp step is applied to the mirrored variables. Build
         the agent under strategy.scope().
+      entropy_mask: None (the entropy cost on every trajectory), or float32 [B]: 1 for the
+        trajectories of every batch the entropy cost applies to (LASER section 5.1: online
+        ones only; laser.entropy_mask). One learner only.
     """
     super().__init__(name=name)
+    if entropy_mask is not None:
+      if strategy is not None:
+        raise ValueError("entropy_mask needs a single learner (LASER replay refuses several).")
+      entropy_mask = tf.convert_to_tensor(entropy_mask, tf.float32)
+    self.entropy_mask = entropy_mask
     if jit_compile is None:
       jit_compile = default_jit_compile()
     # XLA's unroll takes static shapes (networks.Agent.unroll); the actors, which share the
@@ -80,7 +89,8 @@ class Learner(tf.Module):
       self._compiled_update = tf.function(self._update, jit_compile=jit_compile)
     else:
       # XLA compiles each replica's computation; the cross-replica sum stays outside it.
-      self._replica_gradients = tf.function(self._loss_and_gradients, jit_compile=jit_compile)
+      self._replica_gradients = tf.function(self._loss_gradients_and_targets,
+                                            jit_compile=jit_compile)
       self._compiled_update = tf.function(self._distributed_update)
 
   def use_config_hyperparameters(self):
@@ -92,22 +102,7 @@ class Learner(tf.Module):
     self.entropy_cost.assign(self.config.entropy_cost)
     self.optimizer.epsilon.assign(self.config.epsilon)
 
-  def batch(self, agent_state, env_outputs, agent_outputs):
-    """A batch of trajectories as `update`'s keyword arguments, for either learner: callers
-    run `learner.update(**learner.batch(...), num_new_trajectories=...)` without knowing
-    which learner they hold. IMPALA's is the three inputs; ImpactLearner's adds the target
-    network's policy on the batch, frozen at this call (Algorithm 1 line 7: when the batch
-    enters the circular buffer).
-
-    Args: as `update`'s first three.
-
-    Returns:
-      dict(agent_state=..., env_outputs=..., agent_outputs=...).
-    """
-    return dict(agent_state=agent_state, env_outputs=env_outputs, agent_outputs=agent_outputs)
-
-  def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None,
-             entropy_mask=None):
+  def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None):
     """One learner step on a batch of trajectories.
 
     Args:
@@ -120,9 +115,6 @@ class Learner(tf.Module):
       num_new_trajectories: how many of the B trajectories are new environment experience
         (the rest were trained on before: replayed); None means all B. Only new ones count
         as environment frames (the frame budget and the learning-rate schedule).
-      entropy_mask: None (the entropy cost on every trajectory), or float32 [B]: 1 for the
-        trajectories the entropy cost applies to (LASER section 5.1: online ones only;
-        laser.online_mask). One learner only.
 
     Returns:
       dict of scalars: total_loss, pg_loss, baseline_loss, entropy_loss, learning_rate (the
@@ -132,18 +124,13 @@ class Learner(tf.Module):
       see _apply); with a trust region also trust_region_rejected (number of rejected
       steps).
     """
-    env_outputs, agent_outputs = check_batch(self.agent.config, agent_state,
-                                                          env_outputs, agent_outputs)
+    env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
+                                             agent_outputs)
     num_new = checked_num_new_trajectories(num_new_trajectories, env_outputs)
-    if entropy_mask is not None:
-      if self.strategy is not None:
-        raise ValueError("entropy_mask needs a single learner (LASER replay refuses several).")
-      entropy_mask = tf.convert_to_tensor(entropy_mask, tf.float32)
-      if not entropy_mask.shape.is_compatible_with(env_outputs.reward.shape[1:]):
-        raise ValueError(f"entropy_mask has shape {entropy_mask.shape}, expected [B] = "
-                         f"{env_outputs.reward.shape[1:]}.")
-      return self._compiled_update(agent_state, env_outputs, agent_outputs, num_new,
-                                   entropy_mask)
+    if self.entropy_mask is not None and not self.entropy_mask.shape.is_compatible_with(
+        env_outputs.reward.shape[1:]):
+      raise ValueError(f"The learner's entropy_mask has shape {self.entropy_mask.shape}, the "
+                       f"batch [B] = {env_outputs.reward.shape[1:]}.")
     if self.strategy is not None:
       replicas = self.strategy.num_replicas_in_sync
       batch_size = env_outputs.reward.shape[1]
@@ -152,16 +139,10 @@ class Learner(tf.Module):
                          f"learners ({replicas}): each takes an equal slice.")
     return self._compiled_update(agent_state, env_outputs, agent_outputs, num_new)
 
-  def _loss_and_gradients(self, agent_state, env_outputs, agent_outputs, entropy_mask=None):
-    """(total loss, loss terms, gradients) of one batch (losses summed over T and B)."""
-    total_loss, terms, gradients, _ = self._loss_gradients_and_targets(
-        agent_state, env_outputs, agent_outputs, entropy_mask)
-    return total_loss, terms, gradients
-
-  def _loss_gradients_and_targets(self, agent_state, env_outputs, agent_outputs,
-                                  entropy_mask=None):
-    """_loss_and_gradients, and V-trace's targets v_s [T, B] with the mask [T, B] of the
-    steps they count on (PopArt's statistics move towards them after the update)."""
+  def _loss_gradients_and_targets(self, agent_state, env_outputs, agent_outputs):
+    """(total loss, loss terms, gradients) of one batch (losses summed over T and B), and
+    V-trace's targets v_s [T, B] with the mask [T, B] of the steps they count on (PopArt's
+    statistics move towards them after the update)."""
     config = self.config
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state,
@@ -171,7 +152,7 @@ class Learner(tf.Module):
             baseline=self.popart.values(learner_outputs.baseline))
       terms, returns = losses.impala_loss_terms(self.agent.config.action_distribution,
                                                     learner_outputs, env_outputs,
-                                                    agent_outputs, config, entropy_mask)
+                                                    agent_outputs, config, self.entropy_mask)
       if self.popart is not None:
         terms = popart_lib.scale_loss_terms(terms, self.popart.sigma)
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
@@ -179,10 +160,9 @@ class Learner(tf.Module):
     targets = (returns.vs, losses.kept_transitions(env_outputs.truncated))
     return total_loss, terms, tape.gradient(total_loss, self._variables), targets
 
-  def _update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories,
-              entropy_mask=None):
+  def _update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories):
     total_loss, terms, gradients, (vs, kept) = self._loss_gradients_and_targets(
-        agent_state, env_outputs, agent_outputs, entropy_mask)
+        agent_state, env_outputs, agent_outputs)
     stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
                         num_new_trajectories)
     if self.popart is not None:
@@ -200,10 +180,11 @@ class Learner(tf.Module):
       size = tf.shape(env_outputs.reward)[1] // context.num_replicas_in_sync
       start = context.replica_id_in_sync_group * size
       in_time_major = lambda t: t[:, start:start + size]
+      # PopArt's targets (the last result) are one learner's: --popart refuses several.
       return self._replica_gradients(
           tf.nest.map_structure(lambda t: t[start:start + size], agent_state),
           tf.nest.map_structure(in_time_major, env_outputs),
-          tf.nest.map_structure(in_time_major, agent_outputs))
+          tf.nest.map_structure(in_time_major, agent_outputs))[:3]
 
     per_replica = strategy.run(replica_step, args=(agent_state, env_outputs, agent_outputs))
     # The losses are sums over the batch: their gradients add up across the slices.

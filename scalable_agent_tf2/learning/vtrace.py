@@ -97,29 +97,36 @@ def from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_valu
     VTraceReturns(vs float32 [T, B], pg_advantages float32 [T, B]), both gradient-free.
   """
   with tf.name_scope(name):
-    log_rhos, discounts, rewards, values, bootstrap_value = (
-        tf.convert_to_tensor(x, dtype=tf.float32)
-        for x in (log_rhos, discounts, rewards, values, bootstrap_value))
-    _check_time_major(log_rhos, discounts, rewards, values, bootstrap_value)
-    clipped_rhos, cs, pg_rhos = _truncated_weights(
-        log_rhos, clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold, lambda_,
-        transition_mask)
-    values_t_plus_1 = _shift_left(values, bootstrap_value)
+    log_rhos = tf.convert_to_tensor(log_rhos, dtype=tf.float32)
+    inputs = _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask,
+                             log_rhos=log_rhos)
     if trust_region_mask is not None:
       trust_region_mask = _checked_mask(trust_region_mask, "trust_region_mask", log_rhos)
-      # m_{s+1}: whether step s+1 is kept; the bootstrap value (s = T-1) always is.
-      next_kept = _shift_left(trust_region_mask, tf.ones_like(bootstrap_value))
-      cs = cs * next_kept
-    vs_minus_values = _discounted_trace_sum(
-        deltas=clipped_rhos * (rewards + discounts * values_t_plus_1 - values),
-        discounts=discounts, cs=cs)
-    vs = vs_minus_values + values
-    vs_t_plus_1 = _shift_left(vs, bootstrap_value)
-    if trust_region_mask is not None:
-      vs_t_plus_1 = values_t_plus_1 + next_kept * (vs_t_plus_1 - values_t_plus_1)
-    pg_advantages = pg_rhos * (rewards + discounts * vs_t_plus_1 - values)
-    return VTraceReturns(vs=tf.stop_gradient(vs),
-                         pg_advantages=tf.stop_gradient(pg_advantages))
+    return _returns(log_rhos, inputs, clip_rho_threshold, clip_pg_rho_threshold,
+                    clip_c_threshold, lambda_, trust_region_mask)
+
+
+def _returns(log_rhos, inputs, clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold,
+             lambda_, trust_region_mask=None):
+  """from_importance_weights' math on inputs its entry (or a variant's) has checked."""
+  discounts, rewards, values, bootstrap_value, transition_mask = inputs
+  clipped_rhos, cs, pg_rhos = _truncated_weights(
+      log_rhos, clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold, lambda_,
+      transition_mask)
+  values_t_plus_1 = _shift_left(values, bootstrap_value)
+  if trust_region_mask is not None:
+    # m_{s+1}: whether step s+1 is kept; the bootstrap value (s = T-1) always is.
+    next_kept = _shift_left(trust_region_mask, tf.ones_like(bootstrap_value))
+    cs = cs * next_kept
+  vs_minus_values = _discounted_trace_sum(
+      deltas=clipped_rhos * (rewards + discounts * values_t_plus_1 - values),
+      discounts=discounts, cs=cs)
+  vs = vs_minus_values + values
+  vs_t_plus_1 = _shift_left(vs, bootstrap_value)
+  if trust_region_mask is not None:
+    vs_t_plus_1 = values_t_plus_1 + next_kept * (vs_t_plus_1 - values_t_plus_1)
+  pg_advantages = pg_rhos * (rewards + discounts * vs_t_plus_1 - values)
+  return VTraceReturns(vs=tf.stop_gradient(vs), pg_advantages=tf.stop_gradient(pg_advantages))
 
 
 def from_logits(behaviour_policy_logits, target_policy_logits, actions, discounts, rewards,
@@ -138,13 +145,9 @@ def from_logits(behaviour_policy_logits, target_policy_logits, actions, discount
   Returns:
     VTraceFromLogitsReturns, as from_distributions.
   """
-  behaviour_policy = distributions.Categorical(behaviour_policy_logits)
-  target_policy = distributions.Categorical(target_policy_logits)
-  behaviour_policy.logits.shape.assert_has_rank(3)
-  target_policy.logits.shape.assert_has_rank(3)
-  tf.convert_to_tensor(actions).shape.assert_has_rank(2)
   return from_distributions(
-      behaviour_policy, target_policy, actions, discounts, rewards, values, bootstrap_value,
+      distributions.Categorical(behaviour_policy_logits),
+      distributions.Categorical(target_policy_logits), actions, discounts, rewards, values, bootstrap_value,
       clip_rho_threshold=clip_rho_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold,
       clip_c_threshold=clip_c_threshold, lambda_=lambda_,
       off_policy_correction=off_policy_correction,
@@ -218,10 +221,8 @@ def vtrace_returns(behaviour_policy, target_policy, actions, discounts, rewards,
   with tf.name_scope(name):
     inputs = _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask)
     log_probs = _action_log_probs(behaviour_policy, target_policy, actions, inputs.rewards)
-    returns = from_importance_weights(
-        log_probs.log_rhos, *inputs[:4], clip_rho_threshold=clip_rho_threshold,
-        clip_pg_rho_threshold=clip_pg_rho_threshold, clip_c_threshold=clip_c_threshold,
-        lambda_=lambda_, transition_mask=inputs.transition_mask)
+    returns = _returns(log_probs.log_rhos, inputs, clip_rho_threshold, clip_pg_rho_threshold,
+                       clip_c_threshold, lambda_)
     return _record(returns, log_probs, tf.ones_like(log_probs.log_rhos))
 
 
@@ -261,10 +262,8 @@ def trust_region_returns(behaviour_policy, target_policy, actions, discounts, re
         target_policy.implied_policy_kl(behaviour_policy, clip_rho_threshold,
                                         seed=trust_region_seed),
         trust_region_threshold)
-    returns = from_importance_weights(
-        log_probs.log_rhos, *inputs[:4], clip_rho_threshold=clip_rho_threshold,
-        clip_pg_rho_threshold=clip_pg_rho_threshold, clip_c_threshold=clip_c_threshold,
-        lambda_=lambda_, trust_region_mask=mask, transition_mask=inputs.transition_mask)
+    returns = _returns(log_probs.log_rhos, inputs, clip_rho_threshold, clip_pg_rho_threshold,
+                       clip_c_threshold, lambda_, trust_region_mask=mask)
     return _record(returns, log_probs, mask)
 
 
@@ -366,15 +365,18 @@ def _check_variant(off_policy_correction, trust_region_threshold):
         f"V-trace (LASER section 4), not off_policy_correction={off_policy_correction!r}.")
 
 
-def _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask):
-  """Every variant's entry: the returns' inputs as float32 tensors, ValueError naming the
-  argument whose shape does not fit rewards' [T, B] (bootstrap_value: [B])."""
+def _checked_inputs(discounts, rewards, values, bootstrap_value, transition_mask,
+                    log_rhos=None):
+  """Every entry's check: the returns' inputs as float32 tensors, ValueError naming the
+  argument whose shape does not fit [T, B] (bootstrap_value: [B]) of log_rhos (where given:
+  from_importance_weights) or rewards (a variant's)."""
   discounts, rewards, values, bootstrap_value = (
       tf.convert_to_tensor(x, dtype=tf.float32)
       for x in (discounts, rewards, values, bootstrap_value))
-  _check_time_major(rewards, discounts, rewards, values, bootstrap_value, reference="rewards")
+  reference, name = (rewards, "rewards") if log_rhos is None else (log_rhos, "log_rhos")
+  _check_time_major(reference, discounts, rewards, values, bootstrap_value, reference=name)
   if transition_mask is not None:
-    transition_mask = _checked_mask(transition_mask, "transition_mask", rewards)
+    transition_mask = _checked_mask(transition_mask, "transition_mask", reference)
   return _Inputs(discounts, rewards, values, bootstrap_value, transition_mask)
 
 
@@ -386,9 +388,10 @@ def _action_log_probs(behaviour_policy, target_policy, actions, rewards):
   # The actions' own dtype is the distribution's to convert (a Gaussian's float64 numpy
   # samples become float32 there): only their shape is read here.
   actions_shape = tf.convert_to_tensor(actions).shape
-  if actions_shape.rank is not None and not actions_shape[:2].is_compatible_with(rewards.shape):
-    raise ValueError(f"actions has shape {actions_shape}, expected [T, B, ...] with [T, B] = "
-                     f"{rewards.shape} (time-major).")
+  if not actions_shape.is_compatible_with(target_policy.actions_shape()):
+    raise ValueError(f"actions has shape {actions_shape}, expected "
+                     f"{target_policy.actions_shape()}: time-major [T, B] = {rewards.shape}, "
+                     f"then the policy's action shape.")
   target = target_policy.log_prob(actions)
   behaviour = behaviour_policy.log_prob(actions)
   return _ActionLogProbs(target=target, behaviour=behaviour, log_rhos=target - behaviour)
@@ -417,10 +420,8 @@ def _ablation_returns(correction, behaviour_policy, target_policy, actions, lamb
     raise ValueError(f"off_policy_correction={correction!r} is IMPALA's "
                      "discrete-action ablation (Table 2); Gaussian policies use 'vtrace'.")
   log_probs = _action_log_probs(behaviour_policy, target_policy, actions, inputs.rewards)
-  return log_probs, from_importance_weights(
-      tf.zeros_like(log_probs.log_rhos), *inputs[:4], clip_rho_threshold=None,
-      clip_pg_rho_threshold=None, clip_c_threshold=None, lambda_=lambda_,
-      transition_mask=inputs.transition_mask)
+  return log_probs, _returns(tf.zeros_like(log_probs.log_rhos), inputs, None, None, None,
+                             lambda_)
 
 
 def _record(returns, log_probs, mask):
@@ -450,7 +451,6 @@ def _truncated_weights(log_rhos, clip_rho_threshold, clip_pg_rho_threshold, clip
   pg_rhos = _truncate(rhos, clip_pg_rho_threshold)
   if transition_mask is None:
     return clipped_rhos, cs, pg_rhos
-  transition_mask = _checked_mask(transition_mask, "transition_mask", log_rhos)
   return clipped_rhos * transition_mask, cs * transition_mask, pg_rhos * transition_mask
 
 

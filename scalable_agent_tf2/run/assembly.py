@@ -16,7 +16,7 @@ from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.acting import watchdog
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.configuration.settings import IMPACT
@@ -25,6 +25,7 @@ from scalable_agent_tf2.configuration.settings import TRAIN
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.runfiles import checkpoint_files
@@ -202,7 +203,7 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
   The environment (of levels[0], seed of actor 0) is returned for actor 0 to use. With a
   strategy (several learners) the agent's variables are mirrored on its devices. An agent
   that reads observation vectors (MuJoCo, gymnasium's Box (O,), with discrete or continuous
-  actions: action_spaces.takes_observation_filter) carries the run's observation filter as
+  actions: action_spaces.takes_observation_filter) is built with the run's observation filter,
   `agent.observation_filter` (action_spaces.ObservationFilter: checkpointed with the agent;
   updated in training, frozen in test mode; filter_sync.py syncs it with actor processes).
   """
@@ -216,14 +217,15 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
     if tuple(spec.frame_shape) != tuple(network_config.frame_shape):
       raise ValueError(f"The environment's frames are {spec.frame_shape}, the network "
                        f"expects {network_config.frame_shape}.")
-    if action_families.for_spec(spec).discrete != network_config.action_distribution.discrete:
+    if distributions.for_spec(spec).discrete != network_config.action_distribution.discrete:
       raise ValueError(f"The environment's spec {spec} and the network config "
                        f"{network_config} are not for the same kind of actions.")
+    observation_filter = (action_spaces.ObservationFilter(spec.frame_shape[0],
+                                                          update=config.mode == TRAIN)
+                          if action_spaces.takes_observation_filter(network_config) else None)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-      agent = networks.Agent(network_config, seed=config.seed)
-    if action_spaces.takes_observation_filter(network_config):
-      agent.observation_filter = action_spaces.ObservationFilter(
-          spec.frame_shape[0], update=config.mode == TRAIN)
+      agent = networks.Agent(network_config, seed=config.seed,
+                             observation_filter=observation_filter)
     return agent, env
   except BaseException:
     env.close()
@@ -247,7 +249,8 @@ def make_learner(config, agent, strategy=None):
                                      jit_compile=config.jit_compile_choice(),
                                      kl_target=config.kl_target)
   return learner_lib.Learner(agent, config.learner_config(),
-                             jit_compile=config.jit_compile_choice(), strategy=strategy)
+                             jit_compile=config.jit_compile_choice(), strategy=strategy,
+                             entropy_mask=laser.entropy_mask(config))
 
 
 def checkpoint_settings(config, agent):

@@ -215,21 +215,22 @@ def ending_on_lost_replay(source, lost):
 
 def learner_steps(dataset, learner, config):
   """The learner's steps: (policy_versions [B], learner.update's keyword arguments for the
-  batch (learner.batch: the same call for IMPALA's and IMPACT's learners), number of new
-  trajectories in the batch).
+  batch (agent_state, env_outputs, agent_outputs; IMPACT's add target_policy_params), number of
+  new trajectories in the batch).
 
   IMPALA: one step per batch. IMPACT (Algorithm 1 lines 6, 7, 10): batches pass through a
   impact.CircularBuffer of --circular_buffer_size batches, each used
-  --circular_buffer_max_uses times; learner.batch evaluates the target network's policy on a
-  batch when it enters. Only a batch's first use brings new trajectories (and of those, not
+  --circular_buffer_max_uses times; the target network's policy on a batch is evaluated when
+  it enters. Only a batch's first use brings new trajectories (and of those, not
   the replayed ones): frames are counted once.
   """
   if config.algorithm == settings.IMPACT:
     yield from impact.steps(dataset, learner, config)
     return
   num_new = config.num_learners * config.num_online_per_batch  # Replay: one learner.
-  for policy_versions, *inputs in dataset:
-    yield policy_versions, learner.batch(*inputs), num_new
+  for policy_versions, agent_state, env_outputs, agent_outputs in dataset:
+    yield policy_versions, dict(agent_state=agent_state, env_outputs=env_outputs,
+                                agent_outputs=agent_outputs), num_new
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,7 +364,7 @@ class LearnerInput:
     """--repeatable's batches (repeatable.lockstep_batches); the actors act one at a time
     where they share an observation filter."""
     config, queues = self._config, self.queues
-    queues.one_at_a_time = getattr(agent, "observation_filter", None) is not None
+    queues.one_at_a_time = agent.observation_filter is not None
     print_fn(f"Repeatable (--repeatable): rounds of {queues.num_streams} unrolls (one per "
              f"environment of {config.num_actors} actor(s), in order), acted "
              f"{'one actor after another ' if queues.one_at_a_time else ''}with the "

@@ -38,7 +38,7 @@ This mode replaces timing with a fixed schedule, in ROUNDS (LockstepQueues):
     another, in actor order;
   - TensorFlow's ops run deterministically (DeterministicOps).
 
-What was already fixed by --seed: the network's initial weights (layers.Initializer), each
+What was already fixed by --seed: the network's initial weights (torsos.Initializer), each
 environment's seed (assembly.derive_seed(seed, stream, restart)), each environment's action
 generator (numpy, one per stream: assembly.actor_loop_factory), the replay buffers' sampling.
 Every TensorFlow random op of the package takes its seed from --seed; with op determinism on,

@@ -30,7 +30,6 @@ import tensorflow as tf
 
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import language
-from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration import suites
@@ -81,7 +80,7 @@ def word_ids(instructions):
 def filter_moments(agent):
   """(mean, std) float64 [O] of the agent's frozen observation filter, or None (no filter,
   or one that has seen nothing: observations then reach the network unchanged)."""
-  observation_filter = getattr(agent, "observation_filter", None)
+  observation_filter = agent.observation_filter
   if observation_filter is None:
     return None
   state = observation_filter.filter.state()
@@ -105,7 +104,7 @@ def _step_function(agent):
       observation = tf.cast((tf.cast(observation, tf.float64) - mean)
                             / (std + normalization.FILTER_EPSILON), tf.float32)
     instruction = word_ids(inputs["instruction"]) if config.use_instruction else ()
-    core = (layers.LSTMState(c=inputs["core_c"], h=inputs["core_h"]) if config.use_lstm
+    core = (torsos.LSTMState(c=inputs["core_c"], h=inputs["core_h"]) if config.use_lstm
             else ())
     params, baseline, core = acting(inputs["prev_action"], inputs["reward"], inputs["first"],
                                     observation, instruction, core)

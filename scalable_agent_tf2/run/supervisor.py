@@ -27,7 +27,6 @@ import tensorflow as tf
 from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.acting import watchdog
 from scalable_agent_tf2.environments import LevelCannotRun
-from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.run import actor_process
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import checkpoints
@@ -139,7 +138,6 @@ class Run:
       cleanup.callback(self.actors.close)
     self.dataset = self.input.dataset(self.agent, signature, shared_replay, agent_tag,
                                       self.device, self.print, secret=access.secret)
-    self.update_options = laser.update_options(config)  # LASER's entropy mask, if any.
 
   def _close_monitor(self, exc_type, unused_error, unused_traceback):
     """Closes the monitor's files (its final curve drawn); one that cannot be written there
@@ -224,7 +222,7 @@ class Run:
     """One learner update; its statistics (numpy), or None when the learner skipped it
     (non-finite loss or gradient norm: parameters, optimizer and frames unchanged)."""
     with self.update_lock:
-      stats = self.learner.update(**batch, num_new_trajectories=num_new, **self.update_options)
+      stats = self.learner.update(**batch, num_new_trajectories=num_new)
       stats = {k: v.numpy() for k, v in stats.items()}
       if not stats.pop("update_skipped"):
         self.progress.num_updates += 1

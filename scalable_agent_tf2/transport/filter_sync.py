@@ -113,7 +113,7 @@ def learner_methods(agent):
   returned functions referenced as long as the server serves them: the Python function lives
   only as long as the tf.function's graph.
   """
-  observation_filter = getattr(agent, "observation_filter", None)
+  observation_filter = agent.observation_filter
   if observation_filter is None:
     return []
   obs_filter = observation_filter.filter
@@ -167,7 +167,7 @@ class FilterSync:
 
 def for_actor_process(client, agent):
   """A FilterSync for an actor process's agent, or None when it has no observation filter."""
-  observation_filter = getattr(agent, "observation_filter", None)
+  observation_filter = agent.observation_filter
   if observation_filter is None:
     return None
   return FilterSync(client, observation_filter.filter)

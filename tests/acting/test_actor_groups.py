@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.acting import policies
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.environments import EnvironmentProcessDied
@@ -32,6 +34,7 @@ class _UniformPolicy:
 
   def __init__(self, num_actions):
     self._num_actions = num_actions
+    self.action_space = action_spaces.ActionSpace(distributions.CategoricalFamily(num_actions))
     self.group_sizes = []
 
   def initial_states(self, num_envs):
@@ -112,7 +115,7 @@ def test_the_batched_policy_serves_groups_of_several_threads():
             frame=rng.integers(0, 255, (num_envs, 20, 20, 2), dtype=np.uint8),
             instruction=np.zeros((num_envs, language.MAX_INSTRUCTION_WORDS), np.int32)),
         episode_return=np.zeros(num_envs, np.float32),
-        episode_step=np.zeros(num_envs, np.int32))
+        episode_step=np.zeros(num_envs, np.int32), truncated=np.zeros(num_envs, bool))
   calls = [(np.arange(n, dtype=np.int32) % 4, outputs_of(n), batched.initial_states(n))
            for n in (1, 2, 5, 3)]
   results = [None] * len(calls)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.environments import base as env_base
@@ -15,6 +14,12 @@ from scalable_agent_tf2.structures import AgentOutput
 from tests import reference
 
 T, B, N, A = 4, 3, 5, 2
+
+
+def _vtrace_of(policy, actions):
+  """V-trace of `policy` against itself on [T, B] zeros: where a batch's actions are checked."""
+  zeros = np.zeros((T, B), np.float32)
+  return vtrace.vtrace_returns(policy, policy, actions, zeros, zeros, zeros, zeros[0])
 
 
 def _logits(seed, shape=(T, B, N)):
@@ -50,8 +55,10 @@ def test_categorical_log_prob_entropy_and_kl_match_numpy():
   np.testing.assert_allclose(policy.total_kl(distributions.Categorical(other)), kl.sum(),
                              rtol=1e-4)
   np.testing.assert_allclose(policy.kl(policy), 0.0, atol=1e-6)
-  with pytest.raises(ValueError, match="actions has shape"):
-    policy.log_prob(actions[..., None])
+  # The actions' shape is asserted at V-trace's entry (the pure function a batch reaches),
+  # not again inside log_prob.
+  with pytest.raises(ValueError, match=r"actions has shape \(4, 3, 1\), expected \(4, 3\)"):
+    _vtrace_of(policy, actions[..., None])
 
 
 def test_categorical_implied_policy_kl_matches_numpy():
@@ -88,10 +95,10 @@ def test_categorical_slices_stop_gradient_and_params():
 
 
 def test_categorical_family_shapes_outputs_and_numpy_sampling():
-  family = action_families.CategoricalFamily(N)
+  family = distributions.CategoricalFamily(N)
   assert family.param_size == N and family.discrete
   assert family.action_dtype == np.int32 and family.action_shape == ()
-  assert family == action_families.CategoricalFamily(N) != action_families.CategoricalFamily(N + 1)
+  assert family == distributions.CategoricalFamily(N) != distributions.CategoricalFamily(N + 1)
   logits = _logits(6, (B, N))
   outputs = AgentOutput(action=np.zeros(B, np.int32), policy_params=logits,
                         baseline=np.zeros(B, np.float32))
@@ -110,7 +117,7 @@ def test_categorical_family_shapes_outputs_and_numpy_sampling():
           for row, s in zip(logits, seeds)] == want
   rng = np.random.default_rng(0)
   probabilities = np.array([0.2, 0.5, 0.3])
-  counts = np.bincount([action_families.CategoricalFamily(3).sample_numpy(
+  counts = np.bincount([distributions.CategoricalFamily(3).sample_numpy(
       np.log(probabilities), rng) for _ in range(20000)], minlength=3)
   np.testing.assert_allclose(counts / 20000, probabilities, atol=0.015)
 
@@ -136,8 +143,8 @@ def test_gaussian_log_prob_entropy_and_kl_match_numpy():
   np.testing.assert_allclose(policy.kl(policy), 0.0, atol=1e-6)
   with pytest.raises(ValueError, match="policy_log_std"):
     distributions.DiagGaussian(mean, log_std[..., :1])
-  with pytest.raises(ValueError, match="actions"):
-    policy.log_prob(actions[..., 0])
+  with pytest.raises(ValueError, match=r"actions has shape \(4, 3\), expected \(4, 3, 2\)"):
+    _vtrace_of(policy, actions[..., 0])
 
 
 def test_gaussian_implied_policy_kl_matches_numerical_integration():
@@ -179,7 +186,7 @@ def test_gaussian_tf_sample_and_params():
 
 
 def test_gaussian_family_shapes_outputs_and_numpy_sampling():
-  family = action_families.DiagGaussianFamily(A)
+  family = distributions.DiagGaussianFamily(A)
   assert family.param_size == 2 * A and not family.discrete
   assert family.action_dtype == np.float32 and family.action_shape == (A,)
   mean, log_std = _gaussian(14, (B, A))
@@ -209,18 +216,18 @@ def test_gaussian_family_shapes_outputs_and_numpy_sampling():
 # ---------------------------------------------------------------------------------------------
 def test_network_configs_name_their_action_distribution():
   assert networks.atari_config(num_actions=6).action_distribution == (
-      action_families.CategoricalFamily(6))
+      distributions.CategoricalFamily(6))
   config = networks.continuous_vector_config(observation_size=4, action_size=3)
-  assert config.action_distribution == action_families.DiagGaussianFamily(3)
+  assert config.action_distribution == distributions.DiagGaussianFamily(3)
   assert config.num_actions is None
 
 
 def test_an_environment_spec_names_its_action_distribution():
-  assert action_families.for_spec(env_base.EnvSpec(num_actions=4, frame_shape=(2,))) == (
-      action_families.CategoricalFamily(4))
+  assert distributions.for_spec(env_base.EnvSpec(num_actions=4, frame_shape=(2,))) == (
+      distributions.CategoricalFamily(4))
   spec = env_base.ContinuousEnvSpec(action_size=2, action_low=np.zeros(2),
                                     action_high=np.ones(2), frame_shape=(5,))
-  assert action_families.for_spec(spec) == action_families.DiagGaussianFamily(2)
+  assert distributions.for_spec(spec) == distributions.DiagGaussianFamily(2)
 
 
 def test_from_distributions_is_from_logits_for_categoricals_and_refuses_gaussian_ablations():
@@ -276,12 +283,12 @@ def test_multi_categorical_log_prob_entropy_and_kl_match_the_joint_distribution(
     np.testing.assert_allclose(policy.implied_policy_kl(other_policy, rho_bar),
                                np.sum(flat_p * np.log(flat_p / implied), -1),
                                rtol=1e-4, atol=1e-6)
-  with pytest.raises(ValueError, match="one index per component"):
-    policy.log_prob(actions[..., :2])
+  with pytest.raises(ValueError, match=r"actions has shape \(4, 3, 2\), expected \(4, 3, 3\)"):
+    _vtrace_of(policy, actions[..., :2])
 
 
 def test_multi_categorical_family_samples_each_component_from_its_policy():
-  family = action_families.MultiCategoricalFamily(NVEC)
+  family = distributions.MultiCategoricalFamily(NVEC)
   assert family.param_size == 9 and family.action_shape == (3,) and family.discrete
   assert family.layout() == {"nvec": [3, 2, 4]}
   logits = np.log(np.array([0.2, 0.5, 0.3, 0.9, 0.1, 0.1, 0.2, 0.3, 0.4], np.float32))

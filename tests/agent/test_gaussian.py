@@ -7,17 +7,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import heads
-from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import vtrace
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation
 from tests import reference
+from tests.agent_steps import acting_step
+from tests.agent_steps import sampled_actions
 
 
 def _random_params(rng, shape):
@@ -108,12 +109,14 @@ def test_log_probs_match_the_product_of_normal_densities():
                              atol=1e-4)
 
 
-def test_log_probs_reject_mismatched_shapes():
+def test_mismatched_shapes_are_refused_where_they_enter():
   mean = np.zeros((2, 3, 4), np.float32)
   with pytest.raises(ValueError, match="policy_log_std"):
-    _log_prob(mean, np.zeros((2, 3, 1)), mean)
-  with pytest.raises(ValueError, match="actions"):
-    _log_prob(mean, mean, np.zeros((2, 3), np.float32))
+    distributions.DiagGaussian(mean, np.zeros((2, 3, 1)))
+  # A batch's actions are checked at V-trace's entry, not again inside log_prob.
+  policy, zeros = distributions.DiagGaussian(mean, mean), np.zeros((2, 3), np.float32)
+  with pytest.raises(ValueError, match=r"actions has shape \(2, 3\), expected \(2, 3, 4\)"):
+    vtrace.vtrace_returns(policy, policy, zeros, zeros, zeros, zeros, zeros[0])
 
 
 def test_entropy_matches_closed_form_and_monte_carlo():
@@ -313,8 +316,8 @@ def test_tf_and_numpy_samples_have_the_policy_statistics():
   log_std = np.log(np.array([0.3, 1.0, 2.5], np.float32))
   tiled = lambda x: np.tile(x, (50000, 1))
   tf_samples = _sample(tiled(mean), tiled(log_std), seed=[0, 1]).numpy()
-  np_samples = action_families.sample_gaussian_numpy(tiled(mean), tiled(log_std),
-                                                   np.random.default_rng(0))
+  np_samples = distributions.DiagGaussianFamily(3).sample_numpy(
+      np.concatenate([tiled(mean), tiled(log_std)], -1), np.random.default_rng(0))
   for samples in (tf_samples, np_samples):
     assert samples.dtype == np.float32
     np.testing.assert_allclose(samples.mean(0), mean, atol=0.04)
@@ -325,8 +328,8 @@ def test_tf_and_numpy_samples_have_the_policy_statistics():
 
 def test_samples_are_unclipped_and_only_the_environment_copy_is_clipped():
   mean, log_std = np.zeros(4, np.float32), np.full(4, math.log(3.0), np.float32)
-  samples = action_families.sample_gaussian_numpy(np.tile(mean, (100, 1)), np.tile(log_std, (100, 1)),
-                                   np.random.default_rng(1))
+  samples = distributions.DiagGaussianFamily(4).sample_numpy(
+      np.tile(np.concatenate([mean, log_std]), (100, 1)), np.random.default_rng(1))
   assert np.abs(samples).max() > 1.0  # The policy's own samples leave [-1, 1].
   original = samples.copy()
   clipped = np.stack([action_bounds.clip_to_bounds(a, -1.0, 1.0) for a in samples])
@@ -355,13 +358,13 @@ def _env_outputs(observations):
   zeros = np.zeros(observations.shape[:2], np.float32)
   return EnvOutput(reward=zeros, done=zeros.astype(bool),
                    observation=Observation(frame=observations, instruction=()),
-                   episode_return=(), episode_step=())
+                   episode_return=(), episode_step=(), truncated=zeros.astype(bool))
 
 
 @pytest.mark.parametrize("state_dependent", [True, False])
 def test_policy_head_log_std_dependence(state_dependent):
-  init = layers.NormcInitializer(0).for_output_layers()
-  head = heads.policy_head(action_families.DiagGaussianFamily(3), 8, init,
+  init = torsos.NormcInitializer(0).for_output_layers()
+  head = heads.policy_head(distributions.DiagGaussianFamily(3), 8, init,
                            state_dependent_log_std=state_dependent)
   assert isinstance(head, heads.GaussianPolicyHead)
   head.linear.w.assign(tf.random.normal(head.linear.w.shape, seed=1))
@@ -411,17 +414,16 @@ def test_agent_architecture_initialisation_and_separate_networks():
   np.testing.assert_allclose(agent.policy_torso(observations[0]), want, rtol=1e-5, atol=1e-6)
 
 
-def test_agent_step_matches_unroll_and_samples_float_actions():
+def test_acting_step_matches_unroll_and_samples_float_actions():
   config = networks.continuous_vector_config(observation_size=5, action_size=2,
                                              state_dependent_log_std=False)
   agent = networks.Agent(config, seed=3)
   observations = np.random.default_rng(1).normal(size=(1, 4, 5)).astype(np.float32)
   output, _ = agent.unroll(np.zeros((1, 4, 2), np.float32), _env_outputs(observations), ())
   env_output = tf.nest.map_structure(lambda x: x[0], _env_outputs(observations))
-  step_output, _ = agent.step(np.zeros((4, 2), np.float32), env_output, ())
-  assert step_output.action.dtype == tf.float32 and step_output.action.shape == (4, 2)
-  np.testing.assert_allclose(step_output.policy_params, output.policy_params[0], rtol=1e-6)
-  np.testing.assert_allclose(step_output.baseline, output.baseline[0], rtol=1e-6)
-  np.testing.assert_array_equal(step_output.policy_params[:, 2:], 0.0)  # log_std starts at 0.
-  with pytest.raises(ValueError, match="frame_shape"):
-    agent.unroll(np.zeros((1, 4, 2), np.float32), _env_outputs(observations[..., :4]), ())
+  params, baseline, _ = acting_step(agent, np.zeros((4, 2), np.float32), env_output, ())
+  actions = sampled_actions(agent, params)
+  assert actions.dtype == np.float32 and actions.shape == (4, 2)
+  np.testing.assert_allclose(params, output.policy_params[0], rtol=1e-6)
+  np.testing.assert_allclose(baseline, output.baseline[0], rtol=1e-6)
+  np.testing.assert_array_equal(params[:, 2:], 0.0)  # log_std starts at 0.

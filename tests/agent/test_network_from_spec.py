@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.acting import action_spaces
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
@@ -27,6 +27,8 @@ from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.structures import AgentOutput
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation
+from tests.agent_steps import acting_step
+from tests.agent_steps import sampled_actions
 
 T, B = 4, 3
 HPARAMS = dict(learning_rate=0.01, total_environment_frames=100_000, max_grad_norm=40.0)
@@ -39,7 +41,8 @@ def _env_outputs(frames, rng, instructions=None):
   return EnvOutput(
       reward=rng.normal(size=leading).astype(np.float32), done=rng.random(leading) < 0.2,
       observation=Observation(frame=frames, instruction=instructions),
-      episode_return=np.zeros(leading, np.float32), episode_step=np.zeros(leading, np.int32))
+      episode_return=np.zeros(leading, np.float32), episode_step=np.zeros(leading, np.int32),
+      truncated=np.zeros(leading, bool))
 
 
 def _discrete_batch(config, frames, rng, instructions=None):
@@ -81,8 +84,9 @@ def test_vector_agent_with_an_lstm_core():
   agent = networks.Agent(config, seed=0)
   env_output = tf.nest.map_structure(lambda t: t[0], _env_outputs(
       np.ones((1, 2, 5), np.float32), np.random.default_rng(0)))
-  agent_output, state = agent.step(np.zeros(2, np.int32), env_output, agent.initial_state(2))
-  assert agent_output.policy_params.shape == (2, 3) and state.h.shape == (2, 256)
+  params, _, state = acting_step(agent, np.zeros(2, np.int32), env_output,
+                                 agent.initial_state(2))
+  assert params.shape == (2, 3) and state.h.shape == (2, 256)
 
 
 def test_discrete_observations_take_the_one_hot_torso_and_update():
@@ -117,9 +121,9 @@ def test_box_actions_on_frames_take_the_frame_torso_with_a_gaussian_head():
                                    axis=-1).astype(np.float32),
       baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
   env_outputs = _env_outputs(frames, rng)
-  agent_output, _ = agent.step(np.zeros((B, 3), np.float32),
-                               tf.nest.map_structure(lambda t: t[0], env_outputs), ())
-  assert agent_output.action.shape == (B, 3) and agent_output.baseline.shape == (B,)
+  params, baseline, _ = acting_step(agent, np.zeros((B, 3), np.float32),
+                                    tf.nest.map_structure(lambda t: t[0], env_outputs), ())
+  assert sampled_actions(agent, params).shape == (B, 3) and baseline.shape == (B,)
   _updates_every_variable(agent, env_outputs, agent_outputs)
   # IMPACT's learner builds its target network from the agent's config.
   impact.ImpactLearner(agent, config_lib.LearnerConfig(**HPARAMS),
@@ -188,10 +192,10 @@ def _gym_config(tmp_path, level_name, *extra):
 
 
 @pytest.mark.parametrize("level_name, family_type, kind, filtered", [
-    ("gym:CartPole-v1", action_families.CategoricalFamily, torsos.VECTOR, True),
-    ("gym:FrozenLake-v1", action_families.CategoricalFamily, torsos.INDEX, False),
-    ("gym:Pendulum-v1", action_families.DiagGaussianFamily, torsos.VECTOR, True),
-    ("gym:CarRacing-v3", action_families.DiagGaussianFamily, torsos.FRAME, False)])
+    ("gym:CartPole-v1", distributions.CategoricalFamily, torsos.VECTOR, True),
+    ("gym:FrozenLake-v1", distributions.CategoricalFamily, torsos.INDEX, False),
+    ("gym:Pendulum-v1", distributions.DiagGaussianFamily, torsos.VECTOR, True),
+    ("gym:CarRacing-v3", distributions.DiagGaussianFamily, torsos.FRAME, False)])
 def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, family_type, kind,
                                                         filtered):
   config = _gym_config(tmp_path, level_name)
@@ -200,7 +204,7 @@ def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, fa
     assert type(agent.config.action_distribution) is family_type
     assert agent.config.observation_kind == kind
     # The family's choice is the composition network_config_for_spec makes from the spec.
-    continuous = family_type is action_families.DiagGaussianFamily
+    continuous = family_type is distributions.DiagGaussianFamily
     assert agent.config == networks.network_config_for_spec(
         env.spec, kind, torso=config.torso if kind == torsos.FRAME else None,
         use_lstm=kind == torsos.FRAME and not continuous,
@@ -212,7 +216,7 @@ def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, fa
     # since issue 42's Unlock study); Box actions on frames share the torso (CarRacing).
     assert agent.config.separate_value_torso == (kind != torsos.FRAME or not continuous)
     assert hasattr(agent, "value_torso") == agent.config.separate_value_torso
-    assert hasattr(agent, "observation_filter") == filtered
+    assert (agent.observation_filter is not None) == filtered
     assert (action_spaces.for_agent(agent).observation_filter is not None) == filtered
     if kind == torsos.INDEX:
       assert agent.config.num_observation_values == 16  # FrozenLake's Discrete(16).
@@ -267,8 +271,8 @@ def test_minigrid_ids_import_their_package_or_say_how_to_get_it():
 
 def test_a_new_action_distribution_needs_only_its_family():
   # MultiDiscrete actions on a vector: the head (sum(nvec) logits), the previous action's
-  # one-hots, the sampling and the learner all follow action_families.MultiCategoricalFamily.
-  family = action_families.MultiCategoricalFamily((3, 2))
+  # one-hots, the sampling and the learner all follow distributions.MultiCategoricalFamily.
+  family = distributions.MultiCategoricalFamily((3, 2))
   config = networks.NetworkConfig(
       num_actions=None, frame_shape=(5,), torso=torsos.MLP, use_lstm=False,
       use_instruction=False, observation_kind=torsos.VECTOR, action_distribution=family)
@@ -281,8 +285,24 @@ def test_a_new_action_distribution_needs_only_its_family():
   agent_outputs = AgentOutput(
       action=actions, policy_params=rng.normal(size=(T + 1, B, 5)).astype(np.float32),
       baseline=rng.normal(size=(T + 1, B)).astype(np.float32))
-  step, _ = agent.step(actions[0], tf.nest.map_structure(lambda t: t[0], env_outputs), ())
-  assert step.action.shape == (B, 2) and step.policy_params.shape == (B, 5)
+  params, _, _ = acting_step(agent, actions[0],
+                             tf.nest.map_structure(lambda t: t[0], env_outputs), ())
+  assert sampled_actions(agent, params).shape == (B, 2) and params.shape == (B, 5)
   space = action_spaces.for_agent(agent)
-  assert space.sample(step.policy_params.numpy()[0], rng).shape == (2,)
+  assert space.sample(params.numpy()[0], rng).shape == (2,)
   _updates_every_variable(agent, env_outputs, agent_outputs)
+
+
+def test_the_observation_filter_is_part_of_the_agent_and_its_checkpoints(tmp_path):
+  """The run's filter is given when the agent is built (assembly.build_agent), not attached
+  later; a checkpoint of the agent carries its statistics, which an agent built with a fresh
+  filter restores."""
+  config = networks.vector_config(2, 2)
+  trained = networks.Agent(config, observation_filter=action_spaces.ObservationFilter(2))
+  trained.observation_filter(np.array([[1.0, 2.0], [3.0, 6.0]]))
+  path = tf.train.Checkpoint(agent=trained).save(str(tmp_path / "ckpt"))
+  fresh = networks.Agent(config, observation_filter=action_spaces.ObservationFilter(2))
+  tf.train.Checkpoint(agent=fresh).restore(path).assert_existing_objects_matched()
+  assert fresh.observation_filter.serialize() == trained.observation_filter.serialize()
+  assert action_spaces.for_agent(fresh).observation_filter is fresh.observation_filter
+  assert networks.Agent(config).observation_filter is None

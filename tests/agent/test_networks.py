@@ -12,6 +12,8 @@ from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation
 from tests import random_batches
+from tests.agent_steps import acting_step
+from tests.agent_steps import sampled_actions
 
 # Small frames keep the tests fast; the shallow torso needs at least 20 pixels (8x8/4 then
 # 4x4/2, VALID).
@@ -57,14 +59,16 @@ def test_unroll_equals_successive_steps_with_resets(config):
 
   step_state = state
   for t in range(T):
-    output, step_state = agent.step(
-        prev_actions[t], tf.nest.map_structure(lambda x, t=t: x[t], env_outputs), step_state)
-    np.testing.assert_allclose(output.policy_params.numpy(),
-                               unrolled.policy_params.numpy()[t], rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(output.baseline.numpy(), unrolled.baseline.numpy()[t],
+    params, baseline, step_state = acting_step(
+        agent, prev_actions[t], tf.nest.map_structure(lambda x, t=t: x[t], env_outputs),
+        step_state)
+    np.testing.assert_allclose(params.numpy(), unrolled.policy_params.numpy()[t], rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(baseline.numpy(), unrolled.baseline.numpy()[t],
                                rtol=1e-4, atol=1e-5)
-    assert output.action.shape == (B,) and output.action.dtype == tf.int32
-    assert np.all((output.action.numpy() >= 0) & (output.action.numpy() < config.num_actions))
+    actions = sampled_actions(agent, params, seed=t)
+    assert actions.shape == (B,) and actions.dtype == np.int32
+    assert np.all((actions >= 0) & (actions < config.num_actions))
   for a, b in zip(tf.nest.flatten(step_state), tf.nest.flatten(unrolled_state)):
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
 
@@ -77,13 +81,12 @@ def test_done_resets_the_core_state():
   prev_action = np.zeros(2, np.int32)
   busy_state = tf.nest.map_structure(lambda s: s + 1.0, agent.initial_state(2))
   reset = env_output._replace(done=np.array([True, True]))
-  from_busy, _ = agent.step(prev_action, reset, busy_state)
-  from_zero, _ = agent.step(prev_action, reset, agent.initial_state(2))
-  np.testing.assert_allclose(from_busy.policy_params.numpy(), from_zero.policy_params.numpy(),
-                             rtol=1e-6)
+  from_busy, _, _ = acting_step(agent, prev_action, reset, busy_state)
+  from_zero, _, _ = acting_step(agent, prev_action, reset, agent.initial_state(2))
+  np.testing.assert_allclose(from_busy.numpy(), from_zero.numpy(), rtol=1e-6)
   carried = env_output._replace(done=np.array([False, False]))
-  not_reset, _ = agent.step(prev_action, carried, busy_state)
-  assert not np.allclose(not_reset.policy_params.numpy(), from_zero.policy_params.numpy())
+  not_reset, _, _ = acting_step(agent, prev_action, carried, busy_state)
+  assert not np.allclose(not_reset.numpy(), from_zero.numpy())
 
 
 @pytest.mark.parametrize("batch_size", [1, 5])
@@ -92,10 +95,10 @@ def test_step_takes_any_batch_size(batch_size):
   agent = networks.Agent(config)
   env_output = tf.nest.map_structure(
       lambda x: x[0], _random_env_outputs(np.random.default_rng(0), config, 1, batch_size))
-  output, state = agent.step(np.zeros(batch_size, np.int32), env_output,
-                             agent.initial_state(batch_size))
-  assert output.policy_params.shape == (batch_size, 18)
-  assert output.baseline.shape == (batch_size,)
+  params, baseline, state = acting_step(agent, np.zeros(batch_size, np.int32), env_output,
+                                       agent.initial_state(batch_size))
+  assert params.shape == (batch_size, 18)
+  assert baseline.shape == (batch_size,)
   assert state == ()  # Atari agents are feed-forward (section 5.3.2).
 
 
@@ -107,8 +110,8 @@ def test_sampled_actions_follow_the_policy():
   agent.policy.b.assign([1.0, -10.0, 2.0])
   env_output = tf.nest.map_structure(
       lambda x: x[0], _random_env_outputs(np.random.default_rng(0), config, 1, 4000))
-  output, _ = agent.step(np.zeros(4000, np.int32), env_output, ())
-  frequencies = np.bincount(output.action.numpy(), minlength=3) / 4000
+  params, _, _ = acting_step(agent, np.zeros(4000, np.int32), env_output, ())
+  frequencies = np.bincount(sampled_actions(agent, params), minlength=3) / 4000
   probabilities = np.exp([1.0, -10.0, 2.0]) / np.exp([1.0, -10.0, 2.0]).sum()
   np.testing.assert_allclose(frequencies, probabilities, atol=0.03)
 
@@ -128,11 +131,11 @@ def test_frames_are_scaled_by_255():
   torso_on_ones = agent.torso(tf.ones([1, 20, 20, 4]))
   env_output = EnvOutput(reward=np.zeros(1, np.float32), done=np.zeros(1, bool),
                          observation=Observation(np.full((1, 20, 20, 4), 255, np.uint8), ()),
-                         episode_return=np.zeros(1), episode_step=np.zeros(1))
+                         episode_return=np.zeros(1), episode_step=np.zeros(1),
+                         truncated=np.zeros(1, bool))
   core_input = tf.concat([torso_on_ones, [[0.0]], tf.one_hot([0], 2)], axis=1)
-  output, _ = agent.step(np.zeros(1, np.int32), env_output, ())
-  np.testing.assert_allclose(output.policy_params.numpy(), agent.policy(core_input).numpy(),
-                             rtol=1e-6)
+  params, _, _ = acting_step(agent, np.zeros(1, np.int32), env_output, ())
+  np.testing.assert_allclose(params.numpy(), agent.policy(core_input).numpy(), rtol=1e-6)
 
 
 def test_reward_input_is_clipped():
@@ -140,9 +143,11 @@ def test_reward_input_is_clipped():
   agent = networks.Agent(config)
   env_output = tf.nest.map_structure(
       lambda x: x[0], _random_env_outputs(np.random.default_rng(1), config, 1, 1))
-  big, _ = agent.step([0], env_output._replace(reward=np.array([50.0], np.float32)), ())
-  one, _ = agent.step([0], env_output._replace(reward=np.array([1.0], np.float32)), ())
-  np.testing.assert_allclose(big.policy_params.numpy(), one.policy_params.numpy(), rtol=1e-6)
+  big, _, _ = acting_step(agent, [0], env_output._replace(reward=np.array([50.0], np.float32)),
+                          ())
+  one, _, _ = acting_step(agent, [0], env_output._replace(reward=np.array([1.0], np.float32)),
+                          ())
+  np.testing.assert_allclose(big.numpy(), one.numpy(), rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------
@@ -244,8 +249,9 @@ def test_instruction_changes_the_policy():
   env_output = tf.nest.map_structure(
       lambda x: x[0], _random_env_outputs(np.random.default_rng(4), config, 1, 1))
   state = agent.initial_state(1)
-  outputs = [agent.step([0], env_output._replace(observation=env_output.observation._replace(
-      instruction=language.hash_instructions([text]))), state)[0].policy_params.numpy()
+  outputs = [acting_step(agent, [0], env_output._replace(
+      observation=env_output.observation._replace(
+          instruction=language.hash_instructions([text]))), state)[0].numpy()
              for text in ("red ball", "blue ball")]
   assert not np.allclose(outputs[0], outputs[1])
 

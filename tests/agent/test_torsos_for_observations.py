@@ -3,7 +3,6 @@ one-hot torsos for vector and Discrete observations."""
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import torsos
 
 
@@ -29,7 +28,7 @@ def test_what_no_torso_takes_is_named(kind, shape, torso, message):
 
 
 def test_the_mlp_and_one_hot_torsos():
-  init = layers.Initializer(0)
+  init = torsos.Initializer(0)
   mlp = torsos.build_torso(torsos.torso_for_observation("vector", (4,)), init)
   out = mlp(np.ones((3, 4), np.float32)).numpy()
   assert out.shape == (3, torsos.MLP_HIDDEN_SIZES[-1]) and np.all(np.abs(out) < 1)  # tanh.

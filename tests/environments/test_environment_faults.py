@@ -37,6 +37,7 @@ class _FilteringPolicy(_UniformPolicy):
 
   def __init__(self, observation_size):
     self.action_space = action_spaces.ActionSpace(
+        _UniformPolicy.action_space.distribution,
         observation_filter=action_spaces.ObservationFilter(observation_size))
 
 

@@ -196,7 +196,8 @@ def test_the_torso_takes_frames_divided_by_frame_max(chunk_frames):
   env_outputs = structures.EnvOutput(
       reward=tf.zeros([2, 4]), done=tf.zeros([2, 4], tf.bool),
       observation=structures.Observation(frame=tf.constant(frames), instruction=None),
-      episode_return=tf.zeros([2, 4]), episode_step=tf.zeros([2, 4], tf.int32))
+      episode_return=tf.zeros([2, 4]), episode_step=tf.zeros([2, 4], tf.int32),
+      truncated=tf.zeros([2, 4], tf.bool))
   agent.unroll(tf.zeros([2, 4], tf.int32), env_outputs, agent.initial_state(4))
   inputs = tf.concat(seen, 0).numpy()[:8]
   np.testing.assert_allclose(inputs, frames.reshape(8, 7, 7, 3) / 10.0, rtol=1e-6)

@@ -6,7 +6,9 @@ import sys
 import numpy as np
 import pytest
 
+from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.configuration import mujoco_presets
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import base
@@ -178,7 +180,10 @@ def test_a_wrong_shape_mid_episode_names_the_environment_and_the_field():
 
 
 class _UniformPolicy:
-  """Stands in for BatchedPolicy on discrete actions (tests/acting/test_actor_groups.py's)."""
+  """Stands in for BatchedPolicy on discrete actions (tests/acting/test_actor_groups.py's),
+  sampling in the real action space of a categorical policy over 2 actions."""
+
+  action_space = action_spaces.ActionSpace(distributions.CategoricalFamily(2))
 
   def initial_states(self, num_envs):
     return np.zeros((num_envs, 1), np.float32)

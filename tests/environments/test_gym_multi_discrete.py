@@ -1,5 +1,5 @@
 """gymnasium's MultiDiscrete actions end to end (issue 44): the space's spec
-(gym_spaces.Description), the distribution chosen from it (action_families.for_spec: one
+(gym_spaces.Description), the distribution chosen from it (distributions.for_spec: one
 categorical per choice), the network and its line in words (--show_settings), the actors'
 sampling and the copy gymnasium receives, and a short run whose learner updates.
 
@@ -11,7 +11,7 @@ import pytest
 from gymnasium import spaces
 
 from scalable_agent_tf2.acting import action_spaces
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import gym_spaces
@@ -37,8 +37,8 @@ def test_the_spec_names_the_choices_and_chooses_a_categorical_per_choice(tmp_pat
   spec = description.spec()
   assert spec == base.MultiDiscreteEnvSpec(nvec=NVEC, frame_shape=(OBSERVATION_SIZE,))
   assert description.action_layout() == {"nvec": list(NVEC)}
-  family = action_families.for_spec(spec)
-  assert family == action_families.MultiCategoricalFamily(NVEC)
+  family = distributions.for_spec(spec)
+  assert family == distributions.MultiCategoricalFamily(NVEC)
   network = _config(tmp_path).network_config_for_spec(spec)
   assert network.action_distribution == family and network.num_actions is None
   assert network.torso == "mlp" and not network.use_lstm
@@ -86,7 +86,7 @@ def test_actions_cross_an_environment_process_as_index_vectors():
 
 
 def test_the_actors_sample_one_index_per_choice_and_store_them_as_int32():
-  family = action_families.MultiCategoricalFamily(NVEC)
+  family = distributions.MultiCategoricalFamily(NVEC)
   space = action_spaces.ActionSpace(family)
   spec = base.MultiDiscreteEnvSpec(nvec=NVEC, frame_shape=(OBSERVATION_SIZE,))
   # Logits that make index 2 of the first choice and index 0 of the second near certain.
@@ -96,7 +96,7 @@ def test_the_actors_sample_one_index_per_choice_and_store_them_as_int32():
   assert actions.dtype == np.int32 and actions.shape == (4, len(NVEC))
   np.testing.assert_array_equal(actions, [[2, 0]] * 4)
   np.testing.assert_array_equal(space.group_to_environment(actions, spec), actions)
-  empty = space.empty_agent_output(spec)
+  empty = space.empty_agent_output()
   assert empty.action.shape == (len(NVEC),) and empty.policy_params.shape == (sum(NVEC),)
 
 
@@ -131,7 +131,7 @@ def test_a_short_run_trains_learner_updates_on_multi_discrete_actions(tmp_path, 
   config = _config(tmp_path, *flags)
   agent, env = assembly.build_agent(config, assembly.default_environment_constructor(config))
   env.close()
-  assert agent.config.action_distribution == action_families.MultiCategoricalFamily(NVEC)
+  assert agent.config.action_distribution == distributions.MultiCategoricalFamily(NVEC)
   before = agent.policy.w.numpy()
   result = training.train(config, print_fn=lambda line: None)
   assert result.num_updates >= 2 and result.num_env_frames >= 40

@@ -1,6 +1,7 @@
 """IMPACT's learner: target network period, equivalence with IMPALA's policy gradient, XLA,
 frame counting, checkpointing of the target network."""
 import dataclasses
+import types
 
 import numpy as np
 import pytest
@@ -44,7 +45,7 @@ def test_target_network_starts_equal_and_changes_only_on_its_period():
   env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 4, 3, seed=1)
   previous_target = _values(target_vars)
   for step in range(1, 8):
-    stats = update.update(**update.batch((), env_outputs, agent_outputs))
+    stats = update.update((), env_outputs, agent_outputs)
     now_target, now_agent = _values(target_vars), _values(agent_vars)
     if step % period == 0:
       assert bool(stats["target_updated"]), step
@@ -69,7 +70,7 @@ def test_kl_coefficient_adapts_at_target_refreshes_by_the_steps_mean_kl(kl_targe
   env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, T, B, seed=1)
   want = 1.0
   for step in range(1, 6):
-    stats = update.update(**update.batch((), env_outputs, agent_outputs))
+    stats = update.update((), env_outputs, agent_outputs)
     assert np.isclose(stats["kl_coefficient"], want), step  # The one this step used.
     if step % period == 0:
       mean_kl = float(stats["kl_loss"]) / (T * B)
@@ -82,7 +83,7 @@ def test_kl_coefficient_adapts_at_target_refreshes_by_the_steps_mean_kl(kl_targe
 def test_without_a_kl_target_the_kl_cost_is_fixed_and_not_a_variable():
   update = _impact(FF_SMALL, impact_config=config_lib.ImpactConfig(kl_cost=0.5))
   env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2)
-  stats = update.update(**update.batch((), env_outputs, agent_outputs))
+  stats = update.update((), env_outputs, agent_outputs)
   assert "kl_coefficient" not in stats and not hasattr(update, "kl_coefficient")
   with pytest.raises(ValueError, match="kl_target must be positive"):
     _impact(FF_SMALL, kl_target=0.0)
@@ -185,8 +186,8 @@ def test_compiled_impact_update_equals_uncompiled():
   plain = _impact(FF_SMALL, jit_compile=False, impact_config=impact_config, max_grad_norm=10.0)
   env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 4, 3, seed=3)
   for _ in range(3):  # Both branches of the target refresh.
-    got = compiled.update(**compiled.batch((), env_outputs, agent_outputs))
-    want = plain.update(**plain.batch((), env_outputs, agent_outputs))
+    got = compiled.update((), env_outputs, agent_outputs)
+    want = plain.update((), env_outputs, agent_outputs)
     for key in want:
       np.testing.assert_allclose(np.float32(got[key]), np.float32(want[key]), rtol=1e-4,
                                  atol=1e-4, err_msg=key)
@@ -202,13 +203,13 @@ def test_only_new_trajectories_count_as_frames():
   impala = learner.Learner(networks.Agent(FF_SMALL), config_lib.LearnerConfig(**HPARAMS),
                            jit_compile=False)
   impact = _impact(FF_SMALL)
-  for the_learner in (impala, impact):  # One call for both: the batch carries IMPACT's target.
-    batch = the_learner.batch((), env_outputs, agent_outputs)
-    frames = [int(the_learner.update(**batch, num_new_trajectories=n)["num_env_frames"])
+  for the_learner in (impala, impact):  # One call for both.
+    frames = [int(the_learner.update((), env_outputs, agent_outputs,
+                                     num_new_trajectories=n)["num_env_frames"])
               for n in (None, 0, 2)]
     assert frames == [T * B * 4, T * B * 4, T * B * 4 + T * 2 * 4]  # 4 action repeats.
     with pytest.raises(ValueError, match="num_new_trajectories"):
-      the_learner.update(**batch, num_new_trajectories=4)
+      the_learner.update((), env_outputs, agent_outputs, num_new_trajectories=4)
   assert impala._compiled_update.experimental_get_tracing_count() == 1
 
 
@@ -230,10 +231,12 @@ def test_checkpoint_carries_the_target_network_and_step_count(tmp_path):
   update = _impact(FF_SMALL, impact_config=config_lib.ImpactConfig(target_update_period=2))
   env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2)
   for _ in range(3):  # The target was refreshed at step 2; the learner moved on after.
-    update.update(**update.batch((), env_outputs, agent_outputs))
+    update.update((), env_outputs, agent_outputs)
   path = tf.train.Checkpoint(agent=update.agent, learner=update).save(str(tmp_path / "ckpt"))
   names = [name for name, _ in tf.train.list_variables(path)]
-  assert any("target_agent" in name for name in names), names
+  # The target network's variables (every one of them, under the learner).
+  targets = [name for name in names if name.startswith("learner/_target_variables/")]
+  assert len(targets) == len(update._target_variables), names
 
   restored = _impact(FF_SMALL, seed=9)
   tf.train.Checkpoint(agent=restored.agent, learner=restored).restore(
@@ -246,16 +249,18 @@ def test_checkpoint_carries_the_target_network_and_step_count(tmp_path):
 
 def test_update_without_target_params_uses_the_target_network_now():
   # Algorithm 1 line 7 for a batch used once: update() computes the target policy itself;
-  # batch() freezes it for the circular buffer. Both give the same step.
+  # impact.steps freezes it for the circular buffer as the batch enters. Both give the same
+  # step.
   env_outputs, agent_outputs = random_batches.random_learner_batch(FF_SMALL, 3, 2, seed=4)
   inside, given = _impact(FF_SMALL), _impact(FF_SMALL)
   got = inside.update((), env_outputs, agent_outputs)
-  batch = given.batch((), env_outputs, agent_outputs)
+  config = types.SimpleNamespace(num_learners=1, num_online_per_batch=2,
+                                 circular_buffer_size=1, circular_buffer_max_uses=1)
+  [(_, batch, num_new)] = impact.steps([((0, 0), (), env_outputs, agent_outputs)], given,
+                                           config)
   np.testing.assert_array_equal(
       batch["target_policy_params"],
       given.target_policy_params((), env_outputs, agent_outputs))
-  want = given.update(**batch)
+  want = given.update(**batch, num_new_trajectories=num_new)
   for key in want:
     np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=key)
-  with pytest.raises(ValueError, match="entropy_mask"):
-    inside.update((), env_outputs, agent_outputs, entropy_mask=np.ones(2, np.float32))

@@ -43,7 +43,7 @@ def _actor_stream(episode_lengths, decay=0.5, offset=0.0):
   for start in range(0, len(done) - T, T):
     window = slice(start, start + T + 1)
     env = EnvOutput(reward=rewards[window], done=done[window], observation=None,
-                    episode_return=None, episode_step=None)
+                    episode_return=None, episode_step=None, truncated=None)
     unroll = Trajectory("toy", 0, state, env, None)
     unrolls.append(unroll)
     state = advance(unroll, state)
@@ -227,6 +227,7 @@ def test_another_agents_episode_starts_from_a_zero_state():
 # --- The learner and training -------------------------------------------------------------
 
 import dataclasses
+import types
 
 import tensorflow as tf
 
@@ -234,10 +235,12 @@ from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.learning import laser
+from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import shared_replay_runs
+from tests import random_batches
 
 TOY_LSTM = networks.NetworkConfig(
     num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
@@ -254,6 +257,29 @@ def test_entropy_mask_keeps_the_online_trajectories_only():
   got = losses.entropy_loss(policy, np.broadcast_to(mask, [5, 4]))
   assert np.isclose(got, expected, rtol=1e-5)
   assert np.isclose(losses.entropy_loss(policy), (p * np.log(p)).sum(), rtol=1e-5)
+
+
+def test_the_learner_owns_lasers_entropy_mask():
+  """--entropy_on_online_only gives the learner its mask once (laser.entropy_mask): every
+  update's entropy term counts the batch's online trajectories only, as the loss terms with
+  that mask do."""
+  online = types.SimpleNamespace(entropy_on_online_only=True, learner_batch_size=4,
+                                 num_replayed_per_batch=2)
+  assert laser.entropy_mask(online).numpy().tolist() == [1, 1, 0, 0]
+  assert laser.entropy_mask(types.SimpleNamespace(entropy_on_online_only=False)) is None
+  config = networks.atari_config(num_actions=3, frame_shape=(20, 20, 1))
+  env_outputs, agent_outputs = random_batches.random_learner_batch(config, 3, 4, seed=2)
+  learner_config = config_lib.LearnerConfig()
+  agent = networks.Agent(config, seed=1)
+  masked = learner_lib.Learner(agent, learner_config, jit_compile=False,
+                               entropy_mask=laser.entropy_mask(online))
+  outputs, _ = agent.unroll(agent_outputs.action, env_outputs, ())
+  want = [losses.impala_loss_terms(config.action_distribution, outputs, env_outputs,
+                                   agent_outputs, learner_config, mask)[0]["entropy_loss"]
+          for mask in (laser.entropy_mask(online), None)]
+  got = masked.update((), env_outputs, agent_outputs)["entropy_loss"]
+  np.testing.assert_allclose(got, want[0], rtol=1e-5)
+  assert not np.isclose(want[0], want[1])  # The mask leaves the replayed half out.
 
 
 def _laser_config(logdir, **overrides):

@@ -9,6 +9,8 @@ from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.structures import AgentOutput
 from tests import random_batches
+from tests.agent_steps import acting_step
+from tests.agent_steps import sampled_actions
 
 DMLAB_SMALL = networks.dmlab_config(networks.SHALLOW, num_actions=5, frame_shape=(20, 24, 3))
 ATARI_SMALL = networks.atari_config(num_actions=4, torso=networks.DEEP,
@@ -46,7 +48,8 @@ def test_compiled_update_equals_uncompiled(config):
 
 
 def _collect_on_policy(agent, T, B, seed):
-  """A trajectory in the released code's layout, produced by agent.step itself."""
+  """A trajectory in the released code's layout, acted by the agent itself (the actors'
+  step and sampling)."""
   config = agent.config
   rng = np.random.default_rng(seed)
   env_outputs, _ = random_batch(config, T, B, seed)
@@ -57,12 +60,11 @@ def _collect_on_policy(agent, T, B, seed):
   for t in range(T):
     # The agent acts on observation t; its output is stored at index t+1, next to the
     # environment output that its action leads to.
-    output, state = agent.step(actions[-1], tf.nest.map_structure(lambda x, t=t: x[t], env_outputs),
-                               state)
-    actions.append(output.action.numpy())
-    logits.append(output.policy_params.numpy())
-    baselines.append(output.baseline.numpy())
-  del rng
+    params, baseline, state = acting_step(
+        agent, actions[-1], tf.nest.map_structure(lambda x, t=t: x[t], env_outputs), state)
+    actions.append(sampled_actions(agent, params, seed=int(rng.integers(1 << 30))))
+    logits.append(params.numpy())
+    baselines.append(baseline.numpy())
   agent_outputs = AgentOutput(action=np.stack(actions), policy_params=np.stack(logits),
                               baseline=np.stack(baselines).astype(np.float32))
   return first_state, env_outputs, agent_outputs

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import layers
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import learner
@@ -53,7 +53,7 @@ def test_sigma_is_the_standard_deviation_within_bounds():
 
 
 def test_update_moves_the_statistics_and_keeps_the_values():
-  layer = layers.Linear(4, 1, init=layers.Initializer(seed=0), name="baseline")
+  layer = torsos.Linear(4, 1, init=torsos.Initializer(seed=0), name="baseline")
   scaler = popart.PopArt(layer)
   features = tf.random.stateless_normal([6, 4], seed=[1, 2])
   before = scaler.values(tf.squeeze(layer(features), -1))
@@ -100,8 +100,8 @@ def test_popart_losses_are_the_normalised_ones():
   env_outputs, agent_outputs = _batch(1.0)
   scaled = env_outputs._replace(reward=env_outputs.reward * scale)  # Inputs clipped alike.
   state = ()
-  got = with_popart._loss_and_gradients(state, scaled, agent_outputs)[1]
-  want = without._loss_and_gradients(state, env_outputs, agent_outputs)[1]
+  got = with_popart._loss_gradients_and_targets(state, scaled, agent_outputs)[1]
+  want = without._loss_gradients_and_targets(state, env_outputs, agent_outputs)[1]
   for key in ("pg_loss", "baseline_loss", "entropy_loss"):
     np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), rtol=2e-4, err_msg=key)
 

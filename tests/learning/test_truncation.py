@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.agent.action_families import CategoricalFamily
+from scalable_agent_tf2.agent.distributions import CategoricalFamily
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.learning import losses
@@ -239,26 +239,8 @@ def test_impact_bootstraps_a_truncated_step_and_ignores_its_reset():
                                err_msg=name)
 
 
-def test_nothing_truncated_is_the_record_without_the_field():
-  """A record built without `truncated` is never truncated, in done's form (numpy arrays
-  here), and gives bit for bit the terms of an all-False field."""
-  learner_outputs, env_outputs, agent_outputs = _batch(seed=5, on_policy=False,
-                                                       truncated=np.zeros_like(TRUNCATED))
-  assert env_outputs.truncated.shape == DONE.shape
-  implicit = EnvOutput(*env_outputs[:5])
-  assert implicit.truncated.dtype == bool and not implicit.truncated.any()
-  assert implicit.truncated.shape == DONE.shape
-  config = _config(trust_region_threshold=0.05)
-  terms, _ = _terms(config, (learner_outputs, env_outputs, agent_outputs))
-  same, _ = _terms(config, (learner_outputs, implicit, agent_outputs))
-  for name, value in terms.items():
-    assert float(same[name]) == float(value), name
-
-
-def test_never_truncated_follows_dones_form():
-  assert EnvOutput(0.0, True, None, 0.0, 0).truncated is False
-  spec = EnvOutput(reward=tf.TensorSpec([5], tf.float32), done=tf.TensorSpec([5], tf.bool),
-                   observation=None, episode_return=None, episode_step=None).truncated
-  assert spec == tf.TensorSpec([5], tf.bool)
-  tensor = EnvOutput(0.0, tf.constant([True, False]), None, 0.0, 0).truncated
-  assert tensor.dtype == tf.bool and not tensor.numpy().any()
+def test_a_record_without_truncated_is_refused():
+  """EnvOutput is a plain record: every field is given (an environment that cannot truncate
+  says False), so no constructor guesses the field's form from `done`."""
+  with pytest.raises(TypeError, match="truncated"):
+    EnvOutput(0.0, True, None, 0.0, 0)

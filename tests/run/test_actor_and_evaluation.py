@@ -5,7 +5,7 @@ import pytest
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.acting import policies
-from scalable_agent_tf2.agent import action_families
+from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.configuration import suites
@@ -58,7 +58,7 @@ def test_episode_tracker_on_real_atari_life_losses():
 def test_sample_action_follows_the_policy():
   rng = np.random.default_rng(1)
   logits = np.log(np.array([0.7, 0.2, 0.1], np.float32))
-  space = action_spaces.ActionSpace(action_families.CategoricalFamily(3))
+  space = action_spaces.ActionSpace(distributions.CategoricalFamily(3))
   counts = np.bincount([space.sample(logits, rng) for _ in range(20000)], minlength=3)
   np.testing.assert_allclose(counts / 20000, [0.7, 0.2, 0.1], atol=0.015)
 
@@ -91,7 +91,7 @@ class _CountingEnvironment(base.Environment):
 
 class _FixedPolicy:
   """Stands in for BatchedPolicy: logits favour action 1, state counts calls."""
-  action_space = action_spaces.ActionSpace()
+  action_space = action_spaces.ActionSpace(distributions.CategoricalFamily(2))
 
   def initial_states(self, num_envs):
     return np.zeros((num_envs, 2), np.float32)
@@ -179,7 +179,7 @@ def test_per_actor_policy_acts_like_the_batched_one(use_lstm):
               frame=rng.integers(0, 255, (num_envs, 20, 20, 2), dtype=np.uint8),
               instruction=np.zeros((num_envs, language.MAX_INSTRUCTION_WORDS), np.int32)),
           episode_return=np.zeros(num_envs, np.float32),
-          episode_step=np.full(num_envs, step, np.int32))
+          episode_step=np.full(num_envs, step, np.int32), truncated=np.zeros(num_envs, bool))
       prev_actions = np.array([2, 0, 3], np.int32)
       outputs = [policy(prev_actions, env_outputs, state)
                  for policy, state in zip((batched, direct), states)]

@@ -11,7 +11,6 @@ import tensorflow as tf
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.acting import policies
-from scalable_agent_tf2.agent import action_families
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.environments import mujoco
@@ -195,7 +194,7 @@ def test_filter_statistics_round_trip_through_a_checkpoint(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 T, B, A, O = 5, 3, 2, 4
-GAUSSIAN = action_families.DiagGaussianFamily(A)
+GAUSSIAN = distributions.DiagGaussianFamily(A)
 
 
 def _batch(seed=0):
@@ -205,7 +204,8 @@ def _batch(seed=0):
       reward=f32(T + 1, B), done=rng.random((T + 1, B)) < 0.2,
       observation=Observation(frame=f32(T + 1, B, O), instruction=np.zeros((T + 1, B, 16),
                                                                            np.int32)),
-      episode_return=f32(T + 1, B), episode_step=np.zeros((T + 1, B), np.int32))
+      episode_return=f32(T + 1, B), episode_step=np.zeros((T + 1, B), np.int32),
+      truncated=np.zeros((T + 1, B), bool))
   action = 2 * f32(T + 1, B, A)
   agent_params = np.concatenate([f32(T + 1, B, A), 0.3 * f32(T + 1, B, A)], -1)
   agent_outputs = AgentOutput(action=action, policy_params=agent_params, baseline=f32(T + 1, B))

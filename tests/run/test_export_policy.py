@@ -37,8 +37,10 @@ def test_the_exported_policy_is_the_agent_and_the_frames_and_test_mode_plays_it(
   names, full_names = _variable_names(path), _variable_names(full)
   assert not [n for n in names if "optimizer" in n or "rmsprop" in n], names
   # The full checkpoint lists a variable once, under the first path to it: the agent's own, or
-  # the learner's list of the variables it trains.
-  agent_variables = [n for n in full_names if n.startswith(("agent/", "learner/_variables/"))]
+  # the learner's list of the variables it trains. This run's agent also saved agent/_sampler
+  # (a random generator no code reads any more), which the export, of today's agent, leaves out.
+  agent_variables = [n for n in full_names if n.startswith(("agent/", "learner/_variables/"))
+                     and not n.startswith("agent/_sampler/")]
   assert len([n for n in names if n.startswith("agent/")]) == len(agent_variables)
   others = sorted(n for n in names if not n.startswith("agent/"))
   assert others == ["_CHECKPOINTABLE_OBJECT_GRAPH",

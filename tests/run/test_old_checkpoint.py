@@ -11,6 +11,8 @@ define them; this test is what shows that moving the modules kept those paths.
 """
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -63,3 +65,32 @@ def test_test_mode_plays_the_old_checkpoint(tmp_path):
   assert os.path.basename(result["checkpoint"]) == "ckpt-2000"
   assert result["summary"]["training_frames"] == 2000
   assert [row["episodes"] for row in result["rows"]] == [4]
+
+
+# A process that restores the old checkpoint as test mode does, then exits.
+RESTORE_SCRIPT = """
+import sys
+from tests.run import test_old_checkpoint as t
+from scalable_agent_tf2.run import assembly
+config = t._config(sys.argv[1])
+agent, learner, path = assembly.restore_agent(
+    config, assembly.checked_environment_constructor(config, None, test_mode=True))
+print("restored", path, flush=True)
+"""
+
+
+def test_the_values_todays_agent_no_longer_has_stay_unread_without_a_warning(tmp_path):
+  """The old agent also saved agent/_sampler (a random generator today's agent does not have:
+  actors sample in numpy); restoring leaves it unread, and nothing says so when the process
+  ends (TensorFlow's "Value in checkpoint could not be found" warning, at exit)."""
+  logdir = _old_logdir(tmp_path)
+  reader = tf.train.load_checkpoint(os.path.join(logdir, "checkpoints", "ckpt-2000"))
+  assert any(name.startswith("agent/_sampler/") for name in reader.get_variable_to_shape_map())
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  result = subprocess.run([sys.executable, "-c", RESTORE_SCRIPT, logdir], cwd=repo,
+                          capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, PYTHONPATH=repo))
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "restored" in result.stdout and "ckpt-2000" in result.stdout
+  assert "could not be found" not in result.stderr, result.stderr[-3000:]
+  assert "unrestored values" not in result.stderr, result.stderr[-3000:]

@@ -219,7 +219,7 @@ def test_lockstep_batches_are_the_tf_data_batches():
                 frame=rng.integers(0, 255, (steps, 20, 20, 1)).astype(np.uint8),
                 instruction=np.zeros((steps, language.MAX_INSTRUCTION_WORDS), np.int32)),
             episode_return=rng.standard_normal(steps).astype(np.float32),
-            episode_step=np.arange(steps, dtype=np.int32)),
+            episode_step=np.arange(steps, dtype=np.int32), truncated=np.zeros(steps, bool)),
         agent_outputs=AgentOutput(action=rng.integers(0, 3, steps).astype(np.int32),
                                   policy_params=rng.standard_normal((steps, 3)).astype(
                                       np.float32),

@@ -1,6 +1,6 @@
 """export_policy.py --format=saved_model (run/saved_policy.py): a SavedModel that a process
 which cannot import scalable_agent_tf2 loads with tf.saved_model.load, and whose outputs are
-the project's network's (test mode's restore, then networks.Agent.step) to 1e-5 on the same
+the project's network's (test mode's restore, then policies.acting_step) to 1e-5 on the same
 observations: a shipped Atari agent, an LSTM agent with instructions and an agent reading
 observation vectors through its filter."""
 import json

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.acting import action_spaces
+from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.environments.normalization import MeanStdFilter
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import actor_process
@@ -135,7 +136,7 @@ def test_an_unroll_start_syncs_the_filter_with_the_parameters():
 
 
 def test_agents_without_a_filter_get_no_method_and_make_no_call():
-  agent = types.SimpleNamespace()  # Atari, DMLab, toy: build_agent attaches no filter.
+  agent = networks.Agent(test_distributed.TOY_NETWORK)  # Frames: built without a filter.
   assert filter_sync.learner_methods(agent) == []
   assert filter_sync.for_actor_process(object(), agent) is None  # The client is not used.
   parameters = _FakeParameterSync(version=3)
@@ -156,8 +157,8 @@ LEARNER_SCRIPT = textwrap.dedent("""
     from scalable_agent_tf2.transport import service_client
     from scalable_agent_tf2.transport import filter_sync
     from scalable_agent_tf2.agent import networks
-    agent = networks.Agent(t.TOY_NETWORK, seed=3)
-    agent.observation_filter = action_spaces.ObservationFilter({size})
+    agent = networks.Agent(t.TOY_NETWORK, seed=3,
+                           observation_filter=action_spaces.ObservationFilter({size}))
     agent.observation_filter.deserialize({restored!r})  # As a checkpoint restores it.
     server = learner_service.TrajectoryServer({address!r}, t.layout(), t.FINGERPRINT,
                                               agent.trainable_variables, capacity=4,

@@ -13,7 +13,7 @@ import pytest
 from scalable_agent_tf2 import structures
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.agent import language
-from scalable_agent_tf2.agent import layers
+from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.resolution import config as config_lib
@@ -42,7 +42,7 @@ class _Policy:
   """What trajectory_signature reads: an LSTM-like core state (c, h) of STATE_SIZE."""
 
   def initial_state(self):
-    return layers.LSTMState(c=np.zeros(STATE_SIZE, np.float32),
+    return torsos.LSTMState(c=np.zeros(STATE_SIZE, np.float32),
                             h=np.zeros(STATE_SIZE, np.float32))
 
 
@@ -67,7 +67,7 @@ def unroll(mark, starts=(), unroll_length=T):
       action=rng.integers(0, 3, steps).astype(np.int32),
       policy_params=rng.normal(size=(steps, toy_environment.NUM_ACTIONS)).astype(np.float32),
       baseline=rng.normal(size=steps).astype(np.float32))
-  state = layers.LSTMState(c=np.full(STATE_SIZE, mark, np.float32),
+  state = torsos.LSTMState(c=np.full(STATE_SIZE, mark, np.float32),
                            h=-np.full(STATE_SIZE, mark, np.float32))
   return structures.Trajectory(level_name="toy", policy_version=mark, agent_state=state,
                                env_outputs=env_outputs, agent_outputs=agent_outputs)

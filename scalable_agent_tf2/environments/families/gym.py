@@ -318,7 +318,7 @@ class GymFamily(base.Family):
       Discrete(n):   the one-hot [n] torso (networks.index_config), feed-forward.
 
     MultiDiscrete actions take the Discrete ones' network, with a categorical head per choice
-    (agent/action_families.MultiCategoricalFamily, chosen from the spec).
+    (agent/distributions.MultiCategoricalFamily, chosen from the spec).
     """
     from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
     from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
