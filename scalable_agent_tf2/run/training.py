@@ -16,8 +16,9 @@ levels cannot run (environments.LevelCannotRun: all such levels are collected, t
 one LevelsCannotRun), or when a shared replay service is lost for longer than
 --shared_replay_connect_secs; a checkpoint is written in every case.
 
-The run's parts and their supervision are supervisor.py's (one machine's actor threads:
-local_actors.py); what `train` raises is run_failures.py's, what it returns
+The run's supervision is supervisor.py's (its parts: run_parts.py; one machine's actor threads:
+local_actors.py; what stops it: failure_policy.py; when it checkpoints: checkpoint_policy.py);
+what `train` raises is run_failures.py's, what it returns
 training_result.py's. Callers name them as train's: training.RunFailed, training.TrainResult.
 
 Signals (stop_signals.StopRequest): SIGINT and SIGTERM only record a stop request and wake the
@@ -34,6 +35,7 @@ from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import repeatable
+from scalable_agent_tf2.run import run_parts
 from scalable_agent_tf2.run import supervisor
 
 # What train raises and returns; its callers name them training.<name>.
@@ -100,7 +102,7 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
   try:
     return _build_and_supervise(config, environment_constructor, network_config, print_fn,
                                 listen_address, shared_replay, agent_tag, stop_request,
-                                supervisor.ClusterAccess(cluster_secret, insecure_open_cluster))
+                                run_parts.ClusterAccess(cluster_secret, insecure_open_cluster))
   except stop_signals.Stopping as interrupt:
     return _stopped_while_building(config, interrupt, print_fn)
   except LevelCannotRun as error:  # The first environment (build_agent's) cannot start.
@@ -179,9 +181,7 @@ def _supervise(run, stop_request):
     run.start()
     run.watch()
   finally:
-    if stop_request.requested:
-      run.stop_reason = f"interrupted ({stop_request.signal_name})"
-    run.stop()
+    run.stop(f"interrupted ({stop_request.signal_name})" if stop_request.requested else None)
     run.report()
   run.raise_failure()
   return run.result()
