@@ -26,8 +26,7 @@ from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.structures import AgentOutput
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation
@@ -252,22 +251,13 @@ def make_learner(config, agent, strategy=None):
 
 def checkpoint_settings(config, agent):
   """What a checkpoint's network depends on (stored beside it, compared at restore): the run's
-  checkpoint_files.SHAPE_SETTINGS, the torso the network was built with, the action layout;
-  and, stored but not compared, checkpoint_files.POLICY_SETTINGS (what else shapes the network
+  checkpoints.SHAPE_SETTINGS, the torso the network was built with, the action layout;
+  and, stored but not compared, checkpoints.POLICY_SETTINGS (what else shapes the network
   and its environment, for a policy loaded outside the run: policy.py)."""
-  return {**{name: getattr(config, name) for name in checkpoint_files.SHAPE_SETTINGS},
+  return {**{name: getattr(config, name) for name in checkpoints.SHAPE_SETTINGS},
           "torso": agent.config.torso,
           **agent.config.action_distribution.layout(),
-          **{name: getattr(config, name) for name in checkpoint_files.POLICY_SETTINGS}}
-
-
-class FrameCount(tf.Module):
-  """What a policy-only checkpoint keeps of the learner: its frame count, under the learner's
-  own name, so that it restores into a Learner's num_env_frames (run/export_policy.py)."""
-
-  def __init__(self, num_env_frames):
-    super().__init__(name="learner")
-    self.num_env_frames = num_env_frames
+          **{name: getattr(config, name) for name in checkpoints.POLICY_SETTINGS}}
 
 
 def restore_agent(config, environment_constructor, network_config=None, restore_from="",
@@ -289,19 +279,10 @@ def restore_agent(config, environment_constructor, network_config=None, restore_
 
 
 def make_checkpointer(config, agent, learner):
-  """The run's checkpoints: the agent and the learner (optimizer slots, frame count; IMPACT's
-  target network and step count). A logdir that holds a policy only (export_policy.py) gives
-  test mode the agent and the frame count, and refuses training."""
-  if checkpoint_files.read_policy_only(config.logdir) is None:
-    return checkpoints.Checkpointer(config.logdir, checkpoint_settings(config, agent),
-                                    agent=agent, learner=learner)
-  if config.mode != TEST:
-    raise checkpoints.CheckpointError(
-        f"{config.logdir} holds a policy only (exported for test mode: "
-        f"{checkpoint_files.POLICY_ONLY_FILE}), no optimizer state to train on. Test it with "
-        f"--mode=test, or train in another --logdir.")
-  return checkpoints.Checkpointer(config.logdir, checkpoint_settings(config, agent),
-                                  agent=agent, learner=FrameCount(learner.num_env_frames))
+  """The run's checkpoints (checkpoints.run_checkpointer): the agent and the learner; of a
+  policy-only logdir (export_policy.py), the agent and the frame count for test mode only."""
+  return checkpoints.run_checkpointer(config.logdir, checkpoint_settings(config, agent), agent,
+                                      learner, test_mode=config.mode == TEST)
 
 
 def actor_loop_factory(config, index, policy, environment_constructor, first_env,

@@ -11,11 +11,11 @@ import os
 
 import tensorflow as tf
 
-from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.run import progress_watch
 from scalable_agent_tf2.run.run_failures import Diverged
 from scalable_agent_tf2.run.run_failures import ParametersDiverged
 from scalable_agent_tf2.run.run_failures import RunFailed
+from scalable_agent_tf2.runfiles import checkpoints
 
 
 class CheckpointPolicy:

@@ -35,7 +35,7 @@ from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import evaluation_videos
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import durable_files
 from scalable_agent_tf2.runfiles import run_directory
 from scalable_agent_tf2.runfiles import videos as videos_lib
 from scalable_agent_tf2.utils import stop_signals
@@ -127,7 +127,7 @@ def _number(value, width, decimals):
 def write_results(rows, summary, directory):
   """results.json (rows + summary) and results.csv (rows) in directory; returns their paths.
 
-  Both are replaced as checkpoints' state files are (checkpoint_files.write_files_atomically):
+  Both are replaced as checkpoints' state files are (durable_files.write_files_atomically):
   a kill or a full disk leaves the previous results whole, never an empty or half file."""
   os.makedirs(directory, exist_ok=True)
   json_path = os.path.join(directory, "results.json")
@@ -139,7 +139,7 @@ def write_results(rows, summary, directory):
   writer.writeheader()
   for row in rows:
     writer.writerow({k: row.get(k, "") for k in fields})
-  checkpoint_files.write_files_atomically([
+  durable_files.write_files_atomically([
       (json_path, json.dumps(dict(levels=rows, summary=summary), indent=2)),
       (csv_path, table.getvalue())])
   return json_path, csv_path

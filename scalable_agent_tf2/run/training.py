@@ -47,7 +47,7 @@ from scalable_agent_tf2.run.run_failures import RunFailed  # noqa: F401
 from scalable_agent_tf2.run.run_failures import Stalled  # noqa: F401
 from scalable_agent_tf2.run.training_result import TrainResult
 from scalable_agent_tf2.run.training_result import TrajectoryAccounts
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.utils import stop_signals
 
@@ -116,8 +116,8 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
 def _stopped_while_building(config, interrupt, print_fn):
   """The result of a run stopped by a signal before its first update: the checkpoint it
   would resume from (if any) unchanged."""
-  latest = checkpoint_files.latest_checkpoint(config.logdir)
-  checkpoint, frames = ((os.path.join(checkpoint_files.checkpoint_dir(config.logdir),
+  latest = checkpoints.latest_checkpoint(config.logdir)
+  checkpoint, frames = ((os.path.join(checkpoints.checkpoint_dir(config.logdir),
                                       latest[0]), latest[1]) if latest else (None, 0))
   print_fn(f"Stopped: interrupted ({interrupt}) before training started; "
            + (f"checkpoint {checkpoint} unchanged at {frames:,} frames." if checkpoint

@@ -21,7 +21,7 @@ from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import run_directory
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.utils import stop_signals
@@ -285,7 +285,6 @@ import sys
 from scalable_agent_tf2.utils import quiet_tensorflow
 quiet_tensorflow.import_tensorflow()
 import tensorflow as tf
-from scalable_agent_tf2.run import checkpoints
 
 class Agent(tf.Module):
   def __init__(self):
@@ -366,7 +365,7 @@ def test_a_wrong_observation_shape_stops_with_a_named_error_line_not_a_traceback
       "shape (3,); its observation space promises (2,).")
   # Nothing was trained: no checkpoint at 0 frames stands in the way of the fixed environment.
   assert run.stderr.rstrip().endswith("Nothing was trained; no checkpoint was written.")
-  assert checkpoint_files.latest_checkpoint(str(tmp_path)) is None
+  assert checkpoints.latest_checkpoint(str(tmp_path)) is None
 
 
 @pytest.mark.timeout(180)

@@ -25,11 +25,10 @@ from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import runlog
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -145,13 +144,13 @@ def test_corrupt_or_incompatible_checkpoint_is_a_clear_error(tmp_path):
                    environment_constructor=toy_environment.environment_constructor(),
                    network_config=deep)
   # Without the settings file the variables' shapes still disagree: still an error.
-  os.remove(checkpoint_files.settings_path(other))
+  os.remove(checkpoints.settings_path(other))
   with pytest.raises(checkpoints.CheckpointError, match="different network"):
     training.train(toy_config(other, total_frames=1_600, torso="deep"),
                    environment_constructor=toy_environment.environment_constructor(),
                    network_config=deep)
 
-  os.remove(os.path.join(checkpoint_files.checkpoint_dir(other), checkpoint_files.STATE_FILE))
+  os.remove(os.path.join(checkpoints.checkpoint_dir(other), checkpoints.STATE_FILE))
   with pytest.raises(checkpoints.CheckpointError, match="not starting over"):
     train_toy(toy_config(other, total_frames=1_600))
 
@@ -317,7 +316,7 @@ def test_bad_flags_fail_before_any_work(tmp_path, flags, message):
   run = _experiment("--mode=train", f"--logdir={tmp_path}", *flags)
   assert run.returncode == 2, run.stderr[-2000:]
   assert message in run.stderr
-  assert not os.path.exists(checkpoint_files.checkpoint_dir(tmp_path))
+  assert not os.path.exists(checkpoints.checkpoint_dir(tmp_path))
 
 
 def _child_pids(pid):

@@ -19,7 +19,7 @@ from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import replay_client
 from scalable_agent_tf2.transport import replay_service
@@ -376,7 +376,7 @@ def test_agent_processes_with_different_hyperparameters_share_a_service_process(
     assert "Lost the replay service at" in output
     assert "Stopped: the shared replay service was lost" in output
     assert "No replay service answered" in output and "holds its state" in output
-    prefix, frames = checkpoint_files.latest_checkpoint(str(tmp_path / "b"))
+    prefix, frames = checkpoints.latest_checkpoint(str(tmp_path / "b"))
     assert f"Checkpoint {os.path.join(str(tmp_path / 'b'), 'checkpoints', prefix)}" in output
     assert frames > 0
     assert "Replay: " in service_log.read_text()  # The service's periodic console line.
