@@ -114,9 +114,9 @@ def default_environment_constructor(config):
 
 
 def checked_environment_constructor(config, environment_constructor=None, test_mode=False):
-  """The run's environment constructor (default: the paper's environments), once it has
-  built the arguments of every level: an unknown level or a missing DeepMind Lab fails
-  here, before any work."""
+  """The run's environment constructor (default: its levels' family's; evaluation.evaluate's
+  caller may give another), once it has built the arguments of every level: an unknown level
+  or a missing DeepMind Lab fails here, before any work."""
   environment_constructor = environment_constructor or default_environment_constructor(config)
   for level in sorted(set(config.levels)):
     environment_constructor(level, 0, test_mode)
@@ -195,7 +195,7 @@ def start_in_process(environment_constructor, level_name, seeds, test_mode=False
   return envs
 
 
-def build_agent(config, environment_constructor, network_config=None, strategy=None):
+def build_agent(config, environment_constructor, strategy=None):
   """(agent, first environment) for a run: the network is sized by the first level's spec.
 
   The environment (of levels[0], seed of actor 0) is returned for actor 0 to use. With a
@@ -210,8 +210,7 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
                           timeouts=environment_timeouts(config, config.levels[0]))
   try:
     spec = env.spec
-    if network_config is None:
-      network_config = config.network_config_for_spec(spec)
+    network_config = config.network_config_for_spec(spec)  # As the level's family chooses.
     if tuple(spec.frame_shape) != tuple(network_config.frame_shape):
       raise ValueError(f"The environment's frames are {spec.frame_shape}, the network "
                        f"expects {network_config.frame_shape}.")
@@ -260,8 +259,7 @@ def checkpoint_settings(config, agent):
           **{name: getattr(config, name) for name in checkpoints.POLICY_SETTINGS}}
 
 
-def restore_agent(config, environment_constructor, network_config=None, restore_from="",
-                  make_newest=True):
+def restore_agent(config, environment_constructor, restore_from="", make_newest=True):
   """(agent, learner, checkpoint path): the agent built as training builds it (build_agent)
   at logdir's newest checkpoint, or at `restore_from` (make_newest: Checkpointer.restore's),
   for test mode and the policy's readers (evaluation.py, export_policy.py, policy.py). The
@@ -270,7 +268,7 @@ def restore_agent(config, environment_constructor, network_config=None, restore_
   Raises:
     checkpoints.CheckpointError: no usable checkpoint there.
   """
-  agent, probe_env = build_agent(config, environment_constructor, network_config)
+  agent, probe_env = build_agent(config, environment_constructor)
   probe_env.close()
   learner = make_learner(config, agent)
   path = make_checkpointer(config, agent, learner).restore(

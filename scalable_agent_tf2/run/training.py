@@ -52,16 +52,14 @@ from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.utils import stop_signals
 
 
-def train(config, environment_constructor=None, network_config=None, print_fn=print,
-          listen_address=None, shared_replay=None, agent_tag=None, cluster_secret=None,
+def train(config, print_fn=print, listen_address=None, shared_replay=None, agent_tag=None, cluster_secret=None,
           insecure_open_cluster=False, stop_request=None):
   """Trains until config.total_environment_frames; resumes from logdir's checkpoint.
 
   Args:
-    config: a resolved config.ExperimentConfig.
-    environment_constructor: callable(level_name, seed, test_mode) -> (constructor, kwargs);
-      default: the paper's environments (environments.environment_constructor).
-    network_config: overrides config.network_config(num_actions) (tests use small frames).
+    config: a resolved config.ExperimentConfig: its levels' family builds their environments
+      and chooses the network (environments/families; a user's own family is registered with
+      families.register).
     print_fn: where console lines go.
     listen_address: None: actor threads in this process (one machine). "host:port": the
       learner of a cluster: no local actors; actor processes (actor_process.py) send
@@ -100,8 +98,8 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     stop_request = stop_signals.StopRequest(print_fn).install()
   deterministic_ops = repeatable.DeterministicOps(config.repeatable)  # Off again at the end.
   try:
-    return _build_and_supervise(config, environment_constructor, network_config, print_fn,
-                                listen_address, shared_replay, agent_tag, stop_request,
+    return _build_and_supervise(config, print_fn, listen_address, shared_replay, agent_tag,
+                                stop_request,
                                 run_parts.ClusterAccess(cluster_secret, insecure_open_cluster))
   except stop_signals.Stopping as interrupt:
     return _stopped_while_building(config, interrupt, print_fn)
@@ -127,16 +125,14 @@ def _stopped_while_building(config, interrupt, print_fn):
                      trajectories=TrajectoryAccounts.count(produced=0, trained=0))
 
 
-def _build_and_supervise(config, environment_constructor, network_config, print_fn,
-                         listen_address, shared_replay, agent_tag, stop_request, access):
+def _build_and_supervise(config, print_fn, listen_address, shared_replay, agent_tag,
+                         stop_request, access):
   """train's work: builds the run (a signal raises Stopping here) and supervises it."""
   # Threads and several learners' devices: set up before TensorFlow initialises them.
   assembly.configure_threads(config, print_fn)
   strategy = distributed.learner_strategy(config.num_learners)
-  environment_constructor = assembly.checked_environment_constructor(
-      config, environment_constructor)
-  agent, first_env = assembly.build_agent(config, environment_constructor, network_config,
-                                          strategy)
+  environment_constructor = assembly.checked_environment_constructor(config)
+  agent, first_env = assembly.build_agent(config, environment_constructor, strategy)
   with contextlib.ExitStack() as cleanup:
     first_env_owner = cleanup.enter_context(contextlib.ExitStack())  # Until actor 0 takes it.
     first_env_owner.callback(first_env.close)

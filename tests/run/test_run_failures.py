@@ -7,11 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.transport import learner_service
-from tests.run.test_training import TOY_NETWORK
 from tests.run.test_training import toy_config
 from tests.run.test_training import train_toy
 from tests.transport import test_distributed as td
@@ -77,8 +75,7 @@ def test_a_dead_pump_stops_a_cluster_learner_with_an_error_after_its_checkpoint(
   lines = []
   with pytest.raises(training.RunFailed,
                      match=r"trajectory-pump thread died: MemoryError: no memory"):
-    training.train(config, environment_constructor=toy_environment.environment_constructor(),
-                   network_config=TOY_NETWORK, print_fn=lines.append,
+    training.train(config, print_fn=lines.append,
                    listen_address=f"localhost:{td.free_port()}")
   assert checkpoints.latest_checkpoint(str(tmp_path)) is not None  # Written at the stop.
 
