@@ -12,6 +12,9 @@ one such tiny graph (so that the once-per-process notice is spent there), and pa
 line that is not one of those notices.
 
 Set SCALABLE_AGENT_TF_STARTUP_LOGS=1, or TF_CPP_MIN_LOG_LEVEL to 0 or 1 yourself, to see them.
+
+`without_log_messages` drops TensorFlow's Python log messages that only repeat an error the
+caller reports itself (a failed checkpoint restore's "unrestored values": runfiles/checkpoints.py).
 """
 import contextlib
 import logging
