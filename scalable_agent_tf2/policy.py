@@ -10,7 +10,7 @@ a batch of observations, and make the environment it saw in training (docs/POLIC
 
 The folder decides everything the network and its environment were built with: its
 checkpoints/settings.json (the level, the torso, the frame size, the algorithm, and what else
-shapes a gymnasium level's network or the environment: checkpoint_files.POLICY_SETTINGS), the
+shapes a gymnasium level's network or the environment: checkpoints.POLICY_SETTINGS), the
 checkpoint (its weights and, for observation vectors, the observation filter's frozen
 statistics). The agent is rebuilt and restored on test mode's path (assembly.restore_agent);
 one step is the actors' (policies.acting_step), its actions sampled as actors sample them
@@ -32,8 +32,7 @@ from scalable_agent_tf2.environments import gymnasium_view
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation
 
@@ -239,21 +238,21 @@ def _folder_config(path, level_name, checkpoint):
     raise PolicyError(f"{path}: no such folder; give a run's --logdir or a policy folder "
                       f"(benchmarks/agents/breakout).")
   try:
-    stored = checkpoint_files.read_settings(path)
-  except checkpoint_files.UnusableCheckpoint as error:
+    stored = checkpoints.read_settings(path)
+  except checkpoints.UnusableCheckpoint as error:
     raise PolicyError(_one_line(error)) from error
-  has_checkpoint = checkpoint_files.has_checkpoint_files(path)
+  has_checkpoint = checkpoints.has_checkpoint_files(path)
   if stored is None or not has_checkpoint:
-    raise PolicyError(checkpoint_files.no_checkpoint_message(path))
-  if checkpoint and checkpoint not in checkpoint_files.complete_checkpoints(
-      checkpoint_files.checkpoint_dir(path)):
-    raise PolicyError(checkpoint_files.unknown_checkpoint_message(path, checkpoint))
+    raise PolicyError(checkpoints.no_checkpoint_message(path))
+  if checkpoint and checkpoint not in checkpoints.complete_checkpoints(
+      checkpoints.checkpoint_dir(path)):
+    raise PolicyError(checkpoints.unknown_checkpoint_message(path, checkpoint))
   trained = stored["level_name"]
   if level_name is not None and level_name != trained:
     raise PolicyError(f"{path} holds a policy of {trained}, not {level_name}: load a folder "
                       f"trained on {level_name}, or play {trained}.")
   flags = [f"--level_name={trained}", "--mode=test", f"--logdir={path}"]
-  names = checkpoint_files.SHAPE_SETTINGS + checkpoint_files.POLICY_SETTINGS
+  names = checkpoints.SHAPE_SETTINGS + checkpoints.POLICY_SETTINGS
   flags += [f"--{name}={stored[name]}" for name in names
             if name not in ("level_name", "torso") and stored.get(name) not in (None, "")]
   try:

@@ -42,8 +42,8 @@ RULES = {
                        "policy.py)", lazy=("run",), tensorflow_free=True),
     "utils": Room("signals, profiling, the quiet TensorFlow import (lazily)",
                   tensorflow_free=True),
-    "runfiles": Room("the run's files: run log, checkpoint layout, logdir", ("utils",),
-                     tensorflow_free=True),
+    "runfiles": Room("the run's files: run log, checkpoints (TensorFlow lazily), logdir",
+                     ("utils",), tensorflow_free=True),
     "configuration": Room("settings tables, the papers' suites and level tables, MuJoCo's "
                           "Table 2", ("structures", "utils"), tensorflow_free=True),
     "environments": Room("environment families (the seam: levels, presets, environments, "

@@ -2,7 +2,7 @@
 
 Takes the flags the population driver gives experiment.py (--logdir, --seed and the
 hyperparameters; with a shared replay --laser_replay, --shared_replay_address and --agent_tag)
-and runs training.train on the toy level (scalable_agent_tf2/environments/toy.py) with small
+and runs training.train on the toy task (tests/toy_families.py, steps slowed) with small
 batches, so population tests exercise real checkpoints, restores and hyperparameter changes.
 Its last line is "RESULT <json>": train's result (frames, updates, LASER replay counts).
 """
@@ -27,11 +27,10 @@ def main(argv):
   parser.add_argument("--shared_replay_connect_secs", type=float, default=60.0)
   args = parser.parse_args(argv)
   # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.agent import networks
-  from scalable_agent_tf2.environments import toy as toy_environment
   from scalable_agent_tf2.resolution import config as config_lib
   from scalable_agent_tf2.run import training
   from scalable_agent_tf2.transport import replay_service
+  from tests import toy_families
   config = config_lib.resolve(config_lib.ExperimentConfig(
       level_name="atari/pong", logdir=args.logdir, seed=args.seed, num_actors=2,
       batch_size=4, unroll_length=10, total_environment_frames=args.total_environment_frames,
@@ -39,15 +38,10 @@ def main(argv):
       log_secs=0.5, checkpoint_secs=2.0, jit_compile="off", laser_replay=args.laser_replay,
       replay_fraction=args.replay_fraction, shared_replay_address=args.shared_replay_address,
       agent_tag=args.agent_tag, shared_replay_connect_secs=args.shared_replay_connect_secs))
-  config = dataclasses.replace(config, level_name=toy_environment.LEVEL_NAME)
-  network = networks.NetworkConfig(
-      num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
-      torso=networks.SHALLOW, use_lstm=False, use_instruction=False)
+  # The toy task, each step slowed down (--step_secs paces the member).
+  config = toy_families.with_faults(config, step_secs=args.step_secs)
   try:
-    result = training.train(
-        config, environment_constructor=toy_environment.environment_constructor(
-            step_secs=args.step_secs),
-        network_config=network, print_fn=lambda line: print(line, flush=True))
+    result = training.train(config, print_fn=lambda line: print(line, flush=True))
   except replay_service.ReplayServiceUnavailable as error:
     print(f"error: {error}", flush=True)
     return 3  # As experiment.py: the population driver restarts the member.

@@ -6,7 +6,7 @@ that "a CPU-only machine" is a process whose TensorFlow sees no GPU (CUDA_VISIBL
 
 `write` builds update_numbers' Atari case on --device (XLA there when it is a GPU, as training
 compiles it), trains it --updates updates on its fixed batches and saves agent and learner
-(run/checkpoints.py, as training does); `read` builds the same case on --device and restores
+(runfiles/checkpoints.py, as training does); `read` builds the same case on --device and restores
 the newest checkpoint. Each prints one JSON line: the digest of every variable of the learner
 (agent, RMSProp slots, frame counter, learning rate, entropy cost) and the devices that held
 them. Equal digests: the checkpoint carried the bits across devices
@@ -23,7 +23,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from benchmarks.gpu import comparisons  # pylint: disable=g-import-not-at-top
 from benchmarks.tools import update_numbers  # pylint: disable=g-import-not-at-top
-from scalable_agent_tf2.run import checkpoints  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.runfiles import checkpoints  # pylint: disable=g-import-not-at-top
 
 CASE = "impala_atari_shallow"
 SETTINGS = {"torso": "shallow", "case": CASE}

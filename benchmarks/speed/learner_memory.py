@@ -77,17 +77,6 @@ def activation_floats_per_frame(network_config):
   return total + height * width * channels + torsos.TORSO_OUTPUT_SIZE
 
 
-class SpecOnlyEnvironment:
-  """Stands in for DeepMind Lab in build_agent, which reads the environment's spec only."""
-
-  def __init__(self, frame_shape, num_actions):
-    from scalable_agent_tf2.environments import base  # pylint: disable=g-import-not-at-top
-    self.spec = base.EnvSpec(num_actions=num_actions, frame_shape=tuple(frame_shape))
-
-  def close(self):
-    pass
-
-
 def synthetic_batch(signature, batch_size, seed=0):
   """(agent_state, env_outputs, agent_outputs) numpy arrays of one batch, time-major."""
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -127,6 +116,7 @@ def child(args):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+  from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
 
@@ -137,10 +127,7 @@ def child(args):
   network_config = config.network_config(9)
   if args.chunk is not None:
     network_config = dataclasses.replace(network_config, torso_chunk_frames=args.chunk)
-  environment = lambda level, seed, test_mode: (
-      SpecOnlyEnvironment, dict(frame_shape=network_config.frame_shape, num_actions=9))
-  agent, first_env = assembly.build_agent(config, environment, network_config)
-  first_env.close()
+  agent = networks.Agent(network_config, seed=config.seed)  # The network measured, built alone.
   learner = assembly.make_learner(config, agent)
   policy_state = lambda: tf.nest.map_structure(lambda t: t[0].numpy(), agent.initial_state(1))
   signature = assembly.trajectory_signature(

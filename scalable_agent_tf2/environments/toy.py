@@ -29,7 +29,8 @@ half; the side follows a fixed pseudo-random sequence drawn from the seed. Actio
 EPISODE_LENGTH / 3.
 
 Implements scalable_agent_tf2.environments.base.Environment (numpy only, so it runs in an
-EnvironmentProcess). `crash_after_steps` makes the process die, to test restarts. With
+EnvironmentProcess); its family is environments/families/toy.py. `crash_after_steps` makes the
+process die and `refuse` the constructor fail, to test restarts. With
 `delayed_reward`, every episode's reward comes at its last step (the number of correct choices),
 so learning needs credit assignment across steps (discounting, V-trace targets, bootstrapping).
 `step_secs` slows every step down (population tests pace their members with it).
@@ -130,26 +131,3 @@ class LitSideEnvironment(base.Environment):
   def close(self):
     pass
 
-
-def environment_constructor(crash_after_steps=0, refuse_after_calls=None, delayed_reward=False,
-                            step_secs=0.0):
-  """An environment_constructor for training.train / evaluation.evaluate on the toy task,
-  with faults to inject for tests (the levels themselves are built by
-  environments.environment_constructor).
-
-  crash_after_steps: the environment process exits without a word after this many steps.
-  refuse_after_calls: environments built after this many calls fail in their constructor
-  (so a restart after a crash fails).
-  """
-  calls = [0]
-
-  def constructor(level_name, seed, test_mode):
-    del test_mode
-    if level_name != LEVEL_NAME:
-      raise ValueError(f"Unknown toy level {level_name!r}.")
-    calls[0] += 1
-    refuse = refuse_after_calls is not None and calls[0] > refuse_after_calls
-    return LitSideEnvironment, dict(seed=seed, crash_after_steps=crash_after_steps,
-                                    refuse=refuse, delayed_reward=delayed_reward,
-                                    step_secs=step_secs)
-  return constructor

@@ -16,9 +16,10 @@ import threading
 import numpy as np
 
 from scalable_agent_tf2.configuration import settings as settings_lib
+from scalable_agent_tf2.population import exploit
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import processes
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import runlog
 
 
@@ -129,7 +130,7 @@ class Population:
   def _new_member(self, index):
     """Generation 0 of a member, appended to the lineage."""
     logdir = pbt.member_dir(self.settings.logdir, index)
-    if os.path.exists(checkpoint_files.checkpoint_dir(logdir)):
+    if os.path.exists(checkpoints.checkpoint_dir(logdir)):
       raise ValueError(f"{logdir} has checkpoints but {self.settings.logdir} has no "
                        f"{pbt.LINEAGE_FILE}: use a new --logdir.")
     os.makedirs(logdir, exist_ok=True)
@@ -200,7 +201,7 @@ class Population:
     its fitness counts as unknown."""
     settings = self.settings
     fitnesses = [pbt.fitness(m.episodes(), settings.multi_task)
-                 if checkpoint_files.latest_checkpoint(m.logdir) is not None else None
+                 if checkpoints.latest_checkpoint(m.logdir) is not None else None
                  for m in self.members]
     return pbt.evolve(
         member.index, fitnesses, [m.hyperparameters for m in self.members], settings.adapted,
@@ -215,8 +216,8 @@ class Population:
     if decision.copy_from is not None:
       parent = self.members[decision.copy_from]
       try:
-        frames = checkpoint_files.copy_checkpoint(parent.logdir, member.logdir)
-      except checkpoint_files.CopyError as error:
+        frames = exploit.copy_checkpoint(parent.logdir, member.logdir)
+      except exploit.CopyError as error:
         self._print(f"[pbt] member {member.index}: {error} It keeps its own weights.")
         decision = dataclasses.replace(decision, copy_from=None, hyperparameters=pbt.perturb(
             member.hyperparameters, settings.adapted, self._rng,

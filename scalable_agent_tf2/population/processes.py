@@ -2,7 +2,7 @@
 `experiment.py --mode=train` run, and optionally one shared LASER replay service.
 
 TensorFlow-free: the driver reads the members' run logs (runlog.py) and checkpoint files
-(checkpoint_files.py) and talks to its children only through signals and exit codes.
+(checkpoints.py) and talks to its children only through signals and exit codes.
 """
 import collections
 import dataclasses
@@ -17,7 +17,7 @@ from typing import Callable
 from typing import Optional
 
 from scalable_agent_tf2.population import pbt
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import runlog
 
 # Children run in the directory that holds the package, so that `-m` finds it.
@@ -42,7 +42,7 @@ def tail_text(path, lines=15):
 
 def checkpoint_frames(logdir):
   """Frames of a run's newest checkpoint (0 without one)."""
-  latest = checkpoint_files.latest_checkpoint(logdir)
+  latest = checkpoints.latest_checkpoint(logdir)
   return latest[1] if latest else 0
 
 

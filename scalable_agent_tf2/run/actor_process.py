@@ -56,8 +56,7 @@ class ActorProcessResult:
   stop_reason: str
 
 
-def run_actor_process(config, learner_address, task, environment_constructor=None,
-                      network_config=None, print_fn=print, connect_timeout_secs=300.0,
+def run_actor_process(config, learner_address, task, print_fn=print, connect_timeout_secs=300.0,
                       secret=None, stop_request=None):
   """An actor process of a cluster: --num_actors actor threads feeding a remote learner.
 
@@ -79,9 +78,8 @@ def run_actor_process(config, learner_address, task, environment_constructor=Non
     actor.ActorFailed: an actor thread hit an error other than an environment crash.
   """
   assembly.configure_threads(config)
-  environment_constructor = assembly.checked_environment_constructor(
-      config, environment_constructor)
-  agent, first_env = assembly.build_agent(config, environment_constructor, network_config)
+  environment_constructor = assembly.checked_environment_constructor(config)
+  agent, first_env = assembly.build_agent(config, environment_constructor)
   with contextlib.ExitStack() as cleanup:
     first_env_owner = cleanup.enter_context(contextlib.ExitStack())
     first_env_owner.callback(first_env.close)

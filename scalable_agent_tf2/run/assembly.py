@@ -27,8 +27,7 @@ from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.structures import AgentOutput
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation
@@ -116,9 +115,9 @@ def default_environment_constructor(config):
 
 
 def checked_environment_constructor(config, environment_constructor=None, test_mode=False):
-  """The run's environment constructor (default: the paper's environments), once it has
-  built the arguments of every level: an unknown level or a missing DeepMind Lab fails
-  here, before any work."""
+  """The run's environment constructor (default: its levels' family's; evaluation.evaluate's
+  caller may give another), once it has built the arguments of every level: an unknown level
+  or a missing DeepMind Lab fails here, before any work."""
   environment_constructor = environment_constructor or default_environment_constructor(config)
   for level in sorted(set(config.levels)):
     environment_constructor(level, 0, test_mode)
@@ -197,7 +196,7 @@ def start_in_process(environment_constructor, level_name, seeds, test_mode=False
   return envs
 
 
-def build_agent(config, environment_constructor, network_config=None, strategy=None):
+def build_agent(config, environment_constructor, strategy=None):
   """(agent, first environment) for a run: the network is sized by the first level's spec.
 
   The environment (of levels[0], seed of actor 0) is returned for actor 0 to use. With a
@@ -212,8 +211,7 @@ def build_agent(config, environment_constructor, network_config=None, strategy=N
                           timeouts=environment_timeouts(config, config.levels[0]))
   try:
     spec = env.spec
-    if network_config is None:
-      network_config = config.network_config_for_spec(spec)
+    network_config = config.network_config_for_spec(spec)  # As the level's family chooses.
     if tuple(spec.frame_shape) != tuple(network_config.frame_shape):
       raise ValueError(f"The environment's frames are {spec.frame_shape}, the network "
                        f"expects {network_config.frame_shape}.")
@@ -255,26 +253,16 @@ def make_learner(config, agent, strategy=None):
 
 def checkpoint_settings(config, agent):
   """What a checkpoint's network depends on (stored beside it, compared at restore): the run's
-  checkpoint_files.SHAPE_SETTINGS, the torso the network was built with, the action layout;
-  and, stored but not compared, checkpoint_files.POLICY_SETTINGS (what else shapes the network
+  checkpoints.SHAPE_SETTINGS, the torso the network was built with, the action layout;
+  and, stored but not compared, checkpoints.POLICY_SETTINGS (what else shapes the network
   and its environment, for a policy loaded outside the run: policy.py)."""
-  return {**{name: getattr(config, name) for name in checkpoint_files.SHAPE_SETTINGS},
+  return {**{name: getattr(config, name) for name in checkpoints.SHAPE_SETTINGS},
           "torso": agent.config.torso,
           **agent.config.action_distribution.layout(),
-          **{name: getattr(config, name) for name in checkpoint_files.POLICY_SETTINGS}}
+          **{name: getattr(config, name) for name in checkpoints.POLICY_SETTINGS}}
 
 
-class FrameCount(tf.Module):
-  """What a policy-only checkpoint keeps of the learner: its frame count, under the learner's
-  own name, so that it restores into a Learner's num_env_frames (run/export_policy.py)."""
-
-  def __init__(self, num_env_frames):
-    super().__init__(name="learner")
-    self.num_env_frames = num_env_frames
-
-
-def restore_agent(config, environment_constructor, network_config=None, restore_from="",
-                  make_newest=True):
+def restore_agent(config, environment_constructor, restore_from="", make_newest=True):
   """(agent, learner, checkpoint path): the agent built as training builds it (build_agent)
   at logdir's newest checkpoint, or at `restore_from` (make_newest: Checkpointer.restore's),
   for test mode and the policy's readers (evaluation.py, export_policy.py, policy.py). The
@@ -283,7 +271,7 @@ def restore_agent(config, environment_constructor, network_config=None, restore_
   Raises:
     checkpoints.CheckpointError: no usable checkpoint there.
   """
-  agent, probe_env = build_agent(config, environment_constructor, network_config)
+  agent, probe_env = build_agent(config, environment_constructor)
   probe_env.close()
   learner = make_learner(config, agent)
   path = make_checkpointer(config, agent, learner).restore(
@@ -292,19 +280,10 @@ def restore_agent(config, environment_constructor, network_config=None, restore_
 
 
 def make_checkpointer(config, agent, learner):
-  """The run's checkpoints: the agent and the learner (optimizer slots, frame count; IMPACT's
-  target network and step count). A logdir that holds a policy only (export_policy.py) gives
-  test mode the agent and the frame count, and refuses training."""
-  if checkpoint_files.read_policy_only(config.logdir) is None:
-    return checkpoints.Checkpointer(config.logdir, checkpoint_settings(config, agent),
-                                    agent=agent, learner=learner)
-  if config.mode != TEST:
-    raise checkpoints.CheckpointError(
-        f"{config.logdir} holds a policy only (exported for test mode: "
-        f"{checkpoint_files.POLICY_ONLY_FILE}), no optimizer state to train on. Test it with "
-        f"--mode=test, or train in another --logdir.")
-  return checkpoints.Checkpointer(config.logdir, checkpoint_settings(config, agent),
-                                  agent=agent, learner=FrameCount(learner.num_env_frames))
+  """The run's checkpoints (checkpoints.run_checkpointer): the agent and the learner; of a
+  policy-only logdir (export_policy.py), the agent and the frame count for test mode only."""
+  return checkpoints.run_checkpointer(config.logdir, checkpoint_settings(config, agent), agent,
+                                      learner, test_mode=config.mode == TEST)
 
 
 def actor_loop_factory(config, index, policy, environment_constructor, first_env,

@@ -35,7 +35,7 @@ from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import evaluation_videos
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import durable_files
 from scalable_agent_tf2.runfiles import run_directory
 from scalable_agent_tf2.runfiles import videos as videos_lib
 from scalable_agent_tf2.utils import stop_signals
@@ -127,7 +127,7 @@ def _number(value, width, decimals):
 def write_results(rows, summary, directory):
   """results.json (rows + summary) and results.csv (rows) in directory; returns their paths.
 
-  Both are replaced as checkpoints' state files are (checkpoint_files.write_files_atomically):
+  Both are replaced as checkpoints' state files are (durable_files.write_files_atomically):
   a kill or a full disk leaves the previous results whole, never an empty or half file."""
   os.makedirs(directory, exist_ok=True)
   json_path = os.path.join(directory, "results.json")
@@ -139,15 +139,19 @@ def write_results(rows, summary, directory):
   writer.writeheader()
   for row in rows:
     writer.writerow({k: row.get(k, "") for k in fields})
-  checkpoint_files.write_files_atomically([
+  durable_files.write_files_atomically([
       (json_path, json.dumps(dict(levels=rows, summary=summary), indent=2)),
       (csv_path, table.getvalue())])
   return json_path, csv_path
 
 
-def evaluate(config, environment_constructor=None, network_config=None, print_fn=print,
-             stop_request=None):
+def evaluate(config, environment_constructor=None, print_fn=print, stop_request=None):
   """Restores logdir's latest checkpoint and plays config.test_num_episodes per level.
+
+  environment_constructor: callable(level_name, seed, test_mode) -> (constructor, kwargs)
+  that builds the environments played instead of the levels' own (a control study plays a
+  run's policy on changed observations: benchmarks/studies/minigrid_controls.py); None: the
+  levels' family builds them, as training did.
 
   stop_request: the command's stop_signals.StopRequest (experiment_main.py), which holds a
   stop signal while the results are written; None: a handler of the write's own does.
@@ -167,8 +171,7 @@ def evaluate(config, environment_constructor=None, network_config=None, print_fn
   assembly.configure_threads(config)
   environment_constructor = assembly.checked_environment_constructor(
       config, environment_constructor, test_mode=True)
-  agent, path, frames, device = _restored_agent(config, environment_constructor,
-                                                network_config, print_fn)
+  agent, path, frames, device = _restored_agent(config, environment_constructor, print_fn)
   policy = policies.BatchedPolicy(agent, device=device)
   cannot_run = {}
   level_videos, video_format = evaluation_videos.level_videos(config, results_dir, print_fn)
@@ -212,11 +215,11 @@ def _raise_for_refused_videos(level_videos, directory):
         "there (or make it writable) and run the test again for the videos.")
 
 
-def _restored_agent(config, environment_constructor, network_config, print_fn):
+def _restored_agent(config, environment_constructor, print_fn):
   """(agent, checkpoint path, its training frames, the inference device): the agent built as
   training builds it, at logdir's latest checkpoint (CheckpointError without one), after the
   start banner."""
-  agent, learner, path = assembly.restore_agent(config, environment_constructor, network_config)
+  agent, learner, path = assembly.restore_agent(config, environment_constructor)
   frames = int(learner.num_env_frames.numpy())
   device = assembly.learner_device()
   for line in monitoring.start_banner(config, agent.config, device, learner.jit_compile, path,

@@ -48,7 +48,7 @@ from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.resolution import citations
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.resolution import presets
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints as checkpoint_files
 from scalable_agent_tf2.runfiles import run_directory
 
 # No TensorFlow here either: experiment_main.py imports it once these checks have passed

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.utils import stop_signals
 
 # TensorFlow's C++ INFO and WARNING lines (CUDA probing, oneDNN notices, the batcher's
@@ -154,7 +154,6 @@ def _run(config, cluster, stop_request):
   # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.configuration import settings
   from scalable_agent_tf2.run import actor_process
-  from scalable_agent_tf2.run import checkpoints
   from scalable_agent_tf2.run import training
   from scalable_agent_tf2.runfiles import run_directory
   from scalable_agent_tf2.transport import distributed
@@ -235,11 +234,11 @@ def stopped_before_start(config, interrupt, job_name=""):
     return f"Stopped: interrupted ({name}) before testing started; nothing was played."
   if job_name == "actor":  # The learner owns the run's checkpoints.
     return f"Stopped: interrupted ({name}) before acting started."
-  latest = checkpoint_files.latest_checkpoint(config.logdir)
+  latest = checkpoints.latest_checkpoint(config.logdir)
   if latest is None:
     return (f"Stopped: interrupted ({name}) before training started; nothing trained, "
             "nothing to save.")
-  path = os.path.join(checkpoint_files.checkpoint_dir(config.logdir), latest[0])
+  path = os.path.join(checkpoints.checkpoint_dir(config.logdir), latest[0])
   return (f"Stopped: interrupted ({name}) before training started; checkpoint {path} "
           f"unchanged at {latest[1]:,} frames.")
 

@@ -13,7 +13,7 @@ file and one checkpoint (named by the frame count), the run's settings.json (whi
 compares with its own, as for any logdir) and policy_only.json (where it came from: the
 source logdir and checkpoint, the frames, this command). A policy is about a tenth of a
 training checkpoint: RMSProp keeps a mean square per weight and IMPACT a target network too.
-Training on such a folder is refused (assembly.make_checkpointer); test mode's results go to
+Training on such a folder is refused (checkpoints.run_checkpointer); test mode's results go to
 its evaluation/ as for any logdir.
 
 --format=saved_model writes the policy as a TensorFlow SavedModel instead, for programs
@@ -30,15 +30,13 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import sys
-
-import tensorflow as tf
 
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import saved_policy
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
+from scalable_agent_tf2.runfiles import durable_files
 
 POLICY_FOLDER, SAVED_MODEL = "policy_folder", "saved_model"
 FORMATS = (POLICY_FOLDER, SAVED_MODEL)
@@ -55,19 +53,13 @@ def export(config, output, argv=None):
   """
   agent, learner, source = _restored(config, output)
   frames = int(learner.num_env_frames.numpy())
-  directory = checkpoint_files.checkpoint_dir(output)
-  os.makedirs(directory)
-  name = f"ckpt-{frames}"
-  policy = tf.train.Checkpoint(agent=agent, learner=assembly.FrameCount(learner.num_env_frames))
-  policy.save_counter.assign(1)  # Made, so written: test mode's restore expects one.
-  policy.write(os.path.join(directory, name))
-  checkpoint_files.write_state(directory, [name])
-  shutil.copyfile(checkpoint_files.settings_path(config.logdir),
-                  checkpoint_files.settings_path(output))
-  with open(checkpoint_files.policy_only_path(output), "w") as f:
-    json.dump(_record(config, source, frames, argv), f, indent=2, sort_keys=True)
-    f.write("\n")
-  return os.path.join(directory, name), frames
+  # Saved as any checkpoint is (kill-safe), then the record that makes it a policy folder.
+  path = checkpoints.Checkpointer(
+      output, checkpoints.read_settings(config.logdir),
+      **checkpoints.policy_trackables(agent, learner.num_env_frames)).save(frames)
+  durable_files.write_atomically(checkpoints.policy_only_path(output), json.dumps(
+      _record(config, source, frames, argv), indent=2, sort_keys=True) + "\n")
+  return path, frames
 
 
 def export_saved_model(config, output, argv=None):

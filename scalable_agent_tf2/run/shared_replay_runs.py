@@ -11,8 +11,7 @@ from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import training
 
 
-def train_sharing_replay(configs, replay_capacity, environment_constructor=None,
-                         network_config=None, print_fn=print, seed=0):
+def train_sharing_replay(configs, replay_capacity, print_fn=print, seed=0):
   """Trains several agents at once in this process on one LASER episode replay.
 
   Each agent is a training.train run on its own thread with its own actors, learner, logdir
@@ -23,7 +22,6 @@ def train_sharing_replay(configs, replay_capacity, environment_constructor=None,
     configs: dict agent tag -> resolved config.ExperimentConfig with laser_replay (e.g. a
       sweep over learning rate and entropy cost), each with its own logdir.
     replay_capacity: unrolls held by the shared replay (FIFO by episode).
-    environment_constructor, network_config: as training.train's (for every agent).
     print_fn: where console lines go, each prefixed with its agent's tag.
     seed: seeds the replay's sampling.
 
@@ -43,8 +41,7 @@ def train_sharing_replay(configs, replay_capacity, environment_constructor=None,
   replay = laser.EpisodeReplay(replay_capacity, seed=seed)
 
   def run(tag, config):
-    return lambda: training.train(config, environment_constructor, network_config,
-                                  print_fn=lambda line: print_fn(f"[{tag}] {line}"),
+    return lambda: training.train(config, print_fn=lambda line: print_fn(f"[{tag}] {line}"),
                                   shared_replay=replay, agent_tag=tag)
   results = assembly.run_concurrently(
       {tag: run(tag, config) for tag, config in configs.items()}, thread_prefix="agent-")

@@ -16,8 +16,9 @@ levels cannot run (environments.LevelCannotRun: all such levels are collected, t
 one LevelsCannotRun), or when a shared replay service is lost for longer than
 --shared_replay_connect_secs; a checkpoint is written in every case.
 
-The run's parts and their supervision are supervisor.py's (one machine's actor threads:
-local_actors.py); what `train` raises is run_failures.py's, what it returns
+The run's supervision is supervisor.py's (its parts: run_parts.py; one machine's actor threads:
+local_actors.py; what stops it: failure_policy.py; when it checkpoints: checkpoint_policy.py);
+what `train` raises is run_failures.py's, what it returns
 training_result.py's. Callers name them as train's: training.RunFailed, training.TrainResult.
 
 Signals (stop_signals.StopRequest): SIGINT and SIGTERM only record a stop request and wake the
@@ -34,6 +35,7 @@ from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import repeatable
+from scalable_agent_tf2.run import run_parts
 from scalable_agent_tf2.run import supervisor
 
 # What train raises and returns; its callers name them training.<name>.
@@ -45,21 +47,19 @@ from scalable_agent_tf2.run.run_failures import RunFailed  # noqa: F401
 from scalable_agent_tf2.run.run_failures import Stalled  # noqa: F401
 from scalable_agent_tf2.run.training_result import TrainResult
 from scalable_agent_tf2.run.training_result import TrajectoryAccounts
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.utils import stop_signals
 
 
-def train(config, environment_constructor=None, network_config=None, print_fn=print,
-          listen_address=None, shared_replay=None, agent_tag=None, cluster_secret=None,
+def train(config, print_fn=print, listen_address=None, shared_replay=None, agent_tag=None, cluster_secret=None,
           insecure_open_cluster=False, stop_request=None):
   """Trains until config.total_environment_frames; resumes from logdir's checkpoint.
 
   Args:
-    config: a resolved config.ExperimentConfig.
-    environment_constructor: callable(level_name, seed, test_mode) -> (constructor, kwargs);
-      default: the paper's environments (environments.environment_constructor).
-    network_config: overrides config.network_config(num_actions) (tests use small frames).
+    config: a resolved config.ExperimentConfig: its levels' family builds their environments
+      and chooses the network (environments/families; a user's own family is registered with
+      families.register).
     print_fn: where console lines go.
     listen_address: None: actor threads in this process (one machine). "host:port": the
       learner of a cluster: no local actors; actor processes (actor_process.py) send
@@ -98,9 +98,9 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
     stop_request = stop_signals.StopRequest(print_fn).install()
   deterministic_ops = repeatable.DeterministicOps(config.repeatable)  # Off again at the end.
   try:
-    return _build_and_supervise(config, environment_constructor, network_config, print_fn,
-                                listen_address, shared_replay, agent_tag, stop_request,
-                                supervisor.ClusterAccess(cluster_secret, insecure_open_cluster))
+    return _build_and_supervise(config, print_fn, listen_address, shared_replay, agent_tag,
+                                stop_request,
+                                run_parts.ClusterAccess(cluster_secret, insecure_open_cluster))
   except stop_signals.Stopping as interrupt:
     return _stopped_while_building(config, interrupt, print_fn)
   except LevelCannotRun as error:  # The first environment (build_agent's) cannot start.
@@ -114,8 +114,8 @@ def train(config, environment_constructor=None, network_config=None, print_fn=pr
 def _stopped_while_building(config, interrupt, print_fn):
   """The result of a run stopped by a signal before its first update: the checkpoint it
   would resume from (if any) unchanged."""
-  latest = checkpoint_files.latest_checkpoint(config.logdir)
-  checkpoint, frames = ((os.path.join(checkpoint_files.checkpoint_dir(config.logdir),
+  latest = checkpoints.latest_checkpoint(config.logdir)
+  checkpoint, frames = ((os.path.join(checkpoints.checkpoint_dir(config.logdir),
                                       latest[0]), latest[1]) if latest else (None, 0))
   print_fn(f"Stopped: interrupted ({interrupt}) before training started; "
            + (f"checkpoint {checkpoint} unchanged at {frames:,} frames." if checkpoint
@@ -125,16 +125,14 @@ def _stopped_while_building(config, interrupt, print_fn):
                      trajectories=TrajectoryAccounts.count(produced=0, trained=0))
 
 
-def _build_and_supervise(config, environment_constructor, network_config, print_fn,
-                         listen_address, shared_replay, agent_tag, stop_request, access):
+def _build_and_supervise(config, print_fn, listen_address, shared_replay, agent_tag,
+                         stop_request, access):
   """train's work: builds the run (a signal raises Stopping here) and supervises it."""
   # Threads and several learners' devices: set up before TensorFlow initialises them.
   assembly.configure_threads(config, print_fn)
   strategy = distributed.learner_strategy(config.num_learners)
-  environment_constructor = assembly.checked_environment_constructor(
-      config, environment_constructor)
-  agent, first_env = assembly.build_agent(config, environment_constructor, network_config,
-                                          strategy)
+  environment_constructor = assembly.checked_environment_constructor(config)
+  agent, first_env = assembly.build_agent(config, environment_constructor, strategy)
   with contextlib.ExitStack() as cleanup:
     first_env_owner = cleanup.enter_context(contextlib.ExitStack())  # Until actor 0 takes it.
     first_env_owner.callback(first_env.close)
@@ -179,9 +177,7 @@ def _supervise(run, stop_request):
     run.start()
     run.watch()
   finally:
-    if stop_request.requested:
-      run.stop_reason = f"interrupted ({stop_request.signal_name})"
-    run.stop()
+    run.stop(f"interrupted ({stop_request.signal_name})" if stop_request.requested else None)
     run.report()
   run.raise_failure()
   return run.result()

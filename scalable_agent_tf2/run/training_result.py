@@ -3,13 +3,14 @@
 Every trajectory an actor delivers is accounted for at the stop (TrajectoryAccounts): trained
 on, dropped for non-finite numbers, LASER's online fill of replayed places, or left queued or
 prefetched (never counted as frames: the learner counts a batch's frames when it trains on
-it). The supervisor (supervisor.py) prints the accounts as the
-`Trajectories:` line and returns them with the result.
+it). The supervisor (supervisor.py) prints the accounts as the `Trajectories:` line, with the
+rest of the stop's report (`report_lines`), and returns them with the result.
 """
 import dataclasses
 from typing import Optional
 
 from scalable_agent_tf2.run import input_pipeline
+from scalable_agent_tf2.runfiles import runlog
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,3 +71,22 @@ class TrainResult:
   checkpoint: str
   trajectories: TrajectoryAccounts
   replay: Optional[input_pipeline.ReplayAccounts] = None
+
+
+def report_lines(accounts, skipped_updates, dropped_trajectories, refusal_lines,
+                 num_restarts):
+  """The stop's console lines before its `Stopped:` line: where the trajectories went, the
+  updates skipped, the trajectories dropped, a cluster learner's refused credentials
+  (refusal_lines), the environments restarted."""
+  lines = list(accounts.lines())
+  if skipped_updates:
+    lines.append(f"Learner updates skipped (non-finite loss or gradient norm): "
+                 f"{skipped_updates}.")
+  if dropped_trajectories:
+    lines.append(f"Trajectories dropped (non-finite numbers): {dropped_trajectories}.")
+  lines += refusal_lines
+  if num_restarts:
+    lines.append(f"Environments restarted after a failure: {num_restarts} (the episodes they "
+                 f"were playing dropped; {runlog.LOG_FILE}'s {runlog.ENVIRONMENT_FAILURE} "
+                 f"records say why).")
+  return lines

@@ -12,7 +12,12 @@ one such tiny graph (so that the once-per-process notice is spent there), and pa
 line that is not one of those notices.
 
 Set SCALABLE_AGENT_TF_STARTUP_LOGS=1, or TF_CPP_MIN_LOG_LEVEL to 0 or 1 yourself, to see them.
+
+`without_log_messages` drops TensorFlow's Python log messages that only repeat an error the
+caller reports itself (a failed checkpoint restore's "unrestored values": runfiles/checkpoints.py).
 """
+import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -110,3 +115,28 @@ def import_tensorflow(intra_op_threads=0, gpu_memory="growth"):
         sys.stderr.write(remaining)
         sys.stderr.flush()
   return tf
+
+
+class _Drop(logging.Filter):
+
+  def __init__(self, prefixes):
+    super().__init__()
+    self._prefixes = tuple(prefixes)
+
+  def filter(self, record):
+    return not str(record.getMessage()).startswith(self._prefixes)
+
+
+@contextlib.contextmanager
+def without_log_messages(tf, prefixes):
+  """TensorFlow's Python logger drops the messages that start with one of `prefixes` while
+  this is active, unless TF_CPP_MIN_LOG_LEVEL=0 (debugging: every message shown)."""
+  if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
+    yield
+    return
+  logger, quiet = tf.get_logger(), _Drop(prefixes)
+  logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    logger.removeFilter(quiet)

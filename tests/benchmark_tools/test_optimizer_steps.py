@@ -6,7 +6,7 @@ from benchmarks.tools import optimizer_steps
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.runfiles import checkpoints
 from tests import random_batches
 
 

@@ -21,7 +21,7 @@ from benchmarks.peers import learning_side_by_side
 from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import evaluation
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from tests import policy_folders
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,7 +42,7 @@ def _shipped(name):
   folder = os.path.join(AGENTS_DIR, name)
   with open(os.path.join(folder, "shipped.json"), encoding="utf-8") as f:
     shipped = json.load(f)
-  with open(checkpoint_files.policy_only_path(folder), encoding="utf-8") as f:
+  with open(checkpoints.policy_only_path(folder), encoding="utf-8") as f:
     policy = json.load(f)
   return folder, shipped, policy
 
@@ -68,9 +68,9 @@ def test_a_shipped_agent_is_a_small_policy_only_folder_with_its_record(name):
   for key in ("test_score", "test_episodes", "command", "random_score"):
     assert key in shipped, key
   assert shipped["test_score"] > shipped["random_score"]
-  names = checkpoint_files.latest_checkpoint(folder)
+  names = checkpoints.latest_checkpoint(folder)
   assert names and names[0] == f"ckpt-{policy['frames']}", names
-  path = os.path.join(checkpoint_files.checkpoint_dir(folder), names[0])
+  path = os.path.join(checkpoints.checkpoint_dir(folder), names[0])
   variables = [v for v, _ in tf.train.list_variables(path)]
   assert [v for v in variables if v.startswith("agent/")]
   assert not [v for v in variables if "optimizer" in v or "rmsprop" in v or "target" in v]

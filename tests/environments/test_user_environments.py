@@ -16,7 +16,7 @@ from scalable_agent_tf2.environments import LevelKeepsFailing
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import gym_outputs
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from tests import user_packages
 from tests.environments.test_gym_family import _UniformPolicy
 
@@ -167,7 +167,7 @@ def test_the_documented_skeleton_run_from_its_folder_ends_in_one_error_line_and_
           f"`...` returns None); gymnasium's reset() returns (observation, info) (your reset() "
           f"is at {package.where('def reset', 'reset')})") in run.stderr
   assert run.stderr.rstrip().endswith("Nothing was trained; no checkpoint was written.")
-  assert checkpoint_files.latest_checkpoint(str(logdir)) is None
+  assert checkpoints.latest_checkpoint(str(logdir)) is None
 
 
 HANGING_CLOSE = """

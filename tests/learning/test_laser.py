@@ -241,6 +241,7 @@ from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import shared_replay_runs
 from tests import random_batches
+from tests import toy_families
 
 TOY_LSTM = networks.NetworkConfig(
     num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
@@ -287,8 +288,7 @@ def _laser_config(logdir, **overrides):
                 unroll_length=5, total_environment_frames=1_200, log_secs=30.0,
                 replay_fraction=0.5, replay_capacity=200, laser_replay=True)
   values.update(overrides)
-  config = config_lib.resolve(config_lib.ExperimentConfig(**values))
-  return dataclasses.replace(config, level_name=toy_environment.LEVEL_NAME)
+  return toy_families.on_toy(config_lib.resolve(config_lib.ExperimentConfig(**values)))
 
 
 @pytest.mark.parametrize("values, message", [
@@ -401,9 +401,8 @@ def test_replay_mixing_refuses_bad_combinations(argv, message):
 
 def test_recomputed_state_with_the_actors_parameters_is_the_actors_state():
   agent = networks.Agent(TOY_LSTM, seed=1)
-  constructor, kwargs = toy_environment.environment_constructor()(
-      toy_environment.LEVEL_NAME, 0, False)
   from scalable_agent_tf2 import environments
+  constructor, kwargs = environments.environment_constructor(toy_environment.LEVEL_NAME)
   from scalable_agent_tf2.acting import actor as actor_lib
   from scalable_agent_tf2.acting import policies
   env = environments.EnvironmentProcess(constructor, kwargs=kwargs)
@@ -432,9 +431,8 @@ def test_two_agents_with_different_hyperparameters_share_one_replay(tmp_path):
                                       entropy_cost=0.02, seed=7)}
   lines = []
   results, replay = shared_replay_runs.train_sharing_replay(
-      configs, replay_capacity=200, environment_constructor=(
-          toy_environment.environment_constructor()), network_config=TOY_LSTM,
-      print_fn=lines.append)
+      {tag: toy_families.with_faults(config, lstm=True) for tag, config in configs.items()},
+      replay_capacity=200, print_fn=lines.append)
   # Both agents' episodes are in the one replay, tagged by agent ...
   assert set(replay.added_by_agent()) == {"agent_a", "agent_b"}
   for name, result in results.items():

@@ -14,7 +14,7 @@ from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.structures import Trajectory
 from tests import random_batches
 from tests.run.test_training import REPO_DIR
@@ -131,8 +131,8 @@ def test_a_non_finite_trajectory_is_dropped_and_logged_with_its_actor():
 
 
 def _checkpoint_is_finite(logdir):
-  prefix, _ = checkpoint_files.latest_checkpoint(logdir)
-  reader = tf.train.load_checkpoint(os.path.join(checkpoint_files.checkpoint_dir(logdir),
+  prefix, _ = checkpoints.latest_checkpoint(logdir)
+  reader = tf.train.load_checkpoint(os.path.join(checkpoints.checkpoint_dir(logdir),
                                                  prefix))
   for name in reader.get_variable_to_shape_map():
     value = np.asarray(reader.get_tensor(name))
@@ -144,7 +144,7 @@ def _checkpoint_is_finite(logdir):
 def test_a_diverging_run_stops_with_an_error_and_its_last_good_checkpoint(tmp_path):
   # A learning rate of 1e9 diverges at once (the tester's reproduction).
   train_toy(toy_config(tmp_path, total_frames=800))  # A good checkpoint first.
-  good_prefix, good_frames = checkpoint_files.latest_checkpoint(str(tmp_path))
+  good_prefix, good_frames = checkpoints.latest_checkpoint(str(tmp_path))
   lines = []
   # The norm limit lifted: this is the non-finite updates' stop (the norm's is
   # tests/run/test_progress_watch.py's).
@@ -154,7 +154,7 @@ def test_a_diverging_run_stops_with_an_error_and_its_last_good_checkpoint(tmp_pa
     train_toy(config, lines=lines)
   assert sum("Skipped a learner update" in line for line in lines) == 3
   _checkpoint_is_finite(str(tmp_path))
-  prefix, frames = checkpoint_files.latest_checkpoint(str(tmp_path))
+  prefix, frames = checkpoints.latest_checkpoint(str(tmp_path))
   # Either the good checkpoint is still the newest, or a finite one written before the
   # skipped updates began: never one of non-finite parameters.
   assert frames >= good_frames

@@ -18,11 +18,11 @@ from scalable_agent_tf2.environments import dmlab as dmlab_environment
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.population import command as command_lib
 from scalable_agent_tf2.population import driver as driver_lib
+from scalable_agent_tf2.population import exploit
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import processes
 from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import runlog
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -208,8 +208,8 @@ def test_copy_checkpoint_copies_a_real_checkpoint_intact(tmp_path):
   target_learner.num_env_frames.assign(900)
   target.save(900)  # The target's own, newer-numbered checkpoint must go.
 
-  assert checkpoint_files.copy_checkpoint(str(tmp_path / "a"), str(tmp_path / "b")) == 300
-  assert checkpoint_files.latest_checkpoint(str(tmp_path / "b")) == ("ckpt-300", 300)
+  assert exploit.copy_checkpoint(str(tmp_path / "a"), str(tmp_path / "b")) == 300
+  assert checkpoints.latest_checkpoint(str(tmp_path / "b")) == ("ckpt-300", 300)
   restored_agent, restored_learner, restored = make(tmp_path / "b", 3)
   assert restored.restore().endswith("ckpt-300")
   assert int(restored_learner.num_env_frames.numpy()) == 300
@@ -217,17 +217,17 @@ def test_copy_checkpoint_copies_a_real_checkpoint_intact(tmp_path):
   for got, want in zip(restored_learner.variables, source_learner.variables):  # Agent too.
     np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=want.name)
   assert restored_learner.learning_rate.numpy() == np.float32(0.001)  # The source's.
-  with pytest.raises(checkpoint_files.CopyError, match="No checkpoint"):
-    checkpoint_files.copy_checkpoint(str(tmp_path / "none"), str(tmp_path / "b"))
+  with pytest.raises(exploit.CopyError, match="No checkpoint"):
+    exploit.copy_checkpoint(str(tmp_path / "none"), str(tmp_path / "b"))
   # A source whose newest files are gone: the copy fails and the target keeps its own.
-  source_dir = checkpoint_files.checkpoint_dir(tmp_path / "a")
-  target_dir = checkpoint_files.checkpoint_dir(tmp_path / "b")
+  source_dir = checkpoints.checkpoint_dir(tmp_path / "a")
+  target_dir = checkpoints.checkpoint_dir(tmp_path / "b")
   for name in os.listdir(source_dir):
     if name.startswith("ckpt-300."):
       os.remove(os.path.join(source_dir, name))
   before = sorted(os.listdir(target_dir))
-  with pytest.raises(checkpoint_files.CopyError, match="ckpt-300.index missing"):
-    checkpoint_files.copy_checkpoint(str(tmp_path / "a"), str(tmp_path / "b"))
+  with pytest.raises(exploit.CopyError, match="ckpt-300.index missing"):
+    exploit.copy_checkpoint(str(tmp_path / "a"), str(tmp_path / "b"))
   assert sorted(os.listdir(target_dir)) == before
   assert restored.restore().endswith("ckpt-300")
 
@@ -366,7 +366,7 @@ def test_real_members_on_the_toy_task(tmp_path):
     while not killed and not driver._stop_event.is_set():  # pylint: disable=protected-access
       time.sleep(0.2)
       member = driver.members[1] if len(driver.members) > 1 else None
-      latest = checkpoint_files.latest_checkpoint(member_dir)
+      latest = checkpoints.latest_checkpoint(member_dir)
       if (member is not None and member.process is not None and latest is not None
           and latest[1] >= max(1000, member.record.frames + 1)):
         member.process.kill()
@@ -391,9 +391,9 @@ def test_real_members_on_the_toy_task(tmp_path):
   # won over the values restored with the copied checkpoint.
   latest = pbt.latest_generations(records)
   for member in range(2):
-    prefix, _ = checkpoint_files.latest_checkpoint(pbt.member_dir(str(tmp_path), member))
+    prefix, _ = checkpoints.latest_checkpoint(pbt.member_dir(str(tmp_path), member))
     saved = tf.train.load_checkpoint(os.path.join(
-        checkpoint_files.checkpoint_dir(pbt.member_dir(str(tmp_path), member)), prefix))
+        checkpoints.checkpoint_dir(pbt.member_dir(str(tmp_path), member)), prefix))
     names = saved.get_variable_to_shape_map()
     value = lambda part, saved=saved, names=names: float(
         saved.get_tensor(next(n for n in names if part in n)))

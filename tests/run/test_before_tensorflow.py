@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import run_directory
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -74,16 +74,16 @@ def assert_answered_before_tensorflow(result, message):
 
 
 def fake_checkpoint(logdir, names=("ckpt-100",), **settings):
-  """A run's checkpoint files as checkpoint_files reads them (no tensors: nothing here reads
+  """A run's checkpoint files as checkpoints.py reads them (no tensors: nothing here reads
   them before TensorFlow), with settings.json of the toy level's settings and `settings`."""
-  directory = checkpoint_files.checkpoint_dir(str(logdir))
+  directory = checkpoints.checkpoint_dir(str(logdir))
   os.makedirs(directory)
   for name in names:
     for suffix in (".index", ".data-00000-of-00001"):
       with open(os.path.join(directory, name + suffix), "wb") as f:
         f.write(b"not read before TensorFlow")
-  checkpoint_files.write_state(directory, list(names))
-  with open(checkpoint_files.settings_path(str(logdir)), "w") as f:
+  checkpoints.write_state(directory, list(names))
+  with open(checkpoints.settings_path(str(logdir)), "w") as f:
     json.dump({**TOY_SETTINGS, **settings}, f)
 
 
@@ -168,9 +168,9 @@ def test_the_checks_before_tensorflow_compare_only_what_the_flags_know(tmp_path)
   """A network whose torso the environment chooses (--torso unset) is not refused for it."""
   fake_checkpoint(tmp_path, torso="mlp")
   current = {k: v for k, v in TOY_SETTINGS.items() if k != "torso"}
-  checkpoint_files.check_before_restore(str(tmp_path), current, required=True)
-  with pytest.raises(checkpoint_files.UnusableCheckpoint, match="--torso: checkpoint 'mlp'"):
-    checkpoint_files.check_before_restore(str(tmp_path), TOY_SETTINGS)
+  checkpoints.check_before_restore(str(tmp_path), current, required=True)
+  with pytest.raises(checkpoints.UnusableCheckpoint, match="--torso: checkpoint 'mlp'"):
+    checkpoints.check_before_restore(str(tmp_path), TOY_SETTINGS)
 
 
 # Ctrl-C (SIGINT) or SIGTERM while TensorFlow imports: README's stop line, no traceback.
@@ -187,12 +187,12 @@ def _assert_stopped_while_importing(result, line, code):
 @pytest.mark.timeout(300)
 def test_ctrl_c_while_tensorflow_imports_stops_training_with_the_stop_line(tmp_path):
   fake_checkpoint(tmp_path)
-  before = sorted(os.listdir(checkpoint_files.checkpoint_dir(str(tmp_path))))
+  before = sorted(os.listdir(checkpoints.checkpoint_dir(str(tmp_path))))
   result = run_experiment("--mode=train", TOY, f"--logdir={tmp_path}", stop_signal="SIGINT")
   _assert_stopped_while_importing(
       result, f"Stopped: interrupted (SIGINT) before training started; checkpoint "
       f"{tmp_path}/checkpoints/ckpt-100 unchanged at 100 frames.", 0)
-  assert sorted(os.listdir(checkpoint_files.checkpoint_dir(str(tmp_path)))) == before
+  assert sorted(os.listdir(checkpoints.checkpoint_dir(str(tmp_path)))) == before
 
 
 @pytest.mark.timeout(300)

@@ -1,5 +1,5 @@
 """Checkpoints that a kill cannot corrupt (issue 30): processes killed at random moments and
-inside saves (checkpoints.SAVE_PHASES) resume from their last completed save; a corrupt newest
+inside saves (crash_process.SAVE_PHASES) resume from their last completed save; a corrupt newest
 checkpoint names the intact older one; non-finite state, a full, read-only or deleted checkpoint
 directory; the leftovers of interrupted saves; checkpoints written before, by
 tf.train.CheckpointManager."""
@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.run import checkpoints
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from tests import checkpoint_crash_process as crash_process
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -116,7 +115,7 @@ def _kill_when_a_file_changes(child, logdir):
   """Waits for a save (saver mode) that replaces, rewrites or deletes a file that was in the
   checkpoint directory before it began, and returns (for the kill) the moment it sees that:
   where the old code had replaced ckpt-N's data file, its .index not yet."""
-  directory = checkpoint_files.checkpoint_dir(logdir)
+  directory = checkpoints.checkpoint_dir(logdir)
   for _ in range(100):
     assert child.wait_for(_SAVING, _STARTUP_SECS), child.lines[-20:]
     began = child.matched
@@ -128,7 +127,7 @@ def _kill_when_a_file_changes(child, logdir):
   raise AssertionError("no save changed a file")
 
 
-def _crash_and_restart(logdir, mode, kills, seed, phases=checkpoints.SAVE_PHASES,
+def _crash_and_restart(logdir, mode, kills, seed, phases=crash_process.SAVE_PHASES,
                        kinds=("random", "phase"), checkpoints_py=None, delay_secs=(0.0, 1.5)):
   """Starts a crash process `kills` + 1 times on `logdir`, killing it (SIGKILL) after each
   start: first inside a save paused at each of `phases` in turn (the hook), then by `kinds` in
@@ -145,13 +144,13 @@ def _crash_and_restart(logdir, mode, kills, seed, phases=checkpoints.SAVE_PHASES
   schedule = ["phase"] * len(phases) + [kinds[i % len(kinds)] for i in range(kills + 1)]
   phase_turn = 0
   for start in range(kills + 1):
-    env = {k: v for k, v in os.environ.items() if k != checkpoints.SAVE_PAUSE_VARIABLE}
+    env = {k: v for k, v in os.environ.items() if k != crash_process.SAVE_PAUSE_VARIABLE}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     kind = schedule[start] if phases or schedule[start] != "phase" else "random"
     if kind == "phase":
       phase = phases[phase_turn % len(phases)]
       phase_turn += 1
-      env[checkpoints.SAVE_PAUSE_VARIABLE] = f"{phase}:600"
+      env[crash_process.SAVE_PAUSE_VARIABLE] = f"{phase}:600"
     if checkpoints_py:
       env["CHECKPOINTS_PY"] = checkpoints_py
     child = _Child(mode, logdir, env)
@@ -249,10 +248,10 @@ def _saver_variables():
 
 def _leftovers(logdir):
   """What a save cut short may leave in the checkpoint directory."""
-  directory = checkpoint_files.checkpoint_dir(logdir)
+  directory = checkpoints.checkpoint_dir(logdir)
   names = os.listdir(directory)
   return sorted(n for n in names
-                if n.startswith(checkpoint_files.SAVING_PREFIX) or "_temp" in n or ".tmp" in n
+                if n.startswith(checkpoints.SAVING_PREFIX) or "_temp" in n or ".tmp" in n
                 or (".data-" in n and n.split(".data-")[0] + ".index" not in names))
 
 
@@ -284,7 +283,7 @@ def test_a_corrupt_newest_checkpoint_names_the_intact_older_one_to_restore(tmp_p
   checkpointer = _checkpointer(tmp_path, state)
   for frames in (40, 80, 120):
     checkpointer.save(state.set(frames))
-  directory = checkpoint_files.checkpoint_dir(tmp_path)
+  directory = checkpoints.checkpoint_dir(tmp_path)
   _corrupt(os.path.join(directory, "ckpt-120"))
   with pytest.raises(checkpoints.CheckpointError) as error:
     _checkpointer(tmp_path, state).restore()
@@ -306,11 +305,11 @@ def test_a_corrupt_newest_checkpoint_names_the_intact_older_one_to_restore(tmp_p
   resumed = _checkpointer(tmp_path, state)
   assert resumed.restore(restore_from="ckpt-80") == os.path.join(directory, "ckpt-80")
   assert int(state.step.numpy()) == 80 and np.all(state.weights.numpy() == 80)
-  set_aside = checkpoint_files.set_aside_dir(tmp_path)
+  set_aside = checkpoints.set_aside_dir(tmp_path)
   assert resumed.set_aside == [os.path.join(set_aside, "ckpt-120")]
   assert resumed.set_aside_note() == f"Set aside (not deleted) in {set_aside}: ckpt-120."
   assert sorted(os.listdir(set_aside)) == ["ckpt-120.data-00000-of-00001", "ckpt-120.index"]
-  assert checkpoint_files.read_state(directory) == ("ckpt-80", ["ckpt-40", "ckpt-80"])
+  assert checkpoints.read_state(directory) == ("ckpt-80", ["ckpt-40", "ckpt-80"])
   assert tf.train.latest_checkpoint(directory) == os.path.join(directory, "ckpt-80")
   # Training on saves ckpt-120 anew: nothing in its way; the set-aside one stays as it was.
   assert resumed.save(state.set(120)) == os.path.join(directory, "ckpt-120")
@@ -323,14 +322,14 @@ def test_checkpoints_without_a_state_file_name_the_one_to_restore(tmp_path):
   checkpointer = _checkpointer(tmp_path, state)
   for frames in (40, 80):
     checkpointer.save(state.set(frames))
-  directory = checkpoint_files.checkpoint_dir(tmp_path)
-  os.remove(os.path.join(directory, checkpoint_files.STATE_FILE))
+  directory = checkpoints.checkpoint_dir(tmp_path)
+  os.remove(os.path.join(directory, checkpoints.STATE_FILE))
   with pytest.raises(checkpoints.CheckpointError,
                      match="not starting over it. .*--restore_checkpoint=ckpt-80"):
     _checkpointer(tmp_path, state).restore()
   assert _checkpointer(tmp_path, state).restore(restore_from="ckpt-40").endswith("ckpt-40")
-  assert checkpoint_files.read_state(directory) == ("ckpt-40", ["ckpt-40"])
-  assert os.path.exists(os.path.join(checkpoint_files.set_aside_dir(tmp_path), "ckpt-80.index"))
+  assert checkpoints.read_state(directory) == ("ckpt-40", ["ckpt-40"])
+  assert os.path.exists(os.path.join(checkpoints.set_aside_dir(tmp_path), "ckpt-80.index"))
 
 
 def test_a_save_never_writes_over_a_checkpoint(tmp_path):
@@ -346,7 +345,7 @@ def test_a_save_never_writes_over_a_checkpoint(tmp_path):
   _corrupt(path)
   assert checkpointer.save(10) == path
   assert os.stat(path + ".index").st_ino != before.st_ino
-  assert checkpointer.set_aside == [os.path.join(checkpoint_files.set_aside_dir(tmp_path),
+  assert checkpointer.set_aside == [os.path.join(checkpoints.set_aside_dir(tmp_path),
                                                  "ckpt-10")]
   assert _checkpointer(tmp_path, state).restore() == path
 
@@ -355,7 +354,7 @@ def test_non_finite_variables_are_not_saved(tmp_path):
   state = _State()
   checkpointer = _checkpointer(tmp_path, state)
   path = checkpointer.save(state.set(10))
-  directory = checkpoint_files.checkpoint_dir(tmp_path)
+  directory = checkpoints.checkpoint_dir(tmp_path)
   before = sorted(os.listdir(directory))
   for bad in (np.nan, np.inf):
     state.weights[3].assign(bad)
@@ -365,7 +364,7 @@ def test_non_finite_variables_are_not_saved(tmp_path):
                              f"frames"):
       checkpointer.save(20)
     assert sorted(os.listdir(directory)) == before
-  assert checkpoint_files.latest_checkpoint(tmp_path) == ("ckpt-10", 10)
+  assert checkpoints.latest_checkpoint(tmp_path) == ("ckpt-10", 10)
 
 
 @contextlib.contextmanager
@@ -399,7 +398,7 @@ def test_a_full_or_read_only_disk_keeps_the_newest_checkpoint(tmp_path):
     state = _State(size=1 << 19)  # 2 MiB a checkpoint.
     checkpointer = _checkpointer(logdir, state)
     kept = checkpointer.save(state.set(10))
-    directory = checkpoint_files.checkpoint_dir(logdir)
+    directory = checkpoints.checkpoint_dir(logdir)
     _fill(disk)
     with pytest.raises(checkpoints.CheckpointSaveError) as error:
       checkpointer.save(state.set(20))
@@ -421,7 +420,7 @@ def test_a_full_or_read_only_disk_keeps_the_newest_checkpoint(tmp_path):
         checkpointer.save(state.set(30))
     finally:
       subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
-    assert checkpoint_files.latest_checkpoint(logdir) == ("ckpt-20", 20)
+    assert checkpoints.latest_checkpoint(logdir) == ("ckpt-20", 20)
     assert _leftovers(logdir) == []
     assert checkpointer.save(state.set(30)).endswith("ckpt-30")
 
@@ -430,12 +429,12 @@ def test_a_deleted_checkpoint_directory_is_a_save_error(tmp_path):
   state = _State()
   checkpointer = _checkpointer(tmp_path, state)
   checkpointer.save(state.set(10))
-  shutil.rmtree(checkpoint_files.checkpoint_dir(tmp_path))
+  shutil.rmtree(checkpoints.checkpoint_dir(tmp_path))
   with pytest.raises(checkpoints.CheckpointSaveError,
                      match="The checkpoint directory was deleted.*no complete checkpoint is "
                            "left in"):
     checkpointer.save(state.set(20))
-  assert not os.path.exists(checkpoint_files.checkpoint_dir(tmp_path))
+  assert not os.path.exists(checkpoints.checkpoint_dir(tmp_path))
   # A fresh run makes the directory.
   fresh = _checkpointer(tmp_path / "fresh", state)
   assert fresh.restore() is None and fresh.save(20).endswith("ckpt-20")
@@ -446,7 +445,7 @@ def test_the_leftovers_of_interrupted_saves_are_cleaned_at_the_next_start(tmp_pa
   checkpointer = _checkpointer(tmp_path, state)
   for frames in (10, 20):
     checkpointer.save(state.set(frames))
-  directory = checkpoint_files.checkpoint_dir(tmp_path)
+  directory = checkpoints.checkpoint_dir(tmp_path)
   join = lambda name: os.path.join(directory, name)
   for leftover in (".saving-123-abcd", "ckpt-30_temp"):
     os.makedirs(join(leftover))
@@ -463,7 +462,7 @@ def test_the_leftovers_of_interrupted_saves_are_cleaned_at_the_next_start(tmp_pa
   assert sorted(cleaned.removed) == [
       ".saving-123-abcd", "checkpoint.tmp1f2e", "ckpt-30.data-00000-of-00001",
       "ckpt-30.index.tempstate123", "ckpt-30_temp", "settings.json.tmp99"]
-  assert cleaned.set_aside == [os.path.join(checkpoint_files.set_aside_dir(tmp_path),
+  assert cleaned.set_aside == [os.path.join(checkpoints.set_aside_dir(tmp_path),
                                             "ckpt-25")]
   assert sorted(os.listdir(directory)) == [
       "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index",
@@ -475,7 +474,7 @@ def test_the_leftovers_of_interrupted_saves_are_cleaned_at_the_next_start(tmp_pa
   for suffix in (".index", ".data-00000-of-00001"):
     shutil.copy(join("ckpt-60" + suffix), join("ckpt-5" + suffix))
   assert _checkpointer(tmp_path, state).removed == ["ckpt-5"]
-  assert checkpoint_files.complete_checkpoints(directory) == [
+  assert checkpoints.complete_checkpoints(directory) == [
       "ckpt-20", "ckpt-30", "ckpt-40", "ckpt-50", "ckpt-60"]
 
 
@@ -483,42 +482,42 @@ def test_a_save_killed_before_it_named_its_checkpoint_is_adopted(tmp_path):
   # What a kill at the "index_moved" phase leaves: the checkpoint complete (read back whole
   # before it was moved in), its save's temporary directory, the state file not yet written.
   state = _State()
-  directory = checkpoint_files.checkpoint_dir(tmp_path)
+  directory = checkpoints.checkpoint_dir(tmp_path)
   source = _checkpointer(tmp_path / "source", state)
   for frames in (0, 10):
     path = source.save(state.set(frames))
     os.makedirs(directory, exist_ok=True)
     for suffix in (".index", ".data-00000-of-00001"):
       shutil.copy(path + suffix, os.path.join(directory, f"ckpt-{frames}{suffix}"))
-    os.makedirs(os.path.join(directory, checkpoint_files.saving_dir_name(f"ckpt-{frames}")))
+    os.makedirs(os.path.join(directory, checkpoints.saving_dir_name(f"ckpt-{frames}")))
     if frames == 0:  # The first save: no state file at all.
       adopting = _checkpointer(tmp_path, state)
       assert adopting.adopted == ["ckpt-0"] and adopting.set_aside == []
       assert adopting.restore().endswith("ckpt-0")
   adopting = _checkpointer(tmp_path, state)
   assert adopting.adopted == ["ckpt-10"] and _leftovers(tmp_path) == []
-  assert checkpoint_files.read_state(directory) == ("ckpt-10", ["ckpt-0", "ckpt-10"])
+  assert checkpoints.read_state(directory) == ("ckpt-10", ["ckpt-0", "ckpt-10"])
   assert adopting.restore().endswith("ckpt-10") and int(state.step.numpy()) == 10
   # Without its temporary directory an unlisted checkpoint is set aside, not adopted.
   for suffix in (".index", ".data-00000-of-00001"):
     shutil.copy(os.path.join(directory, "ckpt-10" + suffix),
                 os.path.join(directory, "ckpt-20" + suffix))
   assert _checkpointer(tmp_path, state).adopted == []
-  assert checkpoint_files.latest_checkpoint(tmp_path) == ("ckpt-10", 10)
+  assert checkpoints.latest_checkpoint(tmp_path) == ("ckpt-10", 10)
 
 
 def test_a_checkpoint_written_by_the_checkpoint_manager_restores(tmp_path):
   """Runs' checkpoint directories from before issue 30."""
   old = _State()
-  directory = checkpoint_files.checkpoint_dir(tmp_path)
+  directory = checkpoints.checkpoint_dir(tmp_path)
   manager = tf.train.CheckpointManager(tf.train.Checkpoint(state=old), directory,
-                                       max_to_keep=checkpoint_files.MAX_TO_KEEP,
-                                       checkpoint_name=checkpoint_files.PREFIX)
+                                       max_to_keep=checkpoints.MAX_TO_KEEP,
+                                       checkpoint_name=checkpoints.PREFIX)
   for frames in (100, 200):
     manager.save(checkpoint_number=old.set(frames))
-  with open(checkpoint_files.settings_path(tmp_path), "w") as f:
+  with open(checkpoints.settings_path(tmp_path), "w") as f:
     f.write('{"torso": "shallow"}')
-  with open(os.path.join(directory, checkpoint_files.STATE_FILE)) as f:
+  with open(os.path.join(directory, checkpoints.STATE_FILE)) as f:
     assert "all_model_checkpoint_timestamps" in f.read()  # The manager's full format.
 
   state = _State()
@@ -528,10 +527,10 @@ def test_a_checkpoint_written_by_the_checkpoint_manager_restores(tmp_path):
   assert int(state.step.numpy()) == 200 and np.all(state.weights.numpy() == 200)
   assert checkpointer.save(200) == os.path.join(directory, "ckpt-200")  # Nothing new.
   checkpointer.save(state.set(300))
-  assert checkpoint_files.read_state(directory) == (
+  assert checkpoints.read_state(directory) == (
       "ckpt-300", ["ckpt-100", "ckpt-200", "ckpt-300"])
   assert tf.train.latest_checkpoint(directory) == os.path.join(directory, "ckpt-300")
   # And the other way: the manager reads the state file this writes.
   again = tf.train.CheckpointManager(tf.train.Checkpoint(state=_State()), directory,
-                                     max_to_keep=checkpoint_files.MAX_TO_KEEP)
+                                     max_to_keep=checkpoints.MAX_TO_KEEP)
   assert again.latest_checkpoint == os.path.join(directory, "ckpt-300")

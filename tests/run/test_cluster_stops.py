@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import runlog
 from tests.run.test_launch import _pids
 
@@ -89,7 +89,7 @@ def test_a_frozen_actor_process_is_recorded_by_the_learner_and_never_holds_up_th
   assert launcher.returncode == 0, output[-3000:]
   assert ("[launch] actor 1 did not stop within 5 s of the stop signal (frozen or hung); "
           "killing it.") in output, output[-3000:]
-  assert checkpoint_files.latest_checkpoint(logdir) is not None
+  assert checkpoints.latest_checkpoint(logdir) is not None
   records = runlog.of_kind(runlog.read_log(logdir), runlog.ACTOR_PROCESS)
   events = [record["event"] for record in records if record["task"] == 1]
   assert _subsequence(["joined", "silent", "sending again"], events), records

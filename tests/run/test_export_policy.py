@@ -8,10 +8,9 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import export_policy
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 
 # A toy/lit_side run's checkpoint at 2,000 frames (tests/data; written before the rooms' move).
 TOY_RUN = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "run_before_rooms")
@@ -32,8 +31,8 @@ def test_the_exported_policy_is_the_agent_and_the_frames_and_test_mode_plays_it(
   output = str(tmp_path / "agents" / "toy")
   path, frames = export_policy.export(_config(run), output)
   assert frames == 2000 and os.path.basename(path) == "ckpt-2000"
-  full = os.path.join(checkpoint_files.checkpoint_dir(run),
-                      checkpoint_files.latest_checkpoint(run)[0])
+  full = os.path.join(checkpoints.checkpoint_dir(run),
+                      checkpoints.latest_checkpoint(run)[0])
   names, full_names = _variable_names(path), _variable_names(full)
   assert not [n for n in names if "optimizer" in n or "rmsprop" in n], names
   # The full checkpoint lists a variable once, under the first path to it: the agent's own, or
@@ -49,7 +48,7 @@ def test_the_exported_policy_is_the_agent_and_the_frames_and_test_mode_plays_it(
   size = lambda p: sum(os.path.getsize(os.path.join(os.path.dirname(p), f))
                        for f in os.listdir(os.path.dirname(p)) if f.startswith(os.path.basename(p)))
   assert size(path) < size(full)
-  record = json.load(open(checkpoint_files.policy_only_path(output)))
+  record = json.load(open(checkpoints.policy_only_path(output)))
   assert record["frames"] == 2000 and record["source_checkpoint"] == full
   # Test mode plays it, and reports the frames it was trained to.
   result = evaluation.evaluate(_config(output, "test", "--num_actors=1", "--test_num_episodes=2"),

@@ -21,7 +21,7 @@ import tensorflow as tf
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import plot
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.runfiles import videos
@@ -175,9 +175,9 @@ def test_a_full_disk_under_each_writer_of_training_stops_it_with_its_error(
     train_toy(config, lines=lines)
   message = str(raised.value)
   assert named in message and FULL in message, message
-  newest = checkpoint_files.latest_checkpoint(str(logdir))
+  newest = checkpoints.latest_checkpoint(str(logdir))
   assert newest is not None and os.path.exists(os.path.join(
-      checkpoint_files.checkpoint_dir(str(logdir)), newest[0] + ".index"))
+      checkpoints.checkpoint_dir(str(logdir)), newest[0] + ".index"))
   assert "holds its last good state" in message, message
   stopped = [line for line in lines if line.startswith("Stopped: ")]
   assert stopped and "Cannot write" in stopped[0], lines[-5:]
@@ -245,7 +245,7 @@ def test_a_training_on_a_tmpfs_that_fills_stops_with_its_error_and_resumes(small
   logdir = small_tmpfs / "run"
   first = _train(logdir, 800)
   assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-  kept = checkpoint_files.latest_checkpoint(str(logdir))
+  kept = checkpoints.latest_checkpoint(str(logdir))
   # The disk is full but for 64 KB: the resumed run's log and events fill it in seconds.
   free = os.statvfs(small_tmpfs).f_bavail * os.statvfs(small_tmpfs).f_frsize
   with open(small_tmpfs / "filler", "wb") as f:
@@ -256,13 +256,13 @@ def test_a_training_on_a_tmpfs_that_fills_stops_with_its_error_and_resumes(small
   errors = [line for line in full.stderr.splitlines() if line.startswith("error: ")]
   assert len(errors) == 1 and FULL in errors[0], full.stderr[-3000:]
   assert "Stopped: " in full.stdout, full.stdout[-2000:]
-  assert checkpoint_files.latest_checkpoint(str(logdir)) == kept  # Intact, still the newest.
-  assert os.path.exists(os.path.join(checkpoint_files.checkpoint_dir(str(logdir)),
+  assert checkpoints.latest_checkpoint(str(logdir)) == kept  # Intact, still the newest.
+  assert os.path.exists(os.path.join(checkpoints.checkpoint_dir(str(logdir)),
                                      kept[0] + ".index"))
   _whole_lines(runlog.log_path(str(logdir)))
   os.remove(small_tmpfs / "filler")
   resumed = _train(logdir, kept[1] + 800)
   assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-  assert f"Resumed from {checkpoint_files.checkpoint_dir(str(logdir))}/{kept[0]}" in (
+  assert f"Resumed from {checkpoints.checkpoint_dir(str(logdir))}/{kept[0]}" in (
       resumed.stdout)
   _whole_lines(runlog.log_path(str(logdir)))

@@ -11,7 +11,7 @@ import pytest
 
 import scalable_agent_tf2
 from scalable_agent_tf2 import policy as policy_lib
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from tests import policy_folders
 from tests.policy_folders import BOXING
 from tests.policy_folders import BREAKOUT
@@ -137,11 +137,11 @@ def test_the_observation_filter_and_the_network_settings_come_from_the_folder(tm
 def test_a_named_checkpoint_is_loaded_and_the_folder_is_left_as_it_was(tmp_path):
   folder = policy_folders.new_folder(str(tmp_path / "toy"), "toy/lit_side", frames=1000)
   policy_folders.new_folder(folder, "toy/lit_side", frames=2000)
-  before = sorted(os.listdir(checkpoint_files.checkpoint_dir(folder)))
+  before = sorted(os.listdir(checkpoints.checkpoint_dir(folder)))
   assert scalable_agent_tf2.load_policy(folder, checkpoint="ckpt-1000").frames == 1000
   assert scalable_agent_tf2.load_policy(folder).frames == 2000
-  assert sorted(os.listdir(checkpoint_files.checkpoint_dir(folder))) == before
-  assert checkpoint_files.latest_checkpoint(folder) == ("ckpt-2000", 2000)
+  assert sorted(os.listdir(checkpoints.checkpoint_dir(folder))) == before
+  assert checkpoints.latest_checkpoint(folder) == ("ckpt-2000", 2000)
 
 
 def test_make_environment_is_a_gymnasium_env_of_the_project_s_episodes():

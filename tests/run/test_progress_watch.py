@@ -17,7 +17,7 @@ import tensorflow as tf
 from scalable_agent_tf2.acting import watchdog
 from scalable_agent_tf2.run import progress_watch
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from tests.run.test_training import toy_config
 from tests.run.test_training import train_toy
 
@@ -198,8 +198,8 @@ def test_parameters_are_healthy_only_finite_and_within_the_limit():
 
 
 def _newest_checkpoint_is_healthy(logdir, limit=1e6):
-  prefix, frames = checkpoint_files.latest_checkpoint(str(logdir))
-  reader = tf.train.load_checkpoint(os.path.join(checkpoint_files.checkpoint_dir(str(logdir)),
+  prefix, frames = checkpoints.latest_checkpoint(str(logdir))
+  reader = tf.train.load_checkpoint(os.path.join(checkpoints.checkpoint_dir(str(logdir)),
                                                  prefix))
   squares = 0.0
   for name in reader.get_variable_to_shape_map():
@@ -216,7 +216,7 @@ def _newest_checkpoint_is_healthy(logdir, limit=1e6):
 def test_exploding_parameters_stop_the_run_and_the_last_healthy_checkpoint_stays_newest(
     tmp_path):
   train_toy(toy_config(tmp_path, total_frames=800))  # A healthy checkpoint first.
-  _, healthy_frames = checkpoint_files.latest_checkpoint(str(tmp_path))
+  _, healthy_frames = checkpoints.latest_checkpoint(str(tmp_path))
   lines = []
   config = toy_config(tmp_path, total_frames=10_000_000, learning_rate=1e9,
                       checkpoint_secs=1.0)
@@ -233,7 +233,7 @@ def test_diverged_outputs_below_the_norm_limit_are_caught_by_the_watch(tmp_path)
   (the issue's run: 28,298 of 28,356 trajectories dropped) stop the run by the watch, and no
   checkpoint of them becomes the newest."""
   train_toy(toy_config(tmp_path, total_frames=800))
-  _, healthy_frames = checkpoint_files.latest_checkpoint(str(tmp_path))
+  _, healthy_frames = checkpoints.latest_checkpoint(str(tmp_path))
   lines = []
   config = toy_config(tmp_path, total_frames=10_000_000, learning_rate=1e9,
                       max_parameter_norm=1e38, max_nonfinite_updates=10_000, stall_secs=5.0,
@@ -261,5 +261,5 @@ def test_the_issue_s_diverged_command_exits_1_by_itself_within_3_minutes(tmp_pat
   assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
   assert "error: The parameters' global norm is" in result.stderr
   assert "Traceback" not in result.stdout + result.stderr
-  if checkpoint_files.latest_checkpoint(str(tmp_path)) is not None:
+  if checkpoints.latest_checkpoint(str(tmp_path)) is not None:
     _newest_checkpoint_is_healthy(tmp_path)

@@ -7,12 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.environments import toy as toy_environment
-from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.transport import learner_service
-from tests.run.test_training import TOY_NETWORK
 from tests.run.test_training import toy_config
 from tests.run.test_training import train_toy
 from tests.transport import test_distributed as td
@@ -37,10 +34,10 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_and_keeps_the_last_on
   with pytest.raises(training.RunFailed) as raised:
     train_toy(toy_config(tmp_path, total_frames=10_000_000, checkpoint_secs=2.0), lines=lines)
   message = str(raised.value)
-  first = os.path.join(checkpoint_files.checkpoint_dir(str(tmp_path)), f"ckpt-{saves[0]}")
+  first = os.path.join(checkpoints.checkpoint_dir(str(tmp_path)), f"ckpt-{saves[0]}")
   assert "No space left on device" in message and f"still {first}" in message
   assert f"the checkpoint {first} holds its last good state" in message
-  assert checkpoint_files.latest_checkpoint(str(tmp_path))[0] == f"ckpt-{saves[0]}"
+  assert checkpoints.latest_checkpoint(str(tmp_path))[0] == f"ckpt-{saves[0]}"
   assert any(line.startswith("Stopped: Cannot save checkpoint") for line in lines), lines
 
 
@@ -60,8 +57,8 @@ def test_non_finite_parameters_are_never_checkpointed_and_stop_the_run(tmp_path,
   monkeypatch.setattr(checkpoints.Checkpointer, "save", poison_then_save)
   with pytest.raises(training.RunFailed, match=r"hold NaN or Inf.*Nothing was written"):
     train_toy(toy_config(tmp_path, total_frames=10_000_000, checkpoint_secs=2.0))
-  prefix, _ = checkpoint_files.latest_checkpoint(str(tmp_path))
-  reader = tf.train.load_checkpoint(os.path.join(checkpoint_files.checkpoint_dir(
+  prefix, _ = checkpoints.latest_checkpoint(str(tmp_path))
+  reader = tf.train.load_checkpoint(os.path.join(checkpoints.checkpoint_dir(
       str(tmp_path)), prefix))
   for name in reader.get_variable_to_shape_map():
     value = np.asarray(reader.get_tensor(name))
@@ -78,10 +75,9 @@ def test_a_dead_pump_stops_a_cluster_learner_with_an_error_after_its_checkpoint(
   lines = []
   with pytest.raises(training.RunFailed,
                      match=r"trajectory-pump thread died: MemoryError: no memory"):
-    training.train(config, environment_constructor=toy_environment.environment_constructor(),
-                   network_config=TOY_NETWORK, print_fn=lines.append,
+    training.train(config, print_fn=lines.append,
                    listen_address=f"localhost:{td.free_port()}")
-  assert checkpoint_files.latest_checkpoint(str(tmp_path)) is not None  # Written at the stop.
+  assert checkpoints.latest_checkpoint(str(tmp_path)) is not None  # Written at the stop.
 
 
 @pytest.mark.timeout(240)
@@ -107,7 +103,7 @@ def test_a_logdir_deleted_mid_run_is_not_named_as_holding_a_checkpoint(tmp_path,
   with pytest.raises(training.RunFailed) as raised:
     train_toy(toy_config(tmp_path, total_frames=10_000_000, checkpoint_secs=2.0), lines=lines)
   message = str(raised.value)
-  first = os.path.join(checkpoint_files.checkpoint_dir(str(tmp_path)), f"ckpt-{saves[0]}")
+  first = os.path.join(checkpoints.checkpoint_dir(str(tmp_path)), f"ckpt-{saves[0]}")
   assert "holds its last good state" not in message and "still " + first not in message
   assert f"its last checkpoint, {first}, no longer exists" in message, message
   stopped = [line for line in lines if line.startswith("Stopped:")]

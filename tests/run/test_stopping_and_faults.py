@@ -21,7 +21,7 @@ from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import run_directory
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.utils import stop_signals
@@ -156,20 +156,24 @@ def test_test_progress_counts_episodes_per_level_and_time_to_go():
   assert lines[-1] == "test: 6/20 episodes (a 2/10, b 4/10), about 45 s to go"
 
 
-def _refusing_constructor(refused, after_an_update_in=None):
-  """The toy task under DMLab-30's names; `refused` levels cannot run off the main thread
-  (where actors and test workers build their environments). after_an_update_in: a logdir:
-  they refuse only once its run has logged a learner update (a run that trained nothing
-  writes no checkpoint: tests/environments/test_user_environments.py)."""
-  toy = toy_environment.environment_constructor()
-
-  def constructor(level_name, seed, test_mode):
+def _toy_under_dmlab_names(monkeypatch, refused, after_an_update_in=None):
+  """DeepMind Lab's family builds the toy task (and its network) under DMLab-30's names, a
+  test double of its environments (this machine may have no DeepMind Lab); `refused` levels
+  cannot run off the main thread (where actors and test workers build their environments).
+  after_an_update_in: a logdir: they refuse only once its run has logged a learner update (a
+  run that trained nothing writes no checkpoint: tests/environments/test_user_environments.py).
+  """
+  def constructor(level_name, seed, test_mode, options):
+    del options  # DeepMind Lab's.
     if level_name in refused and threading.current_thread() is not threading.main_thread():
       if after_an_update_in is not None:
         _wait_for_an_update(after_an_update_in)
       raise LevelCannotRun(level_name, "its map is missing here")
-    return toy(toy_environment.LEVEL_NAME, seed, test_mode)
-  return constructor
+    return families.find_family(toy_environment.LEVEL_NAME).environment_constructor(
+        toy_environment.LEVEL_NAME, seed, test_mode, {})
+  family = families.find_family(families.level_names("dmlab30")[0])
+  monkeypatch.setattr(family, "environment_constructor", constructor)
+  monkeypatch.setattr(family, "network_config", lambda config, spec: TOY_NETWORK)
 
 
 def _wait_for_an_update(logdir, polls=600):
@@ -190,9 +194,9 @@ def test_levels_that_cannot_run_stop_training_with_one_message_after_the_checkpo
       level_name="dmlab30", excluded_levels=",".join(levels[4:]))
   refused = (levels[1], levels[3])
   lines = []
+  _toy_under_dmlab_names(monkeypatch, refused, after_an_update_in=tmp_path)
   with pytest.raises(training.LevelsCannotRun) as raised:
-    training.train(config, environment_constructor=_refusing_constructor(refused, tmp_path),
-                   network_config=TOY_NETWORK, print_fn=lines.append)
+    training.train(config, print_fn=lines.append)
   assert sorted(raised.value.reasons) == sorted(refused)
   text = str(raised.value)
   assert f"--excluded_levels={','.join(sorted(levels[4:] + refused))}" in text
@@ -202,9 +206,9 @@ def test_levels_that_cannot_run_stop_training_with_one_message_after_the_checkpo
 
   # Test mode: the levels that play are tested, printed and written; the others named.
   lines = []
+  _toy_under_dmlab_names(monkeypatch, refused)
   with pytest.raises(training.LevelsCannotRun):
-    evaluation.evaluate(config, environment_constructor=_refusing_constructor(refused),
-                        network_config=TOY_NETWORK, print_fn=lines.append)
+    evaluation.evaluate(config, print_fn=lines.append)
   table = next(line for line in lines if line.startswith("level"))
   printed = "\n".join(lines)
   assert table and suites.DMLAB30_LEVEL_MAPPING[levels[0]] in printed
@@ -216,10 +220,10 @@ def test_levels_that_cannot_run_stop_training_with_one_message_after_the_checkpo
     raise PermissionError(13, "Permission denied", os.path.join(directory, "results.json"))
   monkeypatch.setattr(evaluation, "write_results", refuse)
   lines = []
+  _toy_under_dmlab_names(monkeypatch, ())
   with pytest.raises(evaluation.ResultsNotWritten, match="results.json") as raised:
     evaluation.evaluate(dataclasses.replace(config, excluded_levels=",".join(levels[1:])),
-                        environment_constructor=_refusing_constructor(()),
-                        network_config=TOY_NETWORK, print_fn=lines.append)
+                        print_fn=lines.append)
   assert any(line.startswith("level") for line in "\n".join(lines).splitlines())
   assert "Permission denied" in str(raised.value)
 
@@ -229,8 +233,7 @@ def test_test_mode_checks_its_results_directory_before_playing(tmp_path):
   played = []
   with pytest.raises(run_directory.RunDirectoryError, match="is a file"):
     evaluation.evaluate(toy_config(tmp_path, total_frames=800),
-                        environment_constructor=lambda *a: played.append(a),
-                        network_config=TOY_NETWORK)
+                        environment_constructor=lambda *a: played.append(a))
   assert not played
 
 
@@ -285,7 +288,7 @@ import sys
 from scalable_agent_tf2.utils import quiet_tensorflow
 quiet_tensorflow.import_tensorflow()
 import tensorflow as tf
-from scalable_agent_tf2.run import checkpoints
+from scalable_agent_tf2.runfiles import checkpoints
 
 class Agent(tf.Module):
   def __init__(self):
@@ -366,7 +369,7 @@ def test_a_wrong_observation_shape_stops_with_a_named_error_line_not_a_traceback
       "shape (3,); its observation space promises (2,).")
   # Nothing was trained: no checkpoint at 0 frames stands in the way of the fixed environment.
   assert run.stderr.rstrip().endswith("Nothing was trained; no checkpoint was written.")
-  assert checkpoint_files.latest_checkpoint(str(tmp_path)) is None
+  assert checkpoints.latest_checkpoint(str(tmp_path)) is None
 
 
 @pytest.mark.timeout(180)

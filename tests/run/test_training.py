@@ -25,17 +25,15 @@ from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.run import assembly
-from scalable_agent_tf2.run import checkpoints
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import runlog
+from tests import toy_families
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOY_NETWORK = networks.NetworkConfig(
-    num_actions=toy_environment.NUM_ACTIONS, frame_shape=toy_environment.FRAME_SHAPE,
-    torso=networks.SHALLOW, use_lstm=False, use_instruction=False)
+TOY_NETWORK = toy_families.toy_network()  # What the toy family builds for toy_config's runs.
 
 
 def toy_config(logdir, total_frames, **overrides):
@@ -43,15 +41,17 @@ def toy_config(logdir, total_frames, **overrides):
   values = dict(level_name="atari/pong", logdir=str(logdir), num_actors=4, batch_size=8,
                 unroll_length=10, total_environment_frames=total_frames, log_secs=2.0)
   values.update(overrides)
-  config = config_lib.resolve(config_lib.ExperimentConfig(**values))
-  return dataclasses.replace(config, level_name=toy_environment.LEVEL_NAME)
+  return toy_families.on_toy(config_lib.resolve(config_lib.ExperimentConfig(**values)))
 
 
 def train_toy(config, crash_after_steps=0, lines=None, delayed_reward=False):
-  return training.train(
-      config, environment_constructor=toy_environment.environment_constructor(
-          crash_after_steps, delayed_reward=delayed_reward), network_config=TOY_NETWORK,
-      print_fn=(lines.append if lines is not None else print))
+  """training.train on the toy task; delayed_reward: its delayed level; crash_after_steps: its
+  environment processes die after that many steps (toy_families.with_faults)."""
+  if delayed_reward:
+    config = dataclasses.replace(config, level_name=toy_environment.DELAYED_LEVEL_NAME)
+  if crash_after_steps:
+    config = toy_families.with_faults(config, crash_after_steps=crash_after_steps)
+  return training.train(config, print_fn=(lines.append if lines is not None else print))
 
 
 def read_log(logdir):
@@ -66,7 +66,7 @@ def test_pipeline_learns_the_toy_task_and_logs_it(tmp_path):
   result = train_toy(toy_config(tmp_path, total_frames=100_000, reward_clipping="none"),
                      delayed_reward=True)
   assert result.num_env_frames >= 100_000
-  assert result.recent_returns[toy_environment.LEVEL_NAME] >= 9.0
+  assert result.recent_returns[toy_environment.DELAYED_LEVEL_NAME] >= 9.0
 
   records = read_log(tmp_path)
   progress = [r for r in records if r["kind"] == "progress"]
@@ -75,7 +75,7 @@ def test_pipeline_learns_the_toy_task_and_logs_it(tmp_path):
   assert {e["episode_length"] for e in episodes} == {toy_environment.EPISODE_LENGTH}
   for key in ("frames_per_second", "updates_per_second", "queue_fill", "policy_lag",
               "total_loss", "learning_rate", "grad_norm",
-              f"episode_return/{toy_environment.LEVEL_NAME}"):
+              f"episode_return/{toy_environment.DELAYED_LEVEL_NAME}"):
     assert key in progress[-1], key
   # Lag = learner updates between the parameters an unroll was acted with and the update that
   # trains on it: never negative, and bounded by the trajectories that can wait ahead of it
@@ -97,7 +97,7 @@ def test_impact_learns_the_toy_task(tmp_path):
   # period 8, clipped target-worker surrogate, V-trace GAE-lambda advantages).
   result = train_toy(toy_config(tmp_path, total_frames=50_000, reward_clipping="none",
                                 algorithm="impact"), delayed_reward=True)
-  assert result.recent_returns[toy_environment.LEVEL_NAME] >= 9.0
+  assert result.recent_returns[toy_environment.DELAYED_LEVEL_NAME] >= 9.0
 
 
 def test_rerun_resumes_at_the_same_frames_optimizer_state_and_learning_rate(tmp_path):
@@ -139,19 +139,15 @@ def test_corrupt_or_incompatible_checkpoint_is_a_clear_error(tmp_path):
 
   other = tmp_path / "other"
   train_toy(toy_config(other, total_frames=800))
-  deep = dataclasses.replace(TOY_NETWORK, torso=networks.DEEP)
+  # --torso=deep: the toy family builds the deep torso (its network follows the flags).
   with pytest.raises(checkpoints.CheckpointError, match="--torso: checkpoint 'shallow'"):
-    training.train(toy_config(other, total_frames=1_600, torso="deep"),
-                   environment_constructor=toy_environment.environment_constructor(),
-                   network_config=deep)
+    train_toy(toy_config(other, total_frames=1_600, torso="deep"))
   # Without the settings file the variables' shapes still disagree: still an error.
-  os.remove(checkpoint_files.settings_path(other))
+  os.remove(checkpoints.settings_path(other))
   with pytest.raises(checkpoints.CheckpointError, match="different network"):
-    training.train(toy_config(other, total_frames=1_600, torso="deep"),
-                   environment_constructor=toy_environment.environment_constructor(),
-                   network_config=deep)
+    train_toy(toy_config(other, total_frames=1_600, torso="deep"))
 
-  os.remove(os.path.join(checkpoint_files.checkpoint_dir(other), checkpoint_files.STATE_FILE))
+  os.remove(os.path.join(checkpoints.checkpoint_dir(other), checkpoints.STATE_FILE))
   with pytest.raises(checkpoints.CheckpointError, match="not starting over"):
     train_toy(toy_config(other, total_frames=1_600))
 
@@ -257,12 +253,10 @@ def test_crashed_environment_process_is_restarted_and_training_goes_on(tmp_path)
 def test_an_actor_that_fails_stops_training_with_its_error_and_a_checkpoint(tmp_path):
   # One validation call, then actor 0's environment and actor 1's; the restart after the
   # first crash cannot build its environment.
-  constructor = toy_environment.environment_constructor(crash_after_steps=200,
-                                                         refuse_after_calls=3)
+  config = toy_families.with_faults(toy_config(tmp_path, total_frames=10_000_000, num_actors=2),
+                                    crash_after_steps=200, refuse_after_calls=3)
   with pytest.raises(actor.ActorFailed, match="refuses to start") as raised:
-    training.train(toy_config(tmp_path, total_frames=10_000_000, num_actors=2),
-                   environment_constructor=constructor, network_config=TOY_NETWORK,
-                   print_fn=lambda line: None)
+    training.train(config, print_fn=lambda line: None)
   checkpoint = str(raised.value).split("the checkpoint ")[1].split(" holds")[0]
   assert os.path.exists(checkpoint + ".index")
 
@@ -273,9 +267,7 @@ def test_evaluation_writes_tables_and_repeats_with_a_seed(tmp_path):
   runs = []
   for _ in range(2):
     lines = []
-    runs.append(evaluation.evaluate(
-        config, environment_constructor=toy_environment.environment_constructor(),
-        network_config=TOY_NETWORK, print_fn=lines.append))
+    runs.append(evaluation.evaluate(config, print_fn=lines.append))
   rows = runs[0]["rows"]
   assert [r["episodes"] for r in rows] == [5]
   assert runs[0]["rows"] == runs[1]["rows"]
@@ -287,8 +279,7 @@ def test_evaluation_writes_tables_and_repeats_with_a_seed(tmp_path):
 def test_evaluation_without_checkpoint_says_to_train_first(tmp_path):
   config = toy_config(tmp_path, total_frames=800, test_num_episodes=1)
   with pytest.raises(checkpoints.CheckpointError, match="train first"):
-    evaluation.evaluate(config, environment_constructor=toy_environment.environment_constructor(),
-                        network_config=TOY_NETWORK)
+    evaluation.evaluate(config)
 
 
 def _experiment(*flags, **kwargs):
@@ -317,7 +308,7 @@ def test_bad_flags_fail_before_any_work(tmp_path, flags, message):
   run = _experiment("--mode=train", f"--logdir={tmp_path}", *flags)
   assert run.returncode == 2, run.stderr[-2000:]
   assert message in run.stderr
-  assert not os.path.exists(checkpoint_files.checkpoint_dir(tmp_path))
+  assert not os.path.exists(checkpoints.checkpoint_dir(tmp_path))
 
 
 def _child_pids(pid):

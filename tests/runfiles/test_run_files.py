@@ -1,4 +1,4 @@
-"""The run files: the run log (runlog.py) and the checkpoint layout (checkpoint_files.py)."""
+"""The run files: the run log (runlog.py) and the checkpoint layout (checkpoints.py)."""
 import json
 import os
 import subprocess
@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.population import exploit
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import runlog
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -94,57 +95,57 @@ def test_a_log_without_start_records_is_cut_where_frames_go_back(tmp_path):
 
 def _fake_checkpoint(logdir, frames, payload):
   """Files laid out as checkpoints.Checkpointer writes them (contents stand-ins)."""
-  directory = checkpoint_files.checkpoint_dir(logdir)
+  directory = checkpoints.checkpoint_dir(logdir)
   os.makedirs(directory, exist_ok=True)
-  prefix = f"{checkpoint_files.PREFIX}-{frames}"
+  prefix = f"{checkpoints.PREFIX}-{frames}"
   for suffix in (".index", ".data-00000-of-00001"):
     with open(os.path.join(directory, prefix + suffix), "w") as f:
       f.write(payload)
-  with open(os.path.join(directory, checkpoint_files.STATE_FILE), "w") as f:
+  with open(os.path.join(directory, checkpoints.STATE_FILE), "w") as f:
     f.write(f'model_checkpoint_path: "{prefix}"\nall_model_checkpoint_paths: "{prefix}"\n')
-  with open(checkpoint_files.settings_path(logdir), "w") as f:
+  with open(checkpoints.settings_path(logdir), "w") as f:
     f.write(json.dumps(dict(source=payload)))
 
 
 def test_latest_checkpoint_and_copy(tmp_path):
   source, target = str(tmp_path / "a"), str(tmp_path / "b")
-  assert checkpoint_files.latest_checkpoint(source) is None
-  assert not checkpoint_files.has_checkpoint_files(source)
+  assert checkpoints.latest_checkpoint(source) is None
+  assert not checkpoints.has_checkpoint_files(source)
   _fake_checkpoint(source, 100, "a100")
   _fake_checkpoint(source, 300, "a300")
   _fake_checkpoint(target, 200, "b200")
-  os.makedirs(os.path.join(checkpoint_files.checkpoint_dir(target), "ckpt-250_temp"))
-  assert checkpoint_files.latest_checkpoint(source) == ("ckpt-300", 300)
-  assert checkpoint_files.copy_checkpoint(source, target) == 300
-  assert checkpoint_files.latest_checkpoint(target) == ("ckpt-300", 300)
-  assert sorted(os.listdir(checkpoint_files.checkpoint_dir(target))) == [
+  os.makedirs(os.path.join(checkpoints.checkpoint_dir(target), "ckpt-250_temp"))
+  assert checkpoints.latest_checkpoint(source) == ("ckpt-300", 300)
+  assert exploit.copy_checkpoint(source, target) == 300
+  assert checkpoints.latest_checkpoint(target) == ("ckpt-300", 300)
+  assert sorted(os.listdir(checkpoints.checkpoint_dir(target))) == [
       "checkpoint", "ckpt-300.data-00000-of-00001", "ckpt-300.index", "settings.json"]
-  with open(os.path.join(checkpoint_files.checkpoint_dir(target), "ckpt-300.index")) as f:
+  with open(os.path.join(checkpoints.checkpoint_dir(target), "ckpt-300.index")) as f:
     assert f.read() == "a300"
   # A source without its index file is not copied; the target keeps its checkpoint.
-  os.remove(os.path.join(checkpoint_files.checkpoint_dir(source), "ckpt-300.index"))
-  with pytest.raises(checkpoint_files.CopyError, match="ckpt-300.index missing"):
-    checkpoint_files.copy_checkpoint(source, target)
-  assert checkpoint_files.latest_checkpoint(target) == ("ckpt-300", 300)
-  assert not os.path.exists(checkpoint_files.checkpoint_dir(target) + ".incoming")
+  os.remove(os.path.join(checkpoints.checkpoint_dir(source), "ckpt-300.index"))
+  with pytest.raises(exploit.CopyError, match="ckpt-300.index missing"):
+    exploit.copy_checkpoint(source, target)
+  assert checkpoints.latest_checkpoint(target) == ("ckpt-300", 300)
+  assert not os.path.exists(checkpoints.checkpoint_dir(target) + ".incoming")
 
 
 def test_the_checkpointer_writes_the_layout_this_module_reads(tmp_path):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-  from scalable_agent_tf2.run import checkpoints  # pylint: disable=import-outside-toplevel
+  from scalable_agent_tf2.runfiles import checkpoints  # pylint: disable=import-outside-toplevel
   checkpointer = checkpoints.Checkpointer(str(tmp_path), {"torso": "shallow"},
                                           step=tf.Variable(3))
   checkpointer.save(1200)
-  assert checkpoint_files.latest_checkpoint(str(tmp_path)) == ("ckpt-1200", 1200)
-  assert checkpoint_files.has_checkpoint_files(str(tmp_path))
-  with open(checkpoint_files.settings_path(str(tmp_path))) as f:
+  assert checkpoints.latest_checkpoint(str(tmp_path)) == ("ckpt-1200", 1200)
+  assert checkpoints.has_checkpoint_files(str(tmp_path))
+  with open(checkpoints.settings_path(str(tmp_path))) as f:
     assert json.load(f) == {"torso": "shallow"}
 
 
 def test_the_population_driver_loads_neither_tensorflow_nor_experiment_py():
   modules = ("population.command", "population.driver", "population.processes",
-             "population.pbt", "runfiles.runlog", "runfiles.checkpoint_files")
+             "population.pbt", "population.exploit", "runfiles.runlog", "runfiles.checkpoints")
   script = ("import sys\n"
             + "".join(f"import scalable_agent_tf2.{m}\n" for m in modules)
             + "print(sorted(m for m in ('tensorflow', 'experiment') if m in sys.modules))")

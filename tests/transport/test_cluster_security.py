@@ -376,7 +376,6 @@ SECURE_LEARNER_SCRIPT = textwrap.dedent("""
     import dataclasses
     from tests.transport import test_cluster_security as s
     from tests.run import test_training as t
-    from scalable_agent_tf2.environments import toy as toy_environment
     from scalable_agent_tf2.run import actor_process
     from scalable_agent_tf2.run import training
 
@@ -387,8 +386,7 @@ SECURE_LEARNER_SCRIPT = textwrap.dedent("""
     actor_process.RemoteActors = Protected
     config = t.toy_config({logdir!r}, total_frames={frames}, num_actors=2, log_secs=1.0,
                           checkpoint_secs=30.0)
-    result = training.train(config, environment_constructor=toy_environment.environment_constructor(),
-                            network_config=t.TOY_NETWORK, listen_address={address!r})
+    result = training.train(config, listen_address={address!r})
     print("learner done", result.num_env_frames, flush=True)
     print("accounts", dataclasses.asdict(result.trajectories), flush=True)
 """)
@@ -409,9 +407,8 @@ def test_an_actor_through_a_tunnel_trains_with_the_learner_while_a_stranger_gets
   result = []
   config = test_training.toy_config(tmp_path / "actor", total_frames=1, num_actors=2)
   actor = threading.Thread(target=lambda: result.append(actor_process.run_actor_process(
-      config, f"localhost:{forwarder.port}", task=0, network_config=test_training.TOY_NETWORK,
-      environment_constructor=td.toy_environment.environment_constructor(),
-      print_fn=lines.append, connect_timeout_secs=180, secret=SECRET)), daemon=True)
+      config, f"localhost:{forwarder.port}", task=0, print_fn=lines.append,
+      connect_timeout_secs=180, secret=SECRET)), daemon=True)
   try:
     # The tunnel is opened to a learner that listens (ssh would accept and drop connections
     # until then, and gRPC backs off from such an address for up to minutes).

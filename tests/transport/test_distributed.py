@@ -217,22 +217,18 @@ def test_no_learner_is_a_clear_error_after_bounded_retries():
 
 CLUSTER_SCRIPT = textwrap.dedent("""
     from tests.run import test_training as t
-    from scalable_agent_tf2.environments import toy as toy_environment
     import dataclasses
     from scalable_agent_tf2.run import actor_process
     from scalable_agent_tf2.run import training
     config = t.toy_config({logdir!r}, total_frames={frames}, num_actors=2, log_secs=1.0,
                           checkpoint_secs=5.0)
     if {job!r} == "learner":
-      result = training.train(config, environment_constructor=toy_environment.environment_constructor(),
-                              network_config=t.TOY_NETWORK, listen_address={address!r})
+      result = training.train(config, listen_address={address!r})
       print("learner done", result.num_env_frames, flush=True)
       print("accounts", dataclasses.asdict(result.trajectories), flush=True)
     else:
-      result = actor_process.run_actor_process(
-          config, {address!r}, task={task}, network_config=t.TOY_NETWORK,
-          environment_constructor=toy_environment.environment_constructor(),
-          connect_timeout_secs=120)
+      result = actor_process.run_actor_process(config, {address!r}, task={task},
+                                               connect_timeout_secs=120)
       print("actor done", result.num_trajectories, flush=True)
 """)
 

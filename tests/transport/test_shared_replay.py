@@ -1,6 +1,5 @@
 """LASER's shared replay across processes (Schmitt et al., 2019, section 5.4):
 replay_service.ReplayService and ReplayClient over real gRPC, agents in separate processes."""
-import dataclasses
 import json
 import os
 import subprocess
@@ -19,11 +18,12 @@ from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import training
-from scalable_agent_tf2.runfiles import checkpoint_files
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.transport import distributed
 from scalable_agent_tf2.transport import replay_client
 from scalable_agent_tf2.transport import replay_service
 from scalable_agent_tf2.transport import wire
+from tests import toy_families
 from tests.transport import test_distributed
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -242,8 +242,7 @@ def toy_config(logdir, **overrides):
                 checkpoint_secs=600.0, replay_fraction=0.5, laser_replay=True,
                 jit_compile="off")
   values.update(overrides)
-  config = config_lib.resolve(config_lib.ExperimentConfig(**values))
-  return dataclasses.replace(config, level_name=toy_environment.LEVEL_NAME)
+  return toy_families.on_toy(config_lib.resolve(config_lib.ExperimentConfig(**values)))
 
 
 @pytest.mark.timeout(120)
@@ -283,8 +282,7 @@ def test_no_service_is_a_clear_error_after_the_connect_timeout(tmp_path):
   config = toy_config(tmp_path, shared_replay_address=address, shared_replay_connect_secs=1)
   with pytest.raises(replay_service.ReplayServiceUnavailable,
                      match="python -m scalable_agent_tf2.transport.replay_service"):
-    training.train(config, toy_environment.environment_constructor(), TOY_NETWORK,
-                   print_fn=lambda _: None)
+    training.train(config, print_fn=lambda _: None)
   assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
 
 
@@ -376,7 +374,7 @@ def test_agent_processes_with_different_hyperparameters_share_a_service_process(
     assert "Lost the replay service at" in output
     assert "Stopped: the shared replay service was lost" in output
     assert "No replay service answered" in output and "holds its state" in output
-    prefix, frames = checkpoint_files.latest_checkpoint(str(tmp_path / "b"))
+    prefix, frames = checkpoints.latest_checkpoint(str(tmp_path / "b"))
     assert f"Checkpoint {os.path.join(str(tmp_path / 'b'), 'checkpoints', prefix)}" in output
     assert frames > 0
     assert "Replay: " in service_log.read_text()  # The service's periodic console line.
