@@ -342,9 +342,8 @@ def network_config_for_spec(spec, observation_kind=torsos.FRAME, torso=None, use
                                      state_dependent_log_std, use_lstm=use_lstm)
     raise ValueError(f"Box actions on {observation_kind} observations: no network takes this "
                      "pair (one-hot the observation as a Box (n,) vector).")
-  # Every discrete family (a categorical, or one per MultiDiscrete choice) takes IMPALA's
-  # networks, its head sized by the family (a categorical's config is the same as one given
-  # num_actions: NetworkConfig resolves one from the other).
+  # Every discrete family (one categorical or one per MultiDiscrete choice) takes IMPALA's
+  # networks, its head sized by the family (NetworkConfig resolves num_actions from it).
   if observation_kind == torsos.VECTOR:
     config = vector_config(None, frame_shape[0], use_lstm=use_lstm,
                            action_distribution=distribution)

@@ -160,7 +160,7 @@ class PopArt(tf.Module):
   """The run's statistics, one pair per task (checkpointed with the learner), and the output
   layer they rescale.
 
-  The layer is the agent's `baseline` (a layers.Linear: `w` [H, N], `b` [N], one output per
+  The layer is the agent's `baseline` (a torsos.Linear: `w` [H, N], `b` [N], one output per
   task); its output is n(x), which the actors' AgentOutput.baseline also carries. With one
   task (the default) the statistics are scalars and every method takes tasks=None; with N they
   are [N] and each trajectory's task (int [B], 0..N-1) selects its output and statistics.

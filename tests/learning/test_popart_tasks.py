@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.agent import layers
+from scalable_agent_tf2.agent import torsos as layers
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import popart
 from scalable_agent_tf2.learning import vtrace
