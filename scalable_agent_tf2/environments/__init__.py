@@ -16,8 +16,8 @@ May import: structures, utils, configuration (the settings tables, the paper's l
 lazily agent (a family's network_config, called from the TensorFlow side). No TensorFlow here.
 A run's resolved configuration (resolution/) sits above: nothing here imports it.
 """
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.base import Environment
 from scalable_agent_tf2.environments.base import EnvironmentFault
 from scalable_agent_tf2.environments.base import EnvSpec

@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.runfiles import runlog
 
 # Appendix F: "each parameter ... is permuted with 33% probability by multiplying with either

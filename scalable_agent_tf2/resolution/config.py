@@ -21,8 +21,8 @@ from typing import Optional
 
 from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.environments.families import dmlab as dmlab_family

@@ -14,10 +14,10 @@ given on the command line always wins over these (config.resolve). No TensorFlow
 import os
 
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.configuration.settings import IMPACT
 from scalable_agent_tf2.configuration.settings import IMPALA
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
 

@@ -7,7 +7,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import dmlab as dmlab_family
 from scalable_agent_tf2.resolution import config as config_lib
 from tests.run.test_before_tensorflow import REPO_DIR

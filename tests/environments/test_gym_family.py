@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2.acting import actor
-from scalable_agent_tf2.configuration import mujoco_presets
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import families
@@ -17,6 +16,7 @@ from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.environments.families import gym as gym_family
+from scalable_agent_tf2.environments.families import mujoco_presets
 from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.resolution import presets
 

@@ -7,7 +7,7 @@ sticky actions, a C++ vector of games stepped by ale-py's threads in the trainin
 Observations: 4 stacked 84x84 grey frames, no instruction; the feed-forward agent.
 """
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import base
 
 PREFIX = suites.ATARI_LEVEL_PREFIX

@@ -69,9 +69,9 @@ Not in the paper, from its code base (RLlib, 2019) or from how gymnasium counts:
   * observation filter: RLlib's MeanStdFilter (environments/normalization.py).
 No TensorFlow here.
 """
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.configuration.settings import IMPACT
 from scalable_agent_tf2.configuration.settings import IMPALA
+from scalable_agent_tf2.environments import suites
 
 # Table 2 (IMPALA column) and section 4.3, in the project's setting names.
 IMPALA_TABLE2 = {
