@@ -28,8 +28,8 @@ def main(argv):
   args = parser.parse_args(argv)
   # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.agent import networks
+  from scalable_agent_tf2.configuration import config as config_lib
   from scalable_agent_tf2.environments import toy as toy_environment
-  from scalable_agent_tf2.resolution import config as config_lib
   from scalable_agent_tf2.run import training
   from scalable_agent_tf2.transport import replay_service
   config = config_lib.resolve(config_lib.ExperimentConfig(

@@ -127,7 +127,7 @@ def child(args):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
 
   flags = [f"--level_name={args.level_name}", f"--torso={args.torso}",

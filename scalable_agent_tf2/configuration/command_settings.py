@@ -32,8 +32,8 @@ from scalable_agent_tf2.configuration.settings import SHARED_REPLAY
 from scalable_agent_tf2.configuration.settings import ClusterSettings
 from scalable_agent_tf2.configuration.settings import ExperimentSettings
 
-# Loopback: a replay service listens on this machine only unless told otherwise
-# (replay_service.DEFAULT_REPLAY_ADDRESS, which imports TensorFlow; a test keeps them equal).
+# Loopback: a replay service (transport/replay_service.py) listens on this machine only unless
+# told otherwise.
 DEFAULT_REPLAY_ADDRESS = "localhost:8010"
 # --initial_hyperparameters: drawn from Table D.1 (the paper), or the flags' for every member.
 TABLE_D1, FLAGS_INITIAL = "table_d1", "flags"

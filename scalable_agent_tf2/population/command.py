@@ -47,11 +47,11 @@ import numpy as np
 
 from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import command_settings
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings as settings_lib
 from scalable_agent_tf2.population import driver
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import processes
-from scalable_agent_tf2.resolution import config as config_lib
 
 TABLE_D1, FLAGS_INITIAL = command_settings.TABLE_D1, command_settings.FLAGS_INITIAL
 # experiment.py flags the driver sets for every member itself.

@@ -35,7 +35,7 @@ import sys
 
 import tensorflow as tf
 
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import saved_policy
 from scalable_agent_tf2.runfiles import checkpoint_files

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2 import environments
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.environments import suites
-from scalable_agent_tf2.resolution import config as config_lib
 
 # Level -> (observation size, action size, action bound) of gymnasium's -v5 tasks.
 EXPECTED = {

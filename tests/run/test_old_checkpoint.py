@@ -15,7 +15,7 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
 

@@ -33,7 +33,7 @@ _RECORDING_START = textwrap.dedent("""
                           id(owner)])
       return set_handler(signum, handler)
     signal.signal = recording_set_handler
-    from scalable_agent_tf2.resolution import config as config_lib
+    from scalable_agent_tf2.configuration import config as config_lib
     resolve = config_lib.resolve
     resolved = []
     def counting_resolve(config):

@@ -14,10 +14,10 @@ names (the paper's bare DMLab-30 names); no family is anybody's fallback: a name
 is refused with suggestions. The suites (environments/suites.py: "dmlab30", "atari57") stand
 for their levels. Adding a family is one module and one entry in FAMILIES.
 
-The families sit at the bottom of the house: they and this registry import the settings
-tables (configuration/) and the environments' own modules, never a run's resolved
-configuration (resolution/, which calls them). No TensorFlow here and no family's heavy
-dependency (docs/ARCHITECTURE.md "Rooms").
+The families and this registry import the settings' names (configuration/settings.py) and the
+environments' own modules, never a run's resolved configuration (configuration/config.py,
+which calls them). No TensorFlow here and no family's heavy dependency (docs/ARCHITECTURE.md
+"Rooms").
 """
 import difflib
 
