@@ -1,14 +1,13 @@
 """A run's config: the settings (settings.py) with the level's presets filled in, what follows
-from them, checked; and the learner's configs.
+from them, checked; and the learner's configs, made from the table.
 
     config = resolve(ExperimentConfig(level_name="atari/pong", num_actors=8))
     config = config_from_argv(["--level_name=atari/pong", "--num_actors=8"])  # Flag syntax.
 
-`resolve` fills every setting left PRESET (None) from the level's family (environments/families:
-each family's presets, cited beside them) and the algorithms' own (IMPACT Table 1, LASER),
-derives the settings that follow from others, and runs every setting's check and those that
-combine settings (combinations.py); a value given always wins. `explain` also says where each
-preset and derived value comes from (--show_settings). No TensorFlow here.
+`resolve` fills every setting left PRESET (None) from the level's family's presets (cited beside
+them in environments/families) and the algorithms' own (IMPACT Table 1, LASER), derives the
+settings that follow from others and runs every check; a value given always wins. `explain`
+also says where each preset and derived value comes from (--show_settings). No TensorFlow here.
 """
 import dataclasses
 import json
@@ -30,11 +29,6 @@ from scalable_agent_tf2.environments.families import dmlab as dmlab_family
 # of max_grad_norm, and `explain` sets max_grad_norm = it x T x B with the run's own unroll and
 # batch: the same clipping at the paper's batch and at any other (a --max_grad_norm given wins).
 MEAN_LOSS_MAX_GRAD_NORM = "mean_loss_max_grad_norm"
-# LASER section 5.1 (its Atari setting): "Differently from Espeholt et al. (2018), we do not use
-# gradient clipping by norm". With --laser_replay this replaces the level's clip (its other
-# section 5.1 defaults are combinations.resolve_laser's).
-LASER_PRESET = dict(max_grad_norm=0.0)
-LASER_PRESET_CITED = dict(max_grad_norm="LASER section 5.1 (no gradient clipping by norm): 0")
 
 
 def num_replayed_per_batch(batch_size, replay_fraction):
@@ -87,7 +81,7 @@ class ExperimentConfig(settings.ExperimentSettings):
 
   @property
   def levels(self):
-    """The levels this run plays: a suite's (less --excluded_levels), or the one level."""
+    """The levels this run plays: a suite's (but --excluded_levels), or the one level."""
     if suites.is_suite(self.level_name):
       excluded = set(self.excluded_level_names)
       return tuple(level for level in families.level_names(self.level_name)
@@ -101,14 +95,13 @@ class ExperimentConfig(settings.ExperimentSettings):
 
   @property
   def family(self):
-    """The environment family of the run's levels: their presets, environments, how they run
-    and what they observe (environments/families)."""
+    """The environment family of the run's levels (environments/families)."""
     return families.family_of(self.levels[0])
 
   @property
   def runs_as(self):
-    """How an actor's environments run (families/base.py: OWN_PROCESS, IN_PROCESS_GROUP,
-    VECTOR), as the family decides for these settings."""
+    """How an actor's environments run: families/base.py's OWN_PROCESS, IN_PROCESS_GROUP or
+    VECTOR, as the family decides for these settings."""
     return self.family.runs_as(self)
 
   @property
@@ -118,8 +111,7 @@ class ExperimentConfig(settings.ExperimentSettings):
 
   @property
   def uses_environment_groups(self):
-    """Whether an actor thread steps --envs_per_actor environments in this process (a vector
-    or an in-process group); otherwise every actor has one environment process."""
+    """Whether an actor thread steps --envs_per_actor environments in this process."""
     return self.runs_as != family_base.OWN_PROCESS
 
   @property
@@ -161,14 +153,12 @@ class ExperimentConfig(settings.ExperimentSettings):
     return self.learner_batch_size - self.num_replayed_per_batch
 
   def network_config(self, num_actions):
-    """The network for this run's levels with num_actions discrete actions (imports
-    TensorFlow: call it from the TF side)."""
+    """The network for this run's levels with num_actions discrete actions (TensorFlow's)."""
     from scalable_agent_tf2.environments import base  # pylint: disable=g-import-not-at-top
     return self.network_config_for_spec(base.EnvSpec(num_actions=num_actions, frame_shape=None))
 
   def network_config_for_spec(self, spec):
-    """The network for an environment's spec, as the level's family chooses (imports
-    TensorFlow: call it from the TF side)."""
+    """The network for an environment's spec, as the family chooses (TensorFlow's)."""
     return self.family.network_config(self, spec)
 
   def environment_options(self):
@@ -185,11 +175,17 @@ class ExperimentConfig(settings.ExperimentSettings):
 # ---------------------------------------------------------------------------------------------
 
 
-class _LearnerChecks:
-  """LearnerConfig's checks: every setting's own, and those that combine them."""
+class _Checks:
+  """A derived config's checks: every setting's own (then the learner's, which combine some)."""
 
   def __post_init__(self):
     settings.check_values(self, flag=False)
+
+
+class _LearnerChecks(_Checks):
+
+  def __post_init__(self):
+    super().__post_init__()
     if self.max_grad_norm is not None and not self.max_grad_norm > 0:
       raise ValueError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}.")
     if self.uses_trust_region and self.off_policy_correction != settings.VTRACE:
@@ -200,13 +196,6 @@ class _LearnerChecks:
   @property
   def uses_trust_region(self):
     return not math.isinf(self.trust_region_threshold)
-
-
-class _ImpactChecks:
-  """ImpactConfig's checks: every setting's own."""
-
-  def __post_init__(self):
-    settings.check_values(self, flag=False)
 
 
 def _learner_values(values):
@@ -237,7 +226,7 @@ LearnerConfig = _derived_config(
     (families/dmlab.py DMLAB30; max_grad_norm None: no clipping).""",
     constants=settings.VTRACE_CONSTANTS)
 ImpactConfig = _derived_config(
-    "ImpactConfig", _ImpactChecks, settings.FOR_IMPACT,
+    "ImpactConfig", _Checks, settings.FOR_IMPACT,
     dict(family_base.IMPACT_PRESET, target_update_period=(  # IMPACT section 4.1.1: N x K.
         family_base.IMPACT_PRESET["circular_buffer_size"]
         * family_base.IMPACT_PRESET["circular_buffer_max_uses"])),
@@ -347,10 +336,10 @@ def preset_values(config, given):
   cited["queue_capacity"] = (f"not in the paper, 4 batches of {values['batch_size']} unrolls "
                              f"(actors rarely block): {values['queue_capacity']}")
   values["algorithm"] = algorithm
-  if config.laser_replay:
-    values.update(LASER_PRESET)
+  if config.laser_replay:  # LASER section 5.1: "we do not use gradient clipping by norm".
     values.pop(MEAN_LOSS_MAX_GRAD_NORM, None)
-    cited.update(LASER_PRESET_CITED)
+    values["max_grad_norm"] = 0.0
+    cited["max_grad_norm"] = "LASER section 5.1 (no gradient clipping by norm): 0"
   return values, cited
 
 

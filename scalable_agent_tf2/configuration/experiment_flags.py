@@ -79,7 +79,9 @@ def parse_command_line(argv):
   reported in well under a second. --show_settings prints the settings and exits 0.
   """
   if any(argument in _HELP_ARGUMENTS for argument in argv[1:]):
-    print(f"{__doc__}\nFlags (python experiment.py --flag=value):\n{command_line.help_text()}")
+    print(f"{__doc__}\nFlags (python experiment.py --flag=value). \"The level's preset\": the "
+          f"value the level's family gives,\nwhich --show_settings prints with its source:\n"
+          f"{command_line.help_text()}")
     sys.exit(0)
   try:
     argv = FLAGS(argv)

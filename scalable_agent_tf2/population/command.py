@@ -95,7 +95,7 @@ def _check_arguments(args, experiment_flags, shared_replay):
   """The checks that need no resolved flags: each flag's own
   (command_settings.PopulationSettings), then those that involve the members' flags. Raises
   ValueError."""
-  settings_lib.check_arguments(command_settings.PopulationSettings, args)
+  settings_lib.check_values(args, command_settings.PopulationSettings)
   driver_flags = _DRIVER_FLAGS + (_SHARED_REPLAY_FLAGS if shared_replay is not None else ())
   for name in _flag_names(experiment_flags):
     if name in driver_flags:

@@ -85,7 +85,10 @@ def test_help_lists_the_flags_by_topic_and_exits_0():
     topic = list(settings.TOPICS).index(field.metadata["topic"])
     assert titles[topic] < position, field.name
     assert topic + 1 == len(titles) or position < titles[topic + 1], field.name
-  assert "[Source: Table G.1: 0.01" in run.stdout  # The entropy cost's source.
+  assert "[Source: LASER section 4.3.]" in run.stdout  # --trust_region_threshold's source.
+  # A preset's values are its family's, cited there (--show_settings prints them), not here.
+  assert "--entropy_cost: float (default: the level's preset)" in run.stdout
+  assert "--show_settings prints with its source" in run.stdout
 
 
 def test_config_from_argv_leaves_the_global_flags_alone():

@@ -109,7 +109,7 @@ def test_command_tables_keep_the_commands_defaults():
           population.poll_secs, population.stop_timeout_secs, population.max_crashes,
           population.member_prefix, population.shared_replay_capacity, population.curve_of) == (
               24, "table_d1", 1, 20_000_000, 5_000, 5.0, 10.0, 300.0, 3, "", 0, None)
-  assert (settings.POPULATION_SIZE, settings.BURN_IN_FRAMES) == (24, 20_000_000)
+  assert (command_settings.POPULATION_SIZE, command_settings.BURN_IN_FRAMES) == (24, 20_000_000)
   with pytest.raises(TypeError):
     # pylint: disable-next=no-value-for-parameter (--logdir required)
     command_settings.PopulationSettings()
@@ -150,7 +150,7 @@ def _check_help(text, table):
   flat = " ".join(text.split())
   for field in dataclasses.fields(table):
     position = text.index(f"  --{field.name}: ")
-    title = settings.ALL_TOPICS[field.metadata["topic"]]
+    title = command_settings.ALL_TOPICS[field.metadata["topic"]]
     assert text.rfind(f"\n{title}:\n", 0, position) >= 0, field.name
     at = flat.index(f"--{field.name}: ")
     assert field.metadata["doc"][:40] in flat[at:], field.name
