@@ -1,9 +1,6 @@
-"""The settings that depend on each other: the checks of a run that involve more than one
-setting (`check_combinations`: the levels and what they take, the learners and their actors,
-PopArt's and --repeatable's refusals) and the defaults that follow from other settings
-(`resolve_envs_per_actor`; `resolve_laser`: LASER section 5.1's replay mixing and online-only
-entropy). config.explain runs them after every setting's own check, so each message names the
-flags to change. No TensorFlow here.
+"""The settings that depend on each other: the checks that involve more than one setting, and
+the defaults that follow from others (--envs_per_actor, LASER section 5.1's). config.explain
+runs them after every setting's own check; each message names the flags to change.
 """
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import families

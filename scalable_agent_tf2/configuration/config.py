@@ -33,11 +33,7 @@ MEAN_LOSS_MAX_GRAD_NORM = "mean_loss_max_grad_norm"
 
 def num_replayed_per_batch(batch_size, replay_fraction):
   """How many of each batch's `batch_size` items come from replay: round(fraction x size).
-
-  Raises:
-    ValueError: the fraction is outside [0, 1), or it rounds to a batch with no replayed or
-      no online item (online data must keep flowing; a positive fraction must replay).
-  """
+  ValueError: a fraction outside [0, 1), or one that leaves no replayed or no online item."""
   if not 0.0 <= replay_fraction < 1.0:
     raise ValueError(f"--replay_fraction must be in [0, 1), got {replay_fraction}: online "
                      f"data must keep flowing into every batch (the paper's 0.5 draws half "
@@ -55,13 +51,8 @@ def num_replayed_per_batch(batch_size, replay_fraction):
 
 def num_replayed_added(num_online, replay_fraction):
   """How many replayed items join each batch of `num_online` online ones so that they are
-  `replay_fraction` of the whole: round(num_online x fraction / (1 - fraction)). LASER section
-  5.1 adds a replay mini-batch to a full online one (section 5.3: "7 replay samples for each
-  online sample": 32 online and 224 replayed at 7/8); IMPALA's replay takes them out of it.
-
-  Raises:
-    ValueError: the fraction is outside [0, 1), or positive but rounds to no replayed item.
-  """
+  `replay_fraction` of the whole (LASER section 5.1 adds a replay mini-batch to a full online
+  one: 32 online and 224 replayed at 7/8). ValueError as num_replayed_per_batch's."""
   if not 0.0 <= replay_fraction < 1.0:
     num_replayed_per_batch(num_online, replay_fraction)  # Raises its message.
   num_replayed = int(round(num_online * replay_fraction / (1.0 - replay_fraction)))
@@ -119,8 +110,10 @@ class ExperimentConfig(settings.ExperimentSettings):
     return suites.is_suite(self.level_name)
 
   def learner_config(self):
-    """The learner's hyperparameters."""
-    return LearnerConfig(**_learner_values(self.__dict__))
+    """The learner's hyperparameters (max_grad_norm <= 0, no clip, as None)."""
+    values = {f.name: getattr(self, f.name) for f in settings.fields_part_of(settings.FOR_LEARNER)}
+    values["max_grad_norm"] = self.max_grad_norm if (self.max_grad_norm or 0) > 0 else None
+    return LearnerConfig(**values)
 
   def impact_config(self):
     """IMPACT's own hyperparameters (--algorithm=impact)."""
@@ -198,13 +191,11 @@ class _LearnerChecks(_Checks):
     return not math.isinf(self.trust_region_threshold)
 
 
-def _learner_values(values):
-  """The learner's settings of `values` (a run's or a preset's); a max_grad_norm of 0 or less,
-  "no clipping", becomes None."""
-  learner = {f.name: values[f.name] for f in settings.fields_part_of(settings.FOR_LEARNER)
-             if f.name in values}
-  clip = learner.get("max_grad_norm")
-  learner["max_grad_norm"] = clip if clip is not None and clip > 0 else None
+def _learner_values(preset):
+  """A preset's learner settings; its max_grad_norm 0 (no clip) as None."""
+  learner = {f.name: preset[f.name] for f in settings.fields_part_of(settings.FOR_LEARNER)
+             if f.name in preset}
+  learner["max_grad_norm"] = learner.get("max_grad_norm") or None
   return learner
 
 
@@ -252,21 +243,14 @@ def atari_learner_config(**overrides):
 
 
 def resolve(config):
-  """The config with every PRESET filled in and the derived settings set, checked.
-
-  Raises:
-    ValueError: a bad value, with what to do about it.
-  """
+  """The config with its presets and derived settings filled in, checked (ValueError: a bad
+  value, with what to do about it)."""
   return explain(config)[0]
 
 
 def explain(config):
-  """(the resolved config, what the presets gave, dict setting -> where each preset and derived
-  value comes from, in --show_settings' words: "<source>: <the value>").
-
-  Raises:
-    ValueError: a bad value, with what to do about it.
-  """
+  """(resolve(config), what the presets gave, {setting: where its preset or derived value comes
+  from, in --show_settings' words: "<source>: <the value>"})."""
   fields = [f.name for f in dataclasses.fields(ExperimentConfig)]
   for name in ("mode", "algorithm", "preset"):
     settings.check_value(name, getattr(config, name))
@@ -397,12 +381,9 @@ def frames_per_batch(batch_size, unroll_length, num_action_repeats):
 
 
 def short_run_batch_size(values):
-  """The preset batch size, or fewer unrolls when the whole frame budget is smaller than one
-  batch: the learner counts frames a batch at a time and stops at the first update that
-  reaches --total_environment_frames, so a budget of 2,000 frames at a batch of 32 unrolls of
-  1,024 steps (IMPACT's Box setting) ran to 32,768 frames. Such a run is a smoke test, not the
-  paper's setting; the batch becomes the fewest unrolls that reach the budget. Not with
-  LASER's replay or --repeatable, whose rounds and replayed places are sized by it."""
+  """The preset batch, or the fewest unrolls that reach a frame budget smaller than one batch
+  (the learner stops at the first update past the budget: 2,000 frames at 32 x 1,024 steps ran
+  32,768). Not with LASER's replay or --repeatable, whose rounds are sized by the batch."""
   batch_size = values.get("batch_size")
   if batch_size is None or values.get("laser_replay") or values.get("repeatable"):
     return batch_size
@@ -425,15 +406,9 @@ def machine_memory_gb():
 
 
 def check_levels_can_run(config):
-  """What can be known, before any environment starts, about levels this run cannot play (the
-  family's check_can_run). Not part of `resolve`: a config names its levels whatever the
-  machine has (a population driver resolves configs it never runs); a run checks this at its
-  start.
-
-  Raises:
-    ValueError: naming the levels and what to do.
-    ModuleNotFoundError: a family's module is missing (DeepMind Lab: BUILD.md).
-  """
+  """Raises ValueError (or ModuleNotFoundError) for levels this machine cannot run, before any
+  environment starts (the family's check_can_run); a run checks it at its start, `resolve` not:
+  a population driver resolves configs it never runs."""
   config.family.check_can_run(config, machine_memory_gb())
 
 
@@ -444,13 +419,9 @@ def config_of_flags(flag_values):
 
 
 def config_from_argv(argv):
-  """The resolved config of experiment.py's flags, e.g. ["--level_name=dmlab30"], parsed on a
-  fresh absl FlagValues (absl.flags.FLAGS is left alone): any process checks a run's flags
-  without importing experiment.py or TensorFlow (the population driver, its members').
-
-  Raises:
-    ValueError: an unknown flag, a malformed or a bad value, with what to do about it.
-  """
+  """The resolved config of experiment.py's flags (e.g. ["--level_name=dmlab30"]), parsed on a
+  fresh absl FlagValues: any process checks a run's flags without TensorFlow (the population
+  driver, its members'). ValueError: an unknown flag, a malformed or a bad value."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   flag_values = flags.FlagValues()
   command_line.define_flags(flag_values)

@@ -23,17 +23,9 @@ ended by Ctrl-C): nothing is written, or, for a signal while the results were be
 Before TensorFlow loads (seconds to a minute), everything the flags and the files can tell is
 answered: bad flags, an unusable logdir (a file, not writable, held by a live run), no
 checkpoint to test, a --restore_checkpoint that is not there, a checkpoint trained with other
-settings (runfiles/checkpoint_files.py: check_before_restore). A test creates nothing in a
-logdir without a checkpoint. A stop signal while TensorFlow loads, or before the run's threads
-start, prints the "Stopped:" line, never a traceback. --show_settings prints the resolved
-settings and their sources, and exits without loading TensorFlow.
-
---level_name takes a level ("atari/pong", "explore_goal_locations_small") or a suite
-("atari57", "dmlab30"). Flags left unset take the paper's value for that level or suite
-(beside each family in scalable_agent_tf2/environments/families/: Table G.1 for Atari, Table
-D.3 and the released code for DeepMind Lab); a flag you set always wins. Every flag, its
-default, source and check is a setting of scalable_agent_tf2/configuration/settings.py; this
-module only parses them and hands them to configuration/config.py.
+settings. A test creates nothing in a logdir without a checkpoint. A stop signal before the
+run's threads start prints the "Stopped:" line, never a traceback. Every flag is a setting of
+scalable_agent_tf2/configuration/settings.py; this module parses them (config.py resolves).
 """
 import dataclasses
 import os
@@ -45,9 +37,7 @@ from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings
 
-# No TensorFlow here: experiment_main.py imports it once these checks have passed
-# (environment processes do not re-import this file: environments/process.py starts them
-# without the parent's main script).
+# No TensorFlow here: experiment_main.py imports it once these checks have passed.
 command_line.define_flags(flags.FLAGS)
 FLAGS = flags.FLAGS
 _HELP_ARGUMENTS = ("-h", "-help", "--help", "-?", "--helpshort")
@@ -60,24 +50,17 @@ def _bad_flags(error):
 
 @dataclasses.dataclass(frozen=True)
 class ParsedCommand:
-  """What one command line asks for, resolved once (experiment_main.py runs it).
-
-  argv: what absl leaves of the command line (the program's name). config: the resolved
-  config.ExperimentConfig. cluster: settings.ClusterSettings, where this process sits in a
-  cluster (not part of the experiment).
-  """
+  """What one command line asks for (experiment_main.py runs it): what absl leaves of argv (the
+  program's name), the resolved config, and where this process sits in a cluster."""
   argv: list
   config: config_lib.ExperimentConfig
   cluster: settings.ClusterSettings
 
 
 def parse_command_line(argv):
-  """absl's parsing, with --help by topic (exit 0) and a bad flag an `error:` line (exit 2);
-  the ParsedCommand, its config resolved here and only here.
-
-  Everything the flags alone can tell is checked before TensorFlow loads, so a bad value is
-  reported in well under a second. --show_settings prints the settings and exits 0.
-  """
+  """The ParsedCommand of argv, its config resolved here and only here, before TensorFlow
+  loads; --help (by topic) and --show_settings print and exit 0, a bad flag is an `error:`
+  line and exit 2."""
   if any(argument in _HELP_ARGUMENTS for argument in argv[1:]):
     print(f"{__doc__}\nFlags (python experiment.py --flag=value). \"The level's preset\": the "
           f"value the level's family gives,\nwhich --show_settings prints with its source:\n"
@@ -107,11 +90,6 @@ def parse_command_line(argv):
   return ParsedCommand(argv, config, cluster)
 
 
-def parse_flags(argv):
-  """parse_command_line as absl's flags_parser: what absl leaves of argv."""
-  return parse_command_line(argv).argv
-
-
 # ---------------------------------------------------------------------------------------------
 # --show_settings: the resolved run, without TensorFlow.
 # ---------------------------------------------------------------------------------------------
@@ -124,19 +102,13 @@ def _flag_text(value):
   """A value as it would be written on the command line (--name=<this>)."""
   if isinstance(value, bool):
     return "true" if value else "false"
-  if value is None:
-    return "(none)"
-  if value == "":
-    return "''"
-  return str(value)
+  return "(none)" if value is None else "''" if value == "" else str(value)
 
 
 def _source(field, value, given, presets, cited, preset_name):
-  """Where a setting's value comes from: GIVEN on the command line; PRESET, the presets'
-  value (`preset_name`'s); DERIVED by config.explain from other settings; DEFAULT, the
-  setting's own; UNUSED, a preset setting this run leaves unset (IMPACT's without
-  --algorithm=impact). In brackets, the value's citation (config.explain's), else the
-  setting's source in the table."""
+  """Where a setting's value comes from: GIVEN; PRESET (`preset_name`'s); DERIVED from other
+  settings; DEFAULT, the setting's own; UNUSED, a preset setting this run leaves unset (IMPACT's
+  without --algorithm=impact). In brackets, the value's citation, else the setting's source."""
   if field.name in given:
     return GIVEN
   source = cited.get(field.name, field.metadata["source"])

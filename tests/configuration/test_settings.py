@@ -55,11 +55,11 @@ def test_derived_configs_take_their_fields_from_the_settings():
     (["--task=-1"], "--task must be >= 0"),
 ])
 def test_a_bad_flag_is_an_error_line_and_exit_2_before_tensorflow_loads(argv, message):
-  # experiment.py's parse_flags, run without main(): it must not have imported TensorFlow.
+  # experiment.py's parsing, run without main(): it must not have imported TensorFlow.
   probe = ("import sys\n"
            "from scalable_agent_tf2.configuration import experiment_flags\n"
            "try:\n"
-           "  experiment_flags.parse_flags(['experiment.py', *sys.argv[1:]])\n"
+           "  experiment_flags.parse_command_line(['experiment.py', *sys.argv[1:]])\n"
            "finally:\n"
            "  print('tensorflow' in sys.modules)\n")
   run = _run("-c", probe, *argv)
