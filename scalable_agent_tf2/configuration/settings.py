@@ -49,7 +49,7 @@ TORSOS = (SHALLOW, DEEP, IMPACT_CNN, FLAT_MLP)
 # --value_torso: the family's choice, the policy's torso (Figure 3), or one of the baseline's own.
 AUTO, SHARED, SEPARATE = "auto", "shared", "separate"
 VALUE_TORSOS = (AUTO, SHARED, SEPARATE)
-# --preset: whose published setting fills the settings left at their default (presets.presets).
+# --preset: whose published setting fills the settings left at their default.
 DEFAULT_PRESET = "default"     # IMPALA's Tables G.1 / D.3 (+ IMPACT Table 1's own settings).
 IMPACT_PAPER = "impact_paper"  # The IMPACT paper's Atari setting: Table 1, section 4.3.
 PRESETS = (DEFAULT_PRESET, IMPACT_PAPER)
