@@ -3,8 +3,8 @@
     python experiment.py --mode=train --level_name=atari/pong --logdir=/tmp/pong
 
 The command is scalable_agent_tf2/run/experiment_main.py (its start: signals, the config
-resolved once) and scalable_agent_tf2/run/experiment_flags.py (its flags), inside the package so
-that an installed copy (`pip install .`) runs it too, as
+resolved once) and scalable_agent_tf2/configuration/experiment_flags.py (its flags), inside the
+package so that an installed copy (`pip install .`) runs it too, as
 `python -m scalable_agent_tf2.run.experiment_main`; this file is the checkout's entry point,
 the one README.md uses.
 """

@@ -2,10 +2,9 @@
 
 Rooms, each a subpackage whose docstring says what it holds and what it may import (the rules
 are tests/project/test_import_rules.py's; docs/ARCHITECTURE.md lists them):
-  configuration  settings tables, the papers' suites and level tables; no TensorFlow.
+  configuration  settings tables, a run's resolved config, the command lines; no TensorFlow.
   environments   environment families (levels, presets, environments), the level registry,
-                 how environments run; no TensorFlow.
-  resolution     a run's configuration: flags + the family's presets, checked; no TensorFlow.
+                 the papers' suites, how environments run; no TensorFlow.
   agent          networks built from the environment's spec; action distributions.
   learning       V-trace, losses, optimizer, learners, replay buffers, input pipeline.
   acting         actor threads and the batched policy.

@@ -28,9 +28,9 @@ import tensorflow as tf
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import torsos
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import gymnasium_view
 from scalable_agent_tf2.environments.families import base as family_base
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.structures import EnvOutput

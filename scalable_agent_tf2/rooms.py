@@ -44,31 +44,31 @@ RULES = {
                   tensorflow_free=True),
     "runfiles": Room("the run's files: run log, checkpoints (TensorFlow lazily), logdir",
                      ("utils",), tensorflow_free=True),
-    "configuration": Room("settings tables, the papers' suites and level tables, MuJoCo's "
-                          "Table 2", ("structures", "utils"), tensorflow_free=True),
+    # The families read the settings' names (configuration/settings.py, which imports no
+    # family) and the configuration asks the families for their presets: the two rooms import
+    # each other, their modules never in a cycle (tests/project/test_import_rules.py).
+    "configuration": Room("the settings tables, a run's resolved config and the learner's, "
+                          "the command lines (flags, --help, --show_settings)",
+                          ("structures", "utils", "environments"), tensorflow_free=True),
     "environments": Room("environment families (the seam: levels, presets, environments, "
-                         "their specs), the level registry, how environments run",
-                         ("structures", "utils", "configuration"), lazy=("agent",),
-                         tensorflow_free=True),
-    "resolution": Room("a run's configuration: flags + the family's presets, checked",
-                       ("structures", "utils", "configuration", "environments"),
-                       tensorflow_free=True),
+                         "their specs), the level registry, the papers' suites, how "
+                         "environments run", ("structures", "utils", "configuration"),
+                         lazy=("agent",), tensorflow_free=True),
     "population": Room("population-based training's driver and decisions",
-                       ("structures", "utils", "configuration", "resolution", "runfiles"),
+                       ("structures", "utils", "configuration", "environments", "runfiles"),
                        tensorflow_free=True),
     "agent": Room("networks from the environment's spec; action distributions",
                   ("structures", "utils", "configuration", "environments")),
     "learning": Room("V-trace, losses, optimizer, learners, IMPACT, LASER, replay structures",
-                     ("structures", "utils", "configuration", "resolution", "environments",
-                      "agent")),
+                     ("structures", "utils", "configuration", "environments", "agent")),
     "acting": Room("actor threads, the batched policy, what actors sample",
                    ("structures", "utils", "configuration", "environments", "agent")),
     "transport": Room("wire format, RPC, the replay service, the observation filter's sync",
                       ("structures", "utils", "configuration", "environments", "agent",
                        "learning")),
     "run": Room("assembly, training and test supervisors, checkpoints, launcher",
-                ("structures", "utils", "runfiles", "configuration", "resolution",
-                 "environments", "agent", "learning", "acting", "transport")),
+                ("structures", "utils", "runfiles", "configuration", "environments", "agent",
+                 "learning", "acting", "transport")),
 }
 
 

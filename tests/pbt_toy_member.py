@@ -27,7 +27,7 @@ def main(argv):
   parser.add_argument("--shared_replay_connect_secs", type=float, default=60.0)
   args = parser.parse_args(argv)
   # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.resolution import config as config_lib
+  from scalable_agent_tf2.configuration import config as config_lib
   from scalable_agent_tf2.run import training
   from scalable_agent_tf2.transport import replay_service
   from tests import toy_families

@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from scalable_agent_tf2.agent import language
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation

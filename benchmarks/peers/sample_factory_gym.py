@@ -183,9 +183,9 @@ def setting(algorithm):
   if REPOSITORY not in sys.path:  # Run as a script: the package is the repository's.
     sys.path.insert(0, REPOSITORY)
   # pylint: disable=import-outside-toplevel
-  from scalable_agent_tf2.configuration import mujoco_presets
   from scalable_agent_tf2.configuration import settings
   from scalable_agent_tf2.environments.families import gym as gym_family
+  from scalable_agent_tf2.environments.families import mujoco_presets
   if algorithm == IMPALA:
     preset = gym_family.DISCRETE_PRESET
     steps = preset["unroll_length"] * preset["batch_size"]

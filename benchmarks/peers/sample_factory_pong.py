@@ -138,7 +138,7 @@ import sys
 import time
 
 DEFAULT_GAME = "pong"
-# This project's 57 Atari games (scalable_agent_tf2/configuration/suites.py ATARI57_GAMES: the
+# This project's 57 Atari games (scalable_agent_tf2/environments/suites.py ATARI57_GAMES: the
 # paper's Table C.1, level "atari/<game>"), every one of which Sample Factory 2.1.1's Atari
 # example has (sf_examples/atari/atari_utils.py ATARI_ENVS). Written out so that neither the
 # driver nor the child imports the other system; tests check both lists.

@@ -10,7 +10,7 @@ environment is a stand-in with DeepMind Lab's spec (build_agent reads only its s
 The arithmetic printed next to it:
   * one batch: B x the bytes of one trajectory of the signature (frames dominate: 101 x
     72 x 96 x 3 bytes = 2.1 MB per trajectory);
-  * the actors' queue: --queue_capacity trajectories (4 batches, presets.presets); the tf.data
+  * the actors' queue: --queue_capacity trajectories (4 batches: config.preset_values); the tf.data
     pipeline holds one batch being built, one prefetched (input_pipeline.make_dataset) and the
     update's own;
   * the torso's activations kept for backprop: N = B x (T+1) frames times the float32 values
@@ -117,7 +117,7 @@ def child(args):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.run import assembly  # pylint: disable=g-import-not-at-top
 
   flags = [f"--level_name={args.level_name}", f"--torso={args.torso}",

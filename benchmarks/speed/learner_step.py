@@ -24,10 +24,10 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import torsos  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.environments import base as env_base  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.environments.families import gym as gym_family  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
-from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
 from tests import random_batches  # pylint: disable=g-import-not-at-top
 
 

@@ -28,7 +28,7 @@ from benchmarks.speed import throughput
 from benchmarks.speed import training_rate
 from benchmarks.speed.learner_step import machine_description
 from scalable_agent_tf2.acting import actor as actor_lib
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.utils import profiling
 

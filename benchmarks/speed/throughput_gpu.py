@@ -33,8 +33,8 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from benchmarks.speed import training_rate  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.agent import networks  # pylint: disable=g-import-not-at-top
+from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.learning import learner as learner_lib  # pylint: disable=g-import-not-at-top
-from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
 from tests import random_batches  # pylint: disable=g-import-not-at-top
 
 NUM_ACTION_REPEATS = 4  # Tables D.3 and G.1: an agent step is 4 environment frames.

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.runfiles import runlog
 from scalable_agent_tf2.utils import profiling
 

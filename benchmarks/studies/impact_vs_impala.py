@@ -5,8 +5,8 @@ by frames and by wall-clock time (the IMPACT paper's Figure 6, at this machine's
     python -m benchmarks.studies.impact_vs_impala --level=toy/lit_side_delayed --seeds=1,2,3 ...
     python -m benchmarks.studies.impact_vs_impala --quick --output_dir=/tmp/impact_quick  # a check
 
-Each algorithm runs with its own presets (presets.py: Table G.1 for IMPALA; IMPACT's Table 1
-settings for --algorithm=impact) and the same level, batch, unroll, actors, seeds and
+Each algorithm runs with its own presets (configuration/config.py: Table G.1 for IMPALA; IMPACT's
+Table 1 settings for --algorithm=impact) and the same level, batch, unroll, actors, seeds and
 --total_environment_frames; the runs take turns on the machine, one after the other.
 --max_seconds also gives them the same wall-clock budget (each is stopped, with a checkpoint,
 after that many seconds).

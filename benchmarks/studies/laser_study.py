@@ -23,12 +23,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks.studies import runs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from scalable_agent_tf2.resolution import presets  # pylint: disable=wrong-import-position
+from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=wrong-import-position
 from scalable_agent_tf2.runfiles import runlog  # pylint: disable=wrong-import-position
 
 # IMPALA section 5.2.2 replays half of every batch; LASER replays 7 of 8 (section 5.3) but its
 # online share is fed by many agents; with one agent half keeps the online data flowing.
 REPLAY_FRACTION = 0.5
+
+
+def _level_config(level):
+  """The level's resolved settings (its presets, with no flag given)."""
+  return config_lib.resolve(config_lib.ExperimentConfig(level_name=level))
 
 
 def variants(threshold, level):
@@ -40,7 +45,7 @@ def variants(threshold, level):
   # clip: --laser_replay's defaults; the recorded study in RESULTS.md ran this way).
   laser = dict(replay_fraction=REPLAY_FRACTION, laser_replay=True,
                replay_mixing="within_batch",
-               max_grad_norm=presets.presets(level)["max_grad_norm"])
+               max_grad_norm=_level_config(level).max_grad_norm)
   return {"V-trace, online only": {},
           "uniform replay": uniform,
           "uniform replay + trust region": {**uniform, **trust_region},
@@ -86,9 +91,9 @@ def main():
     base["num_actors"] = args.num_actors
   base.update(runs.parse_extra_flags(args.extra_flags))
   seeds = runs.parse_seeds(args.seeds)
-  preset = presets.presets(args.level)
-  steps_per_batch = (int(base.get("batch_size", preset["batch_size"])) *
-                     int(base.get("unroll_length", preset["unroll_length"])))
+  preset = _level_config(args.level)
+  steps_per_batch = (int(base.get("batch_size", preset.batch_size)) *
+                     int(base.get("unroll_length", preset.unroll_length)))
   log = runs.command_log(args.output_dir)
 
   results = {}  # variant -> [(seed, summary, rejected share)]

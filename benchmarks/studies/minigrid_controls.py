@@ -76,7 +76,7 @@ def main(argv=None):
   parser.add_argument("--test_num_episodes", type=int, default=200)
   args = parser.parse_args(argv)
   # pylint: disable-next=g-import-not-at-top
-  from scalable_agent_tf2.resolution import config as config_lib
+  from scalable_agent_tf2.configuration import config as config_lib
   from scalable_agent_tf2.run import evaluation  # pylint: disable=g-import-not-at-top
   shutil.copytree(args.logdir, args.output_dir,
                   ignore=shutil.ignore_patterns(evaluation.RESULTS_SUBDIR))

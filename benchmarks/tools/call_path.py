@@ -118,8 +118,8 @@ def learner_update_path():
   import tensorflow as tf
 
   from scalable_agent_tf2.agent import networks
+  from scalable_agent_tf2.configuration import config as config_lib
   from scalable_agent_tf2.learning import learner
-  from scalable_agent_tf2.resolution import config as config_lib
   tf.config.run_functions_eagerly(True)
   try:
     agent = networks.Agent(networks.atari_config(num_actions=6))

@@ -49,9 +49,9 @@ def build_case(name, jit_compile=False, strategy=None, learning_rate=None, batch
   import contextlib
 
   from scalable_agent_tf2.agent import networks
+  from scalable_agent_tf2.configuration import config as config_lib
   from scalable_agent_tf2.learning import impact
   from scalable_agent_tf2.learning import learner
-  from scalable_agent_tf2.resolution import config as config_lib
   from scalable_agent_tf2.structures import AgentOutput
   from tests import random_batches
 

@@ -9,6 +9,7 @@ import dataclasses
 import textwrap
 from typing import Optional
 
+from scalable_agent_tf2.configuration import command_settings
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.configuration.setting_fields import REQUIRED
 
@@ -54,7 +55,7 @@ def help_text(width=100, tables=settings.TABLES):
   default, help and source (--help)."""
   lines = []
   fields = [field for table in tables for field in dataclasses.fields(table)]
-  for topic, title in settings.ALL_TOPICS.items():
+  for topic, title in command_settings.ALL_TOPICS.items():
     in_topic = [f for f in fields if f.metadata["topic"] == topic]
     if not in_topic:
       continue
@@ -80,7 +81,7 @@ class CommandParser(argparse.ArgumentParser):
   """The argparse parser of a command whose flags are a table's settings (one flag each).
 
   Values are converted by argparse (a malformed number: argparse's usage error, exit 2); the
-  table's checks run in `parse_settings` (or `settings.check_arguments`), so a bad value reads as
+  table's checks run in `parse_settings` (or `settings.check_values`), so a bad value reads as
   experiment.py's do. --help lists the flags by topic with their defaults and sources, as
   `python experiment.py --help` does.
   """
@@ -92,7 +93,7 @@ class CommandParser(argparse.ArgumentParser):
     for field in dataclasses.fields(table):
       topic = field.metadata["topic"]
       if topic not in groups:
-        groups[topic] = self.add_argument_group(settings.ALL_TOPICS[topic])
+        groups[topic] = self.add_argument_group(command_settings.ALL_TOPICS[topic])
       options = dict(dest=field.name, help=_flag_help(field).replace("%", "%%"))
       if field.default is REQUIRED:
         options["required"] = True
@@ -125,5 +126,5 @@ class CommandParser(argparse.ArgumentParser):
       arguments, rest = self.parse_args(argv), []
     values = self.table(**{f.name: getattr(arguments, f.name)
                            for f in dataclasses.fields(self.table)})
-    settings.check_arguments(self.table, values)
+    settings.check_values(values)
     return values, rest

@@ -1,10 +1,8 @@
 """The settings tables of the commands beside experiment.py: the population driver (IMPALA
-Appendix F), LASER's replay service (Schmitt et al. 2019, section 5.4) and the launcher. Each
-command's argparse parser and --help are generated from its table
-(command_line.CommandParser). A flag that also is experiment.py's (--seed, --replay_capacity,
---log_secs, ...) is that setting reused (setting_fields.reuse): one definition of its type,
-choices, check and source, with the command's own default and help where they differ. Every
-flag is defined once across all tables (test_settings_tables.py). No TensorFlow here.
+Appendix F), LASER's replay service (Schmitt et al. 2019, section 5.4) and the launcher, whose
+parsers and --help are generated from them (command_line.CommandParser). A flag that also is
+experiment.py's (--seed, --replay_capacity, ...) is that setting reused (setting_fields.reuse):
+its type, choices, check and source, with the command's own default and help. No TensorFlow.
 """
 import dataclasses
 from typing import Optional
@@ -19,25 +17,37 @@ from scalable_agent_tf2.configuration.setting_fields import POSITIVE_INT
 from scalable_agent_tf2.configuration.setting_fields import REQUIRED
 from scalable_agent_tf2.configuration.setting_fields import reuse
 from scalable_agent_tf2.configuration.setting_fields import setting
-from scalable_agent_tf2.configuration.settings import BURN_IN_FRAMES
-from scalable_agent_tf2.configuration.settings import EVOLUTION
-from scalable_agent_tf2.configuration.settings import EXPLOIT_THRESHOLD
-from scalable_agent_tf2.configuration.settings import LAUNCH
-from scalable_agent_tf2.configuration.settings import MEMBERS
-from scalable_agent_tf2.configuration.settings import POPULATION_SIZE
-from scalable_agent_tf2.configuration.settings import POPULATION_TOPIC
-from scalable_agent_tf2.configuration.settings import READY_EPISODES
-from scalable_agent_tf2.configuration.settings import REPLAY_SERVICE
-from scalable_agent_tf2.configuration.settings import SHARED_REPLAY
 from scalable_agent_tf2.configuration.settings import ClusterSettings
 from scalable_agent_tf2.configuration.settings import ExperimentSettings
 
-# Loopback: a replay service listens on this machine only unless told otherwise
-# (replay_service.DEFAULT_REPLAY_ADDRESS, which imports TensorFlow; a test keeps them equal).
+# Appendix F: "a 'burn-in' period of 20 million frames where no evolution is done".
+BURN_IN_FRAMES = 20_000_000
+# Appendix F: "After collecting 5,000 episode rewards in total, the mean capped human
+# normalised score is calculated": the ready interval and the fitness window.
+READY_EPISODES = 5_000
+# Appendix F: "If the score of the selected instance is more than an absolute 5% higher"
+# (score in percent; for a single level we compare raw returns with the same number).
+EXPLOIT_THRESHOLD = 5.0
+# Table D.1 ("Sweep size and population size are 24"), Table G.1 ("Population size 24").
+POPULATION_SIZE = 24
+# Loopback: a replay service (transport/replay_service.py) listens on this machine only unless
+# told otherwise.
 DEFAULT_REPLAY_ADDRESS = "localhost:8010"
 # --initial_hyperparameters: drawn from Table D.1 (the paper), or the flags' for every member.
 TABLE_D1, FLAGS_INITIAL = "table_d1", "flags"
 INITIAL_HYPERPARAMETERS = (TABLE_D1, FLAGS_INITIAL)
+# The commands' topics, in their --help's order (a command lists the topics it has).
+POPULATION_TOPIC, EVOLUTION, MEMBERS = "population", "evolution", "members"
+SHARED_REPLAY, REPLAY_SERVICE, LAUNCH = "shared_replay", "replay_service", "launch"
+COMMAND_TOPICS = {
+    POPULATION_TOPIC: "Population: where, how many members, how they start (IMPALA Appendix F)",
+    EVOLUTION: "Evolution: when a member is ready, whom it copies (Appendix F)",
+    MEMBERS: "Members: how their processes run and are watched",
+    SHARED_REPLAY: "LASER's shared replay (Schmitt et al., 2019, section 5.4)",
+    REPLAY_SERVICE: "Replay service: LASER's shared replay (Schmitt et al., 2019, section 5.4)",
+    LAUNCH: "Launcher: one learner and N actor processes on this machine",
+}
+ALL_TOPICS = {**settings.TOPICS, **COMMAND_TOPICS}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,13 +3,10 @@ that carries its topic, help, source, choices and check, so that each setting is
 
     mode: str = setting(TRAIN, RUN, "Train, or evaluate the latest checkpoint.", choices=MODES)
     batch_size: Optional[int] = preset_setting(LEARNER, "Trajectories per update.",
-                                               "Table G.1: 32", check=POSITIVE_INT)
+                                               check=POSITIVE_INT)
 
-`setting` declares one; `preset_setting` one whose default is PRESET (None), which the run's
-level fills from the papers' tables (presets.presets); `reuse` makes another command's flag
-the same setting (one type, choice list, check and source). A `Check` is a condition with
-the words of its requirement, so a bad value reads "--name must be <requirement>"
-(settings.check_value). No TensorFlow: a bad flag is reported in well under a second.
+A `Check` is a condition with the words of its requirement: a bad value reads "--name must be
+<requirement>, got <value>." (settings.check_value). No TensorFlow here.
 """
 import dataclasses
 import json
@@ -18,6 +15,7 @@ from typing import Any
 from typing import Callable
 
 PRESET = None  # The default of a setting whose value comes from the level's preset.
+REQUIRED = dataclasses.MISSING  # reuse(..., default=REQUIRED): the flag must be given.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +25,14 @@ class Check:
   requirement: str
 
 
+def _is_json_object(text):
+  """Whether text is "" or a JSON object ({...})."""
+  try:
+    return not text or isinstance(json.loads(text), dict)
+  except ValueError:
+    return False
+
+
 POSITIVE_INT = Check(lambda v: v >= 1, "a positive integer")
 NON_NEGATIVE = Check(lambda v: v >= 0, ">= 0")
 POSITIVE = Check(lambda v: v > 0, "positive")
@@ -34,8 +40,7 @@ UNIT_INTERVAL = Check(lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
 AT_LEAST_ONE = Check(lambda v: v >= 1.0, ">= 1 (IMPACT section 3.1)")
 OPEN_UNIT_INTERVAL = Check(lambda v: 0.0 < v < 1.0, "in (0, 1)")
 TRUST_REGION = Check(lambda v: not math.isnan(v) and v >= 0, ">= 0 (inf: off)")
-JSON_OBJECT = Check(lambda v: _is_json_object(v),
-                    "a JSON object of gymnasium.make's keyword arguments, e.g. "
+JSON_OBJECT = Check(_is_json_object, "a JSON object of gymnasium.make's keyword arguments, e.g. "
                     "'{\"continuous\": true}' (or empty)")
 WHOLE_POSITIVE = Check(lambda v: v >= 1 and float(v).is_integer(), "a positive integer")
 A_NUMBER = Check(lambda v: not math.isnan(v), "a number")
@@ -45,35 +50,23 @@ OFF_OR_POSITIVE = Check(lambda v: v >= 0, ">= 0 (0: off)")
 PORT = Check(lambda v: 0 <= v <= 65535, "a port number, 0-65535 (0: a free one)")
 
 
-def _is_json_object(text):
-  """Whether text is "" or a JSON object ({...})."""
-  if not text:
-    return True
-  try:
-    return isinstance(json.loads(text), dict)
-  except ValueError:
-    return False
-
-
 def setting(default, topic, doc, *, source="", choices=None, check=None, part_of=None,
             preset=False):
-  """A field of the table.
-
-  Args:
-    topic: one of TOPICS (its section in --help).
-    doc: the flag's help text.
-    source: where the value comes from (the paper's section or table, or the released code).
-    choices: the allowed values (an enum flag).
-    check: a Check every resolved value must pass (None values are not checked).
-    part_of: FOR_LEARNER or FOR_IMPACT: also a field of that derived config.
-    preset: the default is PRESET: presets.presets gives the level's value.
-  """
+  """A field of a table: its default; topic (its section in --help); doc (the flag's help);
+  source (the paper's section or table, or the released code); choices (an enum flag); check
+  (a Check every value but None must pass); part_of (FOR_LEARNER or FOR_IMPACT: also a field
+  of that derived config); preset (the default is PRESET, the level's value)."""
   return dataclasses.field(default=default, metadata=dict(
       topic=topic, doc=doc, source=source, choices=choices, check=check, part_of=part_of,
       preset=preset, reused_from=None))
 
 
-REQUIRED = dataclasses.MISSING  # reuse(..., default=REQUIRED): the flag must be given.
+def preset_setting(topic, doc, **kwargs):
+  """A setting whose default is PRESET: the level's family gives its value, and cites it
+  (--show_settings)."""
+  return setting(PRESET, topic, doc, preset=True, **kwargs)
+
+
 _SAME = object()
 
 
@@ -89,14 +82,7 @@ def reuse(table, name, *, default=_SAME, topic=None, doc=None):
     raise ValueError(f"Reuse {name} from {original.metadata['reused_from']}, its definition.")
   metadata = dict(original.metadata, reused_from=f"{table.__name__}.{name}",
                   part_of=None, preset=False)
-  if topic is not None:
-    metadata["topic"] = topic
-  if doc is not None:
-    metadata["doc"] = doc
+  metadata.update({key: value for key, value in (("topic", topic), ("doc", doc))
+                   if value is not None})
   return dataclasses.field(default=original.default if default is _SAME else default,
                            metadata=metadata)
-
-
-def preset_setting(topic, doc, source, **kwargs):
-  """A setting whose default is PRESET: the level's value (presets.presets), cited by source."""
-  return setting(PRESET, topic, doc, source=source, preset=True, **kwargs)

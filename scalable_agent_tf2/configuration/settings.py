@@ -1,23 +1,13 @@
 """Every setting of a run, written once: its flag name, type, default, topic, help and check.
 
-The fields of `ExperimentSettings` (and `ClusterSettings`) are the table: experiment.py's
-command-line flags and `python experiment.py --help` are generated from them
-(command_line.py: `define_flags`, `help_text`), `config.ExperimentConfig` is
-`ExperimentSettings` with behaviour added, and the learner's and IMPACT's configs
-(`config.LearnerConfig`, `config.ImpactConfig`) hold the settings marked for them (`part_of`;
-a test keeps them in step). Flag names are the released code's (deepmind/scalable_agent,
-experiment.py) where it had the setting. What a setting is (its field, its Check) is
-setting_fields.py's; the other commands' tables (population, replay service, launcher) are
-command_settings.py's, each flag there defined once too (test_settings_tables.py).
-
-A setting whose default is PRESET (None; setting_fields.preset_setting) takes the paper's
-value for the run's level or suite (`presets.presets`: Table G.1 for Atari, Table D.3 and the
-released code for DeepMind Lab); a value given on the command line always wins.
-`config.resolve` fills the presets and runs every setting's check (`check_values`) and the
-checks that combine settings.
-
-This module, presets.py and config.py import neither TensorFlow nor the project's TensorFlow
-modules, so a bad flag is reported in well under a second (TensorFlow takes seconds to load).
+The fields of `ExperimentSettings` (and `ClusterSettings`) are the table: experiment.py's flags
+and --help are generated from them (command_line.py), config.ExperimentConfig is
+ExperimentSettings with behaviour added, and the learner's configs are made of the settings
+marked for them (`part_of`). Flag names are the released code's (deepmind/scalable_agent,
+experiment.py) where it had the setting. A setting whose default is PRESET (None) takes the
+run's level's value (its family's presets: Table G.1 for Atari, Table D.3 and the released code
+for DeepMind Lab); a value given always wins (config.resolve). No TensorFlow here: a bad flag is
+reported in well under a second.
 """
 import dataclasses
 from typing import Optional
@@ -35,19 +25,8 @@ from scalable_agent_tf2.configuration.setting_fields import WHOLE_POSITIVE
 from scalable_agent_tf2.configuration.setting_fields import preset_setting
 from scalable_agent_tf2.configuration.setting_fields import setting
 
-# Defaults whose source is a paper's text rather than a table row (cited here once).
 # IMPALA Table D.3, "Experience Replay (in Section 5.2.2)": capacity 10,000 trajectories.
 DEFAULT_REPLAY_CAPACITY = 10_000
-# Appendix F: "a 'burn-in' period of 20 million frames where no evolution is done".
-BURN_IN_FRAMES = 20_000_000
-# Appendix F: "After collecting 5,000 episode rewards in total, the mean capped human
-# normalised score is calculated": the ready interval and the fitness window.
-READY_EPISODES = 5_000
-# Appendix F: "If the score of the selected instance is more than an absolute 5% higher"
-# (score in percent; for a single level we compare raw returns with the same number).
-EXPLOIT_THRESHOLD = 5.0
-# Table D.1 ("Sweep size and population size are 24"), Table G.1 ("Population size 24").
-POPULATION_SIZE = 24
 
 # Choices. The modules that implement them (losses, vtrace, networks, learner) import these.
 TRAIN, TEST = "train", "test"
@@ -70,7 +49,7 @@ TORSOS = (SHALLOW, DEEP, IMPACT_CNN, FLAT_MLP)
 # --value_torso: the family's choice, the policy's torso (Figure 3), or one of the baseline's own.
 AUTO, SHARED, SEPARATE = "auto", "shared", "separate"
 VALUE_TORSOS = (AUTO, SHARED, SEPARATE)
-# --preset: whose published setting fills the settings left at their default (presets.presets).
+# --preset: whose published setting fills the settings left at their default.
 DEFAULT_PRESET = "default"     # IMPALA's Tables G.1 / D.3 (+ IMPACT Table 1's own settings).
 IMPACT_PAPER = "impact_paper"  # The IMPACT paper's Atari setting: Table 1, section 4.3.
 PRESETS = (DEFAULT_PRESET, IMPACT_PAPER)
@@ -108,23 +87,8 @@ TOPICS = {
     IMPACT_TOPIC: "IMPACT (Luo et al., 2020; --algorithm=impact only)",
     CLUSTER: "Cluster: distributed training (leave empty on one machine)",
 }
-# The other commands' topics, in their --help's order (a command lists the topics it has).
-POPULATION_TOPIC, EVOLUTION, MEMBERS = "population", "evolution", "members"
-SHARED_REPLAY, REPLAY_SERVICE, LAUNCH = "shared_replay", "replay_service", "launch"
-COMMAND_TOPICS = {
-    POPULATION_TOPIC: "Population: where, how many members, how they start (IMPALA Appendix F)",
-    EVOLUTION: "Evolution: when a member is ready, whom it copies (Appendix F)",
-    MEMBERS: "Members: how their processes run and are watched",
-    SHARED_REPLAY: "LASER's shared replay (Schmitt et al., 2019, section 5.4)",
-    REPLAY_SERVICE: "Replay service: LASER's shared replay (Schmitt et al., 2019, section 5.4)",
-    LAUNCH: "Launcher: one learner and N actor processes on this machine",
-}
-ALL_TOPICS = {**TOPICS, **COMMAND_TOPICS}
 # Which derived config a setting also belongs to (config.LearnerConfig, config.ImpactConfig).
 FOR_LEARNER, FOR_IMPACT = "learner", "impact"
-
-_G1_D3 = "Tables G.1 (Atari) and D.3 (DMLab)"
-
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentSettings:
@@ -146,30 +110,27 @@ class ExperimentSettings:
       "Table 1's own settings with --algorithm=impact, on IMPALA's network and frames. "
       "impact_paper (Atari games): the IMPACT paper's Figure 6 setting for either algorithm: "
       "its network on four 42x42 frames (--torso=impact_cnn) and Table 1's column of the "
-      "algorithm (presets.impact_paper_presets lists what still differs from the paper's runs).",
+      "algorithm (families/atari.py lists what still differs from the paper's runs).",
       source="IMPALA Tables G.1, D.3; IMPACT section 4.3, Table 1", choices=PRESETS)
   total_environment_frames: Optional[int] = preset_setting(
-      RUN, "Stop (and reach learning rate 0) after this many frames.",
-      "Table G.1: 200M per game; released code: 10e9 (DMLab-30), 1e9 (one level)",
-      check=POSITIVE_INT, part_of=FOR_LEARNER)
+      RUN, "Stop (and reach learning rate 0) after this many frames.", check=POSITIVE_INT,
+      part_of=FOR_LEARNER)
   num_actors: Optional[int] = preset_setting(
       RUN, "Actor threads. Each drives --envs_per_actor environments: Atari games or MuJoCo "
       "tasks stepped together in this process, otherwise one environment process. "
       "Environments in all: num_actors x envs_per_actor (the paper's \"48 actors\" are 48 "
       "environments, each with its own actor: e.g. 2 x 24 here). Atari and MuJoCo presets: "
-      "by the machine's cores (families.base.actor_layout).",
-      "Table 1 (48); section 5.3.1 (150 for DMLab-30)", check=POSITIVE_INT)
+      "by the machine's cores (families.base.actor_layout).", check=POSITIVE_INT)
   envs_per_actor: Optional[int] = preset_setting(
       RUN, "Environments each actor thread steps together, with one batched forward pass "
       "per step for all of them. Atari games (ale-py's vector environment, without sticky "
       "actions, at 84x84 with action repeat 4) and MuJoCo tasks run in groups; every other "
-      "level takes 1.", "not in the paper; Atari and MuJoCo: by the machine's cores "
-      "(families.base.actor_layout, benchmarks/RESULTS.md), else 1", check=POSITIVE_INT)
+      "level takes 1.", source="not in the paper", check=POSITIVE_INT)
   batched_inference: bool = setting(
       True, RUN, "Batch the actors' forward passes (dynamic_batching); false: each actor "
       "thread runs the network itself.", source="Table 1's comparison")
   queue_capacity: Optional[int] = preset_setting(
-      RUN, "Trajectories waiting for the learner at most.", "4 batches (not in the paper)",
+      RUN, "Trajectories waiting for the learner at most.", source="not in the paper",
       check=POSITIVE_INT)
   num_learners: int = setting(
       1, RUN, "Synchronous learners (the paper's \"8 learners\"): one per GPU, else logical "
@@ -178,8 +139,7 @@ class ExperimentSettings:
   intra_op_threads: Optional[int] = preset_setting(
       RUN, "TensorFlow threads per op, set when TensorFlow starts (experiment.py starts it "
       "after reading the flags); 0: TensorFlow's default (one per core).",
-      "not in the paper; Atari's shallow network on machines of at most 2 cores: 1, else 0 "
-      "(presets.intra_op_threads, benchmarks/RESULTS.md)", check=NON_NEGATIVE)
+      source="not in the paper: measured (benchmarks/RESULTS.md)", check=NON_NEGATIVE)
   checkpoint_secs: float = setting(600.0, RUN, "Seconds between checkpoints; also at exit.",
                                    source="released code", check=POSITIVE)
   log_secs: float = setting(5.0, RUN, "Seconds between console lines and summaries.",
@@ -252,12 +212,9 @@ class ExperimentSettings:
       source="not in the paper", check=GPU_MEMORY)
   # Environment.
   num_action_repeats: Optional[int] = preset_setting(
-      ENVIRONMENT, "Environment frames per agent step.", _G1_D3 + ": 4",
-      check=POSITIVE_INT, part_of=FOR_LEARNER)
-  width: Optional[int] = preset_setting(ENVIRONMENT, "Frame width.", _G1_D3 + ": 84, 96",
-                                        check=POSITIVE_INT)
-  height: Optional[int] = preset_setting(ENVIRONMENT, "Frame height.", _G1_D3 + ": 84, 72",
-                                         check=POSITIVE_INT)
+      ENVIRONMENT, "Environment frames per agent step.", check=POSITIVE_INT, part_of=FOR_LEARNER)
+  width: Optional[int] = preset_setting(ENVIRONMENT, "Frame width.", check=POSITIVE_INT)
+  height: Optional[int] = preset_setting(ENVIRONMENT, "Frame height.", check=POSITIVE_INT)
   dataset_path: str = setting("", ENVIRONMENT, "DMLab: directory of the Brady et al. images.")
   renderer: str = setting("software", ENVIRONMENT, "DMLab renderer.", choices=RENDERERS)
   level_cache_dir: str = setting("", ENVIRONMENT, "DMLab: cache directory for compiled maps.")
@@ -271,11 +228,7 @@ class ExperimentSettings:
   torso: Optional[str] = preset_setting(
       NETWORK, "Figure 3's network (shallow, deep), the IMPACT paper's Atari network "
       "(impact_cnn: 42x42 frames only), or the frame flattened into the IMPACT paper's MLP "
-      "(mlp: for small symbolic frames, e.g. MiniGrid's 7x7 view).",
-      "Appendix G (Atari experts shallow, multi-task deep); DMLab: deep; IMPACT section 4.3; "
-      "gymnasium frames under 20x20: mlp (benchmarks/RESULTS.md, 'Small frames and an entropy "
-      "bonus that means the same everywhere')",
-      choices=TORSOS)
+      "(mlp: for small symbolic frames, e.g. MiniGrid's 7x7 view).", choices=TORSOS)
   value_torso: str = setting(
       AUTO, NETWORK, "gymnasium levels with discrete actions: the baseline on the policy's "
       "torso (shared, Figure 3) or on a torso of its own reading the observation alone "
@@ -288,70 +241,52 @@ class ExperimentSettings:
   # Learner.
   algorithm: Optional[str] = preset_setting(
       LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
-      "clipped target-worker surrogate; presets from its Table 1).",
-      "the papers' levels: impala; gymnasium levels: impact (benchmarks/RESULTS.md, 'One set "
-      "of defaults: IMPACT with batches of 4 x 64')",
-      choices=ALGORITHMS)
+      "clipped target-worker surrogate; presets from its Table 1).", choices=ALGORITHMS)
   batch_size: Optional[int] = preset_setting(
       LEARNER, "Trajectories per learner update; with --replay_mixing=added (LASER's default) "
-      "the online ones, the replayed ones coming on top.",
-      "Table G.1: 32 (Atari); released code: 32 (DMLab)", check=POSITIVE_INT)
+      "the online ones, the replayed ones coming on top.", check=POSITIVE_INT)
   unroll_length: Optional[int] = preset_setting(LEARNER, "Agent steps per trajectory (T).",
-                                                _G1_D3 + ": 20, 100", check=POSITIVE_INT)
-  entropy_cost: Optional[float] = preset_setting(
-      LEARNER, "Entropy loss weight.", "Table G.1: 0.01; released code (Table D.1 sweep); "
-      "gymnasium levels: discrete actions 0.01 with --normalize_advantages, Box 0 (IMPACT "
-      "Table 2), --algorithm=impala 0.001 (families/gym.py, measured)",
-      check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  baseline_cost: Optional[float] = preset_setting(
-      LEARNER, "Baseline loss weight.", _G1_D3 + ": 0.5; IMPACT Table 1: 1.0",
-      check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  discounting: Optional[float] = preset_setting(LEARNER, "Discount gamma.", _G1_D3 + ": 0.99",
-                                                check=UNIT_INTERVAL, part_of=FOR_LEARNER)
+                                                check=POSITIVE_INT)
+  entropy_cost: Optional[float] = preset_setting(LEARNER, "Entropy loss weight.",
+                                                 check=NON_NEGATIVE, part_of=FOR_LEARNER)
+  baseline_cost: Optional[float] = preset_setting(LEARNER, "Baseline loss weight.",
+                                                  check=NON_NEGATIVE, part_of=FOR_LEARNER)
+  discounting: Optional[float] = preset_setting(LEARNER, "Discount gamma.", check=UNIT_INTERVAL,
+                                                part_of=FOR_LEARNER)
   reward_clipping: Optional[str] = preset_setting(
-      LEARNER, "Reward clipping for the loss.",
-      "Table D.3, Figure D.1 (DMLab-30 optimistic asymmetric); Table G.1 (abs_one)",
-      choices=REWARD_CLIPPING_MODES, part_of=FOR_LEARNER)
+      LEARNER, "Reward clipping for the loss (abs_one: to [-1, 1]; optimistic_asymmetric: "
+      "Figure D.1's).", choices=REWARD_CLIPPING_MODES, part_of=FOR_LEARNER)
   learning_rate: Optional[float] = preset_setting(
-      LEARNER, "Initial RMSProp learning rate.", "Table G.1: 0.0006; released code (DMLab-30)",
-      check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  decay: Optional[float] = preset_setting(LEARNER, "RMSProp decay.", "released code: 0.99",
-                                          check=UNIT_INTERVAL, part_of=FOR_LEARNER)
-  momentum: Optional[float] = preset_setting(LEARNER, "RMSProp momentum.", "Table D.3: 0",
-                                             check=NON_NEGATIVE, part_of=FOR_LEARNER)
-  epsilon: Optional[float] = preset_setting(
-      LEARNER, "RMSProp epsilon.", "Table G.1: 0.01; released code: 0.1 (DMLab); MuJoCo and "
-      "gymnasium: 1e-16 (mujoco_presets.py), with --algorithm=impala 1e-5 (families/gym.py)",
-      check=NON_NEGATIVE, part_of=FOR_LEARNER)
+      LEARNER, "Initial RMSProp learning rate.", check=NON_NEGATIVE, part_of=FOR_LEARNER)
+  decay: Optional[float] = preset_setting(LEARNER, "RMSProp decay.", check=UNIT_INTERVAL,
+                                          part_of=FOR_LEARNER)
+  momentum: Optional[float] = preset_setting(LEARNER, "RMSProp momentum.", check=NON_NEGATIVE,
+                                             part_of=FOR_LEARNER)
+  epsilon: Optional[float] = preset_setting(LEARNER, "RMSProp epsilon.", check=NON_NEGATIVE,
+                                            part_of=FOR_LEARNER)
   rmsprop_initial_mean_square: Optional[float] = preset_setting(
       LEARNER, "Where RMSProp's mean-square accumulator starts. 1: TF1's RMSPropOptimizer, "
       "the paper's; its steps stay small for the first ~500 updates. 0: full-size steps from "
       "the first update (PyTorch's and Keras' RMSprop start there; the MuJoCo presets, as "
-      "RLlib's Adam). See benchmarks/RESULTS.md, 'Short budgets'.",
-      "released code (TF1 RMSProp): 1; MuJoCo: 0 (mujoco_presets.py)",
-      check=NON_NEGATIVE, part_of=FOR_LEARNER)
+      "RLlib's Adam). See benchmarks/RESULTS.md, 'Short budgets'.", check=NON_NEGATIVE,
+      part_of=FOR_LEARNER)
   learning_rate_schedule: Optional[str] = preset_setting(
       LEARNER, "linear: the learning rate falls linearly to 0 at --total_environment_frames "
       "(the papers'); constant: it stays at --learning_rate, so a shorter budget trains "
-      "exactly as the start of a longer one.",
-      "Tables D.3, G.1 (released code's polynomial_decay): linear; gymnasium levels: "
-      "constant (benchmarks/RESULTS.md, 'Defaults for environments nobody tuned')",
-      choices=LEARNING_RATE_SCHEDULES, part_of=FOR_LEARNER)
+      "exactly as the start of a longer one.", choices=LEARNING_RATE_SCHEDULES,
+      part_of=FOR_LEARNER)
   popart: Optional[bool] = preset_setting(
       LEARNER, "Learn the values in a normalised scale (PopArt): the baseline's targets and "
       "the policy gradient's advantages divided by a running standard deviation of V-trace's "
       "targets, the value layer rescaled to keep its outputs; rewards of any size and sign "
       "then give gradients of one size. One task only (learning/popart.py).",
-      "Hessel et al. 2019 (the IMPALA follow-up); the papers' presets: off; gymnasium "
-      "levels: on (benchmarks/RESULTS.md, 'Defaults for environments nobody tuned')",
-      part_of=FOR_LEARNER)
+      source="Hessel et al. 2019 (the IMPALA follow-up)", part_of=FOR_LEARNER)
   max_grad_norm: Optional[float] = preset_setting(
       LEARNER, "Global gradient-norm clip; 0 for none (the default with --laser_replay).",
-      "Table G.1: 40; DMLab: none (released code); LASER section 5.1: none",
       part_of=FOR_LEARNER)
   off_policy_correction: Optional[str] = preset_setting(
-      LEARNER, "Table 2's off-policy correction.", "Table 2: vtrace",
-      choices=OFF_POLICY_CORRECTIONS, part_of=FOR_LEARNER)
+      LEARNER, "Table 2's off-policy correction.", choices=OFF_POLICY_CORRECTIONS,
+      part_of=FOR_LEARNER)
   jit_compile: str = setting("auto", LEARNER, "XLA-compile the learner update; auto: on GPUs "
                              "only (faster on each).", choices=JIT_COMPILE_CHOICES)
   # Experience replay and LASER.
@@ -385,7 +320,7 @@ class ExperimentSettings:
   trust_region_threshold: Optional[float] = preset_setting(
       REPLAY, "LASER's trust-region V-trace: steps whose KL(pi || pi_rho_bar) exceeds this are "
       "left out of the policy and value losses and cut the V-trace traces. Default: inf (off, "
-      "plain IMPALA).", "LASER section 4.3", check=TRUST_REGION, part_of=FOR_LEARNER)
+      "plain IMPALA).", source="LASER section 4.3", check=TRUST_REGION, part_of=FOR_LEARNER)
   shared_replay_address: str = setting(
       "", REPLAY, "LASER's shared replay across processes: host:port of a replay service "
       "(python -m scalable_agent_tf2.transport.replay_service), whose one episode replay this "
@@ -403,30 +338,26 @@ class ExperimentSettings:
       "circular_buffer_size x circular_buffer_max_uses.", source="IMPACT section 4.1.1",
       check=WHOLE_POSITIVE, part_of=FOR_IMPACT)
   circular_buffer_size: Optional[int] = preset_setting(
-      IMPACT_TOPIC, "N, batches in the circular buffer.", "IMPACT Table 1: 4",
-      check=POSITIVE_INT)
+      IMPACT_TOPIC, "N, batches in the circular buffer.", check=POSITIVE_INT)
   circular_buffer_max_uses: Optional[int] = preset_setting(
-      IMPACT_TOPIC, "K, learner steps on each batch before it is dropped.",
-      "IMPACT Table 1: 2", check=POSITIVE_INT)
+      IMPACT_TOPIC, "K, learner steps on each batch before it is dropped.", check=POSITIVE_INT)
   ppo_clip: Optional[float] = preset_setting(
-      IMPACT_TOPIC, "PPO's clipping epsilon of the surrogate.", "IMPACT Table 1: 0.3",
-      check=OPEN_UNIT_INTERVAL, part_of=FOR_IMPACT)
+      IMPACT_TOPIC, "PPO's clipping epsilon of the surrogate.", check=OPEN_UNIT_INTERVAL,
+      part_of=FOR_IMPACT)
   target_worker_clipping: Optional[float] = preset_setting(
-      IMPACT_TOPIC, "rho: ratio pi / max(pi_target, mu / rho).", "IMPACT Table 1: 2.0",
-      check=AT_LEAST_ONE, part_of=FOR_IMPACT)
+      IMPACT_TOPIC, "rho: ratio pi / max(pi_target, mu / rho).", check=AT_LEAST_ONE,
+      part_of=FOR_IMPACT)
   gae_lambda: Optional[float] = preset_setting(
-      IMPACT_TOPIC, "lambda of the V-trace GAE advantages.", "IMPACT Table 1: 0.995",
-      check=UNIT_INTERVAL, part_of=FOR_IMPACT)
+      IMPACT_TOPIC, "lambda of the V-trace GAE advantages.", check=UNIT_INTERVAL,
+      part_of=FOR_IMPACT)
   kl_cost: Optional[float] = preset_setting(IMPACT_TOPIC, "Weight of KL(pi_target || pi).",
-                                            "IMPACT Table 1: 0.0", check=NON_NEGATIVE,
-                                            part_of=FOR_IMPACT)
+                                            check=NON_NEGATIVE, part_of=FOR_IMPACT)
   normalize_advantages: Optional[bool] = preset_setting(
       IMPACT_TOPIC, "Standardise the surrogate's advantages over each batch (mean 0, standard "
       "deviation 1), as PPO's implementations do, so that --entropy_cost weighs the same "
       "against the policy gradient whatever the rewards' scale.",
-      "not in the IMPACT paper (its presets: off): Stable-Baselines3's normalize_advantage, "
-      "CleanRL's norm_adv; gymnasium levels with discrete actions: on (benchmarks/RESULTS.md, "
-      "'Small frames and an entropy bonus that means the same everywhere')", part_of=FOR_IMPACT)
+      source="not in the IMPACT paper: Stable-Baselines3's normalize_advantage, CleanRL's "
+      "norm_adv", part_of=FOR_IMPACT)
   kl_target: Optional[float] = setting(
       None, IMPACT_TOPIC, "The KL(pi_target || pi) an adaptive --kl_cost steers towards: at "
       "each target-network refresh the coefficient is scaled by 1.5 when the step's mean KL "
@@ -496,18 +427,12 @@ def check_value(name, value, field=None, flag=True):
     raise ValueError(f"{label} must be {check.requirement}, got {value!r}.")
 
 
-def check_values(settings, flag=True):
-  """Checks every field of a settings dataclass (or a derived config) on its own."""
-  table = {f.name: f for f in all_settings()}
-  for field in dataclasses.fields(settings):
-    if "check" in field.metadata:  # A field of a table: its own check.
-      check_value(field.name, getattr(settings, field.name), field, flag)
-    elif field.name in table:  # A derived config's field: the setting's check.
-      check_value(field.name, getattr(settings, field.name), table[field.name], flag)
-
-
-def check_arguments(table, arguments):
-  """Checks a command's parsed arguments (an argparse Namespace, or the table's instance)
-  against its table. Raises ValueError: "--name must be <requirement>, got <value>."."""
-  for field in dataclasses.fields(table):
-    check_value(field.name, getattr(arguments, field.name), field)
+def check_values(values, table=None, flag=True):
+  """Checks each field of `table` (by default the dataclass of `values`) in `values` (its
+  instance, or an argparse Namespace of its flags); a derived config's fields by their
+  settings'. Raises ValueError: "--name must be <requirement>, got <value>."."""
+  settings = {f.name: f for f in all_settings()}
+  for field in dataclasses.fields(table or values):
+    if "check" in field.metadata or field.name in settings:
+      check_value(field.name, getattr(values, field.name),
+                  field if "check" in field.metadata else settings[field.name], flag)

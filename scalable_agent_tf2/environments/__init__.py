@@ -12,12 +12,12 @@ DMLab-30 names, "dmlab:<level>", "mujoco/<task>", "toy/...", "gym:<id>"); each f
 its own levels' environments. Suites ("atari57", "dmlab30") expand to levels with
 families.level_names(), the one registry of level names.
 
-May import: structures, utils, configuration (the settings tables, the paper's level tables);
-lazily agent (a family's network_config, called from the TensorFlow side). No TensorFlow here.
-A run's resolved configuration (resolution/) sits above: nothing here imports it.
+May import: structures, utils, configuration (the settings' names: configuration/settings.py,
+which imports no family; the configuration resolves a run from the families' presets); lazily
+agent (a family's network_config, called from the TensorFlow side). No TensorFlow here.
 """
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.base import Environment
 from scalable_agent_tf2.environments.base import EnvironmentFault
 from scalable_agent_tf2.environments.base import EnvSpec

@@ -20,8 +20,8 @@ import warnings
 
 import numpy as np
 
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments import suites
 
 # Table D.2: the action set of all DeepMind Lab experiments. DeepMind Lab's action vector is
 # [LOOK_LEFT_RIGHT_PIXELS_PER_FRAME, LOOK_DOWN_UP_PIXELS_PER_FRAME, STRAFE_LEFT_RIGHT,

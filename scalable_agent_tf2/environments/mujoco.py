@@ -45,10 +45,10 @@ No TensorFlow here: this runs in environment processes.
 """
 import numpy as np
 
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import action_bounds
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import rendering
+from scalable_agent_tf2.environments import suites
 
 # Level name -> gymnasium id (gymnasium 1.4's current versions of the paper's -v2 tasks).
 LEVELS = {

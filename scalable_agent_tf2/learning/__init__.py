@@ -14,6 +14,6 @@ laser.py        LASER's own: the episode replay and mixer, replayed core states,
                 online-only entropy mask.
 buffers.py      IMPALA's experience replay and its mixer.
 
-May import: configuration, resolution (the learner's configs), structures, environments, agent,
+May import: configuration (the learner's configs among them), structures, environments, agent,
 utils.
 """

@@ -12,10 +12,10 @@ import threading
 
 import tensorflow as tf
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import popart as popart_lib
-from scalable_agent_tf2.resolution import config as config_lib
 
 
 class CircularBuffer:

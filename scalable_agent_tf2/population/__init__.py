@@ -6,6 +6,6 @@ exploit.py    the exploit step's copy of a member's checkpoint into another, ver
 processes.py  members and the shared replay service as processes.
 pbt.py        the decisions: truncation selection, perturbation, the hyperparameters.
 
-May import: configuration, resolution (a member's resolved flags), runfiles, utils; never
-TensorFlow.
+May import: configuration (a member's resolved flags), environments (the suites' scores),
+runfiles, utils; never TensorFlow.
 """

@@ -47,11 +47,11 @@ import numpy as np
 
 from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import command_settings
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings as settings_lib
 from scalable_agent_tf2.population import driver
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import processes
-from scalable_agent_tf2.resolution import config as config_lib
 
 TABLE_D1, FLAGS_INITIAL = command_settings.TABLE_D1, command_settings.FLAGS_INITIAL
 # experiment.py flags the driver sets for every member itself.
@@ -95,7 +95,7 @@ def _check_arguments(args, experiment_flags, shared_replay):
   """The checks that need no resolved flags: each flag's own
   (command_settings.PopulationSettings), then those that involve the members' flags. Raises
   ValueError."""
-  settings_lib.check_arguments(command_settings.PopulationSettings, args)
+  settings_lib.check_values(args, command_settings.PopulationSettings)
   driver_flags = _DRIVER_FLAGS + (_SHARED_REPLAY_FLAGS if shared_replay is not None else ())
   for name in _flag_names(experiment_flags):
     if name in driver_flags:

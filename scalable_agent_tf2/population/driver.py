@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from scalable_agent_tf2.configuration import settings as settings_lib
+from scalable_agent_tf2.configuration import command_settings
 from scalable_agent_tf2.population import exploit
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import processes
@@ -45,9 +45,9 @@ class Settings:
   initial_hyperparameters: tuple
   adapted: tuple = pbt.ADAPTED
   multi_task: bool = True
-  burn_in_frames: int = settings_lib.BURN_IN_FRAMES
-  ready_episodes: int = settings_lib.READY_EPISODES
-  exploit_threshold: float = settings_lib.EXPLOIT_THRESHOLD
+  burn_in_frames: int = command_settings.BURN_IN_FRAMES
+  ready_episodes: int = command_settings.READY_EPISODES
+  exploit_threshold: float = command_settings.EXPLOIT_THRESHOLD
   perturb_probability: float = pbt.PERTURB_PROBABILITY
   perturb_factor: float = pbt.PERTURB_FACTOR
   seed: int = 1

@@ -26,8 +26,8 @@ from typing import Optional
 
 import numpy as np
 
-from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.configuration import command_settings
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.runfiles import runlog
 
 # Appendix F: "each parameter ... is permuted with 33% probability by multiplying with either
@@ -118,15 +118,15 @@ def fitness(episodes, multi_task):
   return 100.0 * float(np.mean(capped))
 
 
-def is_ready(frames, generation_episodes, burn_in_frames=settings.BURN_IN_FRAMES,
-             ready_episodes=settings.READY_EPISODES):
+def is_ready(frames, generation_episodes, burn_in_frames=command_settings.BURN_IN_FRAMES,
+             ready_episodes=command_settings.READY_EPISODES):
   """Whether a member evolves now: past the burn-in (Appendix F: "no evolution is done"
   before 20M frames) and `ready_episodes` episodes since its last evolution (Appendix F:
   "After collecting 5,000 episode rewards in total")."""
   return frames >= burn_in_frames and generation_episodes >= ready_episodes
 
 
-def should_exploit(own_fitness, other_fitness, threshold=settings.EXPLOIT_THRESHOLD):
+def should_exploit(own_fitness, other_fitness, threshold=command_settings.EXPLOIT_THRESHOLD):
   """Appendix F: copy the other member when its score is MORE than `threshold` higher."""
   if own_fitness is None or other_fitness is None:
     return False
@@ -150,8 +150,9 @@ class Decision:
   hyperparameters: dict
 
 
-def evolve(member, fitnesses, hyperparameters, names, rng, threshold=settings.EXPLOIT_THRESHOLD,
-           probability=PERTURB_PROBABILITY, factor=PERTURB_FACTOR):
+def evolve(member, fitnesses, hyperparameters, names, rng,
+           threshold=command_settings.EXPLOIT_THRESHOLD, probability=PERTURB_PROBABILITY,
+           factor=PERTURB_FACTOR):
   """Appendix F's exploit-and-explore step for one ready member.
 
   "a random instance in the population is selected. If the score of the selected instance is

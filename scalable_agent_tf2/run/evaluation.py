@@ -28,8 +28,8 @@ import os
 import numpy as np
 
 from scalable_agent_tf2.acting import policies
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation_episodes
 from scalable_agent_tf2.run import evaluation_videos

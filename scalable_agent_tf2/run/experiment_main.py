@@ -2,8 +2,8 @@
 installed): the one layer that owns SIGINT and SIGTERM and resolves the run's configuration.
 
     run()  1. installs the command's stop_signals.StopRequest, before anything else loads;
-           2. parses the flags (experiment_flags.py: --help, --show_settings, every check the flags
-              alone allow) into one resolved config, the only resolution of the run;
+           2. parses the flags (configuration/experiment_flags.py: --help, --show_settings, every
+              check the flags alone allow) into one resolved config, the only resolution;
            3. takes the logdir and checks its checkpoint, then imports TensorFlow;
            4. hands that config, and the same StopRequest, to the run: training.train (whose
               supervisor turns the request into its wake-up once the run's threads start, so
@@ -17,7 +17,7 @@ of a traceback. The handler comes first because a SIGTERM half a second after th
 end the process by the default action, without that line: this module imports nothing
 heavy before it is installed.
 
-Exit codes: experiment_flags.py's docstring (--help), which is the command's.
+Exit codes: configuration/experiment_flags.py's docstring (--help), which is the command's.
 """
 import os
 import sys
@@ -90,7 +90,7 @@ class _Command:
 
   def parse_flags(self, argv):
     # pylint: disable-next=g-import-not-at-top
-    from scalable_agent_tf2.run import experiment_flags  # absl's flags and the settings.
+    from scalable_agent_tf2.configuration import experiment_flags  # absl's flags, settings.
     self._parsed = experiment_flags.parse_command_line(argv)
     return self._parsed.argv
 
@@ -118,13 +118,54 @@ def main(config, cluster, stop_request):
 
 def _check_and_import_tensorflow(config, cluster):
   """The logdir and its checkpoint (exit 2 with an `error:` line), then TensorFlow."""
-  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.run import experiment_flags
-  from scalable_agent_tf2.utils import quiet_tensorflow
-  experiment_flags.check_before_tensorflow(config, cluster.job_name)
+  from scalable_agent_tf2.utils import quiet_tensorflow  # pylint: disable=g-import-not-at-top
+  check_before_tensorflow(config, cluster.job_name)
   # Threads per op and GPU memory can only be set before TensorFlow's first op, which this
   # import runs.
   quiet_tensorflow.import_tensorflow(config.intra_op_threads, config.gpu_memory)
+
+
+def checkpoint_settings(config):
+  """The settings a checkpoint is checked against (checkpoints.SHAPE_SETTINGS), as far as
+  the flags tell them: the torso of a network that the environment's spec chooses (gymnasium,
+  MuJoCo: --torso unset) is left to the restore, which knows the network."""
+  values = {name: getattr(config, name) for name in checkpoints.SHAPE_SETTINGS}
+  if values["torso"] is None:
+    del values["torso"]
+  return values
+
+
+def check_before_tensorflow(config, job_name):
+  """Checks --logdir and its checkpoint and takes the logdir for this process, before
+  TensorFlow loads (exit 2 with the `error:` line if one fails).
+
+  A test checks the checkpoint first and takes the logdir only when there is one to test: it
+  creates nothing (no logdir, no .lock, no evaluation/) where it would not test; its results
+  directory is checked, not made. Actor processes of a cluster write nothing there and
+  restore nothing (the learner owns the run): they share the learner's --logdir without
+  holding it.
+  """
+  from scalable_agent_tf2.configuration import settings  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.runfiles import run_directory  # pylint: disable=g-import-not-at-top
+  testing = config.mode == settings.TEST
+  try:
+    run_directory.check_path(config.logdir)
+    if job_name == "actor":
+      run_directory.check_usable(config.logdir)
+      return
+    if testing:
+      checkpoints.check_before_restore(config.logdir, checkpoint_settings(config),
+                                       required=True)
+    # Held until this process ends.
+    run_directory.hold(config.logdir, role=f"{config.mode} of {config.level_name}")
+    if testing:
+      run_directory.check_creatable(os.path.join(config.logdir, "evaluation"))
+    else:
+      checkpoints.check_before_restore(config.logdir, checkpoint_settings(config),
+                                       restore_from=config.restore_checkpoint)
+  except (run_directory.RunDirectoryError, checkpoints.UnusableCheckpoint) as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _cluster_role(config, cluster, distributed):

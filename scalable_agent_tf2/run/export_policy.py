@@ -32,7 +32,7 @@ import os
 import shlex
 import sys
 
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import saved_policy
 from scalable_agent_tf2.runfiles import checkpoints

@@ -34,7 +34,7 @@ import time
 
 from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import command_settings
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.runfiles import run_directory
 
 # experiment.py's command line as a module of the package, so that an installed copy (pip

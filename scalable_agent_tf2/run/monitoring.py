@@ -30,10 +30,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import base as family_base
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import learning_curve
 from scalable_agent_tf2.run.console_pace import RATE_WINDOW_UPDATES
 from scalable_agent_tf2.run.console_pace import Activity

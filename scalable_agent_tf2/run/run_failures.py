@@ -9,9 +9,9 @@ as bad flags) or start and then keep failing (exit 1, a crash loop), all named i
 with their families' advice and the --excluded_levels that leaves them out of a suite. The
 supervisor that raises them is supervisor.py; evaluation.py raises LevelsCannotRun too.
 """
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import LevelKeepsFailing
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import base as families_base
 
 

@@ -32,8 +32,8 @@ from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import normalization
+from scalable_agent_tf2.environments import suites
 
 SPEC_FILE = "policy.json"
 # The format of SPEC_FILE, for a reader that checks what it reads.

@@ -95,8 +95,6 @@ from scalable_agent_tf2.utils import stop_signals
 REPLAY_PROTOCOL_VERSION = 4
 # What the replay service's credentials are computed for (credentials.call_tag).
 REPLAY_DOMAIN = "laser replay service"
-# Loopback: the service listens on this machine only unless told otherwise.
-DEFAULT_REPLAY_ADDRESS = "localhost:8010"
 # LASER section 5.4 shares the replay of a sweep run at once; an agent's learner waits this
 # long for the service at its start and after losing it, then stops (its checkpoint written).
 DEFAULT_CONNECT_TIMEOUT_SECS = 60.0
@@ -155,7 +153,8 @@ class ReplayService:
     """Starts listening.
 
     Args:
-      address: "host:port" to listen on (loopback by default: DEFAULT_REPLAY_ADDRESS).
+      address: "host:port" to listen on (the command's default, loopback:
+        command_settings.DEFAULT_REPLAY_ADDRESS).
       capacity: unrolls held (FIFO by episode: laser.EpisodeReplay).
       seed: seeds the uniform sampling.
       print_fn: where joins, refusals and problems are logged.

@@ -14,6 +14,7 @@ from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import EnvironmentProcessDied
 from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.environments import LevelKeepsFailing
@@ -21,8 +22,6 @@ from scalable_agent_tf2.environments.atari import AtariEnvironment
 from scalable_agent_tf2.environments.atari_vector import AtariVectorGroup
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.run import evaluation_episodes
 
 SEEDS = (3, 4, 5)
@@ -269,20 +268,20 @@ def test_envs_per_actor_is_for_groups_only():
 
 
 def test_atari_shallow_on_a_small_machine_runs_one_tensorflow_thread_per_op():
-  assert presets.intra_op_threads("atari/pong", "shallow", 2) == 1
-  assert presets.intra_op_threads("atari/pong", "shallow", 1) == 1
-  assert presets.intra_op_threads("atari/pong", "shallow", 4) == 0  # Not measured.
-  assert presets.intra_op_threads("atari/pong", "deep", 2) == 0  # Measured slower.
-  assert presets.intra_op_threads("atari57", "deep", 2) == 0
+  atari = config_lib.level_family("atari/pong")
+  assert atari.intra_op_threads("shallow", 2) == 1
+  assert atari.intra_op_threads("shallow", 1) == 1
+  assert atari.intra_op_threads("shallow", 4) == 0  # Not measured.
+  assert atari.intra_op_threads("deep", 2) == 0  # Measured slower.
+  assert config_lib.level_family("atari57").intra_op_threads("deep", 2) == 0
   for level in ("toy/lit_side", "mujoco/hopper", "seekavoid_arena_01"):
-    assert presets.intra_op_threads(level, "shallow", 2) == 0
+    assert config_lib.level_family(level).intra_op_threads("shallow", 2) == 0
   # config.resolve applies it with the run's torso and this machine's cores; a flag, 0
   # included, wins over it.
   def threads(*flags):
     return config_lib.config_from_argv(list(flags)).intra_op_threads
   cores = os.cpu_count()
-  assert threads("--level_name=atari/pong") == presets.intra_op_threads(
-      "atari/pong", "shallow", cores)
+  assert threads("--level_name=atari/pong") == atari.intra_op_threads("shallow", cores)
   assert threads("--level_name=atari/pong", "--torso=deep") == 0
   assert threads("--level_name=atari57") == 0  # Appendix G: the deep network.
   assert threads("--level_name=atari/pong", "--intra_op_threads=0") == 0

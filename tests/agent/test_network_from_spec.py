@@ -17,12 +17,12 @@ from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments.families import gym as gym_family
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.structures import AgentOutput
 from scalable_agent_tf2.structures import EnvOutput

@@ -221,8 +221,8 @@ def test_trimming_the_instructions_padding_changes_no_bit(texts):
 def test_a_learner_compiled_with_xla_leaves_the_agent_it_was_handed_as_it_was():
   """The actors share the learner's agent: its config stays theirs."""
   config = networks.dmlab_config(networks.SHALLOW, num_actions=3, frame_shape=SMALL_FRAME)
+  from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
   from scalable_agent_tf2.learning import learner  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
   agent = networks.Agent(config)
   learner.Learner(agent, config_lib.LearnerConfig(), jit_compile=True)
   assert agent.config is config and config.trim_instruction_padding

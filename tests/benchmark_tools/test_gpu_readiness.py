@@ -271,7 +271,7 @@ def test_experiment_passes_gpu_memory_to_tensorflows_start(tmp_path):
 
 def test_library_callers_get_gpu_memory_through_configure_threads():
   # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.resolution import config as config_lib
+  from scalable_agent_tf2.configuration import config as config_lib
   from scalable_agent_tf2.run import assembly
   from scalable_agent_tf2.utils import quiet_tensorflow
   config = config_lib.resolve(config_lib.ExperimentConfig(level_name="toy/lit_side",

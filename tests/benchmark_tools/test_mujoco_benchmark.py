@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from benchmarks.speed import mujoco_groups
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 
 
 def test_random_actions_stay_in_the_bounds():

@@ -4,8 +4,8 @@ import tensorflow as tf
 
 from benchmarks.tools import optimizer_steps
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.runfiles import checkpoints
 from tests import random_batches
 

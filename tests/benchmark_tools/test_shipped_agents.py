@@ -18,8 +18,8 @@ import tensorflow as tf
 
 import scalable_agent_tf2
 from benchmarks.peers import learning_side_by_side
-from scalable_agent_tf2.configuration import suites
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.runfiles import checkpoints
 from tests import policy_folders

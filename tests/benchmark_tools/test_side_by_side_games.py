@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.peers import learning_side_by_side as lsbs
 from benchmarks.peers import sample_factory_pong as sfp
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import suites
 
 
 def _peer_argv(*flags):

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 from scalable_agent_tf2.environments.families import atari as atari_family
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.runfiles import runlog
 
 PONG = "--level_name=atari/pong"

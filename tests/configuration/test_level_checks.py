@@ -7,9 +7,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import dmlab as dmlab_family
-from scalable_agent_tf2.resolution import config as config_lib
 from tests.run.test_before_tensorflow import REPO_DIR
 
 _BRADY = ("psychlab_arbitrary_visuomotor_mapping", "psychlab_continuous_recognition")

@@ -1,4 +1,4 @@
-"""settings.py is experiment.py's command line; presets.py's presets follow the paper's tables."""
+"""settings.py is experiment.py's command line; the families' presets follow the paper's tables."""
 import dataclasses
 import math
 import os
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.resolution import config as config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -19,7 +19,7 @@ def _run(*argv):
 
 
 def test_every_flag_of_experiment_py_is_a_setting():
-  from scalable_agent_tf2.run import experiment_flags as experiment
+  from scalable_agent_tf2.configuration import experiment_flags as experiment
   table = {f.name: f for f in settings.all_settings()}
   flags = experiment.FLAGS._flags()  # pylint: disable=protected-access
   defined = {name for name, flag in flags.items() if flag.name == name
@@ -55,11 +55,11 @@ def test_derived_configs_take_their_fields_from_the_settings():
     (["--task=-1"], "--task must be >= 0"),
 ])
 def test_a_bad_flag_is_an_error_line_and_exit_2_before_tensorflow_loads(argv, message):
-  # experiment.py's parse_flags, run without main(): it must not have imported TensorFlow.
+  # experiment.py's parsing, run without main(): it must not have imported TensorFlow.
   probe = ("import sys\n"
-           "from scalable_agent_tf2.run import experiment_flags\n"
+           "from scalable_agent_tf2.configuration import experiment_flags\n"
            "try:\n"
-           "  experiment_flags.parse_flags(['experiment.py', *sys.argv[1:]])\n"
+           "  experiment_flags.parse_command_line(['experiment.py', *sys.argv[1:]])\n"
            "finally:\n"
            "  print('tensorflow' in sys.modules)\n")
   run = _run("-c", probe, *argv)
@@ -85,7 +85,10 @@ def test_help_lists_the_flags_by_topic_and_exits_0():
     topic = list(settings.TOPICS).index(field.metadata["topic"])
     assert titles[topic] < position, field.name
     assert topic + 1 == len(titles) or position < titles[topic + 1], field.name
-  assert "[Source: Table G.1: 0.01" in run.stdout  # The entropy cost's source.
+  assert "[Source: LASER section 4.3.]" in run.stdout  # --trust_region_threshold's source.
+  # A preset's values are its family's, cited there (--show_settings prints them), not here.
+  assert "--entropy_cost: float (default: the level's preset)" in run.stdout
+  assert "--show_settings prints with its source" in run.stdout
 
 
 def test_config_from_argv_leaves_the_global_flags_alone():

@@ -1,5 +1,5 @@
-"""The settings tables stay the one home of every setting: the derived configs written out in
-config.py follow them, and every command's flags come from them, each defined once."""
+"""The settings tables stay the one home of every setting: the derived configs are made from
+them, and every command's flags come from them, each defined once."""
 import collections
 import dataclasses
 import importlib
@@ -11,38 +11,22 @@ import sys
 import pytest
 
 from scalable_agent_tf2.configuration import command_settings
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.environments.families import base as family_base
-from scalable_agent_tf2.environments.families import dmlab as dmlab_family
-from scalable_agent_tf2.resolution import config as config_lib
-
-# What the current code gives each derived config by default (config.py's docstrings).
-LEARNER_DEFAULTS = dict(dmlab_family.DMLAB30, max_grad_norm=None)  # DMLab-30; None: no clipping.
-IMPACT_DEFAULTS = dict(family_base.IMPACT_PRESET, target_update_period=(  # Section 4.1.1: N x K.
-    family_base.IMPACT_PRESET["circular_buffer_size"]
-    * family_base.IMPACT_PRESET["circular_buffer_max_uses"]))
 
 
-@pytest.mark.parametrize("derived, part_of, defaults, constants", [
-    (config_lib.LearnerConfig, settings.FOR_LEARNER, LEARNER_DEFAULTS,
-     dict(settings.VTRACE_CONSTANTS)),
-    (config_lib.ImpactConfig, settings.FOR_IMPACT, IMPACT_DEFAULTS, {}),
+@pytest.mark.parametrize("derived, part_of, constants", [
+    (config_lib.LearnerConfig, settings.FOR_LEARNER, dict(settings.VTRACE_CONSTANTS)),
+    (config_lib.ImpactConfig, settings.FOR_IMPACT, {}),
 ])
-def test_derived_configs_hold_every_marked_setting_with_its_preset(derived, part_of, defaults,
-                                                                  constants):
+def test_derived_configs_are_the_marked_settings(derived, part_of, constants):
   fields = {f.name: f for f in dataclasses.fields(derived)}
   marked = [f.name for f in settings.fields_part_of(part_of)]
-  missing = [name for name in marked if name not in fields]
-  assert not missing, f"{derived.__name__} lacks the settings {missing} marked {part_of!r}"
-  assert set(fields) == set(marked) | set(constants), "a field no setting marks"
-  assert list(fields)[:len(marked)] == marked  # The table's order, then the constants.
-  for name in marked:
-    assert fields[name].default == defaults[name], (derived.__name__, name)
+  assert list(fields) == marked + list(constants)  # The table's order, then the constants.
   for name, value in constants.items():
     assert fields[name].default == value, name
   assert dataclasses.is_dataclass(derived) and derived.__dataclass_params__.frozen
-  for name in fields:  # Each field is explained, with its source, in the class docstring.
-    assert f"    {name}: " in derived.__doc__, name
+  assert derived.__module__ == config_lib.__name__ and derived.__doc__
 
 
 def test_derived_configs_keep_their_checks():
@@ -125,7 +109,7 @@ def test_command_tables_keep_the_commands_defaults():
           population.poll_secs, population.stop_timeout_secs, population.max_crashes,
           population.member_prefix, population.shared_replay_capacity, population.curve_of) == (
               24, "table_d1", 1, 20_000_000, 5_000, 5.0, 10.0, 300.0, 3, "", 0, None)
-  assert (settings.POPULATION_SIZE, settings.BURN_IN_FRAMES) == (24, 20_000_000)
+  assert (command_settings.POPULATION_SIZE, command_settings.BURN_IN_FRAMES) == (24, 20_000_000)
   with pytest.raises(TypeError):
     # pylint: disable-next=no-value-for-parameter (--logdir required)
     command_settings.PopulationSettings()
@@ -137,10 +121,8 @@ def test_command_tables_keep_the_commands_defaults():
       num_actor_processes=2, port=None)
 
 
-def test_replay_service_default_address_is_the_services():
-  from scalable_agent_tf2.transport import distributed
-  from scalable_agent_tf2.transport import replay_service  # pylint: disable=g-import-not-at-top
-  assert command_settings.DEFAULT_REPLAY_ADDRESS == replay_service.DEFAULT_REPLAY_ADDRESS
+def test_replay_service_secret_help_names_its_variable():
+  from scalable_agent_tf2.transport import distributed  # pylint: disable=g-import-not-at-top
   fields = {f.name: f for f in dataclasses.fields(command_settings.ReplayServiceSettings)}
   assert distributed.SECRET_ENVIRONMENT_VARIABLE in fields["cluster_secret_file"].metadata["doc"]
 
@@ -168,7 +150,7 @@ def _check_help(text, table):
   flat = " ".join(text.split())
   for field in dataclasses.fields(table):
     position = text.index(f"  --{field.name}: ")
-    title = settings.ALL_TOPICS[field.metadata["topic"]]
+    title = command_settings.ALL_TOPICS[field.metadata["topic"]]
     assert text.rfind(f"\n{title}:\n", 0, position) >= 0, field.name
     at = flat.index(f"--{field.name}: ")
     assert field.metadata["doc"][:40] in flat[at:], field.name

@@ -2,7 +2,7 @@
 Box-action level ran to 32,768 frames (its preset's first batch, 32 unrolls of 1,024 steps)."""
 import pytest
 
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 
 
 def _resolved(level, **values):

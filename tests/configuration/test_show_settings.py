@@ -1,5 +1,5 @@
-"""experiment.py --show_settings (issue 33, point 6): every setting's resolved value and its
-source for the given level and flags, printed without TensorFlow, exit 0.
+"""experiment.py --show_settings: every setting's resolved value and its source for the given
+level and flags, printed without TensorFlow, exit 0.
 
 "Without TensorFlow" is checked in the process (the wrapper of test_before_tensorflow.py marks
 the start of `import tensorflow` on stderr), not with a wall-clock limit.
@@ -8,11 +8,13 @@ import dataclasses
 import math
 import re
 
+from absl import flags as absl_flags
+
+from scalable_agent_tf2.configuration import command_line
+from scalable_agent_tf2.configuration import config as config_lib
+from scalable_agent_tf2.configuration import experiment_flags
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.resolution import citations
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.resolution import presets
-from scalable_agent_tf2.run import experiment_flags
+from scalable_agent_tf2.environments.families import gym as gym_family
 from tests.run.test_before_tensorflow import TENSORFLOW_MARK
 from tests.run.test_before_tensorflow import run_experiment
 
@@ -74,7 +76,7 @@ def test_a_flag_beats_the_preset_and_says_so():
 
 def test_a_level_the_papers_did_not_run_says_where_its_presets_come_from():
   text, rows = show("--level_name=gym:CartPole-v1")
-  assert presets.describe_presets("gym:CartPole-v1").splitlines()[0] in text
+  assert gym_family.PRESETS_DOCUMENTATION.splitlines()[0] in text
   assert rows["num_action_repeats"] == ("1", "preset: gymnasium environments [not in the "
                                         "paper (a gymnasium step is an agent step): 1]")
   # The value printed, cited (not the Atari tables' 4, nor a 1e-5 of another algorithm's).
@@ -100,6 +102,7 @@ def test_a_bad_flag_is_an_error_without_tensorflow():
 # loss, N x K, a short budget's batch, LASER's): the runs whose brackets are checked.
 _EVERY_KIND = [
     ["--level_name=atari/pong"],
+    ["--level_name=atari/pong", "--torso=deep"],                     # Threads by the torso given.
     ["--level_name=atari57"],
     ["--level_name=atari/breakout", "--algorithm=impact"],
     ["--level_name=atari/pong", "--preset=impact_paper"],
@@ -149,15 +152,24 @@ def _cites(value, cited):
     return False
 
 
+def _lines(flags):
+  """(--show_settings' lines for experiment.py's `flags`, config.explain's presets and
+  citations): as experiment_flags.parse_command_line makes them."""
+  values = absl_flags.FlagValues()
+  command_line.define_flags(values)
+  values(["experiment.py", *flags])
+  config, presets, cited = config_lib.explain(config_lib.config_of_flags(values))
+  given = {flag[2:].split("=")[0] for flag in flags}
+  return experiment_flags.show_settings_lines(config, given, presets, cited), presets, cited
+
+
 def test_every_bracket_cites_the_value_printed():
   """A bracket names where the printed value comes from: where it cites a value (its first
   "<source>: <value>"), that is the printed one; a different number only comes after it, as
   the reason why the value printed differs from a paper's."""
   wrong = []
   for flags in _EVERY_KIND:
-    config = config_lib.config_from_argv(flags)
-    given = {flag[2:].split("=")[0] for flag in flags}
-    for line in experiment_flags.show_settings_lines(config, given):
+    for line in _lines(flags)[0]:
       match = _ROW.match(line)
       if not match or "[" not in match.group(3):
         continue
@@ -170,17 +182,14 @@ def test_every_bracket_cites_the_value_printed():
 
 
 def test_every_preset_value_has_a_citation_of_its_family():
-  """Each preset and derived row carries its family's citation of that value
-  (resolution/citations.py), not the setting's general note, and every family's citations
-  have the keys of its presets."""
+  """Each preset and derived row carries its family's citation of that value (or
+  config.explain's, for a derived one), not the setting's general note, and every family's
+  citations have the keys of its presets."""
   missing = []
   for flags in _EVERY_KIND:
-    config = config_lib.config_from_argv(flags)
-    given = {flag[2:].split("=")[0]: getattr(config, flag[2:].split("=")[0]) for flag in flags}
-    values = config_lib.preset_values(config, given)
-    cited = citations.of(config, given, values)
+    lines, values, cited = _lines(flags)
     assert set(values) <= set(cited), (flags, set(values) - set(cited))
-    for line in experiment_flags.show_settings_lines(config, set(given)):
+    for line in lines:
       match = _ROW.match(line)
       if match and match.group(3).startswith(("preset", "derived")):
         name, _, source = match.groups()

@@ -8,7 +8,7 @@ from gymnasium.wrappers import AtariPreprocessing
 from gymnasium.wrappers import FrameStackObservation
 
 from scalable_agent_tf2 import environments
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 
 gymnasium.register_envs(ale_py)

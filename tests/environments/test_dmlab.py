@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2 import environments
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import dmlab
 from scalable_agent_tf2.environments import process
+from scalable_agent_tf2.environments import suites
 from tests import fake_deepmind_lab
 
 # Table D.2, written out again so that a typo in dmlab.py cannot hide.

@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("deepmind_lab", reason="deepmind_lab is not installed; see BUILD.md")
 
 from scalable_agent_tf2 import environments
+from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
 from scalable_agent_tf2.environments.families import dmlab as dmlab_family
-from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
 
 
 @pytest.mark.parametrize("level_name", ["dmlab:nav_maze_random_goal_01", "dmlab:lt_chasm"])

@@ -30,8 +30,8 @@ pytest.importorskip("deepmind_lab", reason="deepmind_lab is not installed; see B
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from scalable_agent_tf2 import environments
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import dmlab
+from scalable_agent_tf2.environments import suites
 
 NUM_STEPS = 25  # Agent steps per level: 100 frames at 4 action repeats (Table D.3).
 _MAZE_PREFIXES = ("explore_", "lasertag_", "skymaze_")

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.families import base as family_base
-from scalable_agent_tf2.resolution import config as config_lib
 
 
 @pytest.mark.parametrize("level_name, family_name", [
@@ -49,7 +49,7 @@ def test_a_family_registers_with_a_prefix_of_its_own():
 def test_the_registry_imports_no_heavy_module():
   code = ("import sys; from scalable_agent_tf2.environments import families; "
           "[f.listed_levels() for f in families.families()]; "
-          "from scalable_agent_tf2.resolution import config, presets; "
+          "from scalable_agent_tf2.configuration import config; "
           "heavy = [m for m in ('tensorflow', 'gymnasium', 'ale_py', 'deepmind_lab', 'cv2', "
           "'mujoco') if m in sys.modules]; print(heavy)")
   out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,

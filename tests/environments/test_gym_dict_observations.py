@@ -16,11 +16,11 @@ from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments.families import base as family_base
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import training
 from tests.gym_mission_envs import IMAGE_SHAPE

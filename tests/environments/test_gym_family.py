@@ -9,7 +9,7 @@ import pytest
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.agent import distributions
-from scalable_agent_tf2.configuration import mujoco_presets
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import families
@@ -19,8 +19,7 @@ from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.environments.families import gym as gym_family
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.resolution import presets
+from scalable_agent_tf2.environments.families import mujoco_presets
 
 USER = "gym:tests.gym_user_package.envs:"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,7 +51,8 @@ def test_impala_takes_the_papers_learner_with_popart_and_a_constant_rate():
                   learning_rate=0.01).learning_rate == 0.01  # Flags win.
   with pytest.raises(ValueError, match="add --algorithm=impact"):
     _resolve("gym:CartPole-v1", algorithm="impala", circular_buffer_max_uses=4)
-  assert "Presets" in presets.describe_presets("gym:Pendulum-v1")
+  assert "Presets" in config_lib.level_family("gym:Pendulum-v1").preset_sources(
+      "gym:Pendulum-v1")
 
 
 @pytest.mark.parametrize("level, flags", [

@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.environments.families import gym as gym_family
-from scalable_agent_tf2.resolution import config as config_lib
 from tests.gym_user_package import costs
 
 PLANES = "gym:tests.gym_user_package.costs:UserPlanes-v0"

@@ -12,11 +12,11 @@ from gymnasium import spaces
 
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.agent import distributions
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments import process
-from scalable_agent_tf2.resolution import config as config_lib
 from tests.configuration.test_show_settings import show
 from tests.gym_multi_discrete_envs import NVEC
 

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import suites
 
 
 @pytest.mark.parametrize("typed, suggested", [

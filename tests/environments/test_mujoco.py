@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2 import environments
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import mujoco
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.environments import suites
 
 # Level -> (observation size, action size, action bound) of gymnasium's -v5 tasks.
 EXPECTED = {
@@ -195,7 +195,7 @@ def test_bad_level_seed_and_action_errors():
 
 
 def test_presets_are_table_2():
-  from scalable_agent_tf2.configuration import mujoco_presets  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.environments.families import mujoco_presets  # pylint: disable=g-import-not-at-top
   impala = mujoco_presets.presets("mujoco/hopper", "impala")
   assert (impala["learning_rate"], impala["baseline_cost"], impala["max_grad_norm"],
           impala["discounting"], impala["entropy_cost"]) == (1.5e-5, 0.5, 0.5, 0.995, 0.0)

@@ -5,9 +5,9 @@ import threading
 import numpy as np
 import pytest
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.learning import impact
-from scalable_agent_tf2.resolution import config as config_lib
 
 
 def test_replay_removes_first_in_first_out_and_holds_at_most_its_capacity():

@@ -8,10 +8,10 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import losses
-from scalable_agent_tf2.resolution import config as config_lib
 from tests import random_batches
 
 # Small networks keep these fast: an LSTM agent (agent_state matters) and a feed-forward one.

@@ -233,11 +233,11 @@ import tensorflow as tf
 
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.learning import losses
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import shared_replay_runs
 from tests import random_batches

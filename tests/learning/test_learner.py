@@ -4,9 +4,9 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import losses
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.structures import AgentOutput
 from tests import random_batches
 from tests.agent_steps import acting_step

@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.resolution import config as config_lib
 from tests import random_batches
 
 UNROLL_LENGTH, BATCH_SIZE = 5, 3  # 18 frames: chunks of 4 leave a padded last chunk.

@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent("""
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from tests import random_batches
-    from scalable_agent_tf2.resolution import config as config_lib
+    from scalable_agent_tf2.configuration import config as config_lib
     from scalable_agent_tf2.learning import learner as learner_lib
     from scalable_agent_tf2.agent import networks
 

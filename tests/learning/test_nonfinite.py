@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.runfiles import checkpoints

@@ -7,11 +7,11 @@ import tensorflow as tf
 
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import popart
-from scalable_agent_tf2.resolution import config as config_lib
 from tests import random_batches
 
 VECTOR = networks.vector_config(num_actions=3, observation_size=5)

@@ -16,10 +16,10 @@ import tensorflow as tf
 
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent.distributions import CategoricalFamily
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import truncation
 from scalable_agent_tf2.learning import losses
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.structures import AgentOutput
 from scalable_agent_tf2.structures import EnvOutput
 from scalable_agent_tf2.structures import Observation

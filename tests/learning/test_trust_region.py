@@ -15,11 +15,11 @@ import tensorflow as tf
 
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.learning import learner
 from scalable_agent_tf2.learning import losses
 from scalable_agent_tf2.learning import vtrace
-from scalable_agent_tf2.resolution import config as config_lib
 from tests import random_batches
 from tests import reference
 

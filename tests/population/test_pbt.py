@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.runfiles import runlog
 

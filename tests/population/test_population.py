@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import dmlab as dmlab_environment
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.population import command as command_lib
@@ -21,7 +22,6 @@ from scalable_agent_tf2.population import driver as driver_lib
 from scalable_agent_tf2.population import exploit
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import processes
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import runlog
 

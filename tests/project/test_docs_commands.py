@@ -245,7 +245,7 @@ def _stop_after_parsing():
 def _paper_hardware():
   """The commands are the paper's: a machine with their memory, and DeepMind Lab (its
   stand-in where it is not installed)."""
-  from scalable_agent_tf2.resolution import config  # pylint: disable=g-import-not-at-top
+  from scalable_agent_tf2.configuration import config  # pylint: disable=g-import-not-at-top
   config.machine_memory_gb = lambda: 1e6
   if importlib.util.find_spec("deepmind_lab") is None:
     from tests import fake_deepmind_lab  # pylint: disable=g-import-not-at-top
@@ -267,7 +267,7 @@ def _run_case(case):
   """Runs one case; (outcome, exit code, output). outcome: "parsed", "exited", "returned"."""
   import runpy  # pylint: disable=g-import-not-at-top
   if case["kind"] == "experiment":
-    from scalable_agent_tf2.run import experiment_flags  # pylint: disable=g-import-not-at-top
+    from scalable_agent_tf2.configuration import experiment_flags  # pylint: disable=g-import-not-at-top
     experiment_flags.FLAGS.unparse_flags()
     sys.argv = ["experiment.py", *case["arguments"], "--show_settings"]
     run = lambda: runpy.run_path(os.path.join(ROOT, "experiment.py"), run_name="__main__")

@@ -40,7 +40,7 @@ def _package(tmp_path, files):
     # An upward import: the settings importing a learner.
     ({"configuration/__init__.py": "", "learning/__init__.py": "",
       "configuration/settings.py": "from scalable_agent_tf2.learning import learner\n"},
-     "room 'configuration' may import structures, utils, not 'learning'"),
+     "room 'configuration' may import structures, utils, environments, not 'learning'"),
     # The same, lazily: lazy imports count too.
     ({"configuration/__init__.py": "", "learning/__init__.py": "",
       "configuration/settings.py": "def f():\n  import scalable_agent_tf2.learning.learner\n"},

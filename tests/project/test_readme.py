@@ -35,8 +35,7 @@ def test_experiment_commands_resolve_their_own_values(tmp_path, monkeypatch):
   """Every `python experiment.py ...` command on the pages parses and resolves its flags,
   passes the checks a run makes of its levels before it starts (--show_settings prints
   before them), and the command's own mode, level and logdir reach the run."""
-  from scalable_agent_tf2.resolution import config as config_lib  # pylint: disable=g-import-not-at-top
-  from scalable_agent_tf2.run import experiment_flags as experiment
+  from scalable_agent_tf2.configuration import config as config_lib  # pylint: disable=g-import-not-at-top
   commands = [c for c in docs.all_commands() if docs.classify(c)[0] == "experiment"]
   assert len(commands) >= 20
   for path in docs._write_user_package(str(tmp_path)):  # pylint: disable=protected-access
@@ -47,16 +46,11 @@ def test_experiment_commands_resolve_their_own_values(tmp_path, monkeypatch):
   if importlib.util.find_spec("deepmind_lab") is None:
     from tests import fake_deepmind_lab  # pylint: disable=g-import-not-at-top
     monkeypatch.setitem(sys.modules, "deepmind_lab", fake_deepmind_lab)
-  try:
-    for command in commands:
-      argv = ["experiment.py", *docs.classify(command)[1]]
-      experiment.FLAGS.unparse_flags()
-      experiment.FLAGS(argv)
-      config = experiment.config_from_flags()
-      config_lib.check_levels_can_run(config)  # E.g. DMLab-30 needs --dataset_path.
-      given = dict(arg[2:].split("=", 1) for arg in argv[1:] if "=" in arg)
-      for name in ("mode", "level_name", "logdir"):
-        if name in given:
-          assert str(getattr(config, name)) == given[name], (name, command.line)
-  finally:
-    experiment.FLAGS.unparse_flags()
+  for command in commands:
+    argv = docs.classify(command)[1]
+    config = config_lib.config_from_argv(argv)
+    config_lib.check_levels_can_run(config)  # E.g. DMLab-30 needs --dataset_path.
+    given = dict(arg[2:].split("=", 1) for arg in argv if "=" in arg)
+    for name in ("mode", "level_name", "logdir"):
+      if name in given:
+        assert str(getattr(config, name)) == given[name], (name, command.line)

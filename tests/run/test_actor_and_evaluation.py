@@ -8,8 +8,8 @@ from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import base
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import evaluation_episodes
@@ -138,7 +138,7 @@ def test_dmlab30_table_reproduces_the_papers_mean_capped_score():
   assert "rooms_collect_good_objects_test" in text
   capped = float(text.split("Mean capped human-normalised score (Table 3): ")[1].split("%")[0])
   # Table B.1's bottom line is 49.4; its per-level scores, printed to one decimal, give
-  # 49.34 (tests/configuration/test_suites.py shows the range the rounding allows).
+  # 49.34 (tests/environments/test_suites.py shows the range the rounding allows).
   assert capped == 49.3
 
 

@@ -13,10 +13,10 @@ from scalable_agent_tf2.acting import actor as actor_lib
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import distributions
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import mujoco
 from scalable_agent_tf2.learning import learner as learner_lib
 from scalable_agent_tf2.learning import losses
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import training

@@ -7,7 +7,7 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import export_policy
 from scalable_agent_tf2.runfiles import checkpoints

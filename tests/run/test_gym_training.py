@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import training

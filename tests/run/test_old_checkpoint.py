@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import repeatable

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2 import policy as policy_lib
-from scalable_agent_tf2.resolution import config as config_lib
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.run import export_policy
 from scalable_agent_tf2.run import saved_policy
 from tests import policy_folders

@@ -3,7 +3,8 @@ stop-signal handler, and the run's configuration is resolved once.
 
 Each start runs in a process of its own (absl's flags, the logdir's lock and the signal
 handlers are per process), under a script that counts the calls to the resolver
-(config.resolve) and records every handler set for SIGINT and SIGTERM.
+(config.explain, which config.resolve calls too) and records every handler set for SIGINT and
+SIGTERM.
 """
 import json
 import os
@@ -33,13 +34,13 @@ _RECORDING_START = textwrap.dedent("""
                           id(owner)])
       return set_handler(signum, handler)
     signal.signal = recording_set_handler
-    from scalable_agent_tf2.resolution import config as config_lib
-    resolve = config_lib.resolve
+    from scalable_agent_tf2.configuration import config as config_lib
+    explain = config_lib.explain
     resolved = []
-    def counting_resolve(config):
+    def counting_explain(config):
       resolved.append(config.mode)
-      return resolve(config)
-    config_lib.resolve = counting_resolve
+      return explain(config)
+    config_lib.explain = counting_explain
     from scalable_agent_tf2.run import experiment_main
     sys.argv = ["experiment.py"] + sys.argv[1:]
     try:

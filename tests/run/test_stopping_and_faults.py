@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.environments import LevelKeepsFailing
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import evaluation_episodes

@@ -18,12 +18,12 @@ import tensorflow as tf
 
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import toy as toy_environment
+from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import learner as learner_lib
-from scalable_agent_tf2.resolution import config as config_lib
-from scalable_agent_tf2.resolution import presets
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import input_pipeline
@@ -85,7 +85,7 @@ def test_pipeline_learns_the_toy_task_and_logs_it(tmp_path):
   waiting = config.queue_capacity + config.batch_size + config.num_actors
   assert 0 <= progress[-1]["policy_lag"] <= waiting / config.batch_size + 1, progress[-1]
   # The learning rate anneals linearly to 0 over the frame budget (Table G.1).
-  assert progress[-1]["learning_rate"] < 0.1 * presets.presets("atari/pong")["learning_rate"]
+  assert progress[-1]["learning_rate"] < 0.1 * atari_family.ATARI["learning_rate"]
   assert tf.io.gfile.glob(os.path.join(tmp_path, "events.out.tfevents.*"))
   assert os.path.exists(result.checkpoint + ".index")
 
@@ -191,13 +191,7 @@ def test_replay_and_the_off_policy_correction_reach_the_learner(tmp_path, monkey
 
 @pytest.mark.parametrize("correction", ["vtrace", "one_step_is", "epsilon", "none"])
 def test_off_policy_correction_flag_reaches_the_learner(correction):
-  from scalable_agent_tf2.run import experiment_flags as experiment
-  experiment.FLAGS.unparse_flags()
-  experiment.FLAGS(["experiment.py", f"--off_policy_correction={correction}"])
-  try:
-    config = experiment.config_from_flags()
-  finally:
-    experiment.FLAGS.unparse_flags()
+  config = config_lib.config_from_argv([f"--off_policy_correction={correction}"])
   agent = networks.Agent(TOY_NETWORK)
   assert assembly.make_learner(config, agent).config.off_policy_correction == correction
 

@@ -20,13 +20,13 @@ import sys
 import numpy as np
 import pytest
 
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import atari
 from scalable_agent_tf2.environments import atari_vector
 from scalable_agent_tf2.environments import base
 from scalable_agent_tf2.environments import dmlab
 from scalable_agent_tf2.environments import process
 from scalable_agent_tf2.environments import toy
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import evaluation_videos

@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.agent import networks
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments.normalization import MeanStdFilter
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import actor_process
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.transport import filter_sync

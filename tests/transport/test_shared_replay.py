@@ -13,9 +13,9 @@ from scalable_agent_tf2 import structures
 from scalable_agent_tf2.acting import actor
 from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import torsos
+from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import toy as toy_environment
 from scalable_agent_tf2.learning import laser
-from scalable_agent_tf2.resolution import config as config_lib
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.runfiles import checkpoints

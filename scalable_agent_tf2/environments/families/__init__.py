@@ -11,17 +11,17 @@ A family (families/base.py, Family) owns its level names, presets, environments,
 and what they observe (docs/ENVIRONMENTS.md). A name is a family's when it starts with one of
 the family's prefixes ("atari/", "toy/", "mujoco/", "dmlab:", "gym:") or is one of its listed
 names (the paper's bare DMLab-30 names); no family is anybody's fallback: a name no family owns
-is refused with suggestions. The suites (configuration/suites.py: "dmlab30", "atari57") stand
+is refused with suggestions. The suites (environments/suites.py: "dmlab30", "atari57") stand
 for their levels. Adding a family is one module and one entry in FAMILIES.
 
-The families sit at the bottom of the house: they and this registry import the settings
-tables (configuration/) and the environments' own modules, never a run's resolved
-configuration (resolution/, which calls them). No TensorFlow here and no family's heavy
-dependency (docs/ARCHITECTURE.md "Rooms").
+The families and this registry import the settings' names (configuration/settings.py) and the
+environments' own modules, never a run's resolved configuration (configuration/config.py,
+which calls them). No TensorFlow here and no family's heavy dependency (docs/ARCHITECTURE.md
+"Rooms").
 """
 import difflib
 
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import atari
 from scalable_agent_tf2.environments.families import base
 from scalable_agent_tf2.environments.families import dmlab

@@ -43,7 +43,7 @@ PAPER_SHARED_CITED = dict(
 # (Algorithm 1's 1/M) and an optimizer the paper does not name; ours are summed and trained with
 # IMPALA's RMSProp, so the level's IMPALA values stay (Table 1 gives IMPACT and IMPALA the same
 # learning rate; impact.ImpactLearner). So do the level's batch, unroll and reward clipping.
-# resolution/presets.py adds them to a family's presets unless the family owns its algorithm
+# configuration/config.py adds them to a family's presets unless the family owns its algorithm
 # presets (owns_algorithm_presets: MuJoCo's and gymnasium's, both Table 2's).
 IMPACT_PRESET = dict(baseline_cost=1.0, circular_buffer_size=4, circular_buffer_max_uses=2,
                      ppo_clip=0.3, target_worker_clipping=2.0, gae_lambda=0.995, kl_cost=0.0,
@@ -129,7 +129,7 @@ class Family:
       this family's (or refused by it: never another family's).
     name_forms: the open-ended forms of its names, for the listing ("gym:<id>").
     owns_algorithm_presets: its `presets` handles --algorithm=impact itself (MuJoCo: IMPACT
-      Table 2); otherwise presets.presets adds IMPACT Table 1's own settings.
+      Table 2); otherwise config.preset_values adds IMPACT Table 1's own settings.
     pbt_adapts_max_grad_norm: population-based training adapts --max_grad_norm too (Atari:
       section 5.3.2, Table G.1), where the run clips gradients.
     takes_env_kwargs: its environments take --env_kwargs (gymnasium.make's).
@@ -232,7 +232,7 @@ class Family:
     return None
 
   def intra_op_threads(self, torso, num_cores):
-    """TensorFlow threads per op; 0: TensorFlow's default (presets.intra_op_threads)."""
+    """TensorFlow threads per op; 0: TensorFlow's default (config.explain applies it)."""
     del torso, num_cores
     return 0
 

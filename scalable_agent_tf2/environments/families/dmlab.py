@@ -15,8 +15,8 @@ import os
 import re
 
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import dmlab
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import base
 
 PREFIX = dmlab.LEVEL_PREFIX

@@ -60,12 +60,12 @@ accumulator starting at 0), entropy cost 0.001 and Table 1's 48 environments.
 import functools
 import json
 
-from scalable_agent_tf2.configuration import mujoco_presets
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments import gym_spaces
 from scalable_agent_tf2.environments.families import atari as atari_family
 from scalable_agent_tf2.environments.families import base
+from scalable_agent_tf2.environments.families import mujoco_presets
 
 PREFIX = gym_env.LEVEL_PREFIX
 # Above this cost of one step an environment runs in processes (runs_as). A process's round

@@ -8,9 +8,9 @@ process (a MuJoCo step costs 40-90 core-us, far less than a process's round trip
 benchmarks/RESULTS.md). Observations: float32 vectors, normalised by the run's MeanStdFilter
 (action_spaces.ObservationFilter); the IMPACT paper's MLPs (networks.continuous_vector_config).
 """
-from scalable_agent_tf2.configuration import mujoco_presets
-from scalable_agent_tf2.configuration import suites
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import base
+from scalable_agent_tf2.environments.families import mujoco_presets
 
 PREFIX = suites.MUJOCO_LEVEL_PREFIX
 

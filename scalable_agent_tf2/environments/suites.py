@@ -1,8 +1,8 @@
 """Level suites of the IMPALA paper: DMLab-30 and Atari-57, their reference scores, and the
 human-normalised scores the paper reports.
 
-Numpy only, at the bottom of the house (docs/ARCHITECTURE.md "Rooms"): the environment
-families and the TensorFlow rooms both read this; it imports none of them.
+Numpy only: the environment families, the environments and the TensorFlow rooms read this;
+it imports none of them.
 
 Level names (environments/families is the one registry: each family owns its names, and
 `python -m scalable_agent_tf2.environments.families` lists them; the paper's are tabled here
@@ -124,7 +124,7 @@ PAPER_DMLAB30_IMPALA_SCORES = {k: v[3] for k, v in _DMLAB30_TABLE_B1.items()}
 # table (e.g. deepmind/dqn_zoo, atari_data.py) instead of 0.05. With 0.05 the paper's Table 4
 # means come out 0.07 points low (466.33 / 957.55 / 176.82 against 466.4 / 957.6 / 176.9);
 # with 0.1 all six Table 4 numbers are reproduced to the paper's rounding
-# (tests/configuration/test_suites.py checks both). The whole one-decimal table does not: its
+# (tests/environments/test_suites.py checks both). The whole one-decimal table does not: its
 # other roundings lower the means by 0.3 points; nor does deepmind/dqn_zoo's video_pinball
 # random score (16256.9), which raises them by hundreds of points.
 ATARI57_RANDOM_HUMAN_SCORES = {

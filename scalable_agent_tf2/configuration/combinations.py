@@ -1,12 +1,7 @@
-"""The settings that depend on each other: the checks of a resolved run that involve more
-than one setting (`check_combinations`: the levels and what they take, the learners and their
-actors, PopArt's and --repeatable's refusals) and the defaults that follow from other settings
-(`resolve_envs_per_actor`; `resolve_laser`: LASER section 5.1's replay mixing and online-only
-entropy). config.resolve runs them after every setting's own check (settings.check_values),
-so each message names the flags to change. No TensorFlow here.
+"""The settings that depend on each other: the checks that involve more than one setting, and
+the defaults that follow from others (--envs_per_actor, LASER section 5.1's). config.explain
+runs them after every setting's own check; each message names the flags to change.
 """
-import dataclasses
-
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import families
 
@@ -28,9 +23,9 @@ def _check_levels(config):
 
 
 def resolve_envs_per_actor(config, given):
-  """--envs_per_actor is 1 where environments do not run in groups (an error if asked for)."""
+  """--envs_per_actor, 1 where environments do not run in groups (an error if asked for)."""
   if config.uses_environment_groups or config.envs_per_actor == 1:
-    return config
+    return config.envs_per_actor
   if "envs_per_actor" in given:
     raise ValueError(
         f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks and Atari games at "
@@ -38,7 +33,7 @@ def resolve_envs_per_actor(config, given):
         f"without frames) run in groups; {config.level_name} "
         f"with these settings runs one environment process per actor. Drop --envs_per_actor "
         f"(or set it to 1).")
-  return dataclasses.replace(config, envs_per_actor=1)
+  return 1
 
 
 def check_combinations(config):
@@ -105,8 +100,8 @@ def _check_repeatable(config):
 
 
 def resolve_laser(config):
-  """Checks the replay settings; entropy_on_online_only defaults to laser_replay, and
-  replay_mixing to added with laser_replay (LASER section 5.1), within_batch otherwise."""
+  """Checks the replay settings; {entropy_on_online_only: by default laser_replay,
+  replay_mixing: by default added with laser_replay (LASER section 5.1), else within_batch}."""
   replays = config.replay_fraction > 0
   _ = config.num_replayed_per_batch  # Checks --replay_fraction against the batch.
   if config.replay_mixing is not None and not replays:
@@ -142,5 +137,4 @@ def resolve_laser(config):
   mixing = None  # No replay: nothing to mix (and a resolved config resolves again).
   if replays:
     mixing = settings.REPLAY_ADDED if config.replays_added else settings.REPLAY_WITHIN_BATCH
-  return dataclasses.replace(config, entropy_on_online_only=bool(online_only),
-                             replay_mixing=mixing)
+  return dict(entropy_on_online_only=bool(online_only), replay_mixing=mixing)

@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.environments import families
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import dmlab as dmlab_family
 
 
@@ -142,7 +142,7 @@ def test_table_c1_transcription_spot_checks():
 
 def test_no_tensorflow_in_suites_or_environments():
   # docs/ARCHITECTURE.md "Rooms": environments run in cheap subprocesses, never import TensorFlow.
-  code = ("import sys; import scalable_agent_tf2.configuration.suites, scalable_agent_tf2.environments, "
+  code = ("import sys; import scalable_agent_tf2.environments.suites, scalable_agent_tf2.environments, "
           "scalable_agent_tf2.environments.atari; "
           "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
   repo_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

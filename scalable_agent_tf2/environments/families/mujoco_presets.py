@@ -4,7 +4,7 @@ and IMPALA columns; section 4.3), under this project's setting names.
     settings = mujoco_presets.presets("mujoco/hopper", "impact")   # dict: setting -> value
 
 Every value cites where it comes from. Table 2's rows and the settings they become
-(presets.presets routes the MuJoCo levels here):
+(families/mujoco.py takes them for the MuJoCo levels):
     Learning Rate                -> learning_rate      IMPACT 3e-4, IMPALA 1.5e-5
     Discount (gamma)             -> discounting        0.995 both
     Entropy Coeff                -> entropy_cost       0.0 both
@@ -29,7 +29,7 @@ Every value cites where it comes from. Table 2's rows and the settings they beco
 Section 4.3 adds: two fully connected layers of 256 tanh units for the policy and the same,
 separate, for the critic (networks.continuous_vector_config; no setting), and the tasks ran
 "on 16 CPUs and 1 GPU"; Table 2 gives no number of workers, so num_actors follows the CPU
-count (Figure 7 varies it from 1 to 32 on HalfCheetah): 16 environments, which presets.presets
+count (Figure 7 varies it from 1 to 32 on HalfCheetah): 16 environments, which the family
 lays out as groups stepped by one actor thread per core of this machine (families.base.actor_layout:
 2 x 8 on 2 cores). Section 4.1.1: the target network is
 updated every n = N x K learner steps (target_update_period 320, HalfCheetah 512).
@@ -60,8 +60,8 @@ Not in the paper, from its code base (RLlib, 2019) or from how gymnasium counts:
   * Summed losses: the project's learners sum their loss terms over the T x B steps. RLlib's
     IMPALA summed them too (VTraceLoss), so IMPALA's gradient clip of 0.5 stays; RLlib's APPO
     (IMPACT) averaged them, so IMPACT's 0.5 on the mean is 0.5 x T x B on our sum (the same
-    clipping; presets.IMPACT_PAPER_IMPACT does the same for Table 1). The preset gives the
-    0.5 as mean_loss_max_grad_norm and config.resolve multiplies it by the run's own T and B,
+    clipping; families/atari.py IMPACT_PAPER_IMPACT does the same for Table 1). The preset gives the
+    0.5 as mean_loss_max_grad_norm and config.explain multiplies it by the run's own T and B,
     so a run with a smaller --batch_size or --unroll_length clips as the paper did.
   * Off-policy correction V-trace, no trust region (IMPALA's and IMPACT's own settings).
   * total_environment_frames: the paper fixes wall-clock time (three hours per run, section
@@ -69,9 +69,9 @@ Not in the paper, from its code base (RLlib, 2019) or from how gymnasium counts:
   * observation filter: RLlib's MeanStdFilter (environments/normalization.py).
 No TensorFlow here.
 """
-from scalable_agent_tf2.configuration import suites
 from scalable_agent_tf2.configuration.settings import IMPACT
 from scalable_agent_tf2.configuration.settings import IMPALA
+from scalable_agent_tf2.environments import suites
 
 # Table 2 (IMPALA column) and section 4.3, in the project's setting names.
 IMPALA_TABLE2 = {
