@@ -201,8 +201,9 @@ def _learner_values(preset):
 
 def _derived_config(name, checks, part_of, defaults, doc, constants=()):
   """A frozen dataclass of the settings marked `part_of`, in the table's order (their flag,
-  help, source and check are the table's), defaulting to `defaults`; then `constants`."""
-  fields = [(f.name, f.type, dataclasses.field(default=defaults[f.name]))
+  help, source and check are the table's), defaulting to `defaults` (a preset's values) or to
+  the table's own default; then `constants`."""
+  fields = [(f.name, f.type, dataclasses.field(default=defaults.get(f.name, f.default)))
             for f in settings.fields_part_of(part_of)]
   fields += [(n, type(v), dataclasses.field(default=v)) for n, v in constants]
   return dataclasses.make_dataclass(name, fields, bases=(checks,), frozen=True,
