@@ -20,7 +20,10 @@ ISSUE_THRESHOLDS = {
     ("CartPole-v1", ""): 475, ("LunarLander-v3", ""): 200,
     ("LunarLander-v3", '{"continuous": true}'): 200, ("Pendulum-v1", ""): -200,
     ("MiniGrid-Empty-8x8-v0", ""): 0.9, ("MiniGrid-Unlock-v0", ""): 0.8,
-    ("MinAtar/Breakout-v1", ""): None, ("BipedalWalker-v3", ""): None}
+    ("MinAtar/Breakout-v1", ""): None, ("BipedalWalker-v3", ""): None,
+    # Box actions on gymnasium's MuJoCo tasks: gymnasium's reward_threshold (none for Walker2d).
+    ("Hopper-v5", ""): 3800.0, ("Walker2d-v5", ""): None, ("HalfCheetah-v5", ""): 4800.0,
+    ("Reacher-v5", ""): -3.75}
 
 
 def test_the_development_set_is_the_issues_with_its_thresholds():
