@@ -5,7 +5,9 @@ shuts a server down), for tests that signal a process while it stops.
 
 UserSlowClose-v0 is UserTarget-v0 (envs.py), except that close(), once the environment has
 stepped, writes the file closing-<pid> into the folder named by the variable
-USER_CLOSE_MARKER_DIR (so a test knows the process is stopping) and then takes CLOSE_SECONDS.
+USER_CLOSE_MARKER_DIR (so a test knows the process is stopping) and then waits until the test
+writes the file `release` there (at most CLOSE_SECONDS): the process is held in its stop for as
+long as the test needs, however loaded the machine, instead of for a fixed time.
 """
 import os
 import time
@@ -14,7 +16,10 @@ import gymnasium
 
 from tests.gym_user_package import envs
 
-CLOSE_SECONDS = 3.0  # Below the environment process's grace for a close (process.py: 5 s).
+# Below the environment process's grace for a close and its join (process.py: 5 s each), so
+# that a close that is never released still ends the way a slow one does.
+CLOSE_SECONDS = 8.0
+RELEASE_FILE = "release"
 
 
 class UserSlowClose(envs.UserTarget):
@@ -32,7 +37,10 @@ class UserSlowClose(envs.UserTarget):
     if self._stepped and folder:
       with open(os.path.join(folder, f"closing-{os.getpid()}"), "w") as f:
         f.write("closing\n")
-      time.sleep(CLOSE_SECONDS)
+      deadline = time.monotonic() + CLOSE_SECONDS
+      while (not os.path.exists(os.path.join(folder, RELEASE_FILE))
+             and time.monotonic() < deadline):
+        time.sleep(0.05)
     super().close()
 
 

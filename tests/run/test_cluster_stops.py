@@ -13,6 +13,7 @@ import pytest
 
 from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import runlog
+from tests.gym_user_package import slow_close
 from tests.run.test_launch import _pids
 
 TOY = ["--level_name=toy/lit_side", "--num_actors=2"]
@@ -117,7 +118,12 @@ def test_a_second_sigterm_while_an_actor_process_stops_keeps_its_report(tmp_path
     while not os.listdir(markers):  # Its environment is closing: the process is stopping.
       assert os.path.exists(f"/proc/{actor}"), "".join(lines[-60:])
       time.sleep(0.05)
+    # The close waits for the release file (slow_close.py), so this signal always finds the
+    # process in its stop.
     os.kill(actor, signal.SIGTERM)
+    _wait_for(launcher, ("[actor 0] still stopping", "[actor 0] Actor process stopped",
+                         "[actor 0] Stopped:"), lines)
+    (markers / slow_close.RELEASE_FILE).write_text("go\n")
     _wait_for(launcher, ("[actor 0] Actor process stopped", "[actor 0] Stopped:"), lines)
     launcher.send_signal(signal.SIGTERM)
     rest, _ = launcher.communicate(timeout=90)
