@@ -72,7 +72,8 @@ class ExperimentConfig(settings.ExperimentSettings):
 
   @property
   def levels(self):
-    """The levels this run plays: a suite's (but --excluded_levels), or the one level."""
+    """The levels this run plays: a suite's (dmlab30, atari57 or a list of levels such as
+    "atari/pong,atari/breakout", in its order; but --excluded_levels), or the one level."""
     if suites.is_suite(self.level_name):
       excluded = set(self.excluded_level_names)
       return tuple(level for level in families.level_names(self.level_name)
@@ -107,6 +108,8 @@ class ExperimentConfig(settings.ExperimentSettings):
 
   @property
   def is_multi_task(self):
+    """One agent on a suite's levels (a built-in suite or a list): the family's suite presets
+    (Atari: the deep network and the full 18 actions, Appendix G; DMLab-30's)."""
     return suites.is_suite(self.level_name)
 
   def learner_config(self):

@@ -98,8 +98,12 @@ class ExperimentSettings:
   level_name: str = setting(
       "atari/pong", RUN,
       "A level (atari/<game>, a DMLab-30 level, dmlab:<any DeepMind Lab level>, "
-      "gym:<gymnasium id>, mujoco/<task>, toy/lit_side) or a suite (atari57, dmlab30); picks "
-      "the presets. `python -m scalable_agent_tf2.environments.families` lists them.")
+      "gym:<gymnasium id>, mujoco/<task>, toy/lit_side), a suite (atari57, dmlab30), or a "
+      "suite you name: levels of one family (Atari, DeepMind Lab, toy) separated by commas, "
+      "e.g. atari/pong,atari/breakout,atari/boxing, trained as the built-in suite of the "
+      "family is (its presets, Atari's full 18 actions; test mode's scores over the levels "
+      "named); picks the presets. `python -m scalable_agent_tf2.environments.families` "
+      "lists them.")
   excluded_levels: str = setting(
       "", RUN, "Suites: comma-separated levels to leave out (e.g. those this machine's "
       "DeepMind Lab cannot run); the suite's score (Table 3) then covers the other levels.")

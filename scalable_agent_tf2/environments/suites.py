@@ -16,6 +16,9 @@ with their reference scores):
     "mujoco/humanoid" (no suite, no reference scores).
   * Any DeepMind Lab level as "dmlab:<level>", any gymnasium environment as "gym:<id>"
     (environments/families/dmlab.py, gym.py).
+  * A suite a user names: levels of one family separated by commas, "atari/pong,atari/breakout"
+    (environments/families checks it; the list's order is its levels' order). Its levels with
+    reference scores are scored by their suite's tables (reference_suite).
 
 Normalised scores are fractions (1.0 = human level); the summaries are in percent, as the
 paper prints them.
@@ -295,9 +298,19 @@ def _closest(name, names):
   return " Did you mean %s?" % " or ".join(close) if close else ""
 
 
+# What separates the levels of a suite a user names ("atari/pong,atari/breakout"): no level
+# name of any family holds one.
+LEVEL_LIST_SEPARATOR = ","
+
+
+def is_level_list(name):
+  """True for a suite a user names: levels separated by commas (checked or not)."""
+  return LEVEL_LIST_SEPARATOR in (name or "")
+
+
 def is_suite(name):
-  """True for "dmlab30" and "atari57"."""
-  return name in SUITES
+  """True for "dmlab30", "atari57" and a suite a user names (a list of levels)."""
+  return name in SUITES or is_level_list(name)
 
 
 def is_atari_level(level_name):
@@ -386,6 +399,18 @@ def reference_scores(level_name):
   if is_dmlab_level(level_name) and level_name not in DMLAB_EXTRA_LEVELS:
     key = DMLAB30_LEVEL_MAPPING.get(level_name, level_name)
     return DMLAB30_RANDOM_SCORES[key], DMLAB30_HUMAN_SCORES[key]
+  return None
+
+
+def reference_suite(level_names):
+  """The suite whose reference table scores these levels (one family's): "atari57" for Atari
+  games, "dmlab30" for DMLab-30 levels, None where no level has reference scores (toy levels,
+  "dmlab:<level>", gymnasium's). Levels without them are left out of its scores."""
+  for level_name in level_names:
+    if is_atari_level(level_name):
+      return ATARI57
+    if reference_scores(level_name) is not None:
+      return DMLAB30
   return None
 
 

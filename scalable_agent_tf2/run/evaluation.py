@@ -86,7 +86,9 @@ def format_tables(rows, level_name):
   """The paper's tables as text: per-level scores, then the suite's summary (if a suite).
 
   DMLab-30: Table B.1's columns and its bottom line (mean capped human-normalised score,
-  Table 3); Atari-57: Table C.1's columns and Table 4's median and mean.
+  Table 3); Atari-57: Table C.1's columns and Table 4's median and mean. A suite a user names:
+  the same measures over its levels (Table 3's for DeepMind Lab levels, Table 4's for Atari
+  games), or a line saying its levels have no reference scores (toy levels).
   """
   lines = []
   # return: the mean over the level's episodes; std: their standard deviation (np.std), the
@@ -102,19 +104,52 @@ def format_tables(rows, level_name):
                  f"{_number(row.get('human'), 9, 2)} {_number(row.get('random'), 9, 2)} "
                  f"{_number(row.get('human_normalized'), 8, 1)}")
   if suites.is_suite(level_name) and rows:
-    summary = suites.suite_scores({r["level"]: r["mean_return"] for r in rows}, level_name,
-                                  allow_missing=True)
-    num_suite_levels = len(families.level_names(level_name))
-    over = ("" if summary.num_levels == num_suite_levels
-            else f" over {summary.num_levels} of {num_suite_levels} levels")
     lines.append("-" * len(header))
-    if level_name == suites.DMLAB30:
-      lines.append(f"Mean capped human-normalised score (Table 3){over}: "
-                   f"{summary.mean_capped:.1f}%   (uncapped mean {summary.mean:.1f}%)")
-    else:
-      lines.append(f"Human-normalised score (Table 4){over}: median {summary.median:.2f}%, "
-                   f"mean {summary.mean:.2f}%")
+    lines.append(_summary_line(rows, level_name))
   return "\n".join(lines)
+
+
+def suite_scores_of(rows, level_name):
+  """(the suite's SuiteScores over its rows with reference scores, or None where none has
+  them; those rows' levels). A suite a user names is scored by its levels' suite's tables
+  (suites.reference_suite), over the levels it names."""
+  scored = {r["level"]: r["mean_return"] for r in rows if "human_normalized" in r}
+  if not suites.is_suite(level_name) or not scored:
+    return None, list(scored)
+  table = (level_name if level_name in suites.SUITES
+           else suites.reference_suite(list(scored)))
+  return suites.suite_scores(scored, table, allow_missing=True), list(scored)
+
+
+def _summary_line(rows, level_name):
+  """The suite's summary: Table 3's measure on DeepMind Lab levels, Table 4's on Atari games
+  (over the levels that played and have reference scores), or why there is none."""
+  summary, scored = suite_scores_of(rows, level_name)
+  if summary is None:
+    return (f"No human-normalised score: {', '.join(r['level'] for r in rows)} have no human "
+            "and random reference scores (the paper's tables give them for Atari-57 and "
+            "DMLab-30 levels); the returns above are the result.")
+  num_levels = len(families.level_names(level_name))
+  unscored = [r["level"] for r in rows if r["level"] not in scored]
+  if level_name in suites.SUITES:
+    over = ("" if summary.num_levels == num_levels
+            else f" over {summary.num_levels} of {num_levels} levels")
+  else:
+    over = (f" over the {num_levels} levels named" if summary.num_levels == num_levels
+            else f" over {summary.num_levels} of the {num_levels} levels named")
+  if unscored:
+    over += f" ({', '.join(unscored)}: no reference scores)"
+  dmlab = suites.reference_suite(scored) == suites.DMLAB30
+  if level_name == suites.DMLAB30:
+    return (f"Mean capped human-normalised score (Table 3){over}: "
+            f"{summary.mean_capped:.1f}%   (uncapped mean {summary.mean:.1f}%)")
+  if dmlab:
+    return (f"Mean capped human-normalised score (Table 3's measure){over}: "
+            f"{summary.mean_capped:.1f}%   (uncapped mean {summary.mean:.1f}%, median "
+            f"{summary.median:.1f}%)")
+  measure = "Table 4" if level_name == suites.ATARI57 else "Table 4's median and mean"
+  return (f"Human-normalised score ({measure}){over}: median {summary.median:.2f}%, "
+          f"mean {summary.mean:.2f}%")
 
 
 def _number(value, width, decimals):
@@ -242,12 +277,10 @@ def _played_episodes(config, policy, environment_constructor, print_fn, cannot_r
 
 
 def _summary(config, rows, path, frames):
-  """results.json's summary: the suite's scores (a suite's levels; {} otherwise), the
+  """results.json's summary: the suite's scores (suite_scores_of; {} otherwise), the
   checkpoint and its frames, the seed and the episodes per level."""
-  summary = {}
-  if suites.is_suite(config.level_name) and rows:
-    summary = suites.suite_scores({r["level"]: r["mean_return"] for r in rows},
-                                  config.level_name, allow_missing=True)._asdict()
+  scores, _ = suite_scores_of(rows, config.level_name)
+  summary = {} if scores is None else scores._asdict()
   summary.update(checkpoint=path, training_frames=frames, seed=config.seed,
                  test_num_episodes=config.test_num_episodes)
   return summary

@@ -5,6 +5,7 @@ a suite -> its levels.
     family = families.family_of("gym:CartPole-v1")
     families.family_of("CartPole-v1")             # ValueError: ... did you mean gym:CartPole-v1?
     families.level_names("dmlab30")               # The suite's 30 training levels.
+    families.level_names("atari/pong,atari/boxing")  # A suite a user names: its 2 levels.
     python -m scalable_agent_tf2.environments.families   # Lists every level and suite.
 
 A family (families/base.py, Family) owns its level names, presets, environments, how they run
@@ -12,7 +13,9 @@ and what they observe (docs/ENVIRONMENTS.md). A name is a family's when it start
 the family's prefixes ("atari/", "toy/", "mujoco/", "dmlab:", "gym:") or is one of its listed
 names (the paper's bare DMLab-30 names); no family is anybody's fallback: a name no family owns
 is refused with suggestions. The suites (environments/suites.py: "dmlab30", "atari57") stand
-for their levels. Adding a family is one module and one entry in FAMILIES.
+for their levels, and so does a suite a user names: levels of one family separated by commas
+("atari/pong,atari/breakout", named_suite_levels). Adding a family is one module and one entry
+in FAMILIES.
 
 The families and this registry import the settings' names (configuration/settings.py) and the
 environments' own modules, never a run's resolved configuration (configuration/config.py,
@@ -89,19 +92,80 @@ def level_names(name):
   """The single levels that `name` stands for.
 
   Args:
-    name: a suite name ("dmlab30", "atari57") or a single level name of any environment
-      family ("atari/pong", "gym:CartPole-v1", ...).
+    name: a suite name ("dmlab30", "atari57"), a suite a user names (levels of one family
+      separated by commas: "atari/pong,atari/breakout") or a single level name of any
+      environment family ("atari/pong", "gym:CartPole-v1", ...).
 
   Returns:
-    Tuple of level names: the suite's training levels, or (name,).
+    Tuple of level names: the suite's training levels, the list's, or (name,).
 
   Raises:
     ValueError: unknown name; the message names the closest valid ones.
   """
+  if suites.is_level_list(name):
+    return named_suite_levels(name)
   if suites.is_suite(name):
     return suites.SUITES[name]
   family_of(name)  # The family checks its own names.
   return (name,)
+
+
+def named_suite_levels(name):
+  """The levels of a suite a user names ("atari/pong,atari/breakout"), in the list's order:
+  each one level, all of one family whose levels form suites (base.Family.forms_suites), each
+  named once. A built-in suite's presets and scoring then apply (families' presets, suites'
+  reference_suite).
+
+  Raises:
+    ValueError: one line, naming what is wrong with the list and what to type instead.
+  """
+  names = name.split(suites.LEVEL_LIST_SEPARATOR)
+  where = f"--level_name={name}"
+  for index, element in enumerate(names):
+    if not element.strip():
+      raise ValueError(f"{where}: level {index + 1} of the list is empty (a trailing or "
+                       f"doubled comma); separate the levels by single commas, e.g. "
+                       f"--level_name=atari/pong,atari/breakout.")
+    if element != element.strip():
+      raise ValueError(f"{where}: {element!r} has spaces around it; write the list without "
+                       f"them: --level_name={','.join(n.strip() for n in names)}.")
+    if suites.is_suite(element):
+      raise ValueError(f"{where}: {element} is a suite, not a level; train on it alone "
+                       f"(--level_name={element}, with --excluded_levels to leave levels "
+                       "out), or list single levels.")
+  try:
+    level_families = [family_of(element) for element in names]
+  except ValueError as error:
+    raise ValueError(f"{where}: {error}") from None
+  _check_one_family(where, names, level_families)
+  seen = {}
+  for index, element in enumerate(names):
+    first = seen.setdefault(level_families[0].level_identity(element), index)
+    if first != index:
+      twice = element if names[first] == element else f"{names[first]} (as {element})"
+      raise ValueError(f"{where}: {twice} is named twice (levels {first + 1} and "
+                       f"{index + 1} of the list); name each level once.")
+  return tuple(names)
+
+
+def _check_one_family(where, names, level_families):
+  """A suite's levels are of one family (one network, one set of presets) that forms suites."""
+  first = level_families[0]
+  for element, family in zip(names, level_families):
+    if family is not first:
+      raise ValueError(f"{where} mixes families: {names[0]} is a level of family {first.name}, "
+                       f"{element} of family {family.name}; a suite's levels share one network "
+                       "and one set of presets: list levels of one family.")
+  if not first.forms_suites:
+    raise ValueError(f"{where}: levels of family {first.name} form no suite (their "
+                     "observations and actions may differ); train them one at a time. A suite "
+                     f"you name lists levels of {suite_families_text()}.")
+
+
+def suite_families_text():
+  """The families whose levels form suites, in words ("atari, dmlab or toy")."""
+  names = [family.name for family in families() if family.forms_suites]
+  return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def unknown_level_message(name):
@@ -138,5 +202,7 @@ def listing_groups():
 def all_names_text():
   """Every valid --level_name, one group a paragraph (what LIST_LEVELS_COMMAND prints): the
   suites, then each environment family's levels and name forms."""
-  groups = [("Suites", list(suites.SUITES))] + listing_groups()
+  named = (f"<level>,<level>,... (a suite you name: levels of one family, "
+           f"{suite_families_text()}, e.g. atari/pong,atari/breakout)")
+  groups = [("Suites", list(suites.SUITES) + [named])] + listing_groups()
   return "\n\n".join("%s:\n  %s" % (title, "\n  ".join(names)) for title, names in groups)

@@ -107,6 +107,7 @@ class AtariFamily(base.Family):
   title = "Atari games"
   prefixes = (PREFIX,)
   pbt_adapts_max_grad_norm = True  # Section 5.3.2, Table G.1: the clip is adapted on Atari.
+  forms_suites = True  # Appendix G: one policy layer of the full 18 actions for every game.
 
   def listed_levels(self):
     return suites.ATARI57_LEVELS

@@ -135,6 +135,9 @@ class Family:
     takes_env_kwargs: its environments take --env_kwargs (gymnasium.make's).
     has_test_levels: test scores are measured on `test_level(level)` (DMLab-30), which the
       result tables show.
+    forms_suites: its levels share one observation and action space (the paper's multi-task
+      agents: DMLab-30's Table D.2 actions, Atari's full 18, Appendix G), so a user may name
+      a suite of them ("atari/pong,atari/breakout"); its presets then are its suite's.
     how_to_fix: what a user does about one of its levels that cannot run (its environments
       do not start, or keep failing), completed by "or choose another level" or by the
       --excluded_levels that leaves it out (training.LevelsCannotRun).
@@ -147,6 +150,7 @@ class Family:
   takes_env_kwargs = False
   takes_value_torso = False  # --value_torso: only the gym family's networks take it.
   has_test_levels = False
+  forms_suites = False
   pbt_adapts_max_grad_norm = False
   # Whether a step may take as long as a reset: the environment resets inside its step at an
   # episode's end, and a reset can be slow (DeepMind Lab compiles a new map). Such a step gets
@@ -170,6 +174,10 @@ class Family:
     UnknownLevelName where the registry's suggestions say it best."""
     if level_name not in self.listed_levels():
       raise UnknownLevelName(level_name)
+
+  def level_identity(self, level_name):
+    """What two names of one level share (a suite a user names holds each level once)."""
+    return level_name
 
   def suggestions(self, name):
     """Level names this family offers for an unknown `name` (e.g. "gym:CartPole-v1" for

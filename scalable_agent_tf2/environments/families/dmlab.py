@@ -116,6 +116,7 @@ class DmLabFamily(base.Family):
   title = "DeepMind Lab levels"
   prefixes = (PREFIX,)
   has_test_levels = True
+  forms_suites = True  # Table D.2: one action set for every DeepMind Lab level.
   steps_may_reset_slowly = True  # Procedural levels compile a new map at every episode.
   how_to_fix = "Fix the level's environment (see BUILD.md)"
   name_forms = ("dmlab:<level> (any DeepMind Lab level by its path under game_scripts/levels, "
@@ -141,6 +142,10 @@ class DmLabFamily(base.Family):
     hint = f" Did you mean {' or '.join(PREFIX + c for c in close)}?" if close else ""
     raise ValueError(f"{level_name!r}: the installed DeepMind Lab has no level {path!r} "
                      f"(no {path}.lua under {directory}).{hint}")
+
+  def level_identity(self, level_name):
+    """Its script: "rooms_watermaze" is "dmlab:contributed/dmlab30/rooms_watermaze"."""
+    return dmlab.level_path(level_name)
 
   def suggestions(self, name):
     """A bare name of a level the installed DeepMind Lab has: "dmlab:<name>"."""

@@ -49,6 +49,7 @@ class ToyFamily(base.Family):
   name = "toy"
   title = "Diagnostic levels (not from the paper)"
   prefixes = (PREFIX,)
+  forms_suites = True  # One frame and action set: the reward-scale diagnostics of suites.
 
   def listed_levels(self):
     return LEVELS
