@@ -186,7 +186,7 @@ def describe(agent, config, signatures, record):
 def preprocessing(config, agent):
   """What an observation is, in words and numbers, for a reader who makes its own."""
   network = agent.config
-  if suites.is_atari_level(config.level_name):
+  if suites.is_atari_level(config.levels[0]):  # A suite's levels are of one family.
     from scalable_agent_tf2.environments import atari  # pylint: disable=g-import-not-at-top
     options = config.environment_options()
     return dict(

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -201,3 +202,14 @@ def test_an_export_never_writes_over_a_folder_and_says_so_in_one_line(tmp_path, 
   error = capsys.readouterr().err.strip()
   assert code == 2 and error.startswith("error: ") and "not empty" in error
   assert "\n" not in error and os.listdir(output) == ["notes.txt"]
+
+
+def test_an_atari_suites_policy_describes_atari_preprocessing():
+  """A suite (atari57, or a list of games) is Atari's preprocessing too, with the full action
+  set of the multi-task rows (Appendix G): the level name alone is not a game's."""
+  frames = types.SimpleNamespace(config=types.SimpleNamespace(frame_shape=(84, 84, 4)))
+  for level_name in ("atari57", "atari/pong,atari/breakout"):
+    config = config_lib.config_from_argv([f"--level_name={level_name}"])
+    described = saved_policy.preprocessing(config, frames)
+    assert described["frame_skip"] == 4 and described["full_action_space"], (level_name,
+                                                                            described)
