@@ -49,6 +49,7 @@ from scalable_agent_tf2.configuration import command_line
 from scalable_agent_tf2.configuration import command_settings
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings as settings_lib
+from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.population import driver
 from scalable_agent_tf2.population import pbt
 from scalable_agent_tf2.population import processes
@@ -86,6 +87,12 @@ def resolve_member_flags(experiment_flags, logdir):
     config_lib.check_levels_can_run(config)
   except ModuleNotFoundError as error:
     raise ValueError(str(error)) from error
+  unscored = [level for level in config.levels if suites.reference_scores(level) is None]
+  if config.is_multi_task and unscored:  # pbt.fitness would fail at the first exploit.
+    raise ValueError(f"a population on a suite ranks its members by the mean capped "
+                     f"human-normalised score (Table G.1's fitness), and {', '.join(unscored)} "
+                     f"have no human and random reference scores; train one level, or a suite "
+                     f"of Atari or DeepMind Lab levels.")
   return dict(settings=dataclasses.asdict(config),
               adapts_max_grad_norm=config.family.pbt_adapts_max_grad_norm,
               is_multi_task=config.is_multi_task)

@@ -274,6 +274,10 @@ def test_command_line_checks_its_flags_before_starting(tmp_path, capsys):
   assert code == 2 and "--agent_tag is set by the population driver" in error
   code, error = run("--shared_replay_capacity=-1", "--", "--level_name=atari/pong")
   assert code == 2 and "--shared_replay_capacity must be >= 0" in error
+  # A suite's fitness is its human-normalised score: levels without reference scores have none.
+  code, error = run("--", "--level_name=toy/lit_side,toy/lit_side_x1000")
+  assert code == 2 and error.count("\n") == 1 and "toy/lit_side, toy/lit_side_x1000 have no" \
+      in error, error
   assert not os.path.exists(pbt.member_dir(str(tmp_path), 0))
 
 
