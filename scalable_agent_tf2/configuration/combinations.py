@@ -27,12 +27,11 @@ def resolve_envs_per_actor(config, given):
   if config.uses_environment_groups or config.envs_per_actor == 1:
     return config.envs_per_actor
   if "envs_per_actor" in given:
-    raise ValueError(
-        f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks and Atari games at "
-        f"84x84, action repeat 4 and without sticky actions (and gymnasium environments "
-        f"without frames) run in groups; {config.level_name} "
-        f"with these settings runs one environment process per actor. Drop --envs_per_actor "
-        f"(or set it to 1).")
+    raise ValueError(f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks and Atari games "
+                     "at 84x84, action repeat 4 and without sticky actions (and gymnasium "
+                     f"environments without frames) run in groups; {config.level_name} with these "
+                     "settings runs one environment process per actor. Drop --envs_per_actor (or "
+                     "set it to 1).")
   return 1
 
 
@@ -40,9 +39,8 @@ def check_combinations(config):
   """The checks of one resolved config that involve more than one setting."""
   _check_levels(config)
   if config.env_kwargs and not config.family.takes_env_kwargs:
-    raise ValueError(f"--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> "
-                     f"levels; {config.level_name} is not one ({config.family.title}). Drop "
-                     "--env_kwargs.")
+    raise ValueError("--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> levels; "
+                     f"{config.level_name} is not one ({config.family.title}). Drop --env_kwargs.")
   if config.value_torso != settings.AUTO and not config.family.takes_value_torso:
     raise ValueError(f"--value_torso={config.value_torso} chooses the baseline's torso of "
                      f"gym:<id> levels with discrete actions; {config.level_name}'s network "
@@ -132,8 +130,7 @@ def resolve_laser(config):
       raise ValueError(f"--shared_replay_address must be host:port, e.g. localhost:8010; got "
                        f"{config.shared_replay_address!r}.")
   elif config.agent_tag:
-    raise ValueError("--agent_tag names this run in a shared replay: add "
-                     "--shared_replay_address.")
+    raise ValueError("--agent_tag names this run in a shared replay: add --shared_replay_address.")
   mixing = None  # No replay: nothing to mix (and a resolved config resolves again).
   if replays:
     mixing = settings.REPLAY_ADDED if config.replays_added else settings.REPLAY_WITHIN_BATCH

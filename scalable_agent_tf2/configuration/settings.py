@@ -157,25 +157,22 @@ class ExperimentSettings:
       "optimizer state unchanged) and counted; the last checkpoint stays as it was.",
       source="not in the paper: a diverged run, not a noisy batch", check=POSITIVE_INT)
   max_parameter_norm: float = setting(
-      1e6, RUN, "A learner update that leaves the global norm of the parameters above this "
-      "(or not finite) stops the run with an error: training has diverged. A checkpoint is "
-      "never written of such parameters; the last healthy one stays the newest.",
-      source="not in the paper: the default networks' global norms are 15 to 32 at their "
-      "start (toy, Pong shallow and deep, CartPole, Pendulum); a diverged run measured here "
-      "reached 3.8e10 at its first update",
+      1e6, RUN, "A learner update that leaves the global norm of the parameters above this (or not "
+      "finite) stops the run with an error: training has diverged. A checkpoint is never written "
+      "of such parameters; the last healthy one stays the newest.", source="not in the paper: the "
+      "default networks' global norms are 15 to 32 at their start (toy, Pong shallow and deep, "
+      "CartPole, Pendulum); a diverged run measured here reached 3.8e10 at its first update",
       check=POSITIVE)
   env_step_timeout_secs: float = setting(
-      60.0, RUN, "Seconds an environment's step may take. One that takes longer is reported "
-      "with its level and replaced as a dead one is (a process is killed; an in-process "
-      "environment's actor thread, which cannot be interrupted, is left behind and a new one "
-      "started); the run goes on. A level whose environments keep hanging stops the run.",
-      source="not in the paper: far above any step seen here (Atari, MuJoCo, gymnasium: "
-      "milliseconds)", check=POSITIVE)
+      60.0, RUN, "Seconds an environment's step may take. One that takes longer is reported with "
+      "its level and replaced as a dead one is (a process is killed; an in-process environment's "
+      "actor thread, which cannot be interrupted, is left behind and a new one started); the run "
+      "goes on. A level whose environments keep hanging stops the run.", source="not in the paper: "
+      "far above any step seen here (Atari, MuJoCo, gymnasium: milliseconds)", check=POSITIVE)
   env_reset_timeout_secs: float = setting(
-      600.0, RUN, "Seconds an environment's reset may take (also a DeepMind Lab step, which "
-      "resets at an episode's end and may compile a new map then).",
-      source="not in the paper: a DMLab-30 reset without a level cache compiles a map, about "
-      "30 s on a small machine", check=POSITIVE)
+      600.0, RUN, "Seconds an environment's reset may take (also a DeepMind Lab step, which resets "
+      "at an episode's end and may compile a new map then).", source="not in the paper: a DMLab-30 "
+      "reset without a level cache compiles a map, about 30 s on a small machine", check=POSITIVE)
   stall_secs: float = setting(
       300.0, RUN, "Seconds without progress after which the run stops with an error naming "
       "what was seen: every trajectory dropped as non-finite; a batch of trajectories and no "
@@ -183,25 +180,23 @@ class ExperimentSettings:
       source="not in the paper: longer than any first update's compilation or DeepMind Lab "
       "map compilation seen here", check=POSITIVE)
   repeatable: bool = setting(
-      False, RUN, "Debugging: the same --seed and command (on the same machine, in a new "
-      "logdir) give the same losses and parameters, update by update; the console prints "
-      "each update's losses and a digest of the parameters (compare two runs with diff). The "
-      "actors act in lockstep with the learner: in rounds of one unroll of every actor's "
-      "environments, taken in actor order (consecutive --batch_size of them are a batch; "
-      "with --num_actors x --envs_per_actor = --batch_size each batch is one unroll of every "
-      "actor), acted only when the learner asks for the round, with the parameters of its "
-      "last update, while it waits; each actor runs its own forward pass (no dynamic "
-      "batching); TensorFlow's ops run deterministically. Slower: actors and learner take "
-      "turns. The default asynchronous mode cannot repeat: its actors never wait for the "
-      "learner, so which unrolls reach the learner's queue first (and form each batch), the "
-      "parameters each was acted with, and which actors share a forward pass depend on "
-      "thread timing. Not with actor processes (a cluster), --num_learners > 1 or a shared "
-      "replay; a resumed run or a restarted environment starts new episodes.",
-      source="not in the paper (IMPALA's actors never wait): a debugging mode")
+      False, RUN, "Debugging: the same --seed and command (on the same machine, in a new logdir) "
+      "give the same losses and parameters, update by update; the console prints each update's "
+      "losses and a digest of the parameters (compare two runs with diff). The actors act in "
+      "lockstep with the learner: in rounds of one unroll of every actor's environments, taken in "
+      "actor order (consecutive --batch_size of them are a batch; with --num_actors x "
+      "--envs_per_actor = --batch_size each batch is one unroll of every actor), acted only when "
+      "the learner asks for the round, with the parameters of its last update, while it waits; "
+      "each actor runs its own forward pass (no dynamic batching); TensorFlow's ops run "
+      "deterministically. Slower: actors and learner take turns. The default asynchronous mode "
+      "cannot repeat: its actors never wait for the learner, so which unrolls reach the learner's "
+      "queue first (and form each batch), the parameters each was acted with, and which actors "
+      "share a forward pass depend on thread timing. Not with actor processes (a cluster), "
+      "--num_learners > 1 or a shared replay; a resumed run or a restarted environment starts new "
+      "episodes.", source="not in the paper (IMPALA's actors never wait): a debugging mode")
   show_settings: bool = setting(
-      False, RUN, "Print every setting with its resolved value and its source (flag, the "
-      "level's preset, default) for the given level and flags, then exit without starting "
-      "TensorFlow.")
+      False, RUN, "Print every setting with its resolved value and its source (flag, the level's "
+      "preset, default) for the given level and flags, then exit without starting TensorFlow.")
   record_video_episodes: int = setting(
       0, RUN, "Test mode: record the first N test episodes of each level as MP4 (GIF where no "
       "encoder is installed) under <logdir>/evaluation/videos/.", check=NON_NEGATIVE)
@@ -222,22 +217,20 @@ class ExperimentSettings:
       "", ENVIRONMENT, "gym:<id> levels: keyword arguments of gymnasium.make, as a JSON "
       "object, e.g. '{\"continuous\": true}' for gym:LunarLander-v3.",
       source="not in the paper: gymnasium's own arguments", check=JSON_OBJECT)
-  sticky_actions: bool = setting(False, ENVIRONMENT,
-                                 "Atari: repeat the last action with p=0.25.")
+  sticky_actions: bool = setting(False, ENVIRONMENT, "Atari: repeat the last action with p=0.25.")
   # Network.
   torso: Optional[str] = preset_setting(
       NETWORK, "Figure 3's network (shallow, deep), the IMPACT paper's Atari network "
       "(impact_cnn: 42x42 frames only), or the frame flattened into the IMPACT paper's MLP "
       "(mlp: for small symbolic frames, e.g. MiniGrid's 7x7 view).", choices=TORSOS)
   value_torso: str = setting(
-      AUTO, NETWORK, "gymnasium levels with discrete actions: the baseline on the policy's "
-      "torso (shared, Figure 3) or on a torso of its own reading the observation alone "
-      "(separate); auto: separate on feed-forward networks (vectors, indices, small frames), "
-      "shared with an LSTM. shared resumes a run of such a level trained before 2026-11-28.",
-      source="this project's: auto (gymnasium levels with discrete actions: separate on "
-      "feed-forward networks, benchmarks/RESULTS.md 'Small frames and an entropy bonus'); "
-      "Figure 3: shared; IMPACT section 4.3 (Box actions on vectors): separate",
-      choices=VALUE_TORSOS)
+      AUTO, NETWORK, "gymnasium levels with discrete actions: the baseline on the policy's torso "
+      "(shared, Figure 3) or on a torso of its own reading the observation alone (separate); auto: "
+      "separate on feed-forward networks (vectors, indices, small frames), shared with an LSTM. "
+      "shared resumes a run of such a level trained before 2026-11-28.", source="this project's: "
+      "auto (gymnasium levels with discrete actions: separate on feed-forward networks, "
+      "benchmarks/RESULTS.md 'Small frames and an entropy bonus'); Figure 3: shared; IMPACT "
+      "section 4.3 (Box actions on vectors): separate", choices=VALUE_TORSOS)
   # Learner.
   algorithm: Optional[str] = preset_setting(
       LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
@@ -265,16 +258,14 @@ class ExperimentSettings:
   epsilon: Optional[float] = preset_setting(LEARNER, "RMSProp epsilon.", check=NON_NEGATIVE,
                                             part_of=FOR_LEARNER)
   rmsprop_initial_mean_square: Optional[float] = preset_setting(
-      LEARNER, "Where RMSProp's mean-square accumulator starts. 1: TF1's RMSPropOptimizer, "
-      "the paper's; its steps stay small for the first ~500 updates. 0: full-size steps from "
-      "the first update (PyTorch's and Keras' RMSprop start there; the MuJoCo presets, as "
-      "RLlib's Adam). See benchmarks/RESULTS.md, 'Short budgets'.", check=NON_NEGATIVE,
-      part_of=FOR_LEARNER)
+      LEARNER, "Where RMSProp's mean-square accumulator starts. 1: TF1's RMSPropOptimizer, the "
+      "paper's; its steps stay small for the first ~500 updates. 0: full-size steps from the first "
+      "update (PyTorch's and Keras' RMSprop start there; the MuJoCo presets, as RLlib's Adam). See "
+      "benchmarks/RESULTS.md, 'Short budgets'.", check=NON_NEGATIVE, part_of=FOR_LEARNER)
   learning_rate_schedule: Optional[str] = preset_setting(
-      LEARNER, "linear: the learning rate falls linearly to 0 at --total_environment_frames "
-      "(the papers'); constant: it stays at --learning_rate, so a shorter budget trains "
-      "exactly as the start of a longer one.", choices=LEARNING_RATE_SCHEDULES,
-      part_of=FOR_LEARNER)
+      LEARNER, "linear: the learning rate falls linearly to 0 at --total_environment_frames (the "
+      "papers'); constant: it stays at --learning_rate, so a shorter budget trains exactly as the "
+      "start of a longer one.", choices=LEARNING_RATE_SCHEDULES, part_of=FOR_LEARNER)
   popart: Optional[bool] = preset_setting(
       LEARNER, "Learn the values in a normalised scale (PopArt): the baseline's targets and "
       "the policy gradient's advantages divided by a running standard deviation of V-trace's "
@@ -296,13 +287,12 @@ class ExperimentSettings:
       "replayed for each online trajectory). See --replay_mixing for where they go.",
       source="section 5.2.2, Table 2; LASER sections 5.1, 5.3")
   replay_mixing: Optional[str] = setting(
-      None, REPLAY, "added: the replayed trajectories come on top of --batch_size online "
-      "ones, round(batch_size x f / (1 - f)) of them (LASER: --batch_size=32 "
-      "--replay_fraction=0.875 trains on 32 online + 224 replayed). within_batch: they "
-      "replace round(batch_size x f) of the --batch_size (32 at 0.875: 4 online + 28 "
-      "replayed). Default: added with --laser_replay, within_batch otherwise (IMPALA's "
-      "replay, Table 2).", source="LASER section 5.1; IMPALA section 5.2.2",
-      choices=REPLAY_MIXINGS)
+      None, REPLAY, "added: the replayed trajectories come on top of --batch_size online ones, "
+      "round(batch_size x f / (1 - f)) of them (LASER: --batch_size=32 --replay_fraction=0.875 "
+      "trains on 32 online + 224 replayed). within_batch: they replace round(batch_size x f) of "
+      "the --batch_size (32 at 0.875: 4 online + 28 replayed). Default: added with --laser_replay, "
+      "within_batch otherwise (IMPALA's replay, Table 2).",
+      source="LASER section 5.1; IMPALA section 5.2.2", choices=REPLAY_MIXINGS)
   replay_capacity: int = setting(
       DEFAULT_REPLAY_CAPACITY, REPLAY, "Replay capacity in trajectories, oldest "
       "removed first. Memory: capacity x bytes per trajectory, printed at start.",
@@ -354,17 +344,15 @@ class ExperimentSettings:
                                             check=NON_NEGATIVE, part_of=FOR_IMPACT)
   normalize_advantages: Optional[bool] = preset_setting(
       IMPACT_TOPIC, "Standardise the surrogate's advantages over each batch (mean 0, standard "
-      "deviation 1), as PPO's implementations do, so that --entropy_cost weighs the same "
-      "against the policy gradient whatever the rewards' scale.",
-      source="not in the IMPACT paper: Stable-Baselines3's normalize_advantage, CleanRL's "
-      "norm_adv", part_of=FOR_IMPACT)
+      "deviation 1), as PPO's implementations do, so that --entropy_cost weighs the same against "
+      "the policy gradient whatever the rewards' scale.", part_of=FOR_IMPACT,
+      source="not in the IMPACT paper: Stable-Baselines3's normalize_advantage, CleanRL's norm_adv")
   kl_target: Optional[float] = setting(
-      None, IMPACT_TOPIC, "The KL(pi_target || pi) an adaptive --kl_cost steers towards: at "
-      "each target-network refresh the coefficient is scaled by 1.5 when the step's mean KL "
-      "exceeds twice this, by 0.5 below half of it (PPO's adaptive penalty as RLlib, the "
-      "paper's code base, applies it; --kl_cost is the start). Default: a fixed --kl_cost "
-      "(MuJoCo levels: Table 2's 0.04).", source="IMPACT Table 1: none; Table 2: 0.04",
-      check=POSITIVE)
+      None, IMPACT_TOPIC, "The KL(pi_target || pi) an adaptive --kl_cost steers towards: at each "
+      "target-network refresh the coefficient is scaled by 1.5 when the step's mean KL exceeds "
+      "twice this, by 0.5 below half of it (PPO's adaptive penalty as RLlib, the paper's code "
+      "base, applies it; --kl_cost is the start). Default: a fixed --kl_cost (MuJoCo levels: Table "
+      "2's 0.04).", source="IMPACT Table 1: none; Table 2: 0.04", check=POSITIVE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -375,10 +363,9 @@ class ClusterSettings:
       "this process, unless TF_CONFIG names a task.", choices=JOB_NAMES)
   task: Optional[int] = setting(None, CLUSTER, "Actor process number (0, 1, ...); default: "
                                 "TF_CONFIG's task index, else 0.", check=NON_NEGATIVE)
-  cluster: str = setting(
-      "", CLUSTER, 'The cluster as JSON, e.g. \'{"learner": ["host:8001"], "actor": '
-      '["host2:8002"]}\'; default: TF_CONFIG\'s "cluster", else the learner on '
-      "localhost:8001 (loopback only).")
+  cluster: str = setting("", CLUSTER, 'The cluster as JSON, e.g. \'{"learner": ["host:8001"], '
+                         '"actor": ["host2:8002"]}\'; default: TF_CONFIG\'s "cluster", else the '
+                         "learner on localhost:8001 (loopback only).")
   cluster_secret_file: str = setting(
       "", CLUSTER, "A file holding the cluster's shared secret (any text; readable by you "
       "alone): every call to the learner or a replay service must prove it, so processes "
