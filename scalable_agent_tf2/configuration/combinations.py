@@ -1,7 +1,6 @@
-"""The settings that depend on each other: the checks that involve more than one setting, and
-the defaults that follow from others (--envs_per_actor, LASER section 5.1's). config.explain
-runs them after every setting's own check; each message names the flags to change.
-"""
+"""The settings that depend on each other: the checks that involve more than one setting, and the
+defaults that follow from others (--envs_per_actor, LASER section 5.1's). config.explain runs them
+after every setting's own check; each message names the flags to change."""
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import families
 
@@ -112,9 +111,8 @@ def resolve_laser(config):
   if config.laser_replay and config.algorithm == settings.IMPACT:
     raise ValueError("--laser_replay is built for IMPALA's learner; drop --algorithm=impact "
                      "or --laser_replay.")
-  online_only = config.entropy_on_online_only
-  if online_only is None:
-    online_only = config.laser_replay
+  online_only = (config.laser_replay if config.entropy_on_online_only is None
+                 else config.entropy_on_online_only)
   if online_only and not replays:
     raise ValueError("--entropy_on_online_only needs replayed data to leave out: set "
                      "--replay_fraction > 0, or drop the flag.")

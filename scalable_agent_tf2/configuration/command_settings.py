@@ -1,9 +1,8 @@
-"""The settings tables of the commands beside experiment.py: the population driver (IMPALA
-Appendix F), LASER's replay service (Schmitt et al. 2019, section 5.4) and the launcher, whose
-parsers and --help are generated from them (command_line.CommandParser). A flag that also is
-experiment.py's (--seed, --replay_capacity, ...) is that setting reused (setting_fields.reuse):
-its type, choices, check and source, with the command's own default and help. No TensorFlow.
-"""
+"""The settings tables of the commands beside experiment.py: the population driver (IMPALA Appendix
+F), LASER's replay service (Schmitt et al. 2019, section 5.4) and the launcher, whose parsers and
+--help are generated from them (command_line.CommandParser). A flag that also is experiment.py's
+(--seed, --replay_capacity, ...) is that setting reused (setting_fields.reuse): its type, choices,
+check and source, with the command's own default and help. No TensorFlow."""
 import dataclasses
 from typing import Optional
 
@@ -30,10 +29,8 @@ READY_EPISODES = 5_000
 EXPLOIT_THRESHOLD = 5.0
 # Table D.1 ("Sweep size and population size are 24"), Table G.1 ("Population size 24").
 POPULATION_SIZE = 24
-# Loopback: a replay service (transport/replay_service.py) listens on this machine only unless
-# told otherwise.
+# Loopback: a replay service listens on this machine only unless told otherwise.
 DEFAULT_REPLAY_ADDRESS = "localhost:8010"
-# --initial_hyperparameters: drawn from Table D.1 (the paper), or the flags' for every member.
 TABLE_D1, FLAGS_INITIAL = "table_d1", "flags"
 INITIAL_HYPERPARAMETERS = (TABLE_D1, FLAGS_INITIAL)
 # The commands' topics, in their --help's order (a command lists the topics it has).
@@ -125,5 +122,5 @@ class LaunchSettings:
   port: Optional[int] = setting(None, LAUNCH, "Learner port (default: free).", check=PORT)
 
 
-COMMAND_TABLES = (PopulationSettings, ReplayServiceSettings, LaunchSettings)
-ALL_TABLES = settings.TABLES + COMMAND_TABLES  # Every flag of every command.
+# Every flag of every command.
+ALL_TABLES = settings.TABLES + (PopulationSettings, ReplayServiceSettings, LaunchSettings)

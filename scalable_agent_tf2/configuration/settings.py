@@ -1,14 +1,12 @@
 """Every setting of a run, written once: its flag name, type, default, topic, help and check.
 
-The fields of `ExperimentSettings` (and `ClusterSettings`) are the table: experiment.py's flags
-and --help are generated from them (command_line.py), config.ExperimentConfig is
-ExperimentSettings with behaviour added, and the learner's configs are made of the settings
-marked for them (`part_of`). Flag names are the released code's (deepmind/scalable_agent,
-experiment.py) where it had the setting. A setting whose default is PRESET (None) takes the
-run's level's value (its family's presets: Table G.1 for Atari, Table D.3 and the released code
-for DeepMind Lab); a value given always wins (config.resolve). No TensorFlow here: a bad flag is
-reported in well under a second.
-"""
+The fields of `ExperimentSettings` (and `ClusterSettings`) are the table: experiment.py's flags and
+--help are generated from them (command_line.py), config.ExperimentConfig is ExperimentSettings with
+behaviour added, and the learner's configs are made of the settings marked for them (`part_of`).
+Flag names are the released code's (deepmind/scalable_agent, experiment.py) where it had the
+setting. A setting whose default is PRESET (None) takes the run's level's value (its family's
+presets: Table G.1 for Atari, Table D.3 and the released code for DeepMind Lab); a value given
+always wins (config.resolve). No TensorFlow here: a bad flag is reported in well under a second."""
 import dataclasses
 from typing import Optional
 
@@ -31,8 +29,7 @@ DEFAULT_REPLAY_CAPACITY = 10_000
 # Choices. The modules that implement them (losses, vtrace, networks, learner) import these.
 TRAIN, TEST = "train", "test"
 MODES = (TRAIN, TEST)
-# The learning algorithms: IMPALA (Espeholt et al., 2018) and IMPACT (Luo et al., 2020).
-IMPALA, IMPACT = "impala", "impact"
+IMPALA, IMPACT = "impala", "impact"  # Espeholt et al., 2018; Luo et al., 2020.
 ALGORITHMS = (IMPALA, IMPACT)
 SHALLOW, DEEP = "shallow", "deep"  # Figure 3's networks.
 # The smallest frame side the shallow torso takes: Figure 3 (left)'s VALID 8x8/4 then 4x4/2
@@ -46,10 +43,8 @@ IMPACT_CNN = "impact_cnn"  # The IMPACT paper's Atari network (section 4.3), 42x
 # encoding, e.g. MiniGrid's 7x7 view, MinAtar's 10x10 planes; families/gym.py's frame_torso).
 FLAT_MLP = "mlp"
 TORSOS = (SHALLOW, DEEP, IMPACT_CNN, FLAT_MLP)
-# --value_torso: the family's choice, the policy's torso (Figure 3), or one of the baseline's own.
 AUTO, SHARED, SEPARATE = "auto", "shared", "separate"
 VALUE_TORSOS = (AUTO, SHARED, SEPARATE)
-# --preset: whose published setting fills the settings left at their default.
 DEFAULT_PRESET = "default"     # IMPALA's Tables G.1 / D.3 (+ IMPACT Table 1's own settings).
 IMPACT_PAPER = "impact_paper"  # The IMPACT paper's Atari setting: Table 1, section 4.3.
 PRESETS = (DEFAULT_PRESET, IMPACT_PAPER)
@@ -65,7 +60,6 @@ ONE_STEP_IS = "one_step_is"   # "1-step importance sampling": no traces, no corr
 EPSILON = "epsilon"           # "epsilon-correction": on-policy targets, log(pi + 1e-6) in the PG.
 NO_CORRECTION = "none"        # "No-correction": treat the behaviour policy as on-policy.
 OFF_POLICY_CORRECTIONS = (VTRACE, ONE_STEP_IS, EPSILON, NO_CORRECTION)
-# How replayed trajectories join a batch (--replay_mixing; buffers.num_replayed_per_batch).
 REPLAY_ADDED = "added"            # LASER section 5.1: a replay mini-batch on top of the online one.
 REPLAY_WITHIN_BATCH = "within_batch"  # IMPALA section 5.2.2: a share of --batch_size replayed.
 REPLAY_MIXINGS = (REPLAY_ADDED, REPLAY_WITHIN_BATCH)
@@ -415,9 +409,8 @@ def check_value(name, value, field=None, flag=True):
 
 
 def check_values(values, table=None, flag=True):
-  """Checks each field of `table` (by default the dataclass of `values`) in `values` (its
-  instance, or an argparse Namespace of its flags); a derived config's fields by their
-  settings'. Raises ValueError: "--name must be <requirement>, got <value>."."""
+  """Checks the fields of `table` (default: the dataclass of `values`) in `values` (an instance or
+  an argparse Namespace), a derived config's by their settings'; ValueError as check_value's."""
   settings = {f.name: f for f in all_settings()}
   for field in dataclasses.fields(table or values):
     if "check" in field.metadata or field.name in settings:
