@@ -122,5 +122,4 @@ class LaunchSettings:
   port: Optional[int] = setting(None, LAUNCH, "Learner port (default: free).", check=PORT)
 
 
-# Every flag of every command.
 ALL_TABLES = settings.TABLES + (PopulationSettings, ReplayServiceSettings, LaunchSettings)

@@ -156,7 +156,6 @@ class ExperimentConfig(settings.ExperimentSettings):
     return {"auto": None, "on": True, "off": False}[self.jit_compile]
 
 
-# The learner's configs: the settings marked for them, with a preset's values as defaults.
 class _Checks:
   """A derived config's checks: every setting's own (then the learner's, which combine some)."""
 
@@ -224,10 +223,8 @@ def atari_learner_config(**overrides):
   return LearnerConfig(**{**_learner_values(atari_family.ATARI), **overrides})
 
 
-# Resolving a run's settings.
 def resolve(config):
-  """The config with its presets and derived settings filled in, checked (ValueError: a bad
-  value, with what to do about it)."""
+  """explain(config)'s config: presets and derived settings filled in, checked (ValueError)."""
   return explain(config)[0]
 
 
@@ -383,7 +380,6 @@ def level_family(level_name):
 
 
 def machine_memory_gb():
-  """The machine's physical memory in GB (1e9 bytes)."""
   return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
 
 
@@ -394,10 +390,9 @@ def check_levels_can_run(config):
   config.family.check_can_run(config, machine_memory_gb())
 
 
-def config_of_flags(flag_values):
-  """The (unresolved) ExperimentConfig of parsed absl flags (command_line.define_flags')."""
-  return ExperimentConfig(**{f.name: flag_values[f.name].value
-                             for f in dataclasses.fields(ExperimentConfig)})
+def config_of_flags(flag_values, table=ExperimentConfig):
+  """The (unresolved) ExperimentConfig, or `table`, of parsed absl flags (define_flags')."""
+  return table(**{f.name: flag_values[f.name].value for f in dataclasses.fields(table)})
 
 
 def config_from_argv(argv):

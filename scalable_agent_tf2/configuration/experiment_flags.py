@@ -65,7 +65,7 @@ def parse_command_line(argv):
     if len(argv) > 1:
       raise ValueError(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value).")
     config, presets, cited = config_lib.explain(config_lib.config_of_flags(FLAGS))
-    cluster = settings.ClusterSettings(**{n: FLAGS[n].value for n in settings.CLUSTER_SETTINGS})
+    cluster = config_lib.config_of_flags(FLAGS, settings.ClusterSettings)
     if FLAGS.show_settings:
       given = {f.name for f in settings.all_settings()
                if FLAGS[f.name].present and f.name != "show_settings"}

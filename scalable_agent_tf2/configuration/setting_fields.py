@@ -25,7 +25,6 @@ class Check:
 
 
 def _is_json_object(text):
-  """Whether text is "" or a JSON object ({...})."""
   try:
     return not text or isinstance(json.loads(text), dict)
   except ValueError:

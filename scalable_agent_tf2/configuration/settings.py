@@ -199,7 +199,6 @@ class ExperimentSettings:
       "processes and other runs can share the GPU), all (TensorFlow's default: the whole "
       "GPU at start), or a limit in MiB (e.g. 20000). No effect without a GPU.",
       source="not in the paper", check=GPU_MEMORY)
-  # Environment.
   num_action_repeats: Optional[int] = preset_setting(
       ENVIRONMENT, "Environment frames per agent step.", check=POSITIVE_INT, part_of=FOR_LEARNER)
   width: Optional[int] = preset_setting(ENVIRONMENT, "Frame width.", check=POSITIVE_INT)
@@ -212,7 +211,6 @@ class ExperimentSettings:
       "object, e.g. '{\"continuous\": true}' for gym:LunarLander-v3.",
       source="not in the paper: gymnasium's own arguments", check=JSON_OBJECT)
   sticky_actions: bool = setting(False, ENVIRONMENT, "Atari: repeat the last action with p=0.25.")
-  # Network.
   torso: Optional[str] = preset_setting(
       NETWORK, "Figure 3's network (shallow, deep), the IMPACT paper's Atari network "
       "(impact_cnn: 42x42 frames only), or the frame flattened into the IMPACT paper's MLP "
@@ -225,7 +223,6 @@ class ExperimentSettings:
       "auto (gymnasium levels with discrete actions: separate on feed-forward networks, "
       "benchmarks/RESULTS.md 'Small frames and an entropy bonus'); Figure 3: shared; IMPACT "
       "section 4.3 (Box actions on vectors): separate", choices=VALUE_TORSOS)
-  # Learner.
   algorithm: Optional[str] = preset_setting(
       LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
       "clipped target-worker surrogate; presets from its Table 1).", choices=ALGORITHMS)
@@ -274,7 +271,6 @@ class ExperimentSettings:
       part_of=FOR_LEARNER)
   jit_compile: str = setting("auto", LEARNER, "XLA-compile the learner update; auto: on GPUs "
                              "only (faster on each).", choices=JIT_COMPILE_CHOICES)
-  # Experience replay and LASER.
   replay_fraction: float = setting(
       0.0, REPLAY, "Share of each learner batch drawn from experience replay, in [0, 1); 0: "
       "no replay (the default). The paper's Table 2 'with replay': 0.5; LASER: 0.875 (7 "
@@ -316,7 +312,6 @@ class ExperimentSettings:
   shared_replay_connect_secs: float = setting(
       60.0, REPLAY, "How long to wait for the replay service at the start and after losing "
       "it; then the run stops (exit code 3) with its checkpoint written.", check=POSITIVE)
-  # IMPACT.
   target_update_period: Optional[int] = setting(
       None, IMPACT_TOPIC, "Learner steps between target-network refreshes. Default: "
       "circular_buffer_size x circular_buffer_max_uses.", source="IMPACT section 4.1.1",
@@ -381,7 +376,6 @@ VTRACE_CONSTANTS = (
 )
 IMPACT_SETTINGS = tuple(f.name for f in dataclasses.fields(ExperimentSettings)
                         if f.metadata["topic"] == IMPACT_TOPIC)
-CLUSTER_SETTINGS = tuple(f.name for f in dataclasses.fields(ClusterSettings))
 TABLES = (ExperimentSettings, ClusterSettings)  # experiment.py's.
 
 
