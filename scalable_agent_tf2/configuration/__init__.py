@@ -12,5 +12,4 @@ combinations.py      the checks and defaults that combine several settings.
 experiment_flags.py  experiment.py's command line: parsing, --help, --show_settings.
 
 May import: structures, utils, environments (the families' presets, the level registry, the
-papers' suites). The families read the names of settings.py, which imports none of them.
-"""
+papers' suites). The families read the names of settings.py, which imports none of them."""

@@ -1,7 +1,6 @@
-"""The settings that depend on each other: the checks that involve more than one setting, and
-the defaults that follow from others (--envs_per_actor, LASER section 5.1's). config.explain
-runs them after every setting's own check; each message names the flags to change.
-"""
+"""The settings that depend on each other: the checks that involve more than one setting, and the
+defaults that follow from others (--envs_per_actor, LASER section 5.1's). config.explain runs them
+after every setting's own check; each message names the flags to change."""
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import families
 
@@ -27,12 +26,11 @@ def resolve_envs_per_actor(config, given):
   if config.uses_environment_groups or config.envs_per_actor == 1:
     return config.envs_per_actor
   if "envs_per_actor" in given:
-    raise ValueError(
-        f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks and Atari games at "
-        f"84x84, action repeat 4 and without sticky actions (and gymnasium environments "
-        f"without frames) run in groups; {config.level_name} "
-        f"with these settings runs one environment process per actor. Drop --envs_per_actor "
-        f"(or set it to 1).")
+    raise ValueError(f"--envs_per_actor={config.envs_per_actor}: only MuJoCo tasks and Atari games "
+                     "at 84x84, action repeat 4 and without sticky actions (and gymnasium "
+                     f"environments without frames) run in groups; {config.level_name} with these "
+                     "settings runs one environment process per actor. Drop --envs_per_actor (or "
+                     "set it to 1).")
   return 1
 
 
@@ -40,9 +38,8 @@ def check_combinations(config):
   """The checks of one resolved config that involve more than one setting."""
   _check_levels(config)
   if config.env_kwargs and not config.family.takes_env_kwargs:
-    raise ValueError(f"--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> "
-                     f"levels; {config.level_name} is not one ({config.family.title}). Drop "
-                     "--env_kwargs.")
+    raise ValueError("--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> levels; "
+                     f"{config.level_name} is not one ({config.family.title}). Drop --env_kwargs.")
   if config.value_torso != settings.AUTO and not config.family.takes_value_torso:
     raise ValueError(f"--value_torso={config.value_torso} chooses the baseline's torso of "
                      f"gym:<id> levels with discrete actions; {config.level_name}'s network "
@@ -114,9 +111,8 @@ def resolve_laser(config):
   if config.laser_replay and config.algorithm == settings.IMPACT:
     raise ValueError("--laser_replay is built for IMPALA's learner; drop --algorithm=impact "
                      "or --laser_replay.")
-  online_only = config.entropy_on_online_only
-  if online_only is None:
-    online_only = config.laser_replay
+  online_only = (config.laser_replay if config.entropy_on_online_only is None
+                 else config.entropy_on_online_only)
   if online_only and not replays:
     raise ValueError("--entropy_on_online_only needs replayed data to leave out: set "
                      "--replay_fraction > 0, or drop the flag.")
@@ -132,8 +128,7 @@ def resolve_laser(config):
       raise ValueError(f"--shared_replay_address must be host:port, e.g. localhost:8010; got "
                        f"{config.shared_replay_address!r}.")
   elif config.agent_tag:
-    raise ValueError("--agent_tag names this run in a shared replay: add "
-                     "--shared_replay_address.")
+    raise ValueError("--agent_tag names this run in a shared replay: add --shared_replay_address.")
   mixing = None  # No replay: nothing to mix (and a resolved config resolves again).
   if replays:
     mixing = settings.REPLAY_ADDED if config.replays_added else settings.REPLAY_WITHIN_BATCH

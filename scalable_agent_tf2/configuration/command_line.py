@@ -1,9 +1,8 @@
-"""A settings table as a command line: experiment.py's absl flags (`define_flags`), the
-other commands' argparse parsers (`CommandParser`), and the --help text both print
-(`help_text`: each flag with its type or choices, default, help and source, by topic), all
-generated from the tables (settings.py, command_settings.py), so that a flag's help never
-differs from its definition. No TensorFlow here.
-"""
+"""A settings table as a command line: experiment.py's absl flags (`define_flags`), the other
+commands' argparse parsers (`CommandParser`), and the --help text both print (`help_text`: each
+flag with its type or choices, default, help and source, by topic), all generated from the tables
+(settings.py, command_settings.py), so that a flag's help never differs from its definition. No
+TensorFlow here."""
 import argparse
 import dataclasses
 import textwrap
@@ -12,12 +11,6 @@ from typing import Optional
 from scalable_agent_tf2.configuration import command_settings
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.configuration.setting_fields import REQUIRED
-
-
-def _flag_type(field):
-  if field.metadata["choices"] is not None:
-    return "enum"
-  return {bool: "bool", int: "integer", float: "float", str: "string"}[_base_type(field)]
 
 
 def _base_type(field):
@@ -34,20 +27,18 @@ def _flag_help(field):
 
 
 def define_flags(flag_values):
-  """Defines one absl flag per setting on `flag_values` (absl.flags.FLAGS in experiment.py).
-
-  Each flag is registered under its topic's title as its module, so absl's --helpfull groups
-  them by topic too.
-  """
+  """Defines one absl flag per setting on `flag_values` (absl.flags.FLAGS in experiment.py),
+  under its topic's title as its module, so absl's --helpfull groups them by topic too."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   for field in settings.all_settings():
     kwargs = dict(flag_values=flag_values, module_name=settings.TOPICS[field.metadata["topic"]])
-    kind, help_text_ = _flag_type(field), _flag_help(field)
-    if kind == "enum":
-      flags.DEFINE_enum(field.name, field.default, list(field.metadata["choices"]),
-                        help_text_, **kwargs)
+    if field.metadata["choices"] is not None:
+      kwargs["enum_values"] = list(field.metadata["choices"])
+      define = flags.DEFINE_enum
     else:
-      getattr(flags, f"DEFINE_{kind}")(field.name, field.default, help_text_, **kwargs)
+      define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+                str: flags.DEFINE_string}[_base_type(field)]
+    define(field.name, field.default, help=_flag_help(field), **kwargs)
 
 
 def help_text(width=100, tables=settings.TABLES):
@@ -57,22 +48,16 @@ def help_text(width=100, tables=settings.TABLES):
   fields = [field for table in tables for field in dataclasses.fields(table)]
   for topic, title in command_settings.ALL_TOPICS.items():
     in_topic = [f for f in fields if f.metadata["topic"] == topic]
-    if not in_topic:
-      continue
-    lines += ["", f"{title}:"]
+    lines += ["", f"{title}:"] if in_topic else []
     for field in in_topic:
       choices = field.metadata["choices"]
       kind = "|".join(repr(c) if c == "" else c for c in choices) if choices else (
           _base_type(field).__name__)
-      if field.default is REQUIRED:
-        default = "required"
-      else:
-        default = "default: " + (
-            "the level's preset" if field.metadata["preset"] else repr(field.default))
+      default = ("required" if field.default is REQUIRED else "default: the level's preset"
+                 if field.metadata["preset"] else f"default: {field.default!r}")
       lines.append(f"  --{field.name}: {kind} ({default})")
-      text = field.metadata["doc"]
-      if field.metadata["source"]:
-        text += f" [Source: {field.metadata['source']}.]"
+      source = field.metadata["source"]
+      text = field.metadata["doc"] + (f" [Source: {source}.]" if source else "")
       lines += textwrap.wrap(text, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
   return "\n".join(lines)
 
@@ -80,34 +65,26 @@ def help_text(width=100, tables=settings.TABLES):
 class CommandParser(argparse.ArgumentParser):
   """The argparse parser of a command whose flags are a table's settings (one flag each).
 
-  Values are converted by argparse (a malformed number: argparse's usage error, exit 2); the
-  table's checks run in `parse_settings` (or `settings.check_values`), so a bad value reads as
-  experiment.py's do. --help lists the flags by topic with their defaults and sources, as
-  `python experiment.py --help` does.
-  """
+  argparse converts the values (a malformed number: its usage error, exit 2); the table's checks run
+  in `parse_settings` (or `settings.check_values`), so a bad value reads as experiment.py's do.
+  --help lists the flags by topic with their defaults and sources, as experiment.py's does."""
 
   def __init__(self, table, prog, description, **kwargs):
     super().__init__(prog=prog, description=description, **kwargs)
     self.table = table
-    groups = {}
-    for field in dataclasses.fields(table):
-      topic = field.metadata["topic"]
-      if topic not in groups:
-        groups[topic] = self.add_argument_group(command_settings.ALL_TOPICS[topic])
-      options = dict(dest=field.name, help=_flag_help(field).replace("%", "%%"))
-      if field.default is REQUIRED:
-        options["required"] = True
-      else:
-        options["default"] = field.default
+    fields = dataclasses.fields(table)
+    groups = {topic: self.add_argument_group(command_settings.ALL_TOPICS[topic])
+              for topic in dict.fromkeys(field.metadata["topic"] for field in fields)}
+    for field in fields:
+      options = dict(dest=field.name, help=_flag_help(field).replace("%", "%%"),
+                     default=field.default, required=field.default is REQUIRED)
       if _base_type(field) is bool:
         if field.default is not False:
           raise ValueError(f"--{field.name}: a command's bool flag is off by default.")
         options["action"] = "store_true"
       else:
-        options["type"] = _base_type(field)
-        if field.metadata["choices"] is not None:
-          options["choices"] = field.metadata["choices"]
-      groups[topic].add_argument(f"--{field.name}", **options)
+        options.update(type=_base_type(field), choices=field.metadata["choices"])
+      groups[field.metadata["topic"]].add_argument(f"--{field.name}", **options)
 
   def format_help(self):
     description = textwrap.fill(self.description, 100)
@@ -116,14 +93,8 @@ class CommandParser(argparse.ArgumentParser):
 
   def parse_settings(self, argv=None, known_only=False):
     """(the table's instance, the arguments it left: those after "--" with `known_only`).
-
-    Raises:
-      ValueError: a value fails its setting's check, naming the flag.
-    """
-    if known_only:
-      arguments, rest = self.parse_known_args(argv)
-    else:
-      arguments, rest = self.parse_args(argv), []
+    ValueError: a value fails its setting's check, naming the flag."""
+    arguments, rest = self.parse_known_args(argv) if known_only else (self.parse_args(argv), [])
     values = self.table(**{f.name: getattr(arguments, f.name)
                            for f in dataclasses.fields(self.table)})
     settings.check_values(values)

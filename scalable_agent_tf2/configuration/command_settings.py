@@ -1,9 +1,8 @@
-"""The settings tables of the commands beside experiment.py: the population driver (IMPALA
-Appendix F), LASER's replay service (Schmitt et al. 2019, section 5.4) and the launcher, whose
-parsers and --help are generated from them (command_line.CommandParser). A flag that also is
-experiment.py's (--seed, --replay_capacity, ...) is that setting reused (setting_fields.reuse):
-its type, choices, check and source, with the command's own default and help. No TensorFlow.
-"""
+"""The settings tables of the commands beside experiment.py: the population driver (IMPALA Appendix
+F), LASER's replay service (Schmitt et al. 2019, section 5.4) and the launcher, whose parsers and
+--help are generated from them (command_line.CommandParser). A flag that also is experiment.py's
+(--seed, --replay_capacity, ...) is that setting reused (setting_fields.reuse): its type, choices,
+check and source, with the command's own default and help. No TensorFlow."""
 import dataclasses
 from typing import Optional
 
@@ -30,10 +29,8 @@ READY_EPISODES = 5_000
 EXPLOIT_THRESHOLD = 5.0
 # Table D.1 ("Sweep size and population size are 24"), Table G.1 ("Population size 24").
 POPULATION_SIZE = 24
-# Loopback: a replay service (transport/replay_service.py) listens on this machine only unless
-# told otherwise.
+# Loopback: a replay service listens on this machine only unless told otherwise.
 DEFAULT_REPLAY_ADDRESS = "localhost:8010"
-# --initial_hyperparameters: drawn from Table D.1 (the paper), or the flags' for every member.
 TABLE_D1, FLAGS_INITIAL = "table_d1", "flags"
 INITIAL_HYPERPARAMETERS = (TABLE_D1, FLAGS_INITIAL)
 # The commands' topics, in their --help's order (a command lists the topics it has).
@@ -71,9 +68,8 @@ class PopulationSettings:
       BURN_IN_FRAMES, EVOLUTION, "No evolution before a member has trained this many "
       "frames.", source="Appendix F: 20M", check=NON_NEGATIVE)
   ready_episodes: int = setting(
-      READY_EPISODES, EVOLUTION, "A member evolves after this many new episodes; its "
-      "fitness is measured on its last this many.", source="Appendix F: 5,000",
-      check=POSITIVE_INT)
+      READY_EPISODES, EVOLUTION, "A member evolves after this many new episodes; its fitness is "
+      "measured on its last this many.", source="Appendix F: 5,000", check=POSITIVE_INT)
   exploit_threshold: float = setting(
       EXPLOIT_THRESHOLD, EVOLUTION, "Copy a member whose fitness is more than this higher "
       "(mean capped human-normalised score; raw return on a single level).",
@@ -81,21 +77,18 @@ class PopulationSettings:
   poll_secs: float = setting(10.0, MEMBERS, "Seconds between checks of the members.",
                              check=POSITIVE)
   stop_timeout_secs: float = setting(
-      300.0, MEMBERS, "A stopping member has this long to write its checkpoint.",
-      check=POSITIVE)
-  max_crashes: int = setting(
-      3, MEMBERS, "Stop when a member crashes this many times in a row without a new "
-      "checkpoint.", check=POSITIVE_INT)
+      300.0, MEMBERS, "A stopping member has this long to write its checkpoint.", check=POSITIVE)
+  max_crashes: int = setting(3, MEMBERS, "Stop when a member crashes this many times in a row "
+                             "without a new checkpoint.", check=POSITIVE_INT)
   member_prefix: str = setting(
       "", MEMBERS, 'Command put before each member\'s "python -m '
       'scalable_agent_tf2.run.experiment_main ..." (a cluster launcher, e.g. "srun --nodes=1 '
       '--ntasks=1"); {member} is replaced by the member\'s index.')
   shared_replay_capacity: int = setting(
-      0, SHARED_REPLAY, "Unrolls of one LASER episode replay shared by every member, served by "
-      "a replay service process the driver runs on a free loopback port; members get "
-      "--laser_replay, --shared_replay_address and --agent_tag=member_NN (give "
-      "--replay_fraction after '--'). 0: off.", source="LASER section 5.4",
-      check=OFF_OR_POSITIVE)
+      0, SHARED_REPLAY, "Unrolls of one LASER episode replay shared by every member, served by a "
+      "replay service process the driver runs on a free loopback port; members get --laser_replay, "
+      "--shared_replay_address and --agent_tag=member_NN (give --replay_fraction after '--'). 0: "
+      "off.", source="LASER section 5.4", check=OFF_OR_POSITIVE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,9 +97,8 @@ class ReplayServiceSettings:
   address: str = setting(DEFAULT_REPLAY_ADDRESS, REPLAY_SERVICE,
                          "host:port to listen on (default: loopback only).")
   replay_capacity: int = reuse(
-      ExperimentSettings, "replay_capacity", topic=REPLAY_SERVICE,
-      doc="Unrolls held, oldest episodes removed first (LASER section 5.3 counts "
-      "observations: capacity x T).")
+      ExperimentSettings, "replay_capacity", topic=REPLAY_SERVICE, doc="Unrolls held, oldest "
+      "episodes removed first (LASER section 5.3 counts observations: capacity x T).")
   seed: int = reuse(ExperimentSettings, "seed", default=0, topic=REPLAY_SERVICE,
                     doc="Seeds the uniform sampling.")
   log_secs: float = reuse(ExperimentSettings, "log_secs", default=30.0, topic=REPLAY_SERVICE,
@@ -117,9 +109,8 @@ class ReplayServiceSettings:
       "--cluster_secret_file). Default: the environment variable IMPALA_CLUSTER_SECRET (the "
       "secret itself), else none: then the service listens on loopback only.")
   insecure_open_cluster: bool = reuse(
-      ClusterSettings, "insecure_open_cluster",
-      doc="Let a service without a secret listen beyond loopback: anyone who reaches it can "
-      "read and fill the replay.")
+      ClusterSettings, "insecure_open_cluster", doc="Let a service without a secret listen beyond "
+      "loopback: anyone who reaches it can read and fill the replay.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,5 +122,4 @@ class LaunchSettings:
   port: Optional[int] = setting(None, LAUNCH, "Learner port (default: free).", check=PORT)
 
 
-COMMAND_TABLES = (PopulationSettings, ReplayServiceSettings, LaunchSettings)
-ALL_TABLES = settings.TABLES + COMMAND_TABLES  # Every flag of every command.
+ALL_TABLES = settings.TABLES + (PopulationSettings, ReplayServiceSettings, LaunchSettings)

@@ -1,16 +1,14 @@
-"""A run's config: the settings (settings.py) with the level's presets filled in, what follows
-from them, checked; and the learner's configs, made from the table.
+"""A run's config: the settings (settings.py) with the level's presets filled in, what follows from
+them, checked; and the learner's configs, made from the table.
 
     config = resolve(ExperimentConfig(level_name="atari/pong", num_actors=8))
     config = config_from_argv(["--level_name=atari/pong", "--num_actors=8"])  # Flag syntax.
 
 `resolve` fills every setting left PRESET (None) from the level's family's presets (cited beside
-them in environments/families) and the algorithms' own (IMPACT Table 1, LASER), derives the
-settings that follow from others and runs every check; a value given always wins. `explain`
-also says where each preset and derived value comes from (--show_settings). No TensorFlow here.
-"""
+them in environments/families) and the algorithms' own (IMPACT Table 1, LASER), derives the settings
+that follow from others and runs every check; a value given always wins. `explain` also says where
+each preset and derived value comes from (--show_settings). No TensorFlow here."""
 import dataclasses
-import json
 import math
 import os
 
@@ -66,9 +64,6 @@ def num_replayed_added(num_online, replay_fraction):
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig(settings.ExperimentSettings):
   """One run: the fields of settings.ExperimentSettings, and what follows from them."""
-
-  def to_json(self):
-    return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
   @property
   def levels(self):
@@ -127,9 +122,7 @@ class ExperimentConfig(settings.ExperimentSettings):
   def replays_added(self):
     """Replayed trajectories come on top of --batch_size online ones (--replay_mixing=added;
     unset: LASER's default with --laser_replay), else they are part of it."""
-    mixing = self.replay_mixing or (settings.REPLAY_ADDED if self.laser_replay
-                                    else settings.REPLAY_WITHIN_BATCH)
-    return mixing == settings.REPLAY_ADDED
+    return self.replay_mixing == settings.REPLAY_ADDED if self.replay_mixing else self.laser_replay
 
   @property
   def num_replayed_per_batch(self):
@@ -166,11 +159,6 @@ class ExperimentConfig(settings.ExperimentSettings):
     return {"auto": None, "on": True, "off": False}[self.jit_compile]
 
 
-# ---------------------------------------------------------------------------------------------
-# The learner's configs: the settings marked for them, with a preset's values as defaults.
-# ---------------------------------------------------------------------------------------------
-
-
 class _Checks:
   """A derived config's checks: every setting's own (then the learner's, which combine some)."""
 
@@ -185,9 +173,8 @@ class _LearnerChecks(_Checks):
     if self.max_grad_norm is not None and not self.max_grad_norm > 0:
       raise ValueError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}.")
     if self.uses_trust_region and self.off_policy_correction != settings.VTRACE:
-      raise ValueError(f"The trust region (trust_region_threshold="
-                       f"{self.trust_region_threshold}) needs off_policy_correction="
-                       f"'vtrace', got {self.off_policy_correction!r}.")
+      raise ValueError(f"The trust region (trust_region_threshold={self.trust_region_threshold}) "
+                       f"needs off_policy_correction='vtrace', got {self.off_policy_correction!r}.")
 
   @property
   def uses_trust_region(self):
@@ -215,19 +202,17 @@ def _derived_config(name, checks, part_of, defaults, doc, constants=()):
 
 LearnerConfig = _derived_config(
     "LearnerConfig", _LearnerChecks, settings.FOR_LEARNER, _learner_values(dmlab_family.DMLAB30),
-    """The learner's hyperparameters (learner.Learner): the settings marked
-    part_of=FOR_LEARNER in settings.py (their help, source and check), then the V-trace
-    constants without a flag (settings.VTRACE_CONSTANTS). Defaults: DMLab-30's presets
-    (families/dmlab.py DMLAB30; max_grad_norm None: no clipping).""",
+    """The learner's hyperparameters (learner.Learner): the settings marked part_of=FOR_LEARNER
+    in settings.py, then the V-trace constants without a flag (settings.VTRACE_CONSTANTS).
+    Defaults: DMLab-30's presets (families/dmlab.py DMLAB30; max_grad_norm None: no clip).""",
     constants=settings.VTRACE_CONSTANTS)
 ImpactConfig = _derived_config(
     "ImpactConfig", _Checks, settings.FOR_IMPACT,
     dict(family_base.IMPACT_PRESET, target_update_period=(  # IMPACT section 4.1.1: N x K.
         family_base.IMPACT_PRESET["circular_buffer_size"]
         * family_base.IMPACT_PRESET["circular_buffer_max_uses"])),
-    """IMPACT's own hyperparameters (impact.ImpactLearner): the settings marked
-    part_of=FOR_IMPACT in settings.py. Defaults: IMPACT Table 1's (families/base.py
-    IMPACT_PRESET).""")
+    """IMPACT's own hyperparameters (impact.ImpactLearner): the settings marked part_of=FOR_IMPACT
+    in settings.py. Defaults: IMPACT Table 1's (families/base.py IMPACT_PRESET).""")
 
 
 def dmlab_learner_config(multi_task=True, **overrides):
@@ -241,14 +226,8 @@ def atari_learner_config(**overrides):
   return LearnerConfig(**{**_learner_values(atari_family.ATARI), **overrides})
 
 
-# ---------------------------------------------------------------------------------------------
-# Resolving a run's settings.
-# ---------------------------------------------------------------------------------------------
-
-
 def resolve(config):
-  """The config with its presets and derived settings filled in, checked (ValueError: a bad
-  value, with what to do about it)."""
+  """explain(config)'s config: presets and derived settings filled in, checked (ValueError)."""
   return explain(config)[0]
 
 
@@ -318,8 +297,7 @@ def preset_values(config, given):
     if algorithm == settings.IMPACT and not family.owns_algorithm_presets:
       values.update(family_base.IMPACT_PRESET)  # target_update_period: N x K, derived.
       cited.update(family_base.IMPACT_PRESET_CITED)
-  # Up to 4 batches of unrolls wait for the learner: actors rarely block, and the policy lag
-  # stays a few updates.
+  # Up to 4 batches wait for the learner: actors rarely block, and the policy lag stays small.
   values["queue_capacity"] = 4 * values["batch_size"]
   cited["queue_capacity"] = (f"not in the paper, 4 batches of {values['batch_size']} unrolls "
                              f"(actors rarely block): {values['queue_capacity']}")
@@ -405,7 +383,6 @@ def level_family(level_name):
 
 
 def machine_memory_gb():
-  """The machine's physical memory in GB (1e9 bytes)."""
   return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
 
 
@@ -416,10 +393,9 @@ def check_levels_can_run(config):
   config.family.check_can_run(config, machine_memory_gb())
 
 
-def config_of_flags(flag_values):
-  """The (unresolved) ExperimentConfig of parsed absl flags (command_line.define_flags')."""
-  return ExperimentConfig(**{f.name: flag_values[f.name].value
-                             for f in dataclasses.fields(ExperimentConfig)})
+def config_of_flags(flag_values, table=ExperimentConfig):
+  """The (unresolved) ExperimentConfig, or `table`, of parsed absl flags (define_flags')."""
+  return table(**{f.name: flag_values[f.name].value for f in dataclasses.fields(table)})
 
 
 def config_from_argv(argv):

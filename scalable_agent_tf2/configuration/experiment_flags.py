@@ -40,12 +40,6 @@ from scalable_agent_tf2.configuration import settings
 # No TensorFlow here: experiment_main.py imports it once these checks have passed.
 command_line.define_flags(flags.FLAGS)
 FLAGS = flags.FLAGS
-_HELP_ARGUMENTS = ("-h", "-help", "--help", "-?", "--helpshort")
-
-
-def _bad_flags(error):
-  print(f"error: {error}", file=sys.stderr)
-  sys.exit(2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,40 +55,35 @@ def parse_command_line(argv):
   """The ParsedCommand of argv, its config resolved here and only here, before TensorFlow
   loads; --help (by topic) and --show_settings print and exit 0, a bad flag is an `error:`
   line and exit 2."""
-  if any(argument in _HELP_ARGUMENTS for argument in argv[1:]):
+  if any(argument in ("-h", "-help", "--help", "-?", "--helpshort") for argument in argv[1:]):
     print(f"{__doc__}\nFlags (python experiment.py --flag=value). \"The level's preset\": the "
           f"value the level's family gives,\nwhich --show_settings prints with its source:\n"
           f"{command_line.help_text()}")
     sys.exit(0)
   try:
     argv = FLAGS(argv)
-  except flags.Error as error:
-    _bad_flags(error)
-  if len(argv) > 1:
-    _bad_flags(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value).")
-  try:
+    if len(argv) > 1:
+      raise ValueError(f"unexpected arguments: {' '.join(argv[1:])} (flags are --name=value).")
     config, presets, cited = config_lib.explain(config_lib.config_of_flags(FLAGS))
-  except (ValueError, ModuleNotFoundError) as error:
-    _bad_flags(error)
-  cluster = settings.ClusterSettings(
-      **{name: FLAGS[name].value for name in settings.CLUSTER_SETTINGS})
-  if FLAGS.show_settings:
-    given = {f.name for f in settings.all_settings()
-             if FLAGS[f.name].present and f.name != "show_settings"}
-    _show_settings(show_settings_lines(config, given, presets, cited, cluster), config)
-  try:
+    cluster = config_lib.config_of_flags(FLAGS, settings.ClusterSettings)
+    if FLAGS.show_settings:
+      given = {f.name for f in settings.all_settings()
+               if FLAGS[f.name].present and f.name != "show_settings"}
+      print("\n".join(show_settings_lines(config, given, presets, cited, cluster)))
+      try:  # Levels this machine cannot run: a note under the settings, not an error.
+        config_lib.check_levels_can_run(config)
+      except (ValueError, ModuleNotFoundError) as error:
+        print(f"note: this machine cannot run it as it is: {error}")
+      sys.exit(0)
     config_lib.check_levels_can_run(config)
     settings.check_values(cluster)
-  except (ValueError, ModuleNotFoundError) as error:
-    _bad_flags(error)
+  except (flags.Error, ValueError, ModuleNotFoundError) as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
   return ParsedCommand(argv, config, cluster)
 
 
-# ---------------------------------------------------------------------------------------------
-# --show_settings: the resolved run, without TensorFlow.
-# ---------------------------------------------------------------------------------------------
-
-# The sources of a setting's value.
+# --show_settings: the resolved run, without TensorFlow. The sources of a setting's value:
 GIVEN, PRESET, DERIVED, DEFAULT, UNUSED = "flag", "preset", "derived", "default", "unused"
 
 
@@ -163,14 +152,3 @@ def show_settings_lines(config, given, presets, cited, cluster=settings.ClusterS
               f"{_source(field, values[field.name], given, presets, cited, preset_name)}"
               for field, flag in in_topic]
   return lines
-
-
-def _show_settings(lines, config):
-  """Prints the lines, and what this machine cannot run of `config`; exits 0."""
-  for line in lines:
-    print(line)
-  try:
-    config_lib.check_levels_can_run(config)
-  except (ValueError, ModuleNotFoundError) as error:
-    print(f"note: this machine cannot run it as it is: {error}")
-  sys.exit(0)

@@ -1,13 +1,12 @@
-"""What a setting is: a dataclass field of a settings table (settings.py, command_settings.py)
-that carries its topic, help, source, choices and check, so that each setting is written once.
+"""What a setting is: a dataclass field of a settings table (settings.py, command_settings.py) that
+carries its topic, help, source, choices and check, so that each setting is written once.
 
     mode: str = setting(TRAIN, RUN, "Train, or evaluate the latest checkpoint.", choices=MODES)
     batch_size: Optional[int] = preset_setting(LEARNER, "Trajectories per update.",
                                                check=POSITIVE_INT)
 
 A `Check` is a condition with the words of its requirement: a bad value reads "--name must be
-<requirement>, got <value>." (settings.check_value). No TensorFlow here.
-"""
+<requirement>, got <value>." (settings.check_value). No TensorFlow here."""
 import dataclasses
 import json
 import math
@@ -26,7 +25,6 @@ class Check:
 
 
 def _is_json_object(text):
-  """Whether text is "" or a JSON object ({...})."""
   try:
     return not text or isinstance(json.loads(text), dict)
   except ValueError:
@@ -62,8 +60,7 @@ def setting(default, topic, doc, *, source="", choices=None, check=None, part_of
 
 
 def preset_setting(topic, doc, **kwargs):
-  """A setting whose default is PRESET: the level's family gives its value, and cites it
-  (--show_settings)."""
+  """A setting whose default is PRESET: the level's family gives its value (and its source)."""
   return setting(PRESET, topic, doc, preset=True, **kwargs)
 
 
@@ -71,18 +68,15 @@ _SAME = object()
 
 
 def reuse(table, name, *, default=_SAME, topic=None, doc=None):
-  """Setting `name` of `table` as a field of another command's table: the same flag.
-
-  Its type (the annotation, which test_settings_tables.py compares), choices, check and
-  source stay the definition's, so the flag means and checks the same in every command; the
-  command may give its own default (REQUIRED: no default), topic and help text.
-  """
+  """Setting `name` of `table` as a field of another command's table: the same flag, whose type
+  (the annotation, which test_settings_tables.py compares), choices, check and source stay the
+  definition's, so it means and checks the same in every command; the command may give its own
+  default (REQUIRED: no default), topic and help text."""
   original = {f.name: f for f in dataclasses.fields(table)}[name]
   if original.metadata["reused_from"]:
     raise ValueError(f"Reuse {name} from {original.metadata['reused_from']}, its definition.")
-  metadata = dict(original.metadata, reused_from=f"{table.__name__}.{name}",
-                  part_of=None, preset=False)
-  metadata.update({key: value for key, value in (("topic", topic), ("doc", doc))
-                   if value is not None})
+  metadata = dict(original.metadata, reused_from=f"{table.__name__}.{name}", part_of=None,
+                  preset=False, topic=topic or original.metadata["topic"],
+                  doc=doc or original.metadata["doc"])
   return dataclasses.field(default=original.default if default is _SAME else default,
                            metadata=metadata)

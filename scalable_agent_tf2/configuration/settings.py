@@ -1,14 +1,12 @@
 """Every setting of a run, written once: its flag name, type, default, topic, help and check.
 
-The fields of `ExperimentSettings` (and `ClusterSettings`) are the table: experiment.py's flags
-and --help are generated from them (command_line.py), config.ExperimentConfig is
-ExperimentSettings with behaviour added, and the learner's configs are made of the settings
-marked for them (`part_of`). Flag names are the released code's (deepmind/scalable_agent,
-experiment.py) where it had the setting. A setting whose default is PRESET (None) takes the
-run's level's value (its family's presets: Table G.1 for Atari, Table D.3 and the released code
-for DeepMind Lab); a value given always wins (config.resolve). No TensorFlow here: a bad flag is
-reported in well under a second.
-"""
+The fields of `ExperimentSettings` (and `ClusterSettings`) are the table: experiment.py's flags and
+--help are generated from them (command_line.py), config.ExperimentConfig is ExperimentSettings with
+behaviour added, and the learner's configs are made of the settings marked for them (`part_of`).
+Flag names are the released code's (deepmind/scalable_agent, experiment.py) where it had the
+setting. A setting whose default is PRESET (None) takes the run's level's value (its family's
+presets: Table G.1 for Atari, Table D.3 and the released code for DeepMind Lab); a value given
+always wins (config.resolve). No TensorFlow here: a bad flag is reported in well under a second."""
 import dataclasses
 from typing import Optional
 
@@ -31,8 +29,7 @@ DEFAULT_REPLAY_CAPACITY = 10_000
 # Choices. The modules that implement them (losses, vtrace, networks, learner) import these.
 TRAIN, TEST = "train", "test"
 MODES = (TRAIN, TEST)
-# The learning algorithms: IMPALA (Espeholt et al., 2018) and IMPACT (Luo et al., 2020).
-IMPALA, IMPACT = "impala", "impact"
+IMPALA, IMPACT = "impala", "impact"  # Espeholt et al., 2018; Luo et al., 2020.
 ALGORITHMS = (IMPALA, IMPACT)
 SHALLOW, DEEP = "shallow", "deep"  # Figure 3's networks.
 # The smallest frame side the shallow torso takes: Figure 3 (left)'s VALID 8x8/4 then 4x4/2
@@ -46,10 +43,8 @@ IMPACT_CNN = "impact_cnn"  # The IMPACT paper's Atari network (section 4.3), 42x
 # encoding, e.g. MiniGrid's 7x7 view, MinAtar's 10x10 planes; families/gym.py's frame_torso).
 FLAT_MLP = "mlp"
 TORSOS = (SHALLOW, DEEP, IMPACT_CNN, FLAT_MLP)
-# --value_torso: the family's choice, the policy's torso (Figure 3), or one of the baseline's own.
 AUTO, SHARED, SEPARATE = "auto", "shared", "separate"
 VALUE_TORSOS = (AUTO, SHARED, SEPARATE)
-# --preset: whose published setting fills the settings left at their default.
 DEFAULT_PRESET = "default"     # IMPALA's Tables G.1 / D.3 (+ IMPACT Table 1's own settings).
 IMPACT_PAPER = "impact_paper"  # The IMPACT paper's Atari setting: Table 1, section 4.3.
 PRESETS = (DEFAULT_PRESET, IMPACT_PAPER)
@@ -65,7 +60,6 @@ ONE_STEP_IS = "one_step_is"   # "1-step importance sampling": no traces, no corr
 EPSILON = "epsilon"           # "epsilon-correction": on-policy targets, log(pi + 1e-6) in the PG.
 NO_CORRECTION = "none"        # "No-correction": treat the behaviour policy as on-policy.
 OFF_POLICY_CORRECTIONS = (VTRACE, ONE_STEP_IS, EPSILON, NO_CORRECTION)
-# How replayed trajectories join a batch (--replay_mixing; buffers.num_replayed_per_batch).
 REPLAY_ADDED = "added"            # LASER section 5.1: a replay mini-batch on top of the online one.
 REPLAY_WITHIN_BATCH = "within_batch"  # IMPALA section 5.2.2: a share of --batch_size replayed.
 REPLAY_MIXINGS = (REPLAY_ADDED, REPLAY_WITHIN_BATCH)
@@ -161,25 +155,22 @@ class ExperimentSettings:
       "optimizer state unchanged) and counted; the last checkpoint stays as it was.",
       source="not in the paper: a diverged run, not a noisy batch", check=POSITIVE_INT)
   max_parameter_norm: float = setting(
-      1e6, RUN, "A learner update that leaves the global norm of the parameters above this "
-      "(or not finite) stops the run with an error: training has diverged. A checkpoint is "
-      "never written of such parameters; the last healthy one stays the newest.",
-      source="not in the paper: the default networks' global norms are 15 to 32 at their "
-      "start (toy, Pong shallow and deep, CartPole, Pendulum); a diverged run measured here "
-      "reached 3.8e10 at its first update",
+      1e6, RUN, "A learner update that leaves the global norm of the parameters above this (or not "
+      "finite) stops the run with an error: training has diverged. A checkpoint is never written "
+      "of such parameters; the last healthy one stays the newest.", source="not in the paper: the "
+      "default networks' global norms are 15 to 32 at their start (toy, Pong shallow and deep, "
+      "CartPole, Pendulum); a diverged run measured here reached 3.8e10 at its first update",
       check=POSITIVE)
   env_step_timeout_secs: float = setting(
-      60.0, RUN, "Seconds an environment's step may take. One that takes longer is reported "
-      "with its level and replaced as a dead one is (a process is killed; an in-process "
-      "environment's actor thread, which cannot be interrupted, is left behind and a new one "
-      "started); the run goes on. A level whose environments keep hanging stops the run.",
-      source="not in the paper: far above any step seen here (Atari, MuJoCo, gymnasium: "
-      "milliseconds)", check=POSITIVE)
+      60.0, RUN, "Seconds an environment's step may take. One that takes longer is reported with "
+      "its level and replaced as a dead one is (a process is killed; an in-process environment's "
+      "actor thread, which cannot be interrupted, is left behind and a new one started); the run "
+      "goes on. A level whose environments keep hanging stops the run.", source="not in the paper: "
+      "far above any step seen here (Atari, MuJoCo, gymnasium: milliseconds)", check=POSITIVE)
   env_reset_timeout_secs: float = setting(
-      600.0, RUN, "Seconds an environment's reset may take (also a DeepMind Lab step, which "
-      "resets at an episode's end and may compile a new map then).",
-      source="not in the paper: a DMLab-30 reset without a level cache compiles a map, about "
-      "30 s on a small machine", check=POSITIVE)
+      600.0, RUN, "Seconds an environment's reset may take (also a DeepMind Lab step, which resets "
+      "at an episode's end and may compile a new map then).", source="not in the paper: a DMLab-30 "
+      "reset without a level cache compiles a map, about 30 s on a small machine", check=POSITIVE)
   stall_secs: float = setting(
       300.0, RUN, "Seconds without progress after which the run stops with an error naming "
       "what was seen: every trajectory dropped as non-finite; a batch of trajectories and no "
@@ -187,25 +178,23 @@ class ExperimentSettings:
       source="not in the paper: longer than any first update's compilation or DeepMind Lab "
       "map compilation seen here", check=POSITIVE)
   repeatable: bool = setting(
-      False, RUN, "Debugging: the same --seed and command (on the same machine, in a new "
-      "logdir) give the same losses and parameters, update by update; the console prints "
-      "each update's losses and a digest of the parameters (compare two runs with diff). The "
-      "actors act in lockstep with the learner: in rounds of one unroll of every actor's "
-      "environments, taken in actor order (consecutive --batch_size of them are a batch; "
-      "with --num_actors x --envs_per_actor = --batch_size each batch is one unroll of every "
-      "actor), acted only when the learner asks for the round, with the parameters of its "
-      "last update, while it waits; each actor runs its own forward pass (no dynamic "
-      "batching); TensorFlow's ops run deterministically. Slower: actors and learner take "
-      "turns. The default asynchronous mode cannot repeat: its actors never wait for the "
-      "learner, so which unrolls reach the learner's queue first (and form each batch), the "
-      "parameters each was acted with, and which actors share a forward pass depend on "
-      "thread timing. Not with actor processes (a cluster), --num_learners > 1 or a shared "
-      "replay; a resumed run or a restarted environment starts new episodes.",
-      source="not in the paper (IMPALA's actors never wait): a debugging mode")
+      False, RUN, "Debugging: the same --seed and command (on the same machine, in a new logdir) "
+      "give the same losses and parameters, update by update; the console prints each update's "
+      "losses and a digest of the parameters (compare two runs with diff). The actors act in "
+      "lockstep with the learner: in rounds of one unroll of every actor's environments, taken in "
+      "actor order (consecutive --batch_size of them are a batch; with --num_actors x "
+      "--envs_per_actor = --batch_size each batch is one unroll of every actor), acted only when "
+      "the learner asks for the round, with the parameters of its last update, while it waits; "
+      "each actor runs its own forward pass (no dynamic batching); TensorFlow's ops run "
+      "deterministically. Slower: actors and learner take turns. The default asynchronous mode "
+      "cannot repeat: its actors never wait for the learner, so which unrolls reach the learner's "
+      "queue first (and form each batch), the parameters each was acted with, and which actors "
+      "share a forward pass depend on thread timing. Not with actor processes (a cluster), "
+      "--num_learners > 1 or a shared replay; a resumed run or a restarted environment starts new "
+      "episodes.", source="not in the paper (IMPALA's actors never wait): a debugging mode")
   show_settings: bool = setting(
-      False, RUN, "Print every setting with its resolved value and its source (flag, the "
-      "level's preset, default) for the given level and flags, then exit without starting "
-      "TensorFlow.")
+      False, RUN, "Print every setting with its resolved value and its source (flag, the level's "
+      "preset, default) for the given level and flags, then exit without starting TensorFlow.")
   record_video_episodes: int = setting(
       0, RUN, "Test mode: record the first N test episodes of each level as MP4 (GIF where no "
       "encoder is installed) under <logdir>/evaluation/videos/.", check=NON_NEGATIVE)
@@ -214,7 +203,6 @@ class ExperimentSettings:
       "processes and other runs can share the GPU), all (TensorFlow's default: the whole "
       "GPU at start), or a limit in MiB (e.g. 20000). No effect without a GPU.",
       source="not in the paper", check=GPU_MEMORY)
-  # Environment.
   num_action_repeats: Optional[int] = preset_setting(
       ENVIRONMENT, "Environment frames per agent step.", check=POSITIVE_INT, part_of=FOR_LEARNER)
   width: Optional[int] = preset_setting(ENVIRONMENT, "Frame width.", check=POSITIVE_INT)
@@ -226,23 +214,19 @@ class ExperimentSettings:
       "", ENVIRONMENT, "gym:<id> levels: keyword arguments of gymnasium.make, as a JSON "
       "object, e.g. '{\"continuous\": true}' for gym:LunarLander-v3.",
       source="not in the paper: gymnasium's own arguments", check=JSON_OBJECT)
-  sticky_actions: bool = setting(False, ENVIRONMENT,
-                                 "Atari: repeat the last action with p=0.25.")
-  # Network.
+  sticky_actions: bool = setting(False, ENVIRONMENT, "Atari: repeat the last action with p=0.25.")
   torso: Optional[str] = preset_setting(
       NETWORK, "Figure 3's network (shallow, deep), the IMPACT paper's Atari network "
       "(impact_cnn: 42x42 frames only), or the frame flattened into the IMPACT paper's MLP "
       "(mlp: for small symbolic frames, e.g. MiniGrid's 7x7 view).", choices=TORSOS)
   value_torso: str = setting(
-      AUTO, NETWORK, "gymnasium levels with discrete actions: the baseline on the policy's "
-      "torso (shared, Figure 3) or on a torso of its own reading the observation alone "
-      "(separate); auto: separate on feed-forward networks (vectors, indices, small frames), "
-      "shared with an LSTM. shared resumes a run of such a level trained before 2026-11-28.",
-      source="this project's: auto (gymnasium levels with discrete actions: separate on "
-      "feed-forward networks, benchmarks/RESULTS.md 'Small frames and an entropy bonus'); "
-      "Figure 3: shared; IMPACT section 4.3 (Box actions on vectors): separate",
-      choices=VALUE_TORSOS)
-  # Learner.
+      AUTO, NETWORK, "gymnasium levels with discrete actions: the baseline on the policy's torso "
+      "(shared, Figure 3) or on a torso of its own reading the observation alone (separate); auto: "
+      "separate on feed-forward networks (vectors, indices, small frames), shared with an LSTM. "
+      "shared resumes a run of such a level trained before 2026-11-28.", source="this project's: "
+      "auto (gymnasium levels with discrete actions: separate on feed-forward networks, "
+      "benchmarks/RESULTS.md 'Small frames and an entropy bonus'); Figure 3: shared; IMPACT "
+      "section 4.3 (Box actions on vectors): separate", choices=VALUE_TORSOS)
   algorithm: Optional[str] = preset_setting(
       LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
       "clipped target-worker surrogate; presets from its Table 1).", choices=ALGORITHMS)
@@ -269,16 +253,14 @@ class ExperimentSettings:
   epsilon: Optional[float] = preset_setting(LEARNER, "RMSProp epsilon.", check=NON_NEGATIVE,
                                             part_of=FOR_LEARNER)
   rmsprop_initial_mean_square: Optional[float] = preset_setting(
-      LEARNER, "Where RMSProp's mean-square accumulator starts. 1: TF1's RMSPropOptimizer, "
-      "the paper's; its steps stay small for the first ~500 updates. 0: full-size steps from "
-      "the first update (PyTorch's and Keras' RMSprop start there; the MuJoCo presets, as "
-      "RLlib's Adam). See benchmarks/RESULTS.md, 'Short budgets'.", check=NON_NEGATIVE,
-      part_of=FOR_LEARNER)
+      LEARNER, "Where RMSProp's mean-square accumulator starts. 1: TF1's RMSPropOptimizer, the "
+      "paper's; its steps stay small for the first ~500 updates. 0: full-size steps from the first "
+      "update (PyTorch's and Keras' RMSprop start there; the MuJoCo presets, as RLlib's Adam). See "
+      "benchmarks/RESULTS.md, 'Short budgets'.", check=NON_NEGATIVE, part_of=FOR_LEARNER)
   learning_rate_schedule: Optional[str] = preset_setting(
-      LEARNER, "linear: the learning rate falls linearly to 0 at --total_environment_frames "
-      "(the papers'); constant: it stays at --learning_rate, so a shorter budget trains "
-      "exactly as the start of a longer one.", choices=LEARNING_RATE_SCHEDULES,
-      part_of=FOR_LEARNER)
+      LEARNER, "linear: the learning rate falls linearly to 0 at --total_environment_frames (the "
+      "papers'); constant: it stays at --learning_rate, so a shorter budget trains exactly as the "
+      "start of a longer one.", choices=LEARNING_RATE_SCHEDULES, part_of=FOR_LEARNER)
   popart: Optional[bool] = preset_setting(
       LEARNER, "Learn the values in a normalised scale (PopArt): the baseline's targets and "
       "the policy gradient's advantages divided by a running standard deviation of V-trace's "
@@ -293,20 +275,18 @@ class ExperimentSettings:
       part_of=FOR_LEARNER)
   jit_compile: str = setting("auto", LEARNER, "XLA-compile the learner update; auto: on GPUs "
                              "only (faster on each).", choices=JIT_COMPILE_CHOICES)
-  # Experience replay and LASER.
   replay_fraction: float = setting(
       0.0, REPLAY, "Share of each learner batch drawn from experience replay, in [0, 1); 0: "
       "no replay (the default). The paper's Table 2 'with replay': 0.5; LASER: 0.875 (7 "
       "replayed for each online trajectory). See --replay_mixing for where they go.",
       source="section 5.2.2, Table 2; LASER sections 5.1, 5.3")
   replay_mixing: Optional[str] = setting(
-      None, REPLAY, "added: the replayed trajectories come on top of --batch_size online "
-      "ones, round(batch_size x f / (1 - f)) of them (LASER: --batch_size=32 "
-      "--replay_fraction=0.875 trains on 32 online + 224 replayed). within_batch: they "
-      "replace round(batch_size x f) of the --batch_size (32 at 0.875: 4 online + 28 "
-      "replayed). Default: added with --laser_replay, within_batch otherwise (IMPALA's "
-      "replay, Table 2).", source="LASER section 5.1; IMPALA section 5.2.2",
-      choices=REPLAY_MIXINGS)
+      None, REPLAY, "added: the replayed trajectories come on top of --batch_size online ones, "
+      "round(batch_size x f / (1 - f)) of them (LASER: --batch_size=32 --replay_fraction=0.875 "
+      "trains on 32 online + 224 replayed). within_batch: they replace round(batch_size x f) of "
+      "the --batch_size (32 at 0.875: 4 online + 28 replayed). Default: added with --laser_replay, "
+      "within_batch otherwise (IMPALA's replay, Table 2).",
+      source="LASER section 5.1; IMPALA section 5.2.2", choices=REPLAY_MIXINGS)
   replay_capacity: int = setting(
       DEFAULT_REPLAY_CAPACITY, REPLAY, "Replay capacity in trajectories, oldest "
       "removed first. Memory: capacity x bytes per trajectory, printed at start.",
@@ -336,7 +316,6 @@ class ExperimentSettings:
   shared_replay_connect_secs: float = setting(
       60.0, REPLAY, "How long to wait for the replay service at the start and after losing "
       "it; then the run stops (exit code 3) with its checkpoint written.", check=POSITIVE)
-  # IMPACT.
   target_update_period: Optional[int] = setting(
       None, IMPACT_TOPIC, "Learner steps between target-network refreshes. Default: "
       "circular_buffer_size x circular_buffer_max_uses.", source="IMPACT section 4.1.1",
@@ -358,17 +337,15 @@ class ExperimentSettings:
                                             check=NON_NEGATIVE, part_of=FOR_IMPACT)
   normalize_advantages: Optional[bool] = preset_setting(
       IMPACT_TOPIC, "Standardise the surrogate's advantages over each batch (mean 0, standard "
-      "deviation 1), as PPO's implementations do, so that --entropy_cost weighs the same "
-      "against the policy gradient whatever the rewards' scale.",
-      source="not in the IMPACT paper: Stable-Baselines3's normalize_advantage, CleanRL's "
-      "norm_adv", part_of=FOR_IMPACT)
+      "deviation 1), as PPO's implementations do, so that --entropy_cost weighs the same against "
+      "the policy gradient whatever the rewards' scale.", part_of=FOR_IMPACT,
+      source="not in the IMPACT paper: Stable-Baselines3's normalize_advantage, CleanRL's norm_adv")
   kl_target: Optional[float] = setting(
-      None, IMPACT_TOPIC, "The KL(pi_target || pi) an adaptive --kl_cost steers towards: at "
-      "each target-network refresh the coefficient is scaled by 1.5 when the step's mean KL "
-      "exceeds twice this, by 0.5 below half of it (PPO's adaptive penalty as RLlib, the "
-      "paper's code base, applies it; --kl_cost is the start). Default: a fixed --kl_cost "
-      "(MuJoCo levels: Table 2's 0.04).", source="IMPACT Table 1: none; Table 2: 0.04",
-      check=POSITIVE)
+      None, IMPACT_TOPIC, "The KL(pi_target || pi) an adaptive --kl_cost steers towards: at each "
+      "target-network refresh the coefficient is scaled by 1.5 when the step's mean KL exceeds "
+      "twice this, by 0.5 below half of it (PPO's adaptive penalty as RLlib, the paper's code "
+      "base, applies it; --kl_cost is the start). Default: a fixed --kl_cost (MuJoCo levels: Table "
+      "2's 0.04).", source="IMPACT Table 1: none; Table 2: 0.04", check=POSITIVE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,10 +356,9 @@ class ClusterSettings:
       "this process, unless TF_CONFIG names a task.", choices=JOB_NAMES)
   task: Optional[int] = setting(None, CLUSTER, "Actor process number (0, 1, ...); default: "
                                 "TF_CONFIG's task index, else 0.", check=NON_NEGATIVE)
-  cluster: str = setting(
-      "", CLUSTER, 'The cluster as JSON, e.g. \'{"learner": ["host:8001"], "actor": '
-      '["host2:8002"]}\'; default: TF_CONFIG\'s "cluster", else the learner on '
-      "localhost:8001 (loopback only).")
+  cluster: str = setting("", CLUSTER, 'The cluster as JSON, e.g. \'{"learner": ["host:8001"], '
+                         '"actor": ["host2:8002"]}\'; default: TF_CONFIG\'s "cluster", else the '
+                         "learner on localhost:8001 (loopback only).")
   cluster_secret_file: str = setting(
       "", CLUSTER, "A file holding the cluster's shared secret (any text; readable by you "
       "alone): every call to the learner or a replay service must prove it, so processes "
@@ -404,7 +380,6 @@ VTRACE_CONSTANTS = (
 )
 IMPACT_SETTINGS = tuple(f.name for f in dataclasses.fields(ExperimentSettings)
                         if f.metadata["topic"] == IMPACT_TOPIC)
-CLUSTER_SETTINGS = tuple(f.name for f in dataclasses.fields(ClusterSettings))
 TABLES = (ExperimentSettings, ClusterSettings)  # experiment.py's.
 
 
@@ -432,9 +407,8 @@ def check_value(name, value, field=None, flag=True):
 
 
 def check_values(values, table=None, flag=True):
-  """Checks each field of `table` (by default the dataclass of `values`) in `values` (its
-  instance, or an argparse Namespace of its flags); a derived config's fields by their
-  settings'. Raises ValueError: "--name must be <requirement>, got <value>."."""
+  """Checks the fields of `table` (default: the dataclass of `values`) in `values` (an instance or
+  an argparse Namespace), a derived config's by their settings'; ValueError as check_value's."""
   settings = {f.name: f for f in all_settings()}
   for field in dataclasses.fields(table or values):
     if "check" in field.metadata or field.name in settings:
