@@ -267,11 +267,20 @@ PAPER_ATARI57_IMPALA_MULTITASK_SCORES = {
 
 DMLAB30 = "dmlab30"
 ATARI57 = "atari57"
+# The reward-scale diagnostic of per-task PopArt (not from the papers; environments/toy.py):
+# two toy tasks equally hard and in conflict, one paying 1 and the other 1,000 per success.
+TOY_SCALES = "toy_scales"
+TOY_SCALES_LEVELS = ("toy/lit_side", "toy/unlit_side_x1000")
+TOY_SAME_SCALES = "toy_same_scales"
 # Suite name -> the levels an agent trains on (multi-task: actors are assigned round-robin).
 SUITES = collections.OrderedDict([
     (DMLAB30, DMLAB30_TRAIN_LEVELS),
     (ATARI57, ATARI57_LEVELS),
+    (TOY_SCALES, TOY_SCALES_LEVELS),
+    (TOY_SAME_SCALES, ("toy/lit_side", "toy/lit_side_x1000")),
 ])
+# The suites with the paper's reference scores (human-normalised summaries).
+SCORED_SUITES = (DMLAB30, ATARI57)
 # DeepMind Lab levels outside DMLab-30 that the paper trains on, by bare name -> path in
 # DeepMind Lab's game_scripts/levels: seekavoid_arena_01 is task 1 of Table 1 and task 5 of
 # Table 2 (with four DMLab-30 levels as the other tasks). No human or random reference scores.
