@@ -81,16 +81,7 @@ class Learner(tf.Module):
                                        trainable=False, name="learning_rate")
       self.entropy_cost = tf.Variable(config.entropy_cost, dtype=tf.float32,
                                       trainable=False, name="entropy_cost")
-      # PopArt's statistics (learning/popart.py), one pair per value output of the agent (one
-      # per task with per-task PopArt); checkpointed with the learner.
-      self.popart = (popart_lib.PopArt(agent.baseline, num_tasks=self.num_tasks)
-                     if config.popart else None)
-    if self.num_tasks > 1 and self.popart is None:
-      raise ValueError(f"The agent has {self.num_tasks} value outputs, one per task: they are "
-                       "per-task PopArt's (Hessel et al. 2019), which needs --popart.")
-    if self.popart is not None and strategy is not None:
-      raise ValueError("--popart keeps one learner's statistics; it does not run with "
-                       "--num_learners > 1 yet. Drop one of the two.")
+      self.popart = _popart_of(agent, config, strategy)  # Checkpointed with the learner.
     if strategy is None:
       self._compiled_update = tf.function(self._update, jit_compile=jit_compile)
     else:
@@ -254,6 +245,21 @@ class Learner(tf.Module):
     return dict(total_loss=total_loss, learning_rate=learning_rate, grad_norm=grad_norm,
                 num_env_frames=self.num_env_frames.read_value(),
                 update_skipped=tf.logical_not(applied), parameter_norm=parameter_norm, **terms)
+
+
+def _popart_of(agent, config, strategy):
+  """PopArt's statistics (learning/popart.py), one pair per value output of the agent (one per
+  task with per-task PopArt), or None without --popart."""
+  num_tasks = agent.config.num_value_outputs
+  if not config.popart:
+    if num_tasks > 1:
+      raise ValueError(f"The agent has {num_tasks} value outputs, one per task: they are "
+                       "per-task PopArt's (Hessel et al. 2019), which needs --popart.")
+    return None
+  if strategy is not None:
+    raise ValueError("--popart keeps one learner's statistics; it does not run with "
+                     "--num_learners > 1 yet. Drop one of the two.")
+  return popart_lib.PopArt(agent.baseline, num_tasks=num_tasks)
 
 
 # The batch's checks at the update's entry.

@@ -101,7 +101,7 @@ def format_tables(rows, level_name):
                  f"{_number(row.get('std_return'), 9, 2)} "
                  f"{_number(row.get('human'), 9, 2)} {_number(row.get('random'), 9, 2)} "
                  f"{_number(row.get('human_normalized'), 8, 1)}")
-  if suites.is_suite(level_name) and rows:
+  if level_name in suites.SCORED_SUITES and rows:  # The toy suites have no reference scores.
     summary = suites.suite_scores({r["level"]: r["mean_return"] for r in rows}, level_name,
                                   allow_missing=True)
     num_suite_levels = len(families.level_names(level_name))
@@ -245,7 +245,7 @@ def _summary(config, rows, path, frames):
   """results.json's summary: the suite's scores (a suite's levels; {} otherwise), the
   checkpoint and its frames, the seed and the episodes per level."""
   summary = {}
-  if suites.is_suite(config.level_name) and rows:
+  if config.level_name in suites.SCORED_SUITES and rows:
     summary = suites.suite_scores({r["level"]: r["mean_return"] for r in rows},
                                   config.level_name, allow_missing=True)._asdict()
   summary.update(checkpoint=path, training_frames=frames, seed=config.seed,
