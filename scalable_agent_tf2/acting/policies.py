@@ -131,6 +131,24 @@ class PerActorPolicy(_Policy):
     self._step = on_device
 
 
+class TaskBaseline:
+  """A policy for the actors of one task of an agent with one value output per task
+  (per-task PopArt, Hessel et al. 2019): its baseline [G] is that task's normalised output
+  n_task(x), the one the learner reads for the trajectory (popart.PopArt.select), as a
+  single-task agent's is its one n(x); the rest is `policy`'s."""
+
+  def __init__(self, policy, task):
+    self._policy = policy
+    self._task = int(task)
+
+  def __call__(self, prev_actions, env_outputs, core_states):
+    params, baseline, core_states = self._policy(prev_actions, env_outputs, core_states)
+    return params, np.asarray(baseline)[:, self._task], core_states
+
+  def __getattr__(self, name):  # action_space, initial_states, close, ...
+    return getattr(self._policy, name)
+
+
 def encode_group_instructions(env_outputs, no_instructions=None):
   """A group's outputs with instructions as int32 word ids [G, 16]. No hashing when every
   instruction is empty (Atari, the toy levels): the ids are `no_instructions`, the zeros [G, 16]

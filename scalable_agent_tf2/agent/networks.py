@@ -1,7 +1,6 @@
 """The agent, composed from the environment's spec, built from tf.Variables and tf.nn ops.
 
-Plain tf.Modules, no Keras: Keras 3 layers are not tf.Modules, and plain ops keep
-the learner's update a single XLA-compilable function.
+Plain tf.Modules, no Keras (Keras 3 layers are not tf.Modules): one XLA-compilable update.
 
     frame [H, W, C] uint8 --/255--> torso (shallow|deep|impact_cnn): 256 -----+
       (or vector [O] float32 --> mlp torso: 256; index [] int32 --> one-hot [n])
@@ -24,9 +23,8 @@ the torso to all frames at once (section 3: "folding time into the batch dimensi
 resetting the core wherever an episode ended; actors run it over one step
 (acting/policies.acting_step) and sample the actions in numpy (acting/action_spaces.py).
 
-This module holds the agent and its config; the language input (hashing, encoder) is
-language.py's, the layers (Linear, Conv2D, LSTM) and the torsos (and how frames reach them:
-to_unit_float, chunked_torso) torsos.py's.
+This module holds the agent and its config; the language input is language.py's, the layers
+and the torsos (and how frames reach them: to_unit_float, chunked_torso) torsos.py's.
 
 The observation's kind (NetworkConfig.observation_kind, torsos.torso_for_observation) picks
 the torso: image frames take the paper's (Figure 3), float vectors the MLP (IMPACT section
@@ -63,9 +61,9 @@ DEEP_TORSO_CHUNK_FRAMES = 128
 # base, torsos.NormcInitializer). Frame torsos always start from Sonnet's.
 SONNET_INIT, NORMC_INIT = "sonnet", "normc"
 
-# Output of `unroll`: the learner's own view of the trajectory. policy_params float32
-# [T, B, P] (the action distribution's flat parameters: logits, or a Gaussian's means then
-# log standard deviations); baseline float32 [T, B].
+# Output of `unroll`: the learner's own view of the trajectory. policy_params float32 [T, B, P]
+# (the distribution's flat parameters: logits, or a Gaussian's means then log standard
+# deviations); baseline float32 [T, B] ([T, B, N] with N value outputs).
 NetworkOutput = collections.namedtuple("NetworkOutput", "policy_params baseline")
 
 
@@ -86,11 +84,10 @@ class NetworkConfig:
       section 5.3.2).
     use_instruction: whether the observation carries a language instruction (DMLab).
     torso_chunk_frames: None: DEEP_TORSO_CHUNK_FRAMES for the deep torso, else 0. 0: backprop
-      keeps the torso's activations of all T x B frames (the
-      deep torso's: 2 MB per 72x96 frame, 6.3 GB for B=32, T=100). N > 0: the learner's
-      unroll runs the torso over chunks of at most N frames and recomputes each chunk's
-      activations in the backward pass (chunked_torso): the same gradients, one chunk's
-      activations in memory, one more forward pass of the torso.
+      keeps the torso's activations of all T x B frames (the deep torso's: 2 MB per 72x96
+      frame, 6.3 GB for B=32, T=100). N > 0: the learner's unroll runs the torso over chunks
+      of at most N frames and recomputes each chunk's activations in the backward pass
+      (chunked_torso): the same gradients, one chunk's activations, one more torso pass.
     observation_kind: torsos.FRAME (uint8 [H, W, C]), torsos.VECTOR (float32 [O]) or
       torsos.INDEX (a Discrete(n) observation: int32 []).
     num_observation_values: n of a Discrete(n) observation (INDEX only): the one-hot's size.
@@ -117,6 +114,9 @@ class NetworkConfig:
       steps leave its state unchanged, so the encoding and its gradients are the same);
       False under XLA, which needs static shapes (the learner turns it off when it compiles
       with XLA, as it turns off torso chunks).
+    num_value_outputs: the baseline's outputs: 1, or N, one per task of a suite with per-task
+      PopArt (Hessel et al. 2019: one normalised value output per task, the policy shared);
+      the unroll's baseline is then [T, B, N] (learning/popart.py selects a trajectory's).
   """
   num_actions: Optional[int]
   frame_shape: Tuple[int, ...]
@@ -134,6 +134,7 @@ class NetworkConfig:
   initializer: str = SONNET_INIT
   state_dependent_log_std: bool = True
   trim_instruction_padding: bool = True
+  num_value_outputs: int = 1
 
   @property
   def frame_dtype(self):
@@ -163,6 +164,8 @@ class NetworkConfig:
     if self.initializer not in (SONNET_INIT, NORMC_INIT):
       raise ValueError(f"Unknown initializer {self.initializer!r}; expected {SONNET_INIT!r} "
                        f"or {NORMC_INIT!r}.")
+    if self.num_value_outputs < 1:
+      raise ValueError(f"num_value_outputs must be positive, got {self.num_value_outputs}.")
     if self.torso_chunk_frames < 0:
       raise ValueError(f"torso_chunk_frames must be 0 (no chunks) or positive, got "
                        f"{self.torso_chunk_frames}.")
@@ -365,9 +368,8 @@ class Agent(tf.Module):
   and a baseline (Figure 3; the IMPACT paper's continuous-control networks, section 4.3).
 
   Its attribute paths are part of every checkpoint: torso (policy_torso and value_torso with a
-  separate value torso), instruction_encoder, core, policy, baseline, observation_filter.
-  (Checkpoints written before actors sampled in numpy also hold agent/_sampler, a random
-  generator no code reads any more: restoring leaves it unread.)
+  separate value torso), instruction_encoder, core, policy, baseline, observation_filter
+  (older checkpoints also hold agent/_sampler, which no code reads: restoring leaves it).
   """
 
   def __init__(self, config, seed=0, name="agent", observation_filter=None):
@@ -421,7 +423,8 @@ class Agent(tf.Module):
         self.value_torso = torsos.build_torso(config.torso_choice, torso_init,
                                               name="value_torso")
         baseline_input_size = self.value_torso.output_size
-      self.baseline = torsos.Linear(baseline_input_size, 1, init=output_init, name="baseline")
+      self.baseline = torsos.Linear(baseline_input_size, config.num_value_outputs, output_init,
+                                    name="baseline")
 
   def initial_state(self, batch_size):
     """The core state at the start of an episode: LSTMState of zeros [B, 256], or ()."""
@@ -446,7 +449,8 @@ class Agent(tf.Module):
         instruction encoder over every word slot. The same numbers either way.
 
     Returns:
-      (NetworkOutput(policy_params float32 [T, B, P], baseline float32 [T, B]),
+      (NetworkOutput(policy_params float32 [T, B, P], baseline float32 [T, B] (or [T, B, N]
+       with num_value_outputs N > 1)),
        the core state after the last step).
     """
     config = self.config
@@ -479,9 +483,9 @@ class Agent(tf.Module):
     policy_params = tf.reshape(self.policy(core_output),
                                [steps, batch, config.action_distribution.param_size])
     value_input = (self._apply_torso(self.value_torso, frames, chunk_frames)
-                   if config.separate_value_torso
-                   else core_output)
-    baseline = tf.reshape(self.baseline(value_input), [steps, batch])
+                   if config.separate_value_torso else core_output)
+    outputs = config.num_value_outputs  # One task: [T, B] as ever; N tasks: [T, B, N].
+    baseline = tf.reshape(self.baseline(value_input), [steps, batch] + [outputs] * (outputs > 1))
     return NetworkOutput(policy_params=policy_params, baseline=baseline), core_state
 
   def _apply_torso(self, torso, frames, chunk_frames):

@@ -71,11 +71,8 @@ def check_combinations(config):
 
 
 def _check_popart(config):
-  """--popart's refusals: what learning/popart.py does not cover yet."""
-  if config.is_multi_task:
-    raise ValueError(f"--popart keeps one set of statistics, for one task; {config.level_name} "
-                     "is a suite, which needs one per level (Hessel et al. 2019), not built "
-                     "yet. Drop --popart (or train one level).")
+  """--popart's refusals: what learning/popart.py does not cover yet (on a suite it keeps one
+  set of statistics per level, Hessel et al. 2019)."""
   if config.num_learners > 1:
     raise ValueError("--popart keeps one learner's statistics; use --num_learners=1 with it.")
 

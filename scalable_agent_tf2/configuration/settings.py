@@ -265,7 +265,8 @@ class ExperimentSettings:
       LEARNER, "Learn the values in a normalised scale (PopArt): the baseline's targets and "
       "the policy gradient's advantages divided by a running standard deviation of V-trace's "
       "targets, the value layer rescaled to keep its outputs; rewards of any size and sign "
-      "then give gradients of one size. One task only (learning/popart.py).",
+      "then give gradients of one size. On a suite, per-task PopArt: one scale and one value "
+      "output per level, the policy shared (learning/popart.py). Off by default on suites.",
       source="Hessel et al. 2019 (the IMPALA follow-up)", part_of=FOR_LEARNER)
   max_grad_norm: Optional[float] = preset_setting(
       LEARNER, "Global gradient-norm clip; 0 for none (the default with --laser_replay).",

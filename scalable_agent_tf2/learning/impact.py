@@ -101,10 +101,11 @@ def steps(dataset, learner, config):
     batch = next(batches, None)
     if batch is None:
       return None
-    policy_versions, agent_state, env_outputs, agent_outputs = batch
+    policy_versions, agent_state, env_outputs, agent_outputs, tasks = batch
     # Algorithm 1 line 7: the target network's policy on the batch, frozen as it enters.
     return policy_versions, dict(
         agent_state=agent_state, env_outputs=env_outputs, agent_outputs=agent_outputs,
+        tasks=tasks,
         target_policy_params=learner.target_policy_params(agent_state, env_outputs,
                                                           agent_outputs))
 
@@ -204,7 +205,7 @@ class ImpactLearner(learner_lib.Learner):
     return outputs.policy_params
 
   def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None,
-             target_policy_params=None):
+             target_policy_params=None, tasks=None):
     """One IMPACT step (Algorithm 1 lines 8, 9, 11).
 
     Args:
@@ -213,6 +214,7 @@ class ImpactLearner(learner_lib.Learner):
       target_policy_params: float32 [T+1, B, P], target_policy_params() of this batch when it
         entered the circular buffer (steps puts it there); None: the target network's policy
         now.
+      tasks: int32 [B], as Learner.update's (each trajectory's task, with per-task PopArt).
 
     Returns:
       dict of scalars: as Learner.update plus kl_loss, ppo_clipped_fraction (steps whose PPO
@@ -233,23 +235,23 @@ class ImpactLearner(learner_lib.Learner):
                        f"expected {want} (like the behaviour policy's logits, or its mean "
                        f"and log_std concatenated).")
     num_new = learner_lib.checked_num_new_trajectories(num_new_trajectories, env_outputs)
+    tasks = learner_lib.checked_tasks(tasks, env_outputs, self.num_tasks)
     return self._compiled_update(agent_state, env_outputs, agent_outputs,
-                                 target_policy_params, num_new)
+                                 target_policy_params, num_new, tasks)
 
   def _update(self, agent_state, env_outputs, agent_outputs, target_policy_params,
-              num_new_trajectories):
+              num_new_trajectories, tasks=None):
     config, impact = self.config, self.impact_config
     kl_cost = impact.kl_cost if self.kl_target is None else self.kl_coefficient.read_value()
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state,
                                              static_shapes=self.jit_compile)
-      if self.popart is not None:  # The network's baseline is n(x); the targets need V(x).
-        learner_outputs = learner_outputs._replace(
-            baseline=self.popart.values(learner_outputs.baseline))
+      # The network's baseline is n(x); the targets need V(x) (Learner._popart_values).
+      learner_outputs, value_scale = self._popart_values(learner_outputs, tasks)
       terms, diagnostics, vs = losses.impact_loss_terms_and_targets(
           self.agent.config.action_distribution, learner_outputs, target_policy_params,
-          env_outputs, agent_outputs, config, impact)
-      if self.popart is not None:
+          env_outputs, agent_outputs, config, impact, value_scale)
+      if self.popart is not None and value_scale is None:
         # The clipped surrogate is positively homogeneous in the advantages, so dividing it by
         # sigma is the surrogate of the normalised advantages (popart.scale_loss_terms); the
         # KL term, like the entropy term, keeps its scale.
@@ -267,7 +269,7 @@ class ImpactLearner(learner_lib.Learner):
     if self.popart is not None:
       kept = losses.kept_transitions(env_outputs.truncated)
       stats.update(tf.cond(stats["update_skipped"], self.popart.statistics,
-                           lambda: self.popart.update(vs, kept)))
+                           lambda: self.popart.update(vs, kept, tasks)))
     # A skipped step (non-finite, see _apply) is no step: it neither counts towards the
     # target refresh nor adapts the KL coefficient (whose KL would be NaN too).
     applied = tf.logical_not(stats["update_skipped"])

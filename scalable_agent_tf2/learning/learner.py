@@ -65,6 +65,7 @@ class Learner(tf.Module):
     self.config = config
     self.strategy = strategy
     self._variables = tuple(agent.trainable_variables)
+    self.num_tasks = agent.config.num_value_outputs
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope, self.name_scope:
       self.optimizer = optimizers.RMSProp(self._variables, decay=config.decay,
@@ -80,11 +81,7 @@ class Learner(tf.Module):
                                        trainable=False, name="learning_rate")
       self.entropy_cost = tf.Variable(config.entropy_cost, dtype=tf.float32,
                                       trainable=False, name="entropy_cost")
-      # PopArt's statistics (learning/popart.py); checkpointed with the learner.
-      self.popart = popart_lib.PopArt(agent.baseline) if config.popart else None
-    if self.popart is not None and strategy is not None:
-      raise ValueError("--popart keeps one learner's statistics; it does not run with "
-                       "--num_learners > 1 yet. Drop one of the two.")
+      self.popart = _popart_of(agent, config, strategy)  # Checkpointed with the learner.
     if strategy is None:
       self._compiled_update = tf.function(self._update, jit_compile=jit_compile)
     else:
@@ -102,7 +99,8 @@ class Learner(tf.Module):
     self.entropy_cost.assign(self.config.entropy_cost)
     self.optimizer.epsilon.assign(self.config.epsilon)
 
-  def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None):
+  def update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories=None,
+             tasks=None):
     """One learner step on a batch of trajectories.
 
     Args:
@@ -115,6 +113,9 @@ class Learner(tf.Module):
       num_new_trajectories: how many of the B trajectories are new environment experience
         (the rest were trained on before: replayed); None means all B. Only new ones count
         as environment frames (the frame budget and the learning-rate schedule).
+      tasks: int32 [B], each trajectory's task (its level's index in the run's levels,
+        run/input_pipeline.py): which value output and PopArt statistics it takes when the
+        agent has one per task; unused (may be None) with one.
 
     Returns:
       dict of scalars: total_loss, pg_loss, baseline_loss, entropy_loss, learning_rate (the
@@ -122,11 +123,12 @@ class Learner(tf.Module):
       variables' global norm after the step), num_env_frames (after the step),
       update_skipped (bool: the loss or gradient norm was not finite and nothing changed,
       see _apply); with a trust region also trust_region_rejected (number of rejected
-      steps).
+      steps); with PopArt popart_mu and popart_sigma ([N] with N tasks).
     """
     env_outputs, agent_outputs = check_batch(self.agent.config, agent_state, env_outputs,
                                              agent_outputs)
     num_new = checked_num_new_trajectories(num_new_trajectories, env_outputs)
+    tasks = checked_tasks(tasks, env_outputs, self.num_tasks)
     if self.entropy_mask is not None and not self.entropy_mask.shape.is_compatible_with(
         env_outputs.reward.shape[1:]):
       raise ValueError(f"The learner's entropy_mask has shape {self.entropy_mask.shape}, the "
@@ -137,9 +139,21 @@ class Learner(tf.Module):
       if batch_size is not None and batch_size % replicas:
         raise ValueError(f"The batch size {batch_size} must be a multiple of the number of "
                          f"learners ({replicas}): each takes an equal slice.")
-    return self._compiled_update(agent_state, env_outputs, agent_outputs, num_new)
+      return self._compiled_update(agent_state, env_outputs, agent_outputs, num_new)
+    return self._compiled_update(agent_state, env_outputs, agent_outputs, num_new, tasks)
 
-  def _loss_gradients_and_targets(self, agent_state, env_outputs, agent_outputs):
+  def _popart_values(self, learner_outputs, tasks):
+    """The unroll's outputs with V(x) for the baseline (the network's is n(x), PopArt's
+    normalised one: each trajectory reads its task's output and statistics), and each
+    trajectory's scale for the losses with several tasks (None: one task's losses are scaled
+    after the sums, popart.scale_loss_terms, as the single-task learner always did)."""
+    if self.popart is None:
+      return learner_outputs, None
+    outputs = learner_outputs._replace(
+        baseline=self.popart.values(learner_outputs.baseline, tasks))
+    return outputs, (self.popart.scale(tasks) if self.num_tasks > 1 else None)
+
+  def _loss_gradients_and_targets(self, agent_state, env_outputs, agent_outputs, tasks=None):
     """(total loss, loss terms, gradients) of one batch (losses summed over T and B), and
     V-trace's targets v_s [T, B] with the mask [T, B] of the steps they count on (PopArt's
     statistics move towards them after the update)."""
@@ -147,27 +161,26 @@ class Learner(tf.Module):
     with tf.GradientTape() as tape:
       learner_outputs, _ = self.agent.unroll(agent_outputs.action, env_outputs, agent_state,
                                              static_shapes=self.jit_compile)
-      if self.popart is not None:  # The network's baseline is n(x); V-trace needs V(x).
-        learner_outputs = learner_outputs._replace(
-            baseline=self.popart.values(learner_outputs.baseline))
+      learner_outputs, value_scale = self._popart_values(learner_outputs, tasks)
       terms, returns = losses.impala_loss_terms(self.agent.config.action_distribution,
-                                                    learner_outputs, env_outputs,
-                                                    agent_outputs, config, self.entropy_mask)
-      if self.popart is not None:
+                                                learner_outputs, env_outputs, agent_outputs,
+                                                config, self.entropy_mask, value_scale)
+      if self.popart is not None and value_scale is None:
         terms = popart_lib.scale_loss_terms(terms, self.popart.sigma)
       total_loss = (terms["pg_loss"] + config.baseline_cost * terms["baseline_loss"]
                     + self.entropy_cost * terms["entropy_loss"])
     targets = (returns.vs, losses.kept_transitions(env_outputs.truncated))
     return total_loss, terms, tape.gradient(total_loss, self._variables), targets
 
-  def _update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories):
+  def _update(self, agent_state, env_outputs, agent_outputs, num_new_trajectories,
+              tasks=None):
     total_loss, terms, gradients, (vs, kept) = self._loss_gradients_and_targets(
-        agent_state, env_outputs, agent_outputs)
+        agent_state, env_outputs, agent_outputs, tasks)
     stats = self._apply(total_loss, terms, gradients, env_outputs.reward,
                         num_new_trajectories)
     if self.popart is not None:
       stats.update(tf.cond(stats["update_skipped"], self.popart.statistics,
-                           lambda: self.popart.update(vs, kept)))
+                           lambda: self.popart.update(vs, kept, tasks)))
     return stats
 
   def _distributed_update(self, agent_state, env_outputs, agent_outputs,
@@ -234,6 +247,21 @@ class Learner(tf.Module):
                 update_skipped=tf.logical_not(applied), parameter_norm=parameter_norm, **terms)
 
 
+def _popart_of(agent, config, strategy):
+  """PopArt's statistics (learning/popart.py), one pair per value output of the agent (one per
+  task with per-task PopArt), or None without --popart."""
+  num_tasks = agent.config.num_value_outputs
+  if not config.popart:
+    if num_tasks > 1:
+      raise ValueError(f"The agent has {num_tasks} value outputs, one per task: they are "
+                       "per-task PopArt's (Hessel et al. 2019), which needs --popart.")
+    return None
+  if strategy is not None:
+    raise ValueError("--popart keeps one learner's statistics; it does not run with "
+                     "--num_learners > 1 yet. Drop one of the two.")
+  return popart_lib.PopArt(agent.baseline, num_tasks=num_tasks)
+
+
 # The batch's checks at the update's entry.
 
 
@@ -246,6 +274,26 @@ def checked_num_new_trajectories(num_new_trajectories, env_outputs):
     raise ValueError(f"num_new_trajectories must be in [0, {batch_size}] (the batch size), "
                      f"got {num_new_trajectories}.")
   return tf.constant(int(num_new_trajectories), tf.int64)
+
+
+def checked_tasks(tasks, env_outputs, num_tasks):
+  """int32 [B]: each trajectory's task, checked against B and the agent's num_tasks value
+  outputs; None with one task (every trajectory reads the one output)."""
+  if num_tasks == 1:
+    return None
+  if tasks is None:
+    raise ValueError(f"The agent has {num_tasks} value outputs, one per task (per-task "
+                     "PopArt): the update needs each trajectory's task (tasks int32 [B]).")
+  tasks = tf.convert_to_tensor(tasks)
+  want = env_outputs.reward.shape[1:]
+  if not tasks.dtype.is_integer or not tasks.shape.is_compatible_with(want):
+    raise ValueError(f"tasks must be integers of shape {want} (one per trajectory), got "
+                     f"{tasks.dtype.name} {tasks.shape}.")
+  if tf.executing_eagerly() and tf.size(tasks) and not (
+      0 <= int(tf.reduce_min(tasks)) and int(tf.reduce_max(tasks)) < num_tasks):
+    raise ValueError(f"tasks must be in [0, {num_tasks}) (the run's levels), got "
+                     f"{tasks.numpy().tolist()}.")
+  return tf.cast(tasks, tf.int32)
 
 
 def check_batch(network_config, agent_state, env_outputs, agent_outputs):

@@ -312,14 +312,16 @@ def entropy_steps(trust_region_mask, entropy_mask, like):
   return per_step if trust_region_mask is None else per_step * trust_region_mask
 
 
-def _vtrace_loss_terms(returns, values, mask, entropy_loss, trust_region_mask):
+def _vtrace_loss_terms(returns, values, mask, entropy_loss, trust_region_mask, value_scale=None):
   """The policy-gradient and baseline losses of V-trace's returns (section 4.2) over the steps
   mask [T, B] keeps, the given entropy loss, and the count of steps LASER's trust region
-  rejected (trust_region_mask [T, B], or None without a trust region)."""
+  rejected (trust_region_mask [T, B], or None without a trust region); value_scale: as
+  impala_loss_terms'."""
+  scaled = lambda errors: errors if value_scale is None else errors / value_scale
   terms = dict(
       pg_loss=policy_gradient_loss(returns.target_action_log_probs,
-                                          returns.pg_advantages, mask),
-      baseline_loss=baseline_loss(returns.vs - values, mask),
+                                   scaled(returns.pg_advantages), mask),
+      baseline_loss=baseline_loss(scaled(returns.vs - values), mask),
       entropy_loss=entropy_loss)
   if trust_region_mask is not None:
     terms["trust_region_rejected"] = tf.reduce_sum(1.0 - trust_region_mask)
@@ -327,7 +329,7 @@ def _vtrace_loss_terms(returns, values, mask, entropy_loss, trust_region_mask):
 
 
 def impala_loss_terms(action_distribution, learner_outputs, env_outputs, agent_outputs, config,
-                      entropy_mask=None):
+                      entropy_mask=None, value_scale=None):
   """The three unweighted IMPALA loss terms (section 4.2) of one batch, with LASER's trust
   region when the config has one (for a Gaussian policy, the Monte-Carlo implied KL).
 
@@ -342,6 +344,9 @@ def impala_loss_terms(action_distribution, learner_outputs, env_outputs, agent_o
     config: LearnerConfig.
     entropy_mask: None, or float32 [B]: the trajectories whose entropy counts (LASER
       section 5.1: online data only).
+    value_scale: None, or float32 [B]: each trajectory's scale (per-task PopArt, Hessel et al.
+      2019: its task's sigma): its policy-gradient advantages and baseline errors are
+      divided by it before the sums (learning/popart.py). The entropy term keeps its scale.
 
   Returns:
     (dict with float32 scalars pg_loss, baseline_loss, entropy_loss (sums over T and B) and,
@@ -364,7 +369,8 @@ def impala_loss_terms(action_distribution, learner_outputs, env_outputs, agent_o
   mask = batch.kept if trust_region is None else trust_region * batch.kept
   entropy = entropy_loss(batch.learner_policy,
                                 entropy_steps(mask, entropy_mask, batch.rewards))
-  return _vtrace_loss_terms(returns, batch.values, mask, entropy, trust_region), returns
+  return (_vtrace_loss_terms(returns, batch.values, mask, entropy, trust_region, value_scale),
+          returns)
 
 
 def impact_loss_terms(action_distribution, learner_outputs, target_policy_params, env_outputs,
@@ -397,9 +403,11 @@ def impact_loss_terms(action_distribution, learner_outputs, target_policy_params
 
 
 def impact_loss_terms_and_targets(action_distribution, learner_outputs, target_policy_params,
-                                  env_outputs, agent_outputs, config, impact_config):
+                                  env_outputs, agent_outputs, config, impact_config,
+                                  value_scale=None):
   """impact_loss_terms and the value targets v_s float32 [T, B] (PopArt's statistics follow
-  them, learning/popart.py)."""
+  them, learning/popart.py); value_scale: as impala_loss_terms' (standardised advantages,
+  --normalize_advantages, have no scale left to divide)."""
   batch = aligned(action_distribution, learner_outputs, env_outputs, agent_outputs,
                              config)
   target_policy = action_distribution(tf.stop_gradient(target_policy_params[:-1]))
@@ -410,11 +418,11 @@ def impact_loss_terms_and_targets(action_distribution, learner_outputs, target_p
       entropy_loss=entropy_loss(batch.learner_policy, batch.kept),
       # KL(pi_target || pi) at x_t stays: it depends on the observation alone (a real one),
       # and the KL coefficient's adaptation averages it over all T x B steps (learner.py).
-      kl_loss=kl_divergence(target_policy, batch.learner_policy))
+      kl_loss=kl_divergence(target_policy, batch.learner_policy), value_scale=value_scale)
 
 
 def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs, config,
-                  impact_config, entropy_loss, kl_loss):
+                  impact_config, entropy_loss, kl_loss, value_scale=None):
   """impact_loss_terms from the log-probabilities of the taken actions [T, B] under pi,
   pi_target and mu (any action space), and the entropy and KL terms."""
   # A cut transition (a truncated episode's reset step) has rho = c = 0, so its advantage is
@@ -427,13 +435,15 @@ def _impact_terms(batch, action_log_probs, target_log_probs, behaviour_log_probs
   beta = 1.0 / impact_config.target_worker_clipping  # Section 3.1: beta = 1 / rho.
   log_ratios = impact_log_ratio(action_log_probs, target_log_probs,
                                        behaviour_log_probs, beta)
+  scaled = lambda errors: errors if value_scale is None else errors / value_scale
   advantages = returns.pg_advantages
   if impact_config.normalize_advantages:
     advantages = standardized_advantages(advantages, batch.kept)
+  else:
+    advantages = scaled(advantages)
   terms = dict(
-      pg_loss=clipped_surrogate_loss(log_ratios, advantages,
-                                            impact_config.ppo_clip, batch.kept),
-      baseline_loss=baseline_loss(returns.vs - batch.values, batch.kept),
+      pg_loss=clipped_surrogate_loss(log_ratios, advantages, impact_config.ppo_clip, batch.kept),
+      baseline_loss=baseline_loss(scaled(returns.vs - batch.values), batch.kept),
       entropy_loss=entropy_loss, kl_loss=kl_loss)
   fraction = lambda mask: tf.reduce_mean(tf.cast(mask, tf.float32))
   diagnostics = dict(

@@ -216,10 +216,14 @@ class PopArt(tf.Module):
     return unnormalized(self.select(normalized_baseline, tasks),
                         self._of_tasks(self.mu, tasks), self._of_tasks(self.sigma, tasks))
 
+  def scale(self, tasks=None):
+    """Each trajectory's task's sigma: [B] (tasks int [B]); one task's scalar sigma."""
+    return self._of_tasks(self.sigma, tasks)
+
   def normalized(self, errors, tasks=None):
     """errors [T, B] (V-trace's advantages, v_s - V(x_s)) in each trajectory's task's
     normalised scale: divided by its sigma (module docstring)."""
-    return errors / self._of_tasks(self.sigma, tasks)
+    return errors / self.scale(tasks)
 
   def update(self, targets, mask, tasks=None):
     """Moves the statistics of the tasks in this batch towards their targets v_s [T, B] (over
@@ -250,3 +254,27 @@ class PopArt(tf.Module):
     """The update's record of the statistics in use (log.jsonl, TensorBoard): popart_mu and
     popart_sigma, scalars for one task, [N] for N (one per task)."""
     return dict(popart_mu=self.mu.read_value(), popart_sigma=self.sigma)
+
+
+def per_task_scalars(stats, tasks):
+  """An update's statistics (numpy) as scalars: per-task PopArt's [N] ones (popart_mu,
+  popart_sigma) as <name>/<level>, one per task (tasks: the levels in order), for log.jsonl,
+  TensorBoard (popart_sigma/<level>) and the console (sigmas_in_words)."""
+  scalars = {}
+  for name, value in stats.items():
+    if np.ndim(value):
+      scalars.update({f"{name}/{task}": float(v) for task, v in zip(tasks, np.ravel(value))})
+    else:
+      scalars[name] = float(value)
+  return scalars
+
+
+def sigmas_in_words(record, tasks):
+  """The console's words for per-task PopArt's scales in a record of per_task_scalars: the
+  smallest and the largest sigma with their levels ("" before the first update)."""
+  sigmas = {task: record[f"popart_sigma/{task}"] for task in tasks
+            if f"popart_sigma/{task}" in record}
+  if not sigmas:
+    return ""
+  low, high = min(sigmas, key=sigmas.get), max(sigmas, key=sigmas.get)
+  return f"sigma {sigmas[low]:.3g} ({low}) .. {sigmas[high]:.3g} ({high})"

@@ -6,6 +6,7 @@ their runs from these, so a checkpoint written by one is read by the others and 
 made by one fits the others' pipelines.
 """
 import contextlib
+import dataclasses
 import threading
 
 import numpy as np
@@ -196,6 +197,12 @@ def start_in_process(environment_constructor, level_name, seeds, test_mode=False
   return envs
 
 
+def num_tasks(config):
+  """The tasks of the run's value outputs and PopArt statistics: its levels with --popart on a
+  suite (checkpoints.popart_tasks: per-task PopArt, Hessel et al. 2019), else 1."""
+  return len(checkpoints.popart_tasks(config) or ()) or 1
+
+
 def build_agent(config, environment_constructor, strategy=None):
   """(agent, first environment) for a run: the network is sized by the first level's spec.
 
@@ -212,6 +219,8 @@ def build_agent(config, environment_constructor, strategy=None):
   try:
     spec = env.spec
     network_config = config.network_config_for_spec(spec)  # As the level's family chooses.
+    if num_tasks(config) > 1:  # Hessel et al. 2019: a normalised value output per task.
+      network_config = dataclasses.replace(network_config, num_value_outputs=num_tasks(config))
     if tuple(spec.frame_shape) != tuple(network_config.frame_shape):
       raise ValueError(f"The environment's frames are {spec.frame_shape}, the network "
                        f"expects {network_config.frame_shape}.")
@@ -253,13 +262,18 @@ def make_learner(config, agent, strategy=None):
 
 def checkpoint_settings(config, agent):
   """What a checkpoint's network depends on (stored beside it, compared at restore): the run's
-  checkpoints.SHAPE_SETTINGS, the torso the network was built with, the action layout;
-  and, stored but not compared, checkpoints.POLICY_SETTINGS (what else shapes the network
-  and its environment, for a policy loaded outside the run: policy.py)."""
-  return {**{name: getattr(config, name) for name in checkpoints.SHAPE_SETTINGS},
-          "torso": agent.config.torso,
-          **agent.config.action_distribution.layout(),
-          **{name: getattr(config, name) for name in checkpoints.POLICY_SETTINGS}}
+  checkpoints.SHAPE_SETTINGS, the torso the network was built with, the action layout, and
+  with per-task PopArt its levels in order (checkpoints.TASKS_SETTING: absent with one task,
+  as before it was stored); and, stored but not compared, checkpoints.POLICY_SETTINGS (what
+  else shapes the network and its environment, for a policy loaded outside the run: policy.py)."""
+  stored = {**{name: getattr(config, name) for name in checkpoints.SHAPE_SETTINGS},
+            "torso": agent.config.torso,
+            **agent.config.action_distribution.layout(),
+            **{name: getattr(config, name) for name in checkpoints.POLICY_SETTINGS}}
+  tasks = checkpoints.popart_tasks(config)
+  if tasks:
+    stored[checkpoints.TASKS_SETTING] = tasks
+  return stored
 
 
 def restore_agent(config, environment_constructor, restore_from="", make_newest=True):
@@ -304,6 +318,8 @@ def actor_loop_factory(config, index, policy, environment_constructor, first_env
   """
   levels = config.levels
   level = levels[index % len(levels)]
+  if num_tasks(config) > 1:  # Its task's value output (policies.TaskBaseline).
+    policy = policies.TaskBaseline(policy, levels.index(level))
   size = environment_group_size(config)
   streams = range(index * size, (index + 1) * size)
   start = group_factory(config, environment_constructor, level,

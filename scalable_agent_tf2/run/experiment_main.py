@@ -126,10 +126,11 @@ def _check_and_import_tensorflow(config, cluster):
 
 
 def checkpoint_settings(config):
-  """The settings a checkpoint is checked against (checkpoints.SHAPE_SETTINGS), as far as
+  """The settings a checkpoint is checked against (checkpoints.COMPARED_SETTINGS), as far as
   the flags tell them: the torso of a network that the environment's spec chooses (gymnasium,
   MuJoCo: --torso unset) is left to the restore, which knows the network."""
   values = {name: getattr(config, name) for name in checkpoints.SHAPE_SETTINGS}
+  values[checkpoints.TASKS_SETTING] = checkpoints.popart_tasks(config)  # None: one task.
   if values["torso"] is None:
     del values["torso"]
   return values

@@ -82,18 +82,37 @@ class LearnerQueues:
     return sum(q.qsize() for q in self._queues) / (len(self._queues) * self._capacity)
 
 
-def make_dataset(next_trajectory, signature, batch_size):
+def task_index(levels):
+  """callable(level_name) -> its task: the level's index in the run's ordered levels
+  (config.levels; settings.json keeps them where per-task PopArt reads the index). A trajectory
+  of a level outside them cannot come from this run's actors (the wire sends the index too):
+  ValueError naming it."""
+  index = {level: task for task, level in enumerate(levels)}
+
+  def task(level_name):
+    if level_name not in index:
+      raise ValueError(f"A trajectory of {level_name!r}, which is not one of this run's "
+                       f"levels ({', '.join(levels)}).")
+    return index[level_name]
+  return task
+
+
+def make_dataset(next_trajectory, signature, batch_size, levels):
   """tf.data pipeline: trajectories -> time-major batches, the next one prefetched.
 
   Args:
     next_trajectory: callable() -> structures.Trajectory, or None to end the dataset.
     signature: assembly.trajectory_signature(...).
     batch_size: B.
+    levels: the run's levels, in order (config.levels): a trajectory's task is its level's
+      index (task_index).
 
   Returns:
     Dataset of (policy_version [B], agent_state [B, ...], env_outputs [T+1, B, ...],
-    agent_outputs [T+1, B, ...]).
+    agent_outputs [T+1, B, ...], tasks int32 [B]).
   """
+  task = task_index(levels)
+
   def generate():
     profiling.name_this_thread("input")  # A tf.data thread: the input pipeline's Python part.
     while True:
@@ -101,14 +120,15 @@ def make_dataset(next_trajectory, signature, batch_size):
       if trajectory is None:
         return
       yield (trajectory.policy_version, trajectory.agent_state, trajectory.env_outputs,
-             trajectory.agent_outputs)
+             trajectory.agent_outputs, task(trajectory.level_name))
 
-  def time_major(policy_version, agent_state, env_outputs, agent_outputs):
+  def time_major(policy_version, agent_state, env_outputs, agent_outputs, tasks):
     swap = lambda t: tf.transpose(t, tf.concat([[1, 0], tf.range(2, tf.rank(t))], 0))
     return (policy_version, agent_state, tf.nest.map_structure(swap, env_outputs),
-            tf.nest.map_structure(swap, agent_outputs))
+            tf.nest.map_structure(swap, agent_outputs), tasks)
 
-  dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+  dataset = tf.data.Dataset.from_generator(
+      generate, output_signature=(*signature, tf.TensorSpec([], tf.int32)))
   return (dataset.batch(batch_size, drop_remainder=True)
           .map(time_major, num_parallel_calls=1)
           .prefetch(1))
@@ -215,8 +235,8 @@ def ending_on_lost_replay(source, lost):
 
 def learner_steps(dataset, learner, config):
   """The learner's steps: (policy_versions [B], learner.update's keyword arguments for the
-  batch (agent_state, env_outputs, agent_outputs; IMPACT's add target_policy_params), number of
-  new trajectories in the batch).
+  batch (agent_state, env_outputs, agent_outputs, tasks: each trajectory's level's index;
+  IMPACT's add target_policy_params), number of new trajectories in the batch).
 
   IMPALA: one step per batch. IMPACT (Algorithm 1 lines 6, 7, 10): batches pass through a
   impact.CircularBuffer of --circular_buffer_size batches, each used
@@ -228,9 +248,9 @@ def learner_steps(dataset, learner, config):
     yield from impact.steps(dataset, learner, config)
     return
   num_new = config.num_learners * config.num_online_per_batch  # Replay: one learner.
-  for policy_versions, agent_state, env_outputs, agent_outputs in dataset:
+  for policy_versions, agent_state, env_outputs, agent_outputs, tasks in dataset:
     yield policy_versions, dict(agent_state=agent_state, env_outputs=env_outputs,
-                                agent_outputs=agent_outputs), num_new
+                                agent_outputs=agent_outputs, tasks=tasks), num_new
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,7 +378,8 @@ class LearnerInput:
       source = with_replay(self.queues.get, config, signature, print_fn)
     if config.repeatable:
       return self._lockstep_dataset(agent, source, signature, print_fn)
-    return make_dataset(source, signature, config.num_learners * config.learner_batch_size)
+    return make_dataset(source, signature, config.num_learners * config.learner_batch_size,
+                        config.levels)
 
   def _lockstep_dataset(self, agent, source, signature, print_fn):
     """--repeatable's batches (repeatable.lockstep_batches); the actors act one at a time
@@ -371,7 +392,8 @@ class LearnerInput:
              f"parameters of the learner's last update when it asks for the round; batches "
              f"of {config.learner_batch_size} in that order; each actor runs its own forward "
              f"pass; deterministic TensorFlow ops. One line per update follows.")
-    return repeatable.lockstep_batches(source, signature, config.learner_batch_size)
+    return repeatable.lockstep_batches(source, signature, config.learner_batch_size,
+                                       task_index(config.levels))
 
   @property
   def online_fill(self):

@@ -4,17 +4,16 @@ its learning curve.
 Actor threads report episodes and environment restarts; the training loop reports updates;
 `write` (called every --log_secs from the supervising thread) turns them into:
   * a console line: frames, frames/s, updates/s, progress, the time to go, recent mean return
-    per level; while nothing moves, what the run waits for (waiting_message: environments
-    starting, the first unroll, the first update, an update that is overdue);
-  * TensorBoard scalars under logdir (step = environment frames consumed by the learner);
+    per level (per-task PopArt: its smallest and largest sigma); while nothing moves, what the
+    run waits for (waiting_message: environments starting, the first unroll or update, ...);
+  * TensorBoard scalars under logdir (step = environment frames consumed by the learner;
+    per-task PopArt's statistics per level, popart_sigma/<level>);
   * logdir/log.jsonl (runlog.py): an EPISODE record per episode (stamped with the learner's
-    frame count when the episode ended) and a PROGRESS record per write, with the same numbers
-    as TensorBoard, and a START record per (re)start of training (at the frame count it starts
-    from).
+    frame count when the episode ended), a PROGRESS record per write, with the same numbers
+    as TensorBoard, and a START record per (re)start of training (at its frame count).
 At each checkpoint (`checkpointed`) and at the stop (`close`) the learning curve
 logdir/learning_curve.png is redrawn from log.jsonl (runfiles/plot.py) in a child process
-(learning_curve.CurveWriter), so that drawing it never holds up the run. The console line's
-pace (rates, time to go, what the run waits for) is console_pace.py's.
+(learning_curve.CurveWriter), never holding up the run. The console's pace is console_pace.py's.
 
 A file that cannot be written (a full disk, a read-only or deleted logdir: log.jsonl,
 TensorBoard's events file, the learning curve) raises run_failures.LogWriteFailed naming it,
@@ -34,6 +33,7 @@ from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import base as family_base
+from scalable_agent_tf2.learning import popart
 from scalable_agent_tf2.run import learning_curve
 from scalable_agent_tf2.run.console_pace import RATE_WINDOW_UPDATES
 from scalable_agent_tf2.run.console_pace import Activity
@@ -43,6 +43,7 @@ from scalable_agent_tf2.run.console_pace import format_eta
 from scalable_agent_tf2.run.console_pace import waiting_message
 from scalable_agent_tf2.run.console_pace import windowed_rates
 from scalable_agent_tf2.run.run_failures import LogWriteFailed
+from scalable_agent_tf2.runfiles import checkpoints
 from scalable_agent_tf2.runfiles import plot
 from scalable_agent_tf2.runfiles import runlog
 
@@ -84,7 +85,11 @@ def learning_rate_in_words(config):
   else:
     words = (f"learning rate {config.learning_rate:g}, decaying linearly to 0 at "
              f"{config.total_environment_frames:,} frames")
-  if config.popart:
+  tasks = checkpoints.popart_tasks(config) or ()
+  if len(tasks) > 1:
+    words += (f"; per-task PopArt on over {len(tasks)} tasks: one normalised value output and "
+              "scale per level (Hessel et al. 2019; --popart)")
+  elif config.popart:
     words += "; values learned in PopArt's normalised scale (--popart)"
   return words
 
@@ -149,9 +154,11 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train",
 class Monitor:
   """Collects statistics from actor threads and the learner; writes them out on `write`."""
 
-  def __init__(self, logdir, levels, total_frames, print_fn=print, clock=time.monotonic):
+  def __init__(self, logdir, levels, total_frames, print_fn=print, clock=time.monotonic,
+               tasks=()):
     self._logdir = logdir
     self._levels = tuple(levels)
+    self._tasks = tuple(tasks)  # Per-task PopArt's levels in order: its [N] statistics'.
     self._total_frames = total_frames
     self._print = print_fn
     self._clock = clock
@@ -235,12 +242,10 @@ class Monitor:
 
     The learner's count rather than the actors' own: it is the axis of everything else the
     run logs and decides by (PROGRESS records, TensorBoard's step, the frame budget, the
-    learning rate's decay, checkpoints and the cut of a resumed run's log,
-    runlog.read_trained_records), and it says what the parameters that played the episode
-    had been trained on. Actors count frames before the learner consumes them (ahead of it
-    by the queues' contents, and counting unrolls dropped at a stop or, with LASER, replaced).
-    Its resolution is one update's frames (batch x unroll x action repeat), where the
-    write's count stamped every episode of a --log_secs interval alike.
+    learning rate's decay, checkpoints, the cut of a resumed run's log), and it says what the
+    parameters that played the episode had been trained on. Actors count frames before the
+    learner consumes them (ahead of it by the queues' contents, and counting unrolls dropped
+    at a stop or, with LASER, replaced). Its resolution is one update's frames.
     """
     with self._lock:
       self._recent[level].append(float(episode_return))
@@ -284,7 +289,7 @@ class Monitor:
   def record_update(self, stats, policy_lags):
     """stats: dict of the learner's scalars (numpy); policy_lags: ints, one per trajectory."""
     with self._lock:
-      self._last_update = {k: float(v) for k, v in stats.items()}
+      self._last_update = popart.per_task_scalars(stats, self._tasks)
       self._num_updates += 1
       self._policy_lags.extend(policy_lags)
       if "num_env_frames" in stats:
@@ -451,6 +456,7 @@ class Monitor:
       parts.append(waiting)
     if "total_loss" in record:
       parts.append(f"loss {record['total_loss']:.3g}")
+    parts += [words for words in [popart.sigmas_in_words(record, self._tasks)] if words]
     shown = [(level, value) for level, value in returns.items() if not math.isnan(value)]
     if len(shown) > 4:  # Suites: the summary, not 30 numbers.
       if "human_normalized_mean_capped" in record:

@@ -235,11 +235,12 @@ class LockstepQueues:
     return self._delivered / self._num_streams
 
 
-def lockstep_batches(next_trajectory, signature, batch_size):
+def lockstep_batches(next_trajectory, signature, batch_size, task):
   """input_pipeline.make_dataset's batches, built on the calling thread when asked for: the
   same tensors (policy_version [B], agent_state [B, ...], env_outputs and agent_outputs
-  [T+1, B, ...], the signature's dtypes), without tf.data's threads and prefetching, which
-  would ask the actors for the next round while the learner updates.
+  [T+1, B, ...], the signature's dtypes; tasks int32 [B], `task` of each level name:
+  input_pipeline.task_index), without tf.data's threads and prefetching, which would ask the
+  actors for the next round while the learner updates.
 
   Yields until next_trajectory returns None.
   """
@@ -256,12 +257,13 @@ def lockstep_batches(next_trajectory, signature, batch_size):
       if trajectory is None:
         return
       items.append((np.int64(trajectory.policy_version), trajectory.agent_state,
-                    trajectory.env_outputs, trajectory.agent_outputs))
-    policy_version, agent_state, env_outputs, agent_outputs = tf.nest.map_structure(
-        stacked, signature, *items)
+                    trajectory.env_outputs, trajectory.agent_outputs,
+                    np.int32(task(trajectory.level_name))))
+    policy_version, agent_state, env_outputs, agent_outputs, tasks = tf.nest.map_structure(
+        stacked, (*signature, tf.TensorSpec([], tf.int32)), *items)
     yield tf.nest.map_structure(tf.convert_to_tensor, (
         policy_version, agent_state, tf.nest.map_structure(time_major, env_outputs),
-        tf.nest.map_structure(time_major, agent_outputs)))
+        tf.nest.map_structure(time_major, agent_outputs), tasks))
 
 
 def parameter_digest(variables):

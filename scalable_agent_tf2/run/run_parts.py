@@ -16,6 +16,7 @@ from scalable_agent_tf2.run import input_pipeline
 from scalable_agent_tf2.run import monitoring
 from scalable_agent_tf2.run.local_actors import LocalActors
 from scalable_agent_tf2.run.run_failures import LogWriteFailed
+from scalable_agent_tf2.runfiles import checkpoints
 
 # Attempts (restarts) an actor's environments may make before their seeds would repeat a
 # replacement actor's (assembly.actor_loop_factory's attempt_offset).
@@ -58,7 +59,8 @@ def build(config, agent, shared, cleanup, environment_constructor, first_env,
   monitor that cannot be closed says it)."""
   parts = Parts()
   parts.monitor = monitoring.Monitor(config.logdir, sorted(set(config.levels)),
-                                     config.total_environment_frames, print_fn=shared.print)
+                                     config.total_environment_frames, print_fn=shared.print,
+                                     tasks=checkpoints.popart_tasks(config) or ())
   cleanup.push(lambda *exc_info: _close_monitor(parts.monitor, shared.print, kept, *exc_info))
   parts.monitor.watch_activity(lambda: console_pace.activity_of(
       parts.actors, assembly.environment_group_size(config)))

@@ -12,9 +12,14 @@ and returning a dict of tensors; B is any batch size:
         prev_action [B, ...] zeros, first bool [B] True, and with an LSTM core_c, core_h
         float32 [B, 256]
     step({"observation", "reward" float32 [B], "seed" int32 [2], "greedy" bool [],
-          (DeepMind Lab, missions) "instruction" string [B], and the state's keys})
+          (DeepMind Lab, missions) "instruction" string [B], (per-task PopArt) "task" int32 [B],
+          and the state's keys})
         -> {"action", "policy_params" float32 [B, P] (logits, or a Gaussian's means then
             log standard deviations), "baseline" float32 [B], and the next state's keys}
+
+An agent trained with per-task PopArt on a suite (Hessel et al. 2019) has one normalised value
+output per level: its step takes each row's task, the index of its level in SPEC_FILE's
+"tasks", and "baseline" is that task's output n_task(x), as its actors' was.
 
 The step is the actors' (policies.acting_step): the network reads the clipped reward and the
 previous action (Figure 3); `first` resets the LSTM as `done` does in training. An action is
@@ -64,6 +69,8 @@ def input_specs(network_config):
       specs[name] = spec([None, networks.CORE_LSTM_SIZE], tf.float32, name)
   if config.use_instruction:
     specs["instruction"] = spec([None], tf.string, "instruction")
+  if config.num_value_outputs > 1:  # Per-task PopArt: each row's task (SPEC_FILE's "tasks").
+    specs["task"] = spec([None], tf.int32, "task")
   return specs
 
 
@@ -108,6 +115,8 @@ def _step_function(agent):
             else ())
     params, baseline, core = acting(inputs["prev_action"], inputs["reward"], inputs["first"],
                                     observation, instruction, core)
+    if config.num_value_outputs > 1:  # Each row's task's output, as its actors read it.
+      baseline = tf.gather(baseline, inputs["task"], axis=1, batch_dims=1)
     distribution = family(params)
     action = tf.cond(inputs["greedy"], distribution.mode,
                      lambda: distribution.sample(inputs["seed"]))
@@ -174,8 +183,9 @@ def describe(agent, config, signatures, record):
                       "outputs": _tensors(function.structured_outputs)}
                for name, function in signatures.items()}
   network = agent.config
+  tasks = dict(tasks=list(config.levels)) if network.num_value_outputs > 1 else {}
   return dict(
-      record, format=FORMAT, level_name=config.level_name, functions=functions,
+      record, format=FORMAT, level_name=config.level_name, functions=functions, **tasks,
       state=state_keys(network),
       observation=dict(dtype=network.frame_dtype, shape=[None, *network.frame_shape],
                        preprocessing=preprocessing(config, agent)),

@@ -1,16 +1,15 @@
-"""A run's checkpoints in <logdir>/checkpoints, in tf.train.CheckpointManager's layout (the
-state file `checkpoint` naming the newest ckpt-<frames>, a tf.train.Checkpoint numbered by the
-learner's frames, and the others kept), beside settings.json (compared on resume),
-policy_only.json (a policy-only folder) and set_aside/ (checkpoints moved away, never deleted).
+"""A run's checkpoints in <logdir>/checkpoints, tf.train.CheckpointManager's layout (the state
+file `checkpoint` naming the newest ckpt-<frames>, numbered by the learner's frames; the others
+kept), beside settings.json (compared on resume), policy_only.json (a policy-only folder) and
+set_aside/ (checkpoints moved away, never deleted).
 
 Each guarantee in one place. Kill-safety (Checkpointer.save, then clean_leftovers): a kill, a
 power loss or a failed write at any moment leaves the newest complete checkpoint restorable.
-Fallback to an intact checkpoint (Checkpointer.restore): an unreadable checkpoint, or one of
-another network, is an error that says what to do, never a silent fresh start; a corrupt newest
-one names the newest intact older one for --restore_checkpoint. Policy-only folders
-(run_checkpointer): test mode plays them, training refuses them. What the files alone show a
-restore would refuse is said before TensorFlow loads, in its words (check_before_restore).
-TensorFlow-free when imported: the population driver and the command line read files alone.
+Fallback (Checkpointer.restore): an unreadable checkpoint, or one of another network, is an
+error saying what to do, never a silent fresh start; a corrupt newest one names the newest intact
+older one. Policy-only folders (run_checkpointer): test mode plays them, training refuses them.
+What the files alone show a restore refuses is said before TensorFlow loads (check_before_restore):
+TensorFlow-free when imported (the population driver and the command line read files alone).
 """
 import contextlib
 import errno
@@ -37,12 +36,20 @@ SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm", "popart
 # Stored, never compared: what else shapes a gymnasium level's network and the policy's
 # environment, for a policy loaded outside its run (policy.py). Absent: the defaults.
 POLICY_SETTINGS = ("env_kwargs", "value_torso", "sticky_actions", "num_action_repeats")
+# Per-task PopArt's levels in order (popart_tasks; a task's value output, statistics: no flag).
+TASKS_SETTING = "popart_tasks"
+COMPARED_SETTINGS = (*SHAPE_SETTINGS, TASKS_SETTING)
 # What a settings file written before a setting was stored means by its absence.
-SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala", "popart": False}
+SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala", "popart": False, TASKS_SETTING: None}
 # Logged when a failed restore's bookkeeping is deleted: after our error, only noise.
-_UNRESTORED_VALUES = ("Detecting that an object or model or tf.train.Checkpoint is being "
-                      "deleted with unrestored values",
-                      "Value in checkpoint could not be found in the restored object")
+_UNRESTORED_VALUES = ("Detecting that an object or model or tf.train.Checkpoint is being deleted "
+                      "with unrestored values", "Value in checkpoint could not be found in the "
+                      "restored object")
+
+
+def popart_tasks(config):
+  """Per-task PopArt's levels (--popart on a suite: config.levels), or None (one task)."""
+  return list(config.levels) if config.popart and config.is_multi_task else None
 
 
 class CheckpointError(RuntimeError):
@@ -65,16 +72,13 @@ def checkpoint_dir(logdir):
   return os.path.join(logdir, "checkpoints")
 
 
-def settings_path(logdir):
-  return os.path.join(checkpoint_dir(logdir), SETTINGS_FILE)
+def _in_checkpoint_dir(name):
+  return lambda logdir: os.path.join(checkpoint_dir(logdir), name)
 
 
-def set_aside_dir(logdir):
-  return os.path.join(checkpoint_dir(logdir), "set_aside")
-
-
-def policy_only_path(logdir):
-  return os.path.join(checkpoint_dir(logdir), POLICY_ONLY_FILE)
+settings_path = _in_checkpoint_dir(SETTINGS_FILE)  # callable(logdir) -> its settings.json.
+set_aside_dir = _in_checkpoint_dir("set_aside")
+policy_only_path = _in_checkpoint_dir(POLICY_ONLY_FILE)
 
 
 def checkpoint_number(name):
@@ -197,26 +201,27 @@ def no_checkpoint_message(logdir):
 
 
 def unknown_checkpoint_message(logdir, name):
-  available = complete_checkpoints(checkpoint_dir(logdir))
   return (f"--restore_checkpoint={name}: no such checkpoint in {checkpoint_dir(logdir)} (give "
-          f"the name of one there); available: {', '.join(available) or 'none'}.")
+          f"the name of one there); available: "
+          f"{', '.join(complete_checkpoints(checkpoint_dir(logdir))) or 'none'}.")
 
 
 def check_before_restore(logdir, current, required=False, restore_from=""):
   """Raises UnusableCheckpoint for what restore refuses that the files alone show, in order:
-  stored settings other than `current` on a SHAPE_SETTINGS both name (`current` may lack one
-  not known yet), a --restore_checkpoint not there, none where one is `required`."""
+  stored settings other than `current` on a COMPARED_SETTINGS both name (`current` may lack
+  one not known yet), a --restore_checkpoint not there, none where one is `required`."""
   stored = read_settings(logdir) or {}
   current = {**SETTINGS_BEFORE_THEY_WERE_STORED, **current}
-  different = [f"--{k}: checkpoint {stored[k]!r}, now {current[k]!r}" for k in SHAPE_SETTINGS
+  named = lambda k: "per-task PopArt's levels" if k == TASKS_SETTING else f"--{k}"
+  different = [f"{named(k)}: checkpoint {stored[k]!r}, now {current[k]!r}"
+               for k in COMPARED_SETTINGS
                if k in stored and k in current and stored[k] != current[k]]
   if different:
     raise UnusableCheckpoint(
         f"The checkpoint in {checkpoint_dir(logdir)} was trained with different settings "
         f"({', '.join(different)}). Rerun with the checkpoint's values, or use another --logdir.")
-  if restore_from:
-    if restore_from not in complete_checkpoints(checkpoint_dir(logdir)):
-      raise UnusableCheckpoint(unknown_checkpoint_message(logdir, restore_from))
+  if restore_from and restore_from not in complete_checkpoints(checkpoint_dir(logdir)):
+    raise UnusableCheckpoint(unknown_checkpoint_message(logdir, restore_from))
   elif (required and read_state(checkpoint_dir(logdir)) is None
         and not has_checkpoint_files(logdir)):
     raise UnusableCheckpoint(no_checkpoint_message(logdir))
@@ -225,10 +230,10 @@ def check_before_restore(logdir, current, required=False, restore_from=""):
 def clean_leftovers(logdir):
   """Tidies what saves cut short left, unless another process holds the lock (it is saving);
   returns (deleted, set aside, adopted). A save killed before naming its checkpoint left a
-  temporary directory naming it: newer than every other, it is the save's own (read back
-  whole): adopted as the newest. Temporary files and data files without an .index go. Unlisted
-  checkpoints are set aside (someone's), except those older than every listed one while the
-  list is full (the run deletes them after the state file). No state file: nothing complete."""
+  temporary directory naming it: newer than every other, it is the save's own (read back whole):
+  adopted as the newest. Temporary files and data files without an .index go. Unlisted ones are
+  set aside (someone's), but those older than every listed one while the list is full (the run
+  deletes them after the state file) go. No state file: nothing complete."""
   directory = checkpoint_dir(logdir)
   removed, moved, adopted = [], [], []
   if not os.path.isdir(directory):
@@ -264,8 +269,7 @@ def _is_leftover(directory, name, names):
   """Whether file or directory `name` is what an interrupted save left behind."""
   if os.path.isdir(os.path.join(directory, name)):  # Ours; TensorFlow's shards (ckpt-N_temp/).
     return name.startswith(SAVING_PREFIX) or (name.startswith(PREFIX + "-") and "_temp" in name)
-  if name.startswith((STATE_FILE + durable_files.TEMP_SUFFIX,
-                      SETTINGS_FILE + durable_files.TEMP_SUFFIX)):
+  if name.startswith(tuple(f + durable_files.TEMP_SUFFIX for f in (STATE_FILE, SETTINGS_FILE))):
     return True
   return name.startswith(PREFIX + "-") and (".tempstate" in name or (  # TensorFlow's writer's.
       ".data-" in name and name.split(".data-")[0] + ".index" not in names))
@@ -315,12 +319,11 @@ class Checkpointer:
                                + ", ".join(map(os.path.basename, self.set_aside)) + ".") or None
 
   def restore(self, required=False, restore_from="", make_newest=True):
-    """Restores the newest checkpoint, or `restore_from` (--restore_checkpoint), made the newest
-    (newer ones set aside) unless make_newest=False (a reader: policy.py); returns its path or
-    None (a fresh start). CheckpointError: unreadable (naming the newest intact older one), of
-    another network, or what check_before_restore refuses."""
+    """Restores the newest checkpoint, or `restore_from` (--restore_checkpoint) made the newest
+    (newer ones set aside) unless make_newest=False (policy.py); returns its path or None (a fresh
+    start). CheckpointError: unreadable, of another network, or check_before_restore's refusal."""
     settings = {**SETTINGS_BEFORE_THEY_WERE_STORED, **self._settings}
-    check_before_restore(self._logdir, {k: settings.get(k) for k in SHAPE_SETTINGS},
+    check_before_restore(self._logdir, {k: settings.get(k) for k in COMPARED_SETTINGS},
                          required, restore_from)
     state = read_state(self._directory)
     if not restore_from and state is None:
@@ -401,12 +404,11 @@ class Checkpointer:
     return f"no complete checkpoint is left in {self._directory}"
 
   def save(self, step):
-    """Writes ckpt-<step> (and the settings file) as the newest; returns its path. No kill,
-    power loss or failed write leaves no restorable checkpoint: it is written in a temporary
-    directory, synced and read back whole; data files, then the .index, move in; then the state
-    file (replaced atomically) names it; then those beyond MAX_TO_KEEP go. Nothing is written
-    over; at the newest intact one's frames nothing is written (frames grow with every update).
-    NonFiniteState: NaN or Inf; CheckpointSaveError: an OSError (the previous newest stays)."""
+    """Writes ckpt-<step> (and the settings file) as the newest; returns its path. No kill, power
+    loss or failed write leaves no restorable checkpoint: written in a temporary directory, synced,
+    read back whole; data files, then the .index, move in; the state file (replaced atomically)
+    names it; those beyond MAX_TO_KEEP go. Nothing is written over, nor at the newest intact
+    one's frames. NonFiniteState: NaN or Inf; CheckpointSaveError: an OSError (the newest stays)."""
     tf, name = _tf(), f"{PREFIX}-{int(step)}"
     path = os.path.join(self._directory, name)
     variables = [v for v in tf.train.TrackableView(self._checkpoint).descendants()
@@ -480,17 +482,15 @@ class Checkpointer:
 
 
 def policy_trackables(agent, num_env_frames):
-  """What a policy-only checkpoint holds: the agent, and of the learner only the frame count
-  (under the learner's names, so that it restores into a Learner's num_env_frames)."""
+  """A policy-only checkpoint's: the agent, and the learner's frame count alone (its names)."""
   learner = _tf().Module(name="learner")
   learner.num_env_frames = num_env_frames
   return dict(agent=agent, learner=learner)
 
 
 def run_checkpointer(logdir, settings, agent, learner, test_mode):
-  """The Checkpointer of a run's agent and learner (optimizer slots, frame count; IMPACT's
-  target network). A policy-only folder (policy_only.json beside policy_trackables' checkpoint:
-  run/export_policy.py) gives test mode its policy, and refuses training."""
+  """The Checkpointer of a run's agent and learner (optimizer slots, frame count; IMPACT's target
+  network). A policy-only folder (policy_only.json, run/export_policy.py) refuses training."""
   if not os.path.exists(policy_only_path(logdir)):
     return Checkpointer(logdir, settings, agent=agent, learner=learner)
   if not test_mode:

@@ -114,11 +114,12 @@ def test_the_learners_batches_have_one_static_shape():
       return ()
   config = networks.atari_config(num_actions=4, frame_shape=(24, 24, 4))
   signature = assembly.trajectory_signature(config, 5, _NoState())
-  dataset = input_pipeline.make_dataset(lambda: None, signature, 8)
+  dataset = input_pipeline.make_dataset(lambda: None, signature, 8, ("atari/pong",))
   for spec in tf.nest.flatten(dataset.element_spec):
     assert spec.shape.is_fully_defined(), spec
-  policy_versions, _, env_outputs, _ = dataset.element_spec
+  policy_versions, _, env_outputs, _, tasks = dataset.element_spec
   assert policy_versions.shape == [8] and env_outputs.reward.shape == [6, 8]
+  assert tasks.shape == [8] and tasks.dtype == tf.int32
 
 
 # ---------------------------------------------------------------------------------------

@@ -256,8 +256,8 @@ def test_update_without_target_params_uses_the_target_network_now():
   got = inside.update((), env_outputs, agent_outputs)
   config = types.SimpleNamespace(num_learners=1, num_online_per_batch=2,
                                  circular_buffer_size=1, circular_buffer_max_uses=1)
-  [(_, batch, num_new)] = impact.steps([((0, 0), (), env_outputs, agent_outputs)], given,
-                                           config)
+  [(_, batch, num_new)] = impact.steps([((0, 0), (), env_outputs, agent_outputs, (0, 0))],
+                                       given, config)
   np.testing.assert_array_equal(
       batch["target_policy_params"],
       given.target_policy_params((), env_outputs, agent_outputs))

@@ -207,10 +207,12 @@ def test_lockstep_batches_are_the_tf_data_batches():
       initial_state=lambda: state))
   rng = np.random.default_rng(0)
 
+  levels = ("toy/lit_side", "toy/unlit_side_x1000")  # A suite's: each batch's tasks too.
+
   def trajectory(version):
     steps = 3
     return Trajectory(
-        level_name="toy/lit_side", policy_version=version,
+        level_name=levels[version % 3 == 1], policy_version=version,
         agent_state=tuple(rng.standard_normal(5).astype(np.float32) for _ in state),
         env_outputs=EnvOutput(
             reward=rng.standard_normal(steps).astype(np.float32),
@@ -226,9 +228,11 @@ def test_lockstep_batches_are_the_tf_data_batches():
                                   baseline=rng.standard_normal(steps).astype(np.float32)))
   trajectories = [trajectory(version) for version in range(6)]
   from_tf_data = list(input_pipeline.make_dataset(iter(trajectories + [None]).__next__,
-                                                  signature, 3))
-  ours = list(repeatable.lockstep_batches(iter(trajectories + [None]).__next__, signature, 3))
+                                                  signature, 3, levels))
+  ours = list(repeatable.lockstep_batches(iter(trajectories + [None]).__next__, signature, 3,
+                                          input_pipeline.task_index(levels)))
   assert len(ours) == len(from_tf_data) == 2
+  assert [batch[-1].numpy().tolist() for batch in ours] == [[0, 1, 0], [0, 1, 0]]
   for mine, theirs in zip(ours, from_tf_data):
     tf.nest.assert_same_structure(mine, theirs)
     for a, b in zip(tf.nest.flatten(mine), tf.nest.flatten(theirs)):

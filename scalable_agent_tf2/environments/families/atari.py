@@ -85,6 +85,11 @@ IMPACT_PAPER_IMPACT_CITED = dict(
     normalize_advantages="the IMPACT paper (nor RLlib's APPO): off",
     max_grad_norm=f"{_TABLE1_IMPACT}, on the mean loss: 10",
     mean_loss_max_grad_norm=f"{_TABLE1_IMPACT}: 10")
+# With --popart on a suite, per-task PopArt (Hessel et al. 2019, "Multi-task Deep Reinforcement
+# Learning with PopArt"): it trained its multi-task Atari-57 agent on unclipped rewards (its
+# Table 1, the unclipped column), the scales PopArt learns per task taking clipping's place.
+POPART_SUITE_CLIPPING_CITED = ("Hessel et al. 2019, Table 1 (PopArt-IMPALA on Atari-57, "
+                               "unclipped rewards), with --popart on a suite: none")
 # Environments of an Atari run: Table 1's 48 actors, one environment each.
 ATARI_ENVIRONMENTS = 48
 # What atari_vector.AtariVectorGroup implements: Table G.1's 84x84 frames and action repeat 4
@@ -115,16 +120,18 @@ class AtariFamily(base.Family):
   def presets(self, level_name, levels, algorithm, num_cores, given=None):
     # Frames: 200M per game, the multi-task agent 57 x 200M (section 5.3.2); Appendix G: the
     # multi-task agent uses the deep (residual) network.
-    del algorithm, given
+    del algorithm
     values = dict(ATARI, total_environment_frames=ATARI["total_environment_frames"]
                   * len(levels))
     values.update(atari_actor_layout(num_cores))
     if suites.is_suite(level_name):
       values["torso"] = settings.DEEP
+      if (given or {}).get("popart"):  # PopArt-IMPALA's Atari-57 rewards: unclipped.
+        values["reward_clipping"] = settings.NO_CLIPPING
     return values
 
   def preset_citations(self, level_name, levels, algorithm, num_cores, given=None):
-    del algorithm, given
+    del algorithm
     cited = dict(ATARI_CITED, **base.actor_layout_cited(ATARI_ENVIRONMENTS, num_cores,
                                                         "Table 1"))
     if len(levels) > 1:
@@ -132,6 +139,8 @@ class AtariFamily(base.Family):
           f"Table G.1 and section 5.3.2, 200M per game: {len(levels) * 200}M")
     if suites.is_suite(level_name):
       cited["torso"] = "Appendix G (the multi-task agent): deep"
+      if (given or {}).get("popart"):
+        cited["reward_clipping"] = POPART_SUITE_CLIPPING_CITED
     return cited
 
   def intra_op_threads_cited(self, torso, num_cores):

@@ -159,6 +159,9 @@ class DmLabFamily(base.Family):
     return dmlab.test_level(level_name)
 
   def presets(self, level_name, levels, algorithm, num_cores, given=None):
+    # --popart on DMLab-30 keeps Table D.3's optimistic asymmetric clipping: which clipping
+    # Hessel et al. 2019's DMLab-30 runs used is not confirmed here (their Atari-57 agent's
+    # unclipped rewards are families/atari.py's preset with --popart).
     del levels, algorithm, num_cores, given
     return dict(DMLAB30 if suites.is_suite(level_name) else DMLAB_LEVEL)
 
