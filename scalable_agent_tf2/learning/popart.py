@@ -25,7 +25,7 @@ task's normalised scale:
 
 With one task the summed losses of losses.py are divided by sigma^2 and sigma
 (`scale_loss_terms`); with several, each trajectory's errors are divided by its task's sigma
-before the sums (`PopArt.normalized`). After each update the statistics move towards the
+before the sums (`PopArt.scale`, losses.py's value_scale). After each update the statistics move towards the
 batch's targets and each task's column of the last layer is rescaled so that V_i(x) does not
 change ("Preserving Outputs Precisely", van Hasselt et al. 2016, Algorithm 1, per output):
 w'_i = w_i sigma_i / sigma'_i, b'_i = (sigma_i b_i + mu_i - mu'_i) / sigma'_i.
@@ -116,7 +116,8 @@ def scale_loss_terms(terms, sigma, scale_pg=True):
   policy gradient's advantages divided by sigma (unless scale_pg is False: advantages already
   standardised per batch, losses.standardized_advantages), the baseline's error by sigma (its
   square by sigma^2) (module docstring). The entropy term keeps its scale. One task's sigma
-  (a scalar); with several, PopArt.normalized scales each trajectory before the sums."""
+  (a scalar); with several, losses.py divides each trajectory's by PopArt.scale before the
+  sums."""
   terms = dict(terms)
   if scale_pg:
     terms["pg_loss"] = terms["pg_loss"] / sigma

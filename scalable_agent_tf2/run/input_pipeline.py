@@ -6,7 +6,8 @@
           shared with other agents' runs in this process, or a replay service's]
       -> tf.data: batches of --batch_size trajectories (x --num_learners; with
          --replay_mixing=added, LASER's default, plus the replayed ones), time-major, the
-         next one prefetched (make_dataset)
+         next one prefetched, with each trajectory's task: its level's index in the run's
+         levels (make_dataset; replay keeps trajectories whole, level names included)
       [-> --algorithm=impact: the circular buffer, each batch used K times (learner_steps)]
 
 With --repeatable the queues are repeatable.LockstepQueues (rounds: one unroll of every

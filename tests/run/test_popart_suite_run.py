@@ -13,7 +13,9 @@ from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import experiment_flags
 from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import suites
+from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.learning import impact
+from scalable_agent_tf2.learning import laser
 from scalable_agent_tf2.run import assembly
 from scalable_agent_tf2.run import evaluation
 from scalable_agent_tf2.run import input_pipeline
@@ -65,6 +67,34 @@ def test_each_trajectorys_task_is_its_levels_index_in_the_batch(tmp_path):
   assert steps[0][1]["env_outputs"].reward.shape == (UNROLL + 1, 4)
   with pytest.raises(ValueError, match="'toy/unlit_side', which is not one of this run's levels"):
     input_pipeline.task_index(config.levels)("toy/unlit_side")  # Another suite's.
+
+
+@pytest.mark.parametrize("laser_replay", [False, True])
+def test_replayed_trajectories_keep_their_tasks(tmp_path, laser_replay):
+  """IMPALA's replay (buffers.ReplayMixer) and LASER's (laser.EpisodeMixer) hold trajectories
+  whole: a replayed one's task is its level's. Each level's trajectories here pay rewards of
+  their own sign, so the batch shows which level each trajectory is of."""
+  order = [LEVELS[i % 3 == 0] for i in range(24)]
+  trajectories = []
+  for trajectory in _trajectories(order, seed=1):
+    sign = 1.0 if trajectory.level_name == LEVELS[1] else -1.0
+    env_outputs = trajectory.env_outputs._replace(
+        reward=sign * (1.0 + np.abs(trajectory.env_outputs.reward)),
+        done=np.arange(UNROLL + 1) == 1)  # Each unroll a whole episode (LASER stores them).
+    trajectories.append(trajectory._replace(env_outputs=env_outputs))
+  online = iter(trajectories)
+  if laser_replay:
+    source = laser.EpisodeMixer(lambda: next(((t, 0) for t in online), None),
+                                laser.EpisodeReplay(50), 4, 2, "agent", advance_state=None)
+  else:
+    source = buffers.ReplayMixer(lambda: next(online, None), buffers.ReplayBuffer(50), 4, 2)
+  dataset = input_pipeline.make_dataset(source, _signature(), 4, LEVELS)
+  batches = list(dataset)
+  assert len(batches) >= 4
+  for batch in batches:
+    rewards, tasks = batch[2].reward.numpy(), batch[4].numpy()
+    np.testing.assert_array_equal(tasks, (rewards[1] > 0).astype(np.int32))
+  assert {int(task) for batch in batches for task in batch[4][2:]} == {0, 1}  # Replayed.
 
 
 def test_impacts_circular_buffer_keeps_each_batchs_tasks(tmp_path):
