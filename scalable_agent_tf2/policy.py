@@ -275,14 +275,15 @@ def _environment(config, seed, test_mode, network_config):
   level = config.levels[0]
 
   def make(environment_seed):
-    if config.runs_as == family_base.VECTOR:  # As training and test mode run the level.
+    # As training and test mode run the level.
+    if config.family.runs_as(config) == family_base.VECTOR:
       return gymnasium_view.GroupRow(config.family.vector_group(
           config, level, [environment_seed], test_mode))
     make_env, kwargs = constructor(level, environment_seed, test_mode)
     return make_env(**kwargs)
   first = make(seed)
   if network_config is None:
-    network_config = config.network_config_for_spec(first.spec)
+    network_config = config.family.network_config(config, first.spec)
   return gymnasium_view.GymnasiumView(
       make, seed, with_instruction=network_config.use_instruction,
       num_observation_values=network_config.num_observation_values, environment=first)

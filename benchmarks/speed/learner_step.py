@@ -41,14 +41,18 @@ def minigrid_config(torso):
           torsos.FRAME, False, torso))
 
 
+def atari_learner_config():
+  return config_lib.config_from_argv(["--level_name=atari/pong"]).learner_config()  # Table G.1.
+
+
 # (network preset, learner preset, batch size, unroll length, frames per agent step) per
 # shape: the papers' (Tables D.3 and G.1: 4 action repeats) and a gymnasium grid's at the gym
 # family's batch of 4 x 64 (one frame a step).
 SHAPES = {
-    "dmlab": (networks.dmlab_config, config_lib.dmlab_learner_config, 32, 100, 4),
+    "dmlab": (networks.dmlab_config, config_lib.LearnerConfig, 32, 100, 4),  # DMLab-30's.
     "atari": (lambda torso: networks.atari_config(num_actions=6, torso=torso),
-              config_lib.atari_learner_config, 32, 20, 4),
-    "minigrid": (minigrid_config, config_lib.atari_learner_config, 4, 64, 1),
+              atari_learner_config, 32, 20, 4),
+    "minigrid": (minigrid_config, atari_learner_config, 4, 64, 1),
 }
 
 

@@ -73,9 +73,9 @@ def network_for(torso, unroll_length, frame_shape=None):
   if unroll_length <= 20:
     config = networks.atari_config(num_actions=6, torso=torso,
                                    frame_shape=frame_shape or (84, 84, 4))
-    return config, config_lib.atari_learner_config()
+    return config, config_lib.config_from_argv(["--level_name=atari/pong"]).learner_config()
   config = networks.dmlab_config(torso=torso, frame_shape=frame_shape or (72, 96, 3))
-  return config, config_lib.dmlab_learner_config()
+  return config, config_lib.LearnerConfig()  # DMLab-30's presets.
 
 
 def update_time(device, torso, unroll_length, jit_compile, batch_size=BATCH_SIZE,

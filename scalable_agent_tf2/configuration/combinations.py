@@ -64,17 +64,10 @@ def check_combinations(config):
     raise ValueError("--num_learners > 1 trains each learner on its own actors' "
                      "trajectories; experience replay and --algorithm=impact are built for "
                      "one learner so far. Use --num_learners=1.")
-  if config.popart:
-    _check_popart(config)
+  if config.popart and config.num_learners > 1:
+    raise ValueError("--popart keeps one learner's statistics; use --num_learners=1 with it.")
   if config.repeatable:
     _check_repeatable(config)
-
-
-def _check_popart(config):
-  """--popart's refusals: what learning/popart.py does not cover yet (on a suite it keeps one
-  set of statistics per level, Hessel et al. 2019)."""
-  if config.num_learners > 1:
-    raise ValueError("--popart keeps one learner's statistics; use --num_learners=1 with it.")
 
 
 def _check_repeatable(config):

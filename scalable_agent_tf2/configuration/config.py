@@ -82,24 +82,18 @@ class ExperimentConfig(settings.ExperimentSettings):
 
   @property
   def family(self):
-    """The environment family of the run's levels (environments/families)."""
-    return families.family_of(self.levels[0])
-
-  @property
-  def runs_as(self):
-    """How an actor's environments run: families/base.py's OWN_PROCESS, IN_PROCESS_GROUP or
-    VECTOR, as the family decides for these settings."""
-    return self.family.runs_as(self)
+    """The environment family of the run's levels (environments/families; a suite's share one)."""
+    return families.family_of(families.level_names(self.level_name)[0])
 
   @property
   def uses_atari_groups(self):
     """Whether actors step their games in a C++ vector (environments/atari_vector.py)."""
-    return self.runs_as == family_base.VECTOR
+    return self.family.runs_as(self) == family_base.VECTOR
 
   @property
   def uses_environment_groups(self):
     """Whether an actor thread steps --envs_per_actor environments in this process."""
-    return self.runs_as != family_base.OWN_PROCESS
+    return self.family.runs_as(self) != family_base.OWN_PROCESS
 
   @property
   def is_multi_task(self):
@@ -144,15 +138,8 @@ class ExperimentConfig(settings.ExperimentSettings):
   def network_config(self, num_actions):
     """The network for this run's levels with num_actions discrete actions (TensorFlow's)."""
     from scalable_agent_tf2.environments import base  # pylint: disable=g-import-not-at-top
-    return self.network_config_for_spec(base.EnvSpec(num_actions=num_actions, frame_shape=None))
-
-  def network_config_for_spec(self, spec):
-    """The network for an environment's spec, as the family chooses (TensorFlow's)."""
-    return self.family.network_config(self, spec)
-
-  def environment_options(self):
-    """Keyword arguments for environments.environment_constructor, as the family takes them."""
-    return self.family.environment_options(self)
+    return self.family.network_config(self, base.EnvSpec(num_actions=num_actions,
+                                                         frame_shape=None))
 
   def jit_compile_choice(self):
     """True, False, or None (the learner's default for the device)."""
@@ -181,14 +168,6 @@ class _LearnerChecks(_Checks):
     return not math.isinf(self.trust_region_threshold)
 
 
-def _learner_values(preset):
-  """A preset's learner settings; its max_grad_norm 0 (no clip) as None."""
-  learner = {f.name: preset[f.name] for f in settings.fields_part_of(settings.FOR_LEARNER)
-             if f.name in preset}
-  learner["max_grad_norm"] = learner.get("max_grad_norm") or None
-  return learner
-
-
 def _derived_config(name, checks, part_of, defaults, doc, constants=()):
   """A frozen dataclass of the settings marked `part_of`, in the table's order (their flag,
   help, source and check are the table's), defaulting to `defaults` (a preset's values) or to
@@ -201,7 +180,8 @@ def _derived_config(name, checks, part_of, defaults, doc, constants=()):
 
 
 LearnerConfig = _derived_config(
-    "LearnerConfig", _LearnerChecks, settings.FOR_LEARNER, _learner_values(dmlab_family.DMLAB30),
+    "LearnerConfig", _LearnerChecks, settings.FOR_LEARNER,
+    dict(dmlab_family.DMLAB30, max_grad_norm=dmlab_family.DMLAB30["max_grad_norm"] or None),
     """The learner's hyperparameters (learner.Learner): the settings marked part_of=FOR_LEARNER
     in settings.py, then the V-trace constants without a flag (settings.VTRACE_CONSTANTS).
     Defaults: DMLab-30's presets (families/dmlab.py DMLAB30; max_grad_norm None: no clip).""",
@@ -213,17 +193,6 @@ ImpactConfig = _derived_config(
         * family_base.IMPACT_PRESET["circular_buffer_max_uses"])),
     """IMPACT's own hyperparameters (impact.ImpactLearner): the settings marked part_of=FOR_IMPACT
     in settings.py. Defaults: IMPACT Table 1's (families/base.py IMPACT_PRESET).""")
-
-
-def dmlab_learner_config(multi_task=True, **overrides):
-  """DeepMind Lab's learner: DMLab-30 (and its experts) or a single level (Table D.3)."""
-  preset = dmlab_family.DMLAB30 if multi_task else dmlab_family.DMLAB_LEVEL
-  return LearnerConfig(**{**_learner_values(preset), **overrides})
-
-
-def atari_learner_config(**overrides):
-  """Atari's learner, Table G.1."""
-  return LearnerConfig(**{**_learner_values(atari_family.ATARI), **overrides})
 
 
 def resolve(config):
@@ -260,7 +229,7 @@ def _algorithm(config, given):
     algorithm = settings.IMPALA  # The IMPACT paper's Atari setting names it by the flag.
   elif algorithm is None:
     levels = families.level_names(config.level_name)
-    algorithm = families.family_of(levels[0]).default_algorithm(levels, given=given)
+    algorithm = config.family.default_algorithm(levels, given=given)
   if algorithm == settings.IMPACT:
     if given.get("off_policy_correction", settings.VTRACE) != settings.VTRACE:
       raise ValueError("--off_policy_correction is IMPALA's (Table 2); IMPACT corrects with "
@@ -276,8 +245,7 @@ def preset_values(config, given):
   """(values, citations) of what the presets give `config` (its level's family, or the IMPACT
   paper's Atari setting; IMPACT Table 1; LASER), before the settings `given` win."""
   algorithm = _algorithm(config, given)
-  levels = families.level_names(config.level_name)
-  family = families.family_of(levels[0])
+  levels, family = families.level_names(config.level_name), config.family
   if config.preset == settings.IMPACT_PAPER:
     if suites.is_suite(config.level_name) or family is not atari_family.FAMILY:
       raise ValueError(f"--preset={settings.IMPACT_PAPER} is the IMPACT paper's setting for "
@@ -321,7 +289,7 @@ def _derive_from_presets(config, given, values, presets, cited):
                               f"x {batch} steps (this project's loss is summed over them): "
                               f"{values['max_grad_norm']}")
   if "intra_op_threads" not in given:  # By the machine's cores and the run's network.
-    family, cores = level_family(config.level_name), os.cpu_count() or 1
+    family, cores = config.family, os.cpu_count() or 1
     values["intra_op_threads"] = family.intra_op_threads(values.get("torso"), cores)
     cited["intra_op_threads"] = family.intra_op_threads_cited(values.get("torso"), cores)
   if "batch_size" not in given:
@@ -338,8 +306,9 @@ def _derive_from_config(config, given, presets, cited):
   environments do not run in groups, IMPACT's target period N x K, LASER's defaults."""
   derived = dict(envs_per_actor=combinations.resolve_envs_per_actor(config, given))
   if "envs_per_actor" not in given and derived["envs_per_actor"] != presets.get("envs_per_actor"):
-    cited["envs_per_actor"] = (f"these environments run as {config.runs_as} (combinations."
-                               f"resolve_envs_per_actor): {derived['envs_per_actor']}")
+    cited["envs_per_actor"] = (f"these environments run as {config.family.runs_as(config)} "
+                               f"(combinations.resolve_envs_per_actor): "
+                               f"{derived['envs_per_actor']}")
   if config.algorithm == settings.IMPACT and config.target_update_period is None:
     # IMPACT section 4.1.1: "Our primary benchmark for target update frequency is n = N K".
     n, k = config.circular_buffer_size, config.circular_buffer_max_uses
@@ -375,11 +344,6 @@ def short_run_batch_size(values):
   if budget <= 0 or frames_per_batch(batch_size, unroll, repeats) <= budget:
     return batch_size
   return max(1, -(-budget // (unroll * repeats)))
-
-
-def level_family(level_name):
-  """The environment family of a level or suite (a suite's levels share one)."""
-  return families.family_of(families.level_names(level_name)[0])
 
 
 def machine_memory_gb():

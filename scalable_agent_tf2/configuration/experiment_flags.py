@@ -132,9 +132,10 @@ def show_settings_lines(config, given, presets, cited, cluster=settings.ClusterS
   values = dict(dataclasses.asdict(config), **dataclasses.asdict(cluster))
   rows = [(field, f"--{field.name}={_flag_text(values[field.name])}")
           for field in settings.all_settings() if field.name != "show_settings"]
-  what = (f"{config.level_name} ({len(config.levels)} levels"
-          + (f"; per-task PopArt on over {len(config.levels)} tasks, Hessel et al. 2019)"
-             if config.popart else ")") if config.is_multi_task else config.level_name)
+  count, what = len(config.levels), config.level_name
+  if config.is_multi_task:  # A suite that --excluded_levels leaves one level has one task.
+    what += (f" ({count} levels; per-task PopArt on over {count} tasks, Hessel et al. 2019)"
+             if config.popart and count > 1 else f" ({count} level{'s' * (count > 1)})")
   lines = [f"{config.mode}: {what}, with these settings on this machine ({os.cpu_count()} "
            f"cores). Sources: {GIVEN} (the command line), {PRESET} (the level's), {DERIVED} "
            f"(from the other settings), {DEFAULT}, {UNUSED}; [where the value comes from]."]

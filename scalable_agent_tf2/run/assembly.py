@@ -107,7 +107,7 @@ def configure_threads(config, print_fn=print):
 
 def default_environment_constructor(config):
   """callable(level_name, seed, test_mode) -> (constructor, kwargs) for the run's levels."""
-  options = config.environment_options()
+  options = config.family.environment_options(config)
 
   def constructor(level_name, seed, test_mode):
     return environments.environment_constructor(level_name, seed=seed, test_mode=test_mode,
@@ -152,7 +152,7 @@ def environment_group_size(config):
 
 def group_factory(config, environment_constructor, level_name, seeds, test_mode=False):
   """callable(attempt) -> one actor's environments for EnvironmentLoop, run as the level's
-  family decides for the run's settings (config.runs_as, environments/families):
+  family decides for the run's settings (Family.runs_as, environments/families):
 
     VECTOR: the family's vector group of len(seeds(attempt)) environments in this process
       (Atari: an AtariVectorGroup stepped by ale-py's C++ threads; `environment_constructor`
@@ -165,7 +165,7 @@ def group_factory(config, environment_constructor, level_name, seeds, test_mode=
   Args:
     seeds: callable(attempt) -> list of ints, one per environment.
   """
-  runs_as = config.runs_as
+  runs_as = config.family.runs_as(config)
   if runs_as == family_base.VECTOR:
     family = config.family
     return lambda attempt: family.vector_group(config, level_name, seeds(attempt), test_mode)
@@ -218,7 +218,7 @@ def build_agent(config, environment_constructor, strategy=None):
                           timeouts=environment_timeouts(config, config.levels[0]))
   try:
     spec = env.spec
-    network_config = config.network_config_for_spec(spec)  # As the level's family chooses.
+    network_config = config.family.network_config(config, spec)  # As the level's family chooses.
     if num_tasks(config) > 1:  # Hessel et al. 2019: a normalised value output per task.
       network_config = dataclasses.replace(network_config, num_value_outputs=num_tasks(config))
     if tuple(spec.frame_shape) != tuple(network_config.frame_shape):

@@ -211,7 +211,7 @@ def _worker_loop(policy, level, worker_seed, group_size, environment_constructor
                              for slot in range(group_size)]
     factory = assembly.group_factory(config, environment_constructor, level, seeds,
                                      test_mode=True)
-    if draws and config.runs_as == family_base.IN_PROCESS_GROUP:
+    if draws and config.family.runs_as(config) == family_base.IN_PROCESS_GROUP:
       factory = lambda attempt: _start_processes(environment_constructor, level,
                                                  seeds(attempt))
   rngs = [np.random.default_rng([worker_seed, 2, slot]) for slot in range(group_size)]

@@ -198,7 +198,7 @@ def preprocessing(config, agent):
   network = agent.config
   if suites.is_atari_level(config.levels[0]):  # A suite's levels are of one family.
     from scalable_agent_tf2.environments import atari  # pylint: disable=g-import-not-at-top
-    options = config.environment_options()
+    options = config.family.environment_options(config)
     return dict(
         description="Atari as environments/atari.py makes it (IMPALA Table G.1; "
                     "docs/POLICY_API.md has the gymnasium wrapper chain that reproduces it): "

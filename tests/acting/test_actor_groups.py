@@ -18,6 +18,7 @@ from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.environments import EnvironmentProcessDied
 from scalable_agent_tf2.environments import LevelCannotRun
 from scalable_agent_tf2.environments import LevelKeepsFailing
+from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments.atari import AtariEnvironment
 from scalable_agent_tf2.environments.atari_vector import AtariVectorGroup
 from scalable_agent_tf2.environments.families import atari as atari_family
@@ -268,14 +269,14 @@ def test_envs_per_actor_is_for_groups_only():
 
 
 def test_atari_shallow_on_a_small_machine_runs_one_tensorflow_thread_per_op():
-  atari = config_lib.level_family("atari/pong")
+  atari = families.family_of("atari/pong")
   assert atari.intra_op_threads("shallow", 2) == 1
   assert atari.intra_op_threads("shallow", 1) == 1
   assert atari.intra_op_threads("shallow", 4) == 0  # Not measured.
   assert atari.intra_op_threads("deep", 2) == 0  # Measured slower.
-  assert config_lib.level_family("atari57").intra_op_threads("deep", 2) == 0
+  assert families.family_of(families.level_names("atari57")[0]).intra_op_threads("deep", 2) == 0
   for level in ("toy/lit_side", "mujoco/hopper", "seekavoid_arena_01"):
-    assert config_lib.level_family(level).intra_op_threads("shallow", 2) == 0
+    assert families.family_of(level).intra_op_threads("shallow", 2) == 0
   # config.resolve applies it with the run's torso and this machine's cores; a flag, 0
   # included, wins over it.
   def threads(*flags):

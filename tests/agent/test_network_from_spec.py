@@ -227,7 +227,7 @@ def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, fa
 def test_the_gym_family_refuses_a_frame_torso_for_vectors(tmp_path):
   config = _gym_config(tmp_path, "gym:CartPole-v1", "--torso=deep")
   with pytest.raises(ValueError, match="--torso=deep is for image frames"):
-    config.network_config_for_spec(gym_family.FAMILY.describe("gym:CartPole-v1").spec())
+    config.family.network_config(config, gym_family.FAMILY.describe("gym:CartPole-v1").spec())
 
 
 def test_the_gym_family_maps_an_image_with_a_mission_to_the_instruction_path(monkeypatch,

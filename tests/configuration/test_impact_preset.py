@@ -101,7 +101,7 @@ def test_the_torso_alone_runs_on_42x42_frames():
 
 def test_atari_frames_are_four_stacked_42x42_grey_frames():
   config = config_lib.config_from_argv([PONG, "--preset=impact_paper"])
-  environment = AtariEnvironment("pong", seed=2, **config.environment_options())
+  environment = AtariEnvironment("pong", seed=2, **config.family.environment_options(config))
   try:
     assert environment.spec == (6, (42, 42, 4))  # Pong's minimal action set.
     first = environment.initial()

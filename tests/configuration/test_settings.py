@@ -140,8 +140,6 @@ def test_dmlab_presets_are_table_d3_and_the_released_code():
       "abs_one", 1_000_000_000, 48)
   # LearnerConfig's defaults are the DMLab-30 preset (max_grad_norm None: no clipping).
   assert config_lib.LearnerConfig() == dmlab30.learner_config()
-  assert dmlab30.learner_config() == config_lib.dmlab_learner_config()
-  assert _resolved("atari/pong").learner_config() == config_lib.atari_learner_config()
 
 
 def test_impact_presets_are_its_table_1():

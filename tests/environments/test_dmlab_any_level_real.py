@@ -18,7 +18,7 @@ def test_a_level_outside_dmlab30_runs_with_dmlab30s_presets(level_name):
   config = config_lib.resolve(config_lib.ExperimentConfig(level_name=level_name))
   for name, value in dmlab_family.DMLAB_LEVEL.items():
     assert getattr(config, name) == value, name
-  env = environments.create_environment(level_name, seed=1, **config.environment_options())
+  env = environments.create_environment(level_name, seed=1, **config.family.environment_options(config))
   try:
     first = env.initial()
     assert first.done and first.observation.frame.shape == (72, 96, 3)

@@ -60,7 +60,7 @@ def test_a_dict_of_image_and_mission_builds_the_instruction_network(built):
   # encoding, flattened into the MLP, feed-forward (families/gym.py frame_torso, uses_lstm).
   assert agent.config.torso == "mlp" and not agent.config.use_lstm
   # The grid's encoding is computed, not rendered: the environments run in groups here.
-  assert config.runs_as == family_base.IN_PROCESS_GROUP
+  assert config.family.runs_as(config) == family_base.IN_PROCESS_GROUP
 
 
 def test_the_mission_reaches_the_instruction_tensor(built):
@@ -158,7 +158,7 @@ def test_a_minigrid_image_is_scaled_by_its_largest_index_not_by_255(tmp_path):
   from minigrid import wrappers  # pylint: disable=g-import-not-at-top
   level = "gym:MiniGrid-Fetch-5x5-N2-v0"
   config = config_lib.config_from_argv([f"--level_name={level}", f"--logdir={tmp_path}"])
-  network_config = config.network_config_for_spec(
+  network_config = config.family.network_config(config, 
       gym_env.describe("MiniGrid-Fetch-5x5-N2-v0", {}).spec())
   assert network_config.frame_max == 10.0
   env = gym_env.GymEnvironment(level, seed=1)

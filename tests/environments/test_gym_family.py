@@ -45,13 +45,14 @@ def test_impala_takes_the_papers_learner_with_popart_and_a_constant_rate():
     assert (config.num_action_repeats, config.reward_clipping) == (1, settings.NO_CLIPPING)
     assert config.popart and config.learning_rate_schedule == settings.CONSTANT, level
     assert (config.epsilon, config.rmsprop_initial_mean_square) == (1e-5, 0.0), level
-    assert config.runs_as == family_base.IN_PROCESS_GROUP and config.uses_environment_groups
+    assert config.family.runs_as(config) == family_base.IN_PROCESS_GROUP
+    assert config.uses_environment_groups
     assert config.num_actors * config.envs_per_actor >= atari_family.ATARI_ENVIRONMENTS
   assert _resolve("gym:CartPole-v1", algorithm="impala",
                   learning_rate=0.01).learning_rate == 0.01  # Flags win.
   with pytest.raises(ValueError, match="add --algorithm=impact"):
     _resolve("gym:CartPole-v1", algorithm="impala", circular_buffer_max_uses=4)
-  assert "Presets" in config_lib.level_family("gym:Pendulum-v1").preset_sources(
+  assert "Presets" in families.family_of("gym:Pendulum-v1").preset_sources(
       "gym:Pendulum-v1")
 
 
@@ -323,7 +324,7 @@ def test_show_settings_names_the_network_the_run_builds(level, env_kwargs):
   from scalable_agent_tf2.run import monitoring  # pylint: disable=g-import-not-at-top
   config = _resolve(level, env_kwargs=env_kwargs)
   spec = gym_family.FAMILY.describe(level, gym_family.parse_env_kwargs(env_kwargs)).spec()
-  network = config.network_config_for_spec(spec)
+  network = config.family.network_config(config, spec)
   banner = monitoring.start_banner(config, network, "/cpu:0", False, None, 0)
   assert "  " + config.family.network_in_words(config) in banner
   if spec.frame_shape and len(spec.frame_shape) == 3:  # Frames: the --torso row is the one built.
@@ -356,7 +357,7 @@ def test_value_torso_chooses_the_baselines_torso_for_discrete_actions(level, cho
   from scalable_agent_tf2.run import monitoring  # pylint: disable=g-import-not-at-top
   config = _resolve(level, value_torso=choice)
   spec = gym_family.FAMILY.describe(level).spec()
-  network = config.network_config_for_spec(spec)
+  network = config.family.network_config(config, spec)
   assert network.separate_value_torso == separate
   words = config.family.network_in_words(config)
   assert ("a value torso of its own" in words) == separate

@@ -34,11 +34,11 @@ def test_the_step_cost_is_measured_and_picks_the_layout():
   cheap = gym_env.describe("CartPole-v1", {})
   assert cheap.step_seconds < gym_family.OWN_PROCESS_STEP_SECONDS / 10
   slow_config, cheap_config = _resolve(SLOW), _resolve("gym:CartPole-v1")
-  assert slow_config.runs_as == family_base.OWN_PROCESS
+  assert slow_config.family.runs_as(slow_config) == family_base.OWN_PROCESS
   assert slow_config.num_actors == max(2, os.cpu_count()) and slow_config.envs_per_actor == 1
-  assert cheap_config.runs_as == family_base.IN_PROCESS_GROUP
+  assert cheap_config.family.runs_as(cheap_config) == family_base.IN_PROCESS_GROUP
   planes_config = _resolve(PLANES)  # Frames computed, not rendered: cheap, in groups.
-  assert planes_config.runs_as == family_base.IN_PROCESS_GROUP
+  assert planes_config.family.runs_as(planes_config) == family_base.IN_PROCESS_GROUP
 
 
 @pytest.mark.parametrize("level", ["gym:CartPole-v1", "gym:Pendulum-v1", PLANES, SLOW])
@@ -48,7 +48,7 @@ def test_the_first_batch_takes_under_a_minute_of_20_ms_steps(level):
   training process, whose Python steps hold the interpreter)."""
   config = _resolve(level)
   steps = config.batch_size * config.unroll_length
-  parallel = config.num_actors if config.runs_as == family_base.OWN_PROCESS else 1
+  parallel = config.num_actors if config.family.runs_as(config) == family_base.OWN_PROCESS else 1
   assert steps / parallel * DEAR_STEP_SECONDS < FIRST_UPDATE_SECONDS, (level, steps, parallel)
 
 

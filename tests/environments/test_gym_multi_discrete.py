@@ -39,7 +39,8 @@ def test_the_spec_names_the_choices_and_chooses_a_categorical_per_choice(tmp_pat
   assert description.action_layout() == {"nvec": list(NVEC)}
   family = distributions.for_spec(spec)
   assert family == distributions.MultiCategoricalFamily(NVEC)
-  network = _config(tmp_path).network_config_for_spec(spec)
+  config = _config(tmp_path)
+  network = config.family.network_config(config, spec)
   assert network.action_distribution == family and network.num_actions is None
   assert network.torso == "mlp" and not network.use_lstm
 

@@ -46,10 +46,10 @@ def test_a_named_atari_suite_takes_atari57s_presets_and_the_full_action_set():
   atari57 = _config(f"--level_name={suites.ATARI57}")
   assert _differing_settings(config, atari57) == {"level_name", "total_environment_frames"}
   assert config.torso == settings.DEEP and config.total_environment_frames == 3 * int(200e6)
-  assert config.environment_options()["full_action_space"]
+  assert config.family.environment_options(config)["full_action_space"]
   single = _config("--level_name=atari/pong")
   assert not single.is_multi_task and single.levels == ("atari/pong",)
-  assert single.torso == settings.SHALLOW and not single.environment_options()[
+  assert single.torso == settings.SHALLOW and not single.family.environment_options(single)[
       "full_action_space"]
   _, _, cited = config_lib.explain(config_lib.ExperimentConfig(level_name=ATARI_THREE))
   assert cited["torso"] == "Appendix G (the multi-task agent): deep"
@@ -74,7 +74,7 @@ def test_atari_games_of_a_named_suite_play_with_18_actions():
   single = _config("--level_name=atari/pong")
   for run, num_actions in ((config, 18), (single, 6)):
     env = create_environment("atari/pong", seed=1, in_subprocess=False,
-                             **run.environment_options())
+                             **run.family.environment_options(run))
     try:
       assert env.spec.num_actions == num_actions
     finally:

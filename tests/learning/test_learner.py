@@ -196,11 +196,12 @@ def test_bad_hyperparameters_are_rejected():
 
 
 def test_presets_follow_the_paper():
-  atari = config_lib.atari_learner_config()  # Table G.1.
+  atari = config_lib.config_from_argv(["--level_name=atari/pong"]).learner_config()  # Table G.1.
   assert (atari.entropy_cost, atari.learning_rate, atari.epsilon, atari.max_grad_norm,
           atari.reward_clipping, atari.total_environment_frames) == (
               0.01, 0.0006, 0.01, 40.0, losses.ABS_ONE, 200_000_000)
-  dmlab30 = config_lib.dmlab_learner_config()  # Table D.3, Figure D.1.
+  dmlab30 = config_lib.LearnerConfig()  # DMLab-30's presets: Table D.3, Figure D.1.
   assert dmlab30.reward_clipping == losses.OPTIMISTIC_ASYMMETRIC
   assert (dmlab30.discounting, dmlab30.baseline_cost, dmlab30.momentum) == (0.99, 0.5, 0.0)
-  assert config_lib.dmlab_learner_config(multi_task=False).reward_clipping == losses.ABS_ONE
+  assert config_lib.config_from_argv(
+      ["--level_name=seekavoid_arena_01"]).learner_config().reward_clipping == losses.ABS_ONE

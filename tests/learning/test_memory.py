@@ -80,7 +80,7 @@ def test_learner_update_is_the_same_with_chunks():
   results = []
   for network_config in (config, dataclasses.replace(config, torso_chunk_frames=4)):
     agent = networks.Agent(network_config, seed=3)
-    learner = learner_lib.Learner(agent, config_lib.dmlab_learner_config(), jit_compile=False)
+    learner = learner_lib.Learner(agent, config_lib.LearnerConfig(), jit_compile=False)
     stats = [learner.update(agent.initial_state(BATCH_SIZE), env_outputs, agent_outputs)
              for _ in range(2)]
     results.append(([{k: float(v) for k, v in s.items()} for s in stats],

@@ -27,7 +27,8 @@ SCRIPT = textwrap.dedent("""
 
     config = networks.NetworkConfig(num_actions=5, frame_shape=(20, 20, 3),
                                     torso={torso!r}, use_lstm=True, use_instruction=True)
-    learner_config = config_lib.atari_learner_config(max_grad_norm={clip})
+    learner_config = config_lib.config_from_argv(
+        ["--level_name=atari/pong", "--max_grad_norm={clip_flag}"]).learner_config()
     single = learner_lib.Learner(networks.Agent(config, seed=4), learner_config,
                                  jit_compile=False)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -67,7 +68,7 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("torso, clip", [("shallow", 40.0), ("deep", None)])
 def test_two_learners_equal_one_learner_on_the_whole_batch(torso, clip):
-  run = subprocess.run([sys.executable, "-c", SCRIPT.format(torso=torso, clip=clip)],
+  run = subprocess.run([sys.executable, "-c", SCRIPT.format(torso=torso, clip_flag=clip or 0)],
                        capture_output=True, text=True, timeout=280, cwd=REPO_DIR)
   assert run.returncode == 0 and "equal" in run.stdout, run.stderr[-4000:]
 

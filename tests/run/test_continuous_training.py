@@ -43,7 +43,7 @@ def test_mujoco_levels_take_table_2s_presets():
   assert (impala.learning_rate, impala.discounting, impala.max_grad_norm) == (1.5e-5, 0.995, 0.5)
   assert (impala.unroll_length, impala.batch_size, impala.entropy_cost) == (1024, 32, 0.0)
   assert impala.reward_clipping == "none" and impala.num_action_repeats == 1
-  assert impala.environment_options() == {}
+  assert impala.family.environment_options(impala) == {}
   assert impala.width is None and impala.torso is None
   # HalfCheetah's footnotes: K = 32, value coefficient 0.5; n = N x K.
   assert (impact.circular_buffer_max_uses, impact.baseline_cost) == (32, 0.5)

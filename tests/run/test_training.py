@@ -365,9 +365,9 @@ def test_presets_follow_the_paper_and_flags_win():
           pong.epsilon, pong.max_grad_norm, pong.reward_clipping, pong.torso,
           pong.total_environment_frames) == (20, 32, 0.01, 0.0006, 0.01, 40.0, "abs_one",
                                              "shallow", 200_000_000)
-  assert pong.environment_options()["full_action_space"] is False
+  assert pong.family.environment_options(pong)["full_action_space"] is False
   atari57 = config_lib.resolve(config_lib.ExperimentConfig(level_name="atari57"))
-  assert atari57.torso == "deep" and atari57.environment_options()["full_action_space"]
+  assert atari57.torso == "deep" and atari57.family.environment_options(atari57)["full_action_space"]
   dmlab30 = config_lib.resolve(config_lib.ExperimentConfig(level_name="dmlab30"))
   # Table D.3 and the released code.
   assert (dmlab30.unroll_length, dmlab30.width, dmlab30.height, dmlab30.num_actors,
