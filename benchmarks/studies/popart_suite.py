@@ -4,11 +4,11 @@ trained without and with --popart, each task's return against its frames.
     python -m benchmarks.studies.popart_suite --output_dir=/work/runs/popart_suite
     python -m benchmarks.studies.popart_suite --seeds=1,2,3 --alone ... # and each task alone
 
-The suite (--level, default toy_scales: environments/suites.py) is toy/lit_side (1 per
-success) and toy/unlit_side_x1000 (1,000 per success): two tasks equally hard and in conflict
-(the frames tell them apart, the right action is the opposite side), so the shared network must
-learn both. Without PopArt the large rewards take the gradient and the small task lags; with a
-scale and a value output per task both learn. --alone also trains each level on its own with
+The suite (--level, a list of toy levels) is by default toy/lit_side,toy/lit_side_x1000: one
+task paying 1 and 1,000 per success, the same frames (one policy serves both); without PopArt
+the large rewards take the gradient and the small task lags, with a scale and a value output
+per task both learn. --level=toy/lit_side,toy/unlit_side_x1000 puts two tasks in conflict (the
+frames tell them apart, the right action is the opposite side; environments/families/toy.py). --alone also trains each level on its own with
 the per-task budget (IMPALA, the toy presets): the pace of either alone.
 
 Writes <output_dir>/popart_suite.md (per run and task: the final return, the mean of the last
@@ -42,7 +42,8 @@ RANDOM_RETURN, OPTIMAL_RETURN = toy.EPISODE_LENGTH / 3, float(toy.EPISODE_LENGTH
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--output_dir", required=True)
-  parser.add_argument("--level", default="toy_scales", help="A suite of toy levels.")
+  parser.add_argument("--level", default=",".join(toy_family.REWARD_SCALE_LEVELS),
+                      help="A suite of toy levels (comma-separated).")
   parser.add_argument("--total_environment_frames", type=int, default=60_000,
                       help="Frames of each suite run (the tasks share them: each gets about "
                            "its share); --alone runs get one task's share.")

@@ -270,20 +270,10 @@ PAPER_ATARI57_IMPALA_MULTITASK_SCORES = {
 
 DMLAB30 = "dmlab30"
 ATARI57 = "atari57"
-# The reward-scale diagnostics of per-task PopArt (Hessel et al. 2019; not from the papers,
-# environments/toy.py): one toy task paying 1 and 1,000 per success (the tasks differ only in
-# reward scale), and two tasks in conflict (opposite answers, frames that tell them apart), one
-# paying 1 and the other 1,000.
-TOY_SCALES = "toy_scales"
-TOY_SCALES_LEVELS = ("toy/lit_side", "toy/lit_side_x1000")
-TOY_CONFLICT_SCALES = "toy_conflict_scales"
-TOY_CONFLICT_SCALES_LEVELS = ("toy/lit_side", "toy/unlit_side_x1000")
 # Suite name -> the levels an agent trains on (multi-task: actors are assigned round-robin).
 SUITES = collections.OrderedDict([
     (DMLAB30, DMLAB30_TRAIN_LEVELS),
     (ATARI57, ATARI57_LEVELS),
-    (TOY_SCALES, TOY_SCALES_LEVELS),
-    (TOY_CONFLICT_SCALES, TOY_CONFLICT_SCALES_LEVELS),
 ])
 # DeepMind Lab levels outside DMLab-30 that the paper trains on, by bare name -> path in
 # DeepMind Lab's game_scripts/levels: seekavoid_arena_01 is task 1 of Table 1 and task 5 of
@@ -319,8 +309,7 @@ def is_level_list(name):
 
 
 def is_suite(name):
-  """True for "dmlab30", "atari57", the toy diagnostics ("toy_scales", ...) and a suite a
-  user names (a list of levels)."""
+  """True for "dmlab30", "atari57" and a suite a user names (a list of levels)."""
   return name in SUITES or is_level_list(name)
 
 

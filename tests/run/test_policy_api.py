@@ -134,6 +134,16 @@ def test_the_observation_filter_and_the_network_settings_come_from_the_folder(tm
   assert len(set(actions.tolist())) == 2  # Both actions: the comparison says something.
 
 
+def test_a_per_task_popart_policy_of_a_suite_with_excluded_levels_loads(tmp_path):
+  # Its value outputs are the levels trained on: the suite's but the excluded one.
+  suite = "toy/lit_side,toy/unlit_side,toy/lit_side_x1000"
+  folder = policy_folders.new_folder(str(tmp_path / "suite"), suite, "--popart=true",
+                                     "--excluded_levels=toy/unlit_side")
+  policy = scalable_agent_tf2.load_policy(folder)
+  assert policy.network_config.num_value_outputs == 2
+  assert policy.level_name == suite
+
+
 def test_a_named_checkpoint_is_loaded_and_the_folder_is_left_as_it_was(tmp_path):
   folder = policy_folders.new_folder(str(tmp_path / "toy"), "toy/lit_side", frames=1000)
   policy_folders.new_folder(folder, "toy/lit_side", frames=2000)

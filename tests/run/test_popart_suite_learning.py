@@ -1,5 +1,5 @@
-"""The diagnostic of per-task PopArt (Hessel et al. 2019): the suite toy_scales, toy/lit_side
-paying 1 and toy/lit_side_x1000 paying 1,000 per success, trained without and with --popart
+"""The diagnostic of per-task PopArt (Hessel et al. 2019): one agent on the suite
+toy/lit_side,toy/lit_side_x1000 (paying 1 and 1,000 per success), trained without and with --popart
 (benchmarks/studies/popart_suite.py draws it; benchmarks/RESULTS.md, "Multi-task PopArt").
 
 Without PopArt the large task's baseline loss takes the clipped gradient (its norm ~1e7
@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 
 from scalable_agent_tf2.configuration import config as config_lib
-from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments import toy
+from scalable_agent_tf2.environments.families import toy as toy_family
 from scalable_agent_tf2.run import training
 from scalable_agent_tf2.runfiles import runlog
 
-SMALL = suites.TOY_SCALES_LEVELS[0]  # toy/lit_side, 1 per success.
+SMALL = toy_family.REWARD_SCALE_LEVELS[0]  # toy/lit_side, 1 per success.
+SUITE = ",".join(toy_family.REWARD_SCALE_LEVELS)  # One agent on both.
 FRAMES = 12_000  # 6,000 per task.
 # 0.8 of the way from random play to the optimum (environments/toy.py).
 RANDOM, OPTIMUM = toy.EPISODE_LENGTH / 3, toy.EPISODE_LENGTH
@@ -32,7 +33,7 @@ def _small_task_returns(tmp_path, popart):
   """(task frames, returns) of the small task's episodes in a run of the suite."""
   logdir = tmp_path / f"popart_{popart}"
   config = config_lib.resolve(config_lib.ExperimentConfig(
-      level_name=suites.TOY_SCALES, popart=popart, logdir=str(logdir), seed=1, repeatable=True,
+      level_name=SUITE, popart=popart, logdir=str(logdir), seed=1, repeatable=True,
       total_environment_frames=FRAMES, log_secs=5.0))
   training.train(config, print_fn=lambda line: None)
   episodes = [e for e in runlog.of_kind(runlog.read_log(str(logdir)), runlog.EPISODE)

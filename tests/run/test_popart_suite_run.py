@@ -12,7 +12,7 @@ from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.configuration import config as config_lib
 from scalable_agent_tf2.configuration import experiment_flags
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.environments import suites
+from scalable_agent_tf2.environments.families import toy as toy_family
 from scalable_agent_tf2.learning import buffers
 from scalable_agent_tf2.learning import impact
 from scalable_agent_tf2.learning import laser
@@ -26,12 +26,13 @@ from tests import random_batches
 from tests import toy_families
 from tests.run import test_before_tensorflow
 
-LEVELS = suites.TOY_SCALES_LEVELS  # toy/lit_side, toy/lit_side_x1000.
+LEVELS = toy_family.REWARD_SCALE_LEVELS  # toy/lit_side, toy/lit_side_x1000.
+SUITE = ",".join(toy_family.REWARD_SCALE_LEVELS)  # One agent on both.
 UNROLL = 3
 
 
 def _config(logdir, **flags):
-  values = dict(level_name=suites.TOY_SCALES, popart=True, logdir=str(logdir), num_actors=2,
+  values = dict(level_name=SUITE, popart=True, logdir=str(logdir), num_actors=2,
                 batch_size=4, unroll_length=UNROLL, total_environment_frames=1_000)
   return config_lib.resolve(config_lib.ExperimentConfig(**{**values, **flags}))
 
@@ -162,10 +163,10 @@ def test_the_command_line_refuses_another_level_list_before_tensorflow(tmp_path)
   checkpoints_dir = tmp_path / "checkpoints"
   checkpoints_dir.mkdir()
   (checkpoints_dir / "settings.json").write_text(json.dumps(dict(
-      level_name=suites.TOY_SCALES, torso="shallow", width=20, height=20, algorithm="impala",
+      level_name=SUITE, torso="shallow", width=20, height=20, algorithm="impala",
       popart=True, **{checkpoints.TASKS_SETTING: ["toy/lit_side_x1000", "toy/lit_side"]})))
   result = test_before_tensorflow.run_experiment(
-      "--mode=train", f"--level_name={suites.TOY_SCALES}", "--popart=true",
+      "--mode=train", f"--level_name={SUITE}", "--popart=true",
       f"--logdir={tmp_path}")
   test_before_tensorflow.assert_answered_before_tensorflow(
       result, "(per-task PopArt's levels: checkpoint ['toy/lit_side_x1000', 'toy/lit_side'], "

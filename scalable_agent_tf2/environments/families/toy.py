@@ -9,7 +9,6 @@ process per actor (cheap, but the fault-injection tests rely on processes). Obse
 grey 20x20 frame; Atari's feed-forward agent.
 """
 from scalable_agent_tf2.configuration import settings
-from scalable_agent_tf2.environments import suites
 from scalable_agent_tf2.environments.families import atari
 from scalable_agent_tf2.environments.families import base
 
@@ -23,13 +22,14 @@ LEVEL_OPTIONS = {
     "toy/unlit_side_x1000": dict(unlit=True, reward_scale=1000.0),
 }
 LEVELS = tuple(LEVEL_OPTIONS)
-# Suites of the reward-scale diagnostics (environments/toy.py's docstring). One level at two
-# reward scales, 1 and 1,000 per success: one policy serves both (the suite toy_scales).
-REWARD_SCALE_LEVELS = suites.TOY_SCALES_LEVELS
-# Two tasks in conflict at one scale (they learn at one pace) and at scales 1 and 1,000 (without
-# a scale per task the second takes the gradient: the suite toy_conflict_scales).
+# The reward-scale diagnostics of per-task PopArt (Hessel et al. 2019; environments/toy.py's
+# docstring), as suites a user names (--level_name=toy/lit_side,toy/lit_side_x1000). One level
+# at two reward scales, 1 and 1,000 per success: one policy serves both.
+REWARD_SCALE_LEVELS = ("toy/lit_side", "toy/lit_side_x1000")
+# Two tasks in conflict (opposite answers, frames that tell them apart) at one scale (they learn
+# at one pace) and at scales 1 and 1,000 (without a scale per task the second takes the gradient).
 CONFLICT_LEVELS = ("toy/lit_side", "toy/unlit_side")
-CONFLICT_SCALE_LEVELS = suites.TOY_CONFLICT_SCALES_LEVELS
+CONFLICT_SCALE_LEVELS = ("toy/lit_side", "toy/unlit_side_x1000")
 # Not from the paper: Table G.1's learner (Atari) with a small batch and short unrolls, so a run
 # takes a minute or two on a CPU. The environment repeats no actions, so frames are agent steps.
 # Rewards are not clipped: the delayed level's reward (0-10) carries how many choices were right.
