@@ -195,6 +195,10 @@ def test_with_popart_an_atari_suite_trains_unclipped_and_says_why():
   assert "per-task PopArt on over 57 tasks" in lines[0]
   row = next(line for line in lines if line.strip().startswith("--reward_clipping="))
   assert "--reward_clipping=none" in row and "Hessel et al. 2019, Table 1" in row
+  # A suite that --excluded_levels leaves one level is one task: no per-task PopArt to name.
+  one = resolve(f"--level_name={SUITE}", "--popart=true", f"--excluded_levels={LEVELS[1]}")
+  line = experiment_flags.show_settings_lines(one[0], {"level_name"}, *one[1:])[0]
+  assert line.startswith(f"train: {SUITE} (1 level), "), line
 
 
 def test_the_banner_and_the_console_say_per_task_popart_and_each_tasks_sigma(tmp_path):
