@@ -29,7 +29,6 @@ from scalable_agent_tf2.acting import action_spaces
 from scalable_agent_tf2.acting import policies
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration import config as config_lib
-from scalable_agent_tf2.environments import families
 from scalable_agent_tf2.environments import gymnasium_view
 from scalable_agent_tf2.environments.families import base as family_base
 from scalable_agent_tf2.run import assembly
@@ -256,10 +255,6 @@ def _folder_config(path, level_name, checkpoint):
   names = checkpoints.SHAPE_SETTINGS + checkpoints.POLICY_SETTINGS
   flags += [f"--{name}={stored[name]}" for name in names
             if name not in ("level_name", "torso") and stored.get(name) not in (None, "")]
-  tasks = stored.get(checkpoints.TASKS_SETTING)
-  if tasks:  # Per-task PopArt's levels: a suite's but those --excluded_levels left out.
-    excluded = [level for level in families.level_names(trained) if level not in tasks]
-    flags += [f"--excluded_levels={','.join(excluded)}"] if excluded else []
   try:
     config = config_lib.config_from_argv(flags)
     if config.torso is not None and stored.get("torso"):

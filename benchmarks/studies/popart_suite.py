@@ -8,8 +8,9 @@ The suite (--level, a list of toy levels) is by default toy/lit_side,toy/lit_sid
 task paying 1 and 1,000 per success, the same frames (one policy serves both); without PopArt
 the large rewards take the gradient and the small task lags, with a scale and a value output
 per task both learn. --level=toy/lit_side,toy/unlit_side_x1000 puts two tasks in conflict (the
-frames tell them apart, the right action is the opposite side; environments/families/toy.py). --alone also trains each level on its own with
-the per-task budget (IMPALA, the toy presets): the pace of either alone.
+frames tell them apart, the right action is the opposite side; environments/families/toy.py).
+--alone also trains each level on its own with the per-task budget (IMPALA, the toy presets):
+the pace of either alone.
 
 Writes <output_dir>/popart_suite.md (per run and task: the final return, the mean of the last
 100 training episodes; its normalised score, 0 at random play and 1 at the optimum; the frames

@@ -123,7 +123,8 @@ def learner_update_path():
   tf.config.run_functions_eagerly(True)
   try:
     agent = networks.Agent(networks.atari_config(num_actions=6))
-    update = learner.Learner(agent, config_lib.config_from_argv(["--level_name=atari/pong"]).learner_config())
+    atari = config_lib.config_from_argv(["--level_name=atari/pong"])  # Table G.1.
+    update = learner.Learner(agent, atari.learner_config())
     T, B = 20, 32  # Table G.1: unroll length 20, batch size 32.
     env_outputs, agent_outputs = _atari_batch(T, B, num_actions=6)
     state = agent.initial_state(B)

@@ -33,11 +33,11 @@ _NAME = re.compile(rf"{PREFIX}-(\d+)")
 # What fixes the checkpointed variables' shapes (the algorithm: which exist, IMPACT's target
 # network): a resume cannot change them. Anything else may change on resume.
 SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm", "popart")
-# Stored, never compared: what else shapes a gymnasium level's network and the policy's
-# environment, for a policy loaded outside its run (policy.py). Absent: the defaults.
-POLICY_SETTINGS = ("env_kwargs", "value_torso", "sticky_actions", "num_action_repeats")
-# Per-task PopArt's levels in order (popart_tasks; a task's value output, statistics: no flag).
-TASKS_SETTING = "popart_tasks"
+# Stored, never compared, for a policy loaded outside its run (policy.py; absent: the defaults):
+# what else shapes a gymnasium level's network and environment, and a suite's levels left out.
+POLICY_SETTINGS = ("env_kwargs", "value_torso", "sticky_actions", "num_action_repeats",
+                   "excluded_levels")
+TASKS_SETTING = "popart_tasks"  # Per-task PopArt's levels in their tasks' order (no flag).
 COMPARED_SETTINGS = (*SHAPE_SETTINGS, TASKS_SETTING)
 # What a settings file written before a setting was stored means by its absence.
 SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala", "popart": False, TASKS_SETTING: None}
