@@ -25,6 +25,11 @@ For each environment of DEVELOPMENT_SET (--envs: a subset) and each seed (--seed
 Every run stops at the same rule (sb3_gym.stop_reason): the running mean of the last 100
 episode returns reaching the threshold, the environment's step budget, or --max_seconds.
 
+Across machines (--archive_dir, e.g. the repository's benchmarks/results/gym_defaults): each
+finished run's small files (complete.json, episodes.csv, the command) are copied there, and a
+run finished there is copied into --output_dir and not made again, so that a set longer than
+one machine's life is built over several (commit the archive; the logdirs stay outside).
+
 Resuming: run the same command again. Runs whose complete.json exists are skipped; our
 interrupted runs resume from their last checkpoint (the same command, the same logdir; what
 the killed attempt trained beyond it is dropped by runlog.read_trained_records); an
@@ -135,6 +140,8 @@ COMPLETE_FILE = sb3_gym.COMPLETE_FILE  # Both systems' mark of a finished run.
 FAILED_FILE = "failed.json"            # The last attempt's failure (removed when it completes).
 LAUNCHES_FILE = "launches.json"        # Ours: the driver's launch time of every attempt.
 COMMAND_FILE = "side_by_side_command.json"
+# What --archive_dir keeps of a finished run: what the report reads, and what makes it skipped.
+ARCHIVED_FILES = (COMPLETE_FILE, episode_file.EPISODES_FILE, COMMAND_FILE)
 POLL_SECONDS = 5.0  # Ours' log is read this often (its log_secs: 5).
 STOP_GRACE_SECONDS = 300  # Ours' final checkpoint after SIGINT; then the process is killed.
 
@@ -344,9 +351,10 @@ def ours_rows(logdir):
   return [(float(s), int(steps), float(r)) for s, (_, steps, r) in zip(seconds, absolute)]
 
 
-def peer_rows(directory):
-  """A peer's episodes.csv rows as sample_factory_gym.read_episodes reads them, without a last
-  line still being written ([] before the file exists)."""
+def episode_rows(directory):
+  """A run's episodes.csv rows as sample_factory_gym.read_episodes reads them, without a last
+  line still being written ([] before the file exists): a peer's, written as it runs, or a
+  finished run of ours' (run_ours writes it from ours_rows)."""
   path = os.path.join(directory, episode_file.EPISODES_FILE)
   if not os.path.exists(path):
     return []
@@ -362,8 +370,10 @@ def peer_rows(directory):
 def read_run(output_dir, env, system, seed):
   """(rows, complete, failure message or None) of one run; rows [] when it has none."""
   directory = run_directory(output_dir, env, system, seed)
-  rows = ours_rows(directory) if system == OURS else peer_rows(directory)
   complete = os.path.exists(os.path.join(directory, COMPLETE_FILE))
+  # A finished run of ours from --archive_dir has its episodes.csv and no log.
+  finished_rows = complete and os.path.exists(os.path.join(directory, episode_file.EPISODES_FILE))
+  rows = ours_rows(directory) if system == OURS and not finished_rows else episode_rows(directory)
   failed = read_json(os.path.join(directory, FAILED_FILE))
   return rows, complete, None if complete or not failed else failed["error"]
 
@@ -486,10 +496,12 @@ def run_peer(env, seed, system, directory, venv, max_seconds, print_fn, torch_th
   """Trains a peer with sb3_gym.py from zero (an unfinished earlier attempt moved aside);
   returns the failure or None."""
   command = peer_command(env, seed, system, directory, venv, max_seconds, torch_threads)
-  # The run's identity: its flags, without --max_seconds (a stopping rule, not the run) and
-  # --torch_threads (how fast it runs, not what it learns).
-  identity = " ".join(a for a in command[1:]
-                      if not a.startswith(("--max_seconds", "--torch_threads")))
+  # The run's identity: the script and its flags, without --max_seconds (a stopping rule, not
+  # the run), --torch_threads (how fast it runs, not what it learns) and --output_dir (where:
+  # the directory the identity is kept in, another on the next machine of --archive_dir).
+  identity = " ".join([os.path.relpath(command[1], runs.REPO_DIR)] + [
+      a for a in command[2:]
+      if not a.startswith(("--max_seconds", "--torch_threads", "--output_dir"))])
   if os.path.isdir(directory):
     lsbs.check_same_command(os.path.join(directory, COMMAND_FILE), identity)
     if os.path.exists(os.path.join(directory, COMPLETE_FILE)):
@@ -527,8 +539,23 @@ def missing_packages(args):
   return missing
 
 
+def copy_finished(source, destination):
+  """Copies a finished run's ARCHIVED_FILES from directory `source` to `destination` (made if
+  missing) unless `destination` has it finished already; True when it copied."""
+  if (not os.path.exists(os.path.join(source, COMPLETE_FILE))
+      or os.path.exists(os.path.join(destination, COMPLETE_FILE))):
+    return False
+  os.makedirs(destination, exist_ok=True)
+  for name in ARCHIVED_FILES:  # complete.json last: a copy cut short is not a finished run.
+    if name != COMPLETE_FILE and os.path.exists(os.path.join(source, name)):
+      shutil.copyfile(os.path.join(source, name), os.path.join(destination, name))
+  shutil.copyfile(os.path.join(source, COMPLETE_FILE), os.path.join(destination, COMPLETE_FILE))
+  return True
+
+
 def run_all(args, print_fn):
-  """Every run of args, one after another; returns the failures [(env, system, seed, error)]."""
+  """Every run of args, one after another; returns the failures [(env, system, seed, error)].
+  With --archive_dir, each run finished here is kept there too."""
   failures = []
   for env in args.envs:
     for seed in args.seeds:
@@ -543,7 +570,21 @@ def run_all(args, print_fn):
                            args.torch_threads)
         if error:
           failures.append((env.name, system, seed, error))
+        elif args.archive_dir and copy_finished(
+            directory, run_directory(args.archive_dir, env, system, seed)):
+          print_fn(f"  kept in {run_directory(args.archive_dir, env, system, seed)}")
   return failures
+
+
+def take_archived(args, print_fn):
+  """Copies the runs of args finished in --archive_dir into --output_dir (where they are not
+  finished already): run_all skips them, the report reads them."""
+  for env in args.envs:
+    for seed in args.seeds:
+      for system in SYSTEMS:
+        source = run_directory(args.archive_dir, env, system, seed)
+        if copy_finished(source, run_directory(args.output_dir, env, system, seed)):
+          print_fn(f"{env.name} {system} seed {seed}: finished in {source}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -645,6 +686,10 @@ def parse_args(argv):
                            "core; sb3_gym.py and README say why one may want 1).")
   parser.add_argument("--venv", default=os.environ.get("SB3_VENV", "/tmp/sb3_venv"),
                       help="The peers' venv (benchmarks/peers/setup_sb3.sh).")
+  parser.add_argument("--archive_dir", default=None,
+                      help="Finished runs' small files are kept here, and runs finished here "
+                           "are not made again (a set built over several machines; e.g. "
+                           "benchmarks/results/gym_defaults, committed).")
   parser.add_argument("--figures", action="store_true",
                       help="Also copy each figure to benchmarks/figures/.")
   args = parser.parse_args(argv)
@@ -668,6 +713,7 @@ def parse_args(argv):
   if args.max_seconds <= 0 or args.torch_threads < 0:
     parser.error("--max_seconds must be positive and --torch_threads not negative")
   args.output_dir = os.path.abspath(args.output_dir)
+  args.archive_dir = args.archive_dir and os.path.abspath(args.archive_dir)
   if os.path.commonpath([args.output_dir, runs.REPO_DIR]) == runs.REPO_DIR:
     parser.error(f"--output_dir {args.output_dir} is inside the repository; choose a "
                  "directory outside it (runs are large and not part of the project)")
@@ -688,6 +734,8 @@ def main(argv=None):
   # SIGTERM ends the runs as Ctrl-C does: ours with a checkpoint, the peer's process.
   signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
   print_fn = runs.command_log(args.output_dir)
+  if args.archive_dir:
+    take_archived(args, print_fn)
   failures = run_all(args, print_fn) if args.mode == "run" else []
   report(args)
   for env_name, system, seed, error in failures:

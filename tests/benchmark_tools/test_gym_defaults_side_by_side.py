@@ -2,6 +2,7 @@
 set, steps and time to a threshold from episode rows, medians with "not reached", the issue's
 verdict, reading both systems' runs, and running them with stand-ins for both (the real runs
 are a benchmark, not a test; no Stable-Baselines3 needed)."""
+import dataclasses
 import importlib
 import json
 import os
@@ -181,8 +182,8 @@ def test_a_peers_episodes_without_the_line_being_written(tmp_path):
   episode_file.write_episodes(str(tmp_path / "episodes.csv"), [(1.0, 10, 9.0), (2.0, 20, 11.0)])
   with open(tmp_path / "episodes.csv", "a") as f:
     f.write("3.0,3")
-  assert gds.peer_rows(str(tmp_path)) == [(1.0, 10, 9.0), (2.0, 20, 11.0)]
-  assert gds.peer_rows(str(tmp_path / "missing")) == []
+  assert gds.episode_rows(str(tmp_path)) == [(1.0, 10, 9.0), (2.0, 20, 11.0)]
+  assert gds.episode_rows(str(tmp_path / "missing")) == []
 
 
 FAKE_TRAINER = textwrap.dedent("""
@@ -286,6 +287,40 @@ def test_a_peer_run_restarts_from_zero_is_skipped_when_done_and_a_failure_is_kep
   with pytest.raises(SystemExit, match="another command"):
     gds.run_peer(gds.Environment("CartPole-v1", "CartPole-v1", 475.0, 1_000), 1, gds.PPO,
                  directory, str(venv), 120.0, lines.append)
+
+
+def test_finished_runs_are_kept_in_the_archive_and_not_made_again_on_another_machine(
+    tmp_path, monkeypatch, capsys):
+  _fake_ours(tmp_path, monkeypatch)
+  script = tmp_path / "fake_peer.py"
+  script.write_text(FAKE_PEER)
+  monkeypatch.setattr(gds, "PEER_SCRIPT", str(script))
+  venv = tmp_path / "venv"
+  (venv / "bin").mkdir(parents=True)
+  os.symlink(sys.executable, venv / "bin" / "python")
+  archive = tmp_path / "archive"
+  argv = [f"--archive_dir={archive}", "--envs=CartPole-v1", "--seeds=1", "--steps=2000",
+          "--systems=ours,sb3_ppo", f"--venv={venv}"]
+  first, second = str(tmp_path / "first_machine"), str(tmp_path / "second_machine")
+  assert gds.main([f"--output_dir={first}"] + argv) == 0
+  env = dataclasses.replace(gds.ENVIRONMENTS["CartPole-v1"], budget=2000)
+  for system in (gds.OURS, gds.PPO):  # The small files only: no log, no checkpoint.
+    assert sorted(os.listdir(gds.run_directory(str(archive), env, system, 1))) == sorted(
+        gds.ARCHIVED_FILES)
+  ours_first = gds.read_run(first, env, gds.OURS, 1)
+  assert len(ours_first[0]) == 20 and ours_first[1]
+  capsys.readouterr()
+  # The next machine: nothing is run again (both systems would fail now), the report reads
+  # the archived episodes.
+  monkeypatch.setenv("FAKE_PEER_FAILS", "1")
+  monkeypatch.setattr(runs, "experiment_command", lambda logdir, **flags: [
+      sys.executable, "-c", "raise SystemExit(1)"])
+  assert gds.main([f"--output_dir={second}"] + argv) == 0
+  output = capsys.readouterr().out
+  assert output.count("already finished") == 2 and "finished in" in output
+  assert gds.read_run(second, env, gds.OURS, 1) == ours_first
+  assert gds.read_run(second, env, gds.PPO, 1) == gds.read_run(first, env, gds.PPO, 1)
+  assert "| this project (no flags) | 1/1 |" in output
 
 
 def test_the_report_prints_each_table_and_verdict_and_writes_the_figure(tmp_path, capsys):
