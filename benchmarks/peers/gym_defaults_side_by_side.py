@@ -140,8 +140,9 @@ COMPLETE_FILE = sb3_gym.COMPLETE_FILE  # Both systems' mark of a finished run.
 FAILED_FILE = "failed.json"            # The last attempt's failure (removed when it completes).
 LAUNCHES_FILE = "launches.json"        # Ours: the driver's launch time of every attempt.
 COMMAND_FILE = "side_by_side_command.json"
-# What --archive_dir keeps of a finished run: what the report reads, and what makes it skipped.
-ARCHIVED_FILES = (COMPLETE_FILE, episode_file.EPISODES_FILE, COMMAND_FILE)
+# What --archive_dir keeps of a finished run: what the report reads, and what makes it skipped
+# (copied in this order, complete.json last: a copy cut short is not a finished run).
+ARCHIVED_FILES = (episode_file.EPISODES_FILE, COMMAND_FILE, COMPLETE_FILE)
 POLL_SECONDS = 5.0  # Ours' log is read this often (its log_secs: 5).
 STOP_GRACE_SECONDS = 300  # Ours' final checkpoint after SIGINT; then the process is killed.
 
@@ -546,10 +547,9 @@ def copy_finished(source, destination):
       or os.path.exists(os.path.join(destination, COMPLETE_FILE))):
     return False
   os.makedirs(destination, exist_ok=True)
-  for name in ARCHIVED_FILES:  # complete.json last: a copy cut short is not a finished run.
-    if name != COMPLETE_FILE and os.path.exists(os.path.join(source, name)):
+  for name in ARCHIVED_FILES:
+    if os.path.exists(os.path.join(source, name)):
       shutil.copyfile(os.path.join(source, name), os.path.join(destination, name))
-  shutil.copyfile(os.path.join(source, COMPLETE_FILE), os.path.join(destination, COMPLETE_FILE))
   return True
 
 
@@ -568,11 +568,11 @@ def run_all(args, print_fn):
         else:
           error = run_peer(env, seed, system, directory, args.venv, args.max_seconds, print_fn,
                            args.torch_threads)
+        archived = args.archive_dir and run_directory(args.archive_dir, env, system, seed)
         if error:
           failures.append((env.name, system, seed, error))
-        elif args.archive_dir and copy_finished(
-            directory, run_directory(args.archive_dir, env, system, seed)):
-          print_fn(f"  kept in {run_directory(args.archive_dir, env, system, seed)}")
+        elif archived and copy_finished(directory, archived):
+          print_fn(f"  kept in {archived}")
   return failures
 
 

@@ -260,14 +260,20 @@ FAKE_PEER = textwrap.dedent("""
     """)
 
 
-def test_a_peer_run_restarts_from_zero_is_skipped_when_done_and_a_failure_is_kept(
-    tmp_path, monkeypatch):
+def _fake_peer(tmp_path, monkeypatch):
+  """FAKE_PEER as sb3_gym.py, under a venv whose Python is this one; returns the venv."""
   script = tmp_path / "fake_peer.py"
   script.write_text(FAKE_PEER)
   monkeypatch.setattr(gds, "PEER_SCRIPT", str(script))
   venv = tmp_path / "venv"
   (venv / "bin").mkdir(parents=True)
   os.symlink(sys.executable, venv / "bin" / "python")
+  return venv
+
+
+def test_a_peer_run_restarts_from_zero_is_skipped_when_done_and_a_failure_is_kept(
+    tmp_path, monkeypatch):
+  venv = _fake_peer(tmp_path, monkeypatch)
   env = gds.ENVIRONMENTS["CartPole-v1"]
   output_dir = str(tmp_path / "out")
   directory = gds.run_directory(output_dir, env, gds.PPO, 1)
@@ -292,12 +298,7 @@ def test_a_peer_run_restarts_from_zero_is_skipped_when_done_and_a_failure_is_kep
 def test_finished_runs_are_kept_in_the_archive_and_not_made_again_on_another_machine(
     tmp_path, monkeypatch, capsys):
   _fake_ours(tmp_path, monkeypatch)
-  script = tmp_path / "fake_peer.py"
-  script.write_text(FAKE_PEER)
-  monkeypatch.setattr(gds, "PEER_SCRIPT", str(script))
-  venv = tmp_path / "venv"
-  (venv / "bin").mkdir(parents=True)
-  os.symlink(sys.executable, venv / "bin" / "python")
+  venv = _fake_peer(tmp_path, monkeypatch)
   archive = tmp_path / "archive"
   argv = [f"--archive_dir={archive}", "--envs=CartPole-v1", "--seeds=1", "--steps=2000",
           "--systems=ours,sb3_ppo", f"--venv={venv}"]
