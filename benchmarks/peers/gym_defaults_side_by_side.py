@@ -93,6 +93,9 @@ class Environment:
   # peers' venv has it from setup_sb3.sh); None: requirements.txt has what it needs.
   requires: str | None = None
   optional: bool = False     # Run only when --envs names it.
+  # Where threshold is None: judge at the median over PPO's seeds of its return at the end
+  # (issue 58's "else the return PPO's defaults reach at 1M steps"), known once they finish.
+  threshold_from_ppo: bool = False
 
 
 # The development set of issue 42 with its thresholds. The budgets are the benchmark's length
@@ -117,11 +120,12 @@ DEVELOPMENT_SET = (
                 zoo_id="BipedalWalker-v3", optional=True),
     # Box actions on gymnasium's MuJoCo tasks through gym: ids, 1M steps each: gymnasium's
     # reward_threshold where its spec has one (Hopper 3800, HalfCheetah 4800, Reacher -3.75);
-    # Walker2d-v5 has none, so it is side by side only. RL Zoo 2.9.2's ppo.yml tunes the -v4
-    # ids (the same models and rewards; v5 fixes contact and default-argument details), so the
-    # Zoo's runs are of -v4.
+    # Walker2d-v5 has none, so PPO's return at the end is its threshold. RL Zoo 2.9.2's ppo.yml
+    # tunes the -v4 ids (the same models and rewards; v5 fixes contact and default-argument
+    # details), so the Zoo's runs are of -v4.
     Environment("Hopper-v5", "Hopper-v5", 3800.0, 1_000_000, zoo_id="Hopper-v4"),
-    Environment("Walker2d-v5", "Walker2d-v5", None, 1_000_000, zoo_id="Walker2d-v4"),
+    Environment("Walker2d-v5", "Walker2d-v5", None, 1_000_000, zoo_id="Walker2d-v4",
+                threshold_from_ppo=True),
     Environment("HalfCheetah-v5", "HalfCheetah-v5", 4800.0, 1_000_000, zoo_id="HalfCheetah-v4"),
     Environment("Reacher-v5", "Reacher-v5", -3.75, 1_000_000, zoo_id="Reacher-v2"),
 )
@@ -302,8 +306,12 @@ def table(env, by_system, seeds):
 
 def title(env, seeds):
   kwargs = f" {env.env_kwargs}" if env.env_kwargs else ""
-  target = ("no threshold: side by side only" if env.threshold is None else
-            f"threshold {env.threshold:g}: mean of the last {WINDOW} returns")
+  if env.threshold is None:
+    target = ("threshold: PPO's median return at the end, when its runs finish"
+              if env.threshold_from_ppo else "no threshold: side by side only")
+  else:
+    source = " (PPO's median return at the end)" if env.threshold_from_ppo else ""
+    target = f"threshold {env.threshold:g}{source}: mean of the last {WINDOW} returns"
   return (f"{env.level}{kwargs} ({target}; budget {format_steps(env.budget)} steps; "
           f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})")
 
@@ -620,26 +628,42 @@ def plot(env, runs_by_system, seeds, path):
   return path
 
 
+def threshold_of(env, ppo_runs):
+  """env, with threshold PPO's median return at the end (the mean of its last WINDOW) where
+  env.threshold_from_ppo and every PPO run of ppo_runs ((rows, complete) or None) finished."""
+  if env.threshold is not None or not env.threshold_from_ppo:
+    return env
+  ppo_runs = list(ppo_runs)
+  if not ppo_runs or any(run is None or not run[1] or not run[0] for run in ppo_runs):
+    return env
+  finals = [np.mean([row[2] for row in rows[-WINDOW:]]) for rows, _ in ppo_runs]
+  return dataclasses.replace(env, threshold=float(np.median(finals)))
+
+
 def report(args, print_fn=print):
   """Reads every run of args; prints each environment's table, failures and verdict; writes the
   figures. Returns {env name: (status, why)}."""
   verdicts = {}
   for env in args.envs:
-    summaries, rows_by_system, failures = {}, {}, []
+    runs_read, failures = {}, []  # {system: {seed: (rows, complete) or None (not started)}}
     for system in SYSTEMS:
       if system == ZOO and env.zoo_id is None:
         continue
-      by_seed, rows_by_seed = {}, {}
+      runs_read[system] = {}
       for seed in args.seeds:
         rows, complete, failure = read_run(args.output_dir, env, system, seed)
         started = rows or complete or os.path.isdir(
             run_directory(args.output_dir, env, system, seed))
-        by_seed[seed] = run_summary(rows, env.threshold, complete) if started else None
-        rows_by_seed[seed] = rows
+        runs_read[system][seed] = (rows, complete) if started else None
         if failure:
           failures.append(f"{system} seed {seed} failed: {failure}")
+    env = threshold_of(env, runs_read[PPO].values())
+    summaries, rows_by_system = {}, {}
+    for system, by_seed in runs_read.items():
       if system in args.systems or any(run is not None for run in by_seed.values()):
-        summaries[system], rows_by_system[system] = by_seed, rows_by_seed
+        summaries[system] = {seed: run and run_summary(run[0], env.threshold, run[1])
+                             for seed, run in by_seed.items()}
+        rows_by_system[system] = {seed: run[0] if run else [] for seed, run in by_seed.items()}
     print_fn(f"\n### {title(env, args.seeds)}\n")
     print_fn(table(env, summaries, args.seeds))
     for line in failures:

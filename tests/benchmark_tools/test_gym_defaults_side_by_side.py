@@ -324,24 +324,29 @@ def test_finished_runs_are_kept_in_the_archive_and_not_made_again_on_another_mac
   assert "| this project (no flags) | 1/1 |" in output
 
 
+def _write_finished(output_dir, env, system, seed, rows):
+  """A finished run of system as it leaves its directory (ours: its log; a peer: episodes.csv)."""
+  directory = gds.run_directory(str(output_dir), env, system, seed)
+  os.makedirs(directory)
+  if system == gds.OURS:
+    _write_log(directory, [dict(kind="start", time=1000.0, frames=0)] + [
+        record for seconds, frames, value in rows for record in (
+            _episode(frames, value),
+            dict(kind="progress", time=1000.0 + seconds, frames=frames, updates=1))])
+    with open(os.path.join(directory, gds.LAUNCHES_FILE), "w") as f:
+      json.dump([1000.0], f)
+  else:
+    episode_file.write_episodes(os.path.join(directory, "episodes.csv"), rows)
+  with open(os.path.join(directory, gds.COMPLETE_FILE), "w") as f:
+    json.dump(dict(reason="test"), f)
+
+
 def test_the_report_prints_each_table_and_verdict_and_writes_the_figure(tmp_path, capsys):
   env = gds.ENVIRONMENTS["CartPole-v1"]
   for seed in (1, 2):
     for system, steps in ((gds.OURS, 100), (gds.PPO, 200)):
-      directory = gds.run_directory(str(tmp_path), env, system, seed)
-      os.makedirs(directory)
-      rows = _rows([500.0] * 120, steps_per_episode=steps, seconds_per_episode=steps / 100)
-      if system == gds.OURS:
-        _write_log(directory, [dict(kind="start", time=1000.0, frames=0)] + [
-            record for _, frames, value in rows for record in (
-                _episode(frames, value),
-                dict(kind="progress", time=1000.0 + frames / 100, frames=frames, updates=1))])
-        with open(os.path.join(directory, gds.LAUNCHES_FILE), "w") as f:
-          json.dump([1000.0], f)
-      else:
-        episode_file.write_episodes(os.path.join(directory, "episodes.csv"), rows)
-      with open(os.path.join(directory, gds.COMPLETE_FILE), "w") as f:
-        json.dump(dict(reason="test"), f)
+      _write_finished(tmp_path, env, system, seed,
+                      _rows([500.0] * 120, steps_per_episode=steps, seconds_per_episode=steps / 100))
   assert gds.main([f"--output_dir={tmp_path}", "--mode=report", "--envs=CartPole-v1",
                    "--seeds=1,2"]) == 0
   output = capsys.readouterr().out
@@ -350,6 +355,31 @@ def test_the_report_prints_each_table_and_verdict_and_writes_the_figure(tmp_path
   assert "| 0.50 | 0.50 |" in output
   assert "verdict: met (ours reached it in every seed" in output
   assert os.path.getsize(tmp_path / "CartPole-v1.png") > 10_000
+
+
+def test_without_a_reward_threshold_ppos_median_return_at_the_end_is_the_threshold(tmp_path,
+                                                                                   capsys):
+  env = gds.ENVIRONMENTS["Walker2d-v5"]
+  assert env.threshold is None and env.threshold_from_ppo
+  # PPO's seeds end at 1,000 and 2,000 (the mean of their last 100): the threshold is 1,500,
+  # which PPO's seed 2 reaches at its 100th episode (100k steps) and seed 1 never.
+  _write_finished(tmp_path, env, gds.PPO, 1, _rows([1000.0] * 200, 1000, 2.0))
+  _write_finished(tmp_path, env, gds.PPO, 2, _rows([2000.0] * 200, 1000, 2.0))
+  _write_finished(tmp_path, env, gds.OURS, 1, _rows([1500.0] * 200, 1000, 1.0))
+  assert gds.main([f"--output_dir={tmp_path}", "--mode=report", "--envs=Walker2d-v5",
+                   "--seeds=1,2"]) == 0
+  output = capsys.readouterr().out
+  assert "threshold 1500 (PPO's median return at the end)" in output
+  assert "| SB3 PPO (its defaults) | 2/2 | not reached [100k, not reached] (1/2 reached)" in output
+  assert "verdict: not decided (3 of 4 runs finished)" in output
+  # Until PPO's runs have finished there is no threshold to judge at.
+  unfinished = gds.threshold_of(env, [([(1.0, 1000, 5.0)], True), None])
+  assert unfinished.threshold is None
+  assert "PPO's median return at the end, when its runs finish" in gds.title(unfinished, [1, 2])
+  assert gds.threshold_of(env, [([(1.0, 1, 5.0)], True), ([(1.0, 1, 7.0)], True)]).threshold == 6
+  # An environment with a reward threshold keeps it.
+  hopper = gds.ENVIRONMENTS["Hopper-v5"]
+  assert gds.threshold_of(hopper, [([(1.0, 1, 5.0)], True)]) is hopper
 
 
 def test_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
