@@ -93,8 +93,8 @@ class Environment:
   # peers' venv has it from setup_sb3.sh); None: requirements.txt has what it needs.
   requires: str | None = None
   optional: bool = False     # Run only when --envs names it.
-  # Where threshold is None: judge at the median over PPO's seeds of its return at the end
-  # (issue 58's "else the return PPO's defaults reach at 1M steps"), known once they finish.
+  # Where threshold is None: judge at the return PPO's defaults reach at the budget (the median
+  # over its seeds of run_summary's final), known once its runs finish.
   threshold_from_ppo: bool = False
 
 
@@ -629,14 +629,14 @@ def plot(env, runs_by_system, seeds, path):
 
 
 def threshold_of(env, ppo_runs):
-  """env, with threshold PPO's median return at the end (the mean of its last WINDOW) where
+  """env, with threshold PPO's median return at the end (run_summary's final) where
   env.threshold_from_ppo and every PPO run of ppo_runs ((rows, complete) or None) finished."""
   if env.threshold is not None or not env.threshold_from_ppo:
     return env
   ppo_runs = list(ppo_runs)
   if not ppo_runs or any(run is None or not run[1] or not run[0] for run in ppo_runs):
     return env
-  finals = [np.mean([row[2] for row in rows[-WINDOW:]]) for rows, _ in ppo_runs]
+  finals = [run_summary(rows, None, complete)["final"] for rows, complete in ppo_runs]
   return dataclasses.replace(env, threshold=float(np.median(finals)))
 
 
