@@ -40,10 +40,11 @@ def check_combinations(config):
   if config.env_kwargs and not config.family.takes_env_kwargs:
     raise ValueError("--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> levels; "
                      f"{config.level_name} is not one ({config.family.title}). Drop --env_kwargs.")
-  if config.value_torso != settings.AUTO and not config.family.takes_value_torso:
-    raise ValueError(f"--value_torso={config.value_torso} chooses the baseline's torso of "
-                     f"gym:<id> levels with discrete actions; {config.level_name}'s network "
-                     f"({config.family.title}) is fixed by its paper. Drop --value_torso.")
+  for name in ("value_torso", "log_std"):  # The gym family's network choices.
+    if getattr(config, name) != settings.AUTO and not config.family.takes_network_choices:
+      raise ValueError(f"--{name}={getattr(config, name)} chooses a part of gym:<id> levels' "
+                       f"networks; {config.level_name}'s network ({config.family.title}) is "
+                       f"fixed by its paper. Drop --{name}.")
   config.family.check_config(config)
   if config.record_video_episodes and config.mode != settings.TEST:
     raise ValueError(f"--record_video_episodes records test episodes: add --mode=test, or "

@@ -118,10 +118,10 @@ def start_banner(config, network, device, xla, checkpoint, frames, mode="train",
   if config.excluded_level_names:
     lines.append(f"  excluded levels: {', '.join(config.excluded_level_names)}")
   lines.append("  " + family_base.network_in_words(
-      network.torso, network.use_lstm,
-      **network.action_distribution.layout(),  # num_actions or action_size.
+      network.torso, network.use_lstm, **network.action_distribution.layout(),
       observation_shape=network.frame_shape, instruction=network.use_instruction,
-      separate_value=network.separate_value_torso))
+      separate_value=network.separate_value_torso,
+      free_log_std=not network.state_dependent_log_std))
   if mode == "train":
     batch_frames = config_lib.frames_per_batch(config.batch_size, config.unroll_length,
                                                config.num_action_repeats)

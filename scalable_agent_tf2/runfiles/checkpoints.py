@@ -31,8 +31,8 @@ MAX_TO_KEEP = 5
 SAVING_PREFIX = ".saving-"
 _NAME = re.compile(rf"{PREFIX}-(\d+)")
 # What fixes the checkpointed variables' shapes (the algorithm: which exist, IMPACT's target
-# network): a resume cannot change them. Anything else may change on resume.
-SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm", "popart")
+# network; log_std: a layer's outputs or a vector): a resume cannot change them, the rest may.
+SHAPE_SETTINGS = ("level_name", "torso", "width", "height", "algorithm", "popart", "log_std")
 # Stored, never compared, for a policy loaded outside its run (policy.py; absent: the defaults):
 # what else shapes a gymnasium level's network and environment, and a suite's levels left out.
 POLICY_SETTINGS = ("env_kwargs", "value_torso", "sticky_actions", "num_action_repeats",

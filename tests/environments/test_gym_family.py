@@ -372,6 +372,33 @@ def test_value_torso_is_refused_where_no_network_takes_it(level, choice, message
     _resolve(level, value_torso=choice)
 
 
+@pytest.mark.parametrize("flags, state_dependent", [
+    ({}, True), (dict(log_std="free"), False), (dict(log_std="state"), True),
+    (dict(algorithm="impala"), False), (dict(algorithm="impala", log_std="state"), True),
+    (dict(env_kwargs='{"continuous": true}', log_std="free"), False)])
+def test_log_std_chooses_the_gaussians_head_for_box_actions(flags, state_dependent):
+  """--log_std (auto: from the policy's layer under IMPACT, free under IMPALA); the network,
+  the --show_settings line and the start banner's agree."""
+  from scalable_agent_tf2.run import monitoring  # pylint: disable=g-import-not-at-top
+  level = "gym:LunarLander-v3" if "env_kwargs" in flags else "gym:Pendulum-v1"
+  config = _resolve(level, **flags)
+  spec = gym_family.FAMILY.describe(level, gym_family.parse_env_kwargs(
+      config.env_kwargs)).spec()
+  network = config.family.network_config(config, spec)
+  assert network.state_dependent_log_std == state_dependent
+  words = config.family.network_in_words(config)
+  assert ("their log std from the state" in words) == state_dependent, words
+  assert ("one free log std" in words) != state_dependent, words
+  assert "  " + words in monitoring.start_banner(config, network, "/cpu:0", False, None, 0)
+
+
+@pytest.mark.parametrize("level, message", [
+    ("gym:CartPole-v1", "has discrete actions"), ("mujoco/hopper", "fixed by its paper")])
+def test_log_std_is_refused_where_no_gaussian_head_takes_it(level, message):
+  with pytest.raises(ValueError, match=message):
+    _resolve(level, log_std="free")
+
+
 @pytest.mark.parametrize("level_name", [
     "gym:CarRacing-v3",  # gymnasium's Box2D module imports pygame when gymnasium.make loads it.
     "gym:tests.gym_user_package.pygame_drawn:UserPygameDrawn-v0",  # As MiniGrid's import does.

@@ -134,6 +134,27 @@ def test_the_observation_filter_and_the_network_settings_come_from_the_folder(tm
   assert len(set(actions.tolist())) == 2  # Both actions: the comparison says something.
 
 
+def test_a_free_log_std_policy_loads_and_its_run_resumes_only_with_it(tmp_path):
+  """--log_std=free is no default under IMPACT: the folder's settings build the head its
+  checkpoint holds (a free log std vector, not the layer's second half), and a resume
+  without the flag is refused before TensorFlow restores, naming it."""
+  pendulum = "gym:Pendulum-v1"
+  folder = policy_folders.new_folder(str(tmp_path / "pendulum"), pendulum, "--log_std=free")
+  policy = scalable_agent_tf2.load_policy(folder)
+  assert not policy.network_config.state_dependent_log_std
+  agent = policy_folders.restored_agent(folder, pendulum, "--log_std=free")
+  assert not agent.policy.state_dependent_log_std
+  observations = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+  actions, _ = policy.step(observations, policy.initial_state(8), greedy=True)
+  assert actions.shape == (8, 1) and np.all(np.abs(actions) <= 2.0)
+  resume = subprocess.run(
+      [sys.executable, "experiment.py", "--mode=train", f"--level_name={pendulum}",
+       f"--logdir={folder}", "--total_environment_frames=2000"],
+      cwd=policy_folders.REPO, capture_output=True, text=True, timeout=120, check=False)
+  assert resume.returncode == 2, resume.stdout + resume.stderr
+  assert "--log_std: checkpoint 'free', now 'auto'" in resume.stderr, resume.stderr
+
+
 def test_a_per_task_popart_policy_of_a_suite_with_excluded_levels_loads(tmp_path):
   # Its value outputs are the levels trained on: the suite's but the excluded one.
   suite = "toy/lit_side,toy/unlit_side,toy/lit_side_x1000"

@@ -148,7 +148,7 @@ class Family:
   name_forms = ()
   owns_algorithm_presets = False
   takes_env_kwargs = False
-  takes_value_torso = False  # --value_torso: only the gym family's networks take it.
+  takes_network_choices = False  # --value_torso, --log_std: the gym family's networks.
   has_test_levels = False
   forms_suites = False
   pbt_adapts_max_grad_norm = False
@@ -290,7 +290,8 @@ class Family:
 
 
 def network_in_words(torso, use_lstm, num_actions=None, action_size=None, nvec=None,
-                     observation_shape=(), instruction=False, separate_value=False):
+                     observation_shape=(), instruction=False, separate_value=False,
+                     free_log_std=False):
   """The start banner's and --show_settings's line for a network (one wording, so that the two
   cannot differ): its torso, core, action head and observation shape. The action sizes are
   the action distribution family's layout (num_actions, action_size or nvec), so the line
@@ -301,7 +302,8 @@ def network_in_words(torso, use_lstm, num_actions=None, action_size=None, nvec=N
   elif nvec is not None:
     actions = f"MultiDiscrete actions {list(nvec)} (a categorical per choice)"
   else:
-    actions = f"Gaussian actions of {action_size} dimensions"
+    log_std = "one free log std" if free_log_std else "their log std from the state"
+    actions = f"Gaussian actions of {action_size} dimensions, {log_std}"
   shape = "x".join(str(n) for n in observation_shape) or "an index (one-hot)"
   encoder = ", the instruction encoder (a text mission)" if instruction else ""
   value = ", a value torso of its own" if separate_value else ""

@@ -175,7 +175,7 @@ class GymFamily(base.Family):
   how_to_fix = ("Fix the environment's own code (the last failure above says what went wrong, "
                 "and where)")
   takes_env_kwargs = True
-  takes_value_torso = True
+  takes_network_choices = True
 
   def check_level(self, level_name):
     if not gym_env.split_id(gym_env.gym_id(level_name))[1]:
@@ -253,11 +253,14 @@ class GymFamily(base.Family):
 
   def check_config(self, config):
     env_kwargs = parse_env_kwargs(config.env_kwargs)
-    if config.value_torso != settings.AUTO and self.describe(
-        config.levels[0], env_kwargs).continuous_actions:
+    continuous = self.describe(config.levels[0], env_kwargs).continuous_actions
+    if config.value_torso != settings.AUTO and continuous:
       raise ValueError(f"--value_torso={config.value_torso}: {config.levels[0]} has Box "
                        "actions, whose networks are the IMPACT paper's (a value MLP of its "
                        "own on vectors, the shared torso on frames). Drop --value_torso.")
+    if config.log_std != settings.AUTO and not continuous:
+      raise ValueError(f"--log_std={config.log_std} chooses a Gaussian's log std; "
+                       f"{config.levels[0]} has discrete actions. Drop --log_std.")
     frame_settings = [name for name in ("width", "height") if getattr(config, name)
                       is not None]
     if frame_settings:
@@ -298,7 +301,8 @@ class GymFamily(base.Family):
         **description.action_layout(), observation_shape=description.observation_shape,
         instruction=description.has_instruction,
         separate_value=separate_value_torso(kind, continuous, config.torso,
-                                            config.value_torso))
+                                            config.value_torso),
+        free_log_std=not state_dependent_log_std(config))
 
   def network_config(self, config, spec):
     """The network follows the first environment's spec, for any supported combination
@@ -342,7 +346,7 @@ class GymFamily(base.Family):
         use_instruction=description.has_instruction, frame_max=description.frame_max,
         num_observation_values=(observation_values(config.levels[0], env_kwargs)
                                 if kind == torsos.INDEX else None),
-        state_dependent_log_std=config.algorithm == settings.IMPACT,
+        state_dependent_log_std=state_dependent_log_std(config),
         separate_value_torso=separate_value_torso(kind, continuous, config.torso,
                                                   config.value_torso))
 
@@ -373,6 +377,14 @@ def torso_cited(description):
             f" (a grid's symbolic encoding) flattened into the IMPACT paper's MLP: mlp "
             f"({_SMALL_FRAMES})")
   return "Figure 3 (pixels; families/gym.py frame_torso): shallow"
+
+
+def state_dependent_log_std(config):
+  """--log_std for Box actions: auto takes the log std from the policy's layer under IMPACT
+  (RLlib's default, which ran IMPACT section 4.3) and learns one free vector under IMPALA."""
+  if config.log_std == settings.AUTO:
+    return config.algorithm == settings.IMPACT
+  return config.log_std == settings.STATE
 
 
 def separate_value_torso(observation_kind, continuous_actions, torso, choice=settings.AUTO):
