@@ -46,7 +46,7 @@ TORSOS = (SHALLOW, DEEP, IMPACT_CNN, FLAT_MLP)
 AUTO, SHARED, SEPARATE = "auto", "shared", "separate"
 VALUE_TORSOS = (AUTO, SHARED, SEPARATE)
 STATE, FREE = "state", "free"  # A Gaussian's log std: from the policy's layer, or one vector.
-LOG_STDS = (AUTO, STATE, FREE)
+LOG_STDS = (STATE, FREE)
 DEFAULT_PRESET = "default"     # IMPALA's Tables G.1 / D.3 (+ IMPACT Table 1's own settings).
 IMPACT_PAPER = "impact_paper"  # The IMPACT paper's Atari setting: Table 1, section 4.3.
 PRESETS = (DEFAULT_PRESET, IMPACT_PAPER)
@@ -229,12 +229,10 @@ class ExperimentSettings:
       "auto (gymnasium levels with discrete actions: separate on feed-forward networks, "
       "benchmarks/RESULTS.md 'Small frames and an entropy bonus'); Figure 3: shared; IMPACT "
       "section 4.3 (Box actions on vectors): separate", choices=VALUE_TORSOS)
-  log_std: str = setting(
-      AUTO, NETWORK, "gymnasium levels with Box actions: the Gaussian's log std from the policy's "
-      "layer, a function of the observation (state), or one learned vector (free); auto: state "
-      "with --algorithm=impact, free with impala.", source="this project's: auto (state: RLlib's "
-      "default, which ran IMPACT section 4.3; benchmarks/RESULTS.md 'Box actions through gym "
-      "ids' measured free beside it)", choices=LOG_STDS)
+  log_std: Optional[str] = preset_setting(
+      NETWORK, "gymnasium levels with Box actions: the Gaussian's log std from the policy's "
+      "layer, a function of the observation (state), or one learned vector (free).",
+      choices=LOG_STDS)
   algorithm: Optional[str] = preset_setting(
       LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
       "clipped target-worker surrogate; presets from its Table 1).", choices=ALGORITHMS)

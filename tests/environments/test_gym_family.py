@@ -377,8 +377,8 @@ def test_value_torso_is_refused_where_no_network_takes_it(level, choice, message
     (dict(algorithm="impala"), False), (dict(algorithm="impala", log_std="state"), True),
     (dict(env_kwargs='{"continuous": true}', log_std="free"), False)])
 def test_log_std_chooses_the_gaussians_head_for_box_actions(flags, state_dependent):
-  """--log_std (auto: from the policy's layer under IMPACT, free under IMPALA); the network,
-  the --show_settings line and the start banner's agree."""
+  """--log_std (IMPACT's preset: from the policy's layer; IMPALA's: free); the network, the
+  --show_settings line and the start banner's agree."""
   from scalable_agent_tf2.run import monitoring  # pylint: disable=g-import-not-at-top
   level = "gym:LunarLander-v3" if "env_kwargs" in flags else "gym:Pendulum-v1"
   config = _resolve(level, **flags)

@@ -135,7 +135,7 @@ def test_the_observation_filter_and_the_network_settings_come_from_the_folder(tm
 
 
 def test_a_free_log_std_policy_loads_and_its_run_resumes_only_with_it(tmp_path):
-  """--log_std=free is no default under IMPACT: the folder's settings build the head its
+  """--log_std=free is not IMPACT's preset: the folder's settings build the head its
   checkpoint holds (a free log std vector, not the layer's second half), and a resume
   without the flag is refused before TensorFlow restores, naming it."""
   pendulum = "gym:Pendulum-v1"
@@ -152,7 +152,7 @@ def test_a_free_log_std_policy_loads_and_its_run_resumes_only_with_it(tmp_path):
        f"--logdir={folder}", "--total_environment_frames=2000"],
       cwd=policy_folders.REPO, capture_output=True, text=True, timeout=120, check=False)
   assert resume.returncode == 2, resume.stdout + resume.stderr
-  assert "--log_std: checkpoint 'free', now 'auto'" in resume.stderr, resume.stderr
+  assert "--log_std: checkpoint 'free', now 'state'" in resume.stderr, resume.stderr
 
 
 def test_a_per_task_popart_policy_of_a_suite_with_excluded_levels_loads(tmp_path):

@@ -114,6 +114,15 @@ PRESETS_DOCUMENTATION = __doc__[__doc__.index("Presets"):]
 
 # Where each value comes from, as --show_settings cites it: the sets above, in words.
 _MEASURED = "benchmarks/RESULTS.md, 'One set of defaults: IMPACT with batches of 4 x 64'"
+# A Box action Gaussian's log std (agent/heads.py GaussianPolicyHead), stored with each run so
+# that it resumes with the head its checkpoint holds. A settings.json without log_std holds this
+# table's head: a change here must keep that meaning for them (runfiles/checkpoints.py).
+LOG_STD = {settings.IMPACT: settings.STATE, settings.IMPALA: settings.FREE}
+LOG_STD_CITED = {
+    settings.IMPACT: "IMPACT section 4.3's networks, RLlib's default (free_log_std=False), which "
+                     "ran them: state (benchmarks/RESULTS.md, 'Box actions through gym ids': "
+                     "free measured beside it)",
+    settings.IMPALA: "this project's: free (one vector, Stable-Baselines3 PPO's head)"}
 _NOBODY_TUNED = "benchmarks/RESULTS.md, 'Defaults for environments nobody tuned'"
 _SMALL_FRAMES = ("benchmarks/RESULTS.md, 'Small frames and an entropy bonus that means the same "
                  "everywhere'")
@@ -217,6 +226,7 @@ class GymFamily(base.Family):
     # takes its own torso, which no setting names.
     values["torso"] = (frame_torso(description.observation_shape)
                        if description.observation_kind == gym_spaces.FRAME else None)
+    values["log_std"] = LOG_STD[algorithm] if description.continuous_actions else None
     return values
 
   algorithm_cited = f"this project's: impact, measured ({_MEASURED})"
@@ -235,6 +245,8 @@ class GymFamily(base.Family):
       cited = dict(UNTUNED_CITED, **base.actor_layout_cited(DISCRETE_ENVIRONMENTS, num_cores,
                                                             "Table 1"))
     cited["torso"] = torso_cited(description)
+    cited["log_std"] = (LOG_STD_CITED[algorithm] if description.continuous_actions else
+                        "none (discrete actions: no Gaussian)")
     return cited
 
   def preset_sources(self, level_name):
@@ -258,7 +270,7 @@ class GymFamily(base.Family):
       raise ValueError(f"--value_torso={config.value_torso}: {config.levels[0]} has Box "
                        "actions, whose networks are the IMPACT paper's (a value MLP of its "
                        "own on vectors, the shared torso on frames). Drop --value_torso.")
-    if config.log_std != settings.AUTO and not continuous:
+    if config.log_std is not None and not continuous:
       raise ValueError(f"--log_std={config.log_std} chooses a Gaussian's log std; "
                        f"{config.levels[0]} has discrete actions. Drop --log_std.")
     frame_settings = [name for name in ("width", "height") if getattr(config, name)
@@ -302,7 +314,7 @@ class GymFamily(base.Family):
         instruction=description.has_instruction,
         separate_value=separate_value_torso(kind, continuous, config.torso,
                                             config.value_torso),
-        free_log_std=not state_dependent_log_std(config))
+        free_log_std=config.log_std == settings.FREE)
 
   def network_config(self, config, spec):
     """The network follows the first environment's spec, for any supported combination
@@ -346,7 +358,7 @@ class GymFamily(base.Family):
         use_instruction=description.has_instruction, frame_max=description.frame_max,
         num_observation_values=(observation_values(config.levels[0], env_kwargs)
                                 if kind == torsos.INDEX else None),
-        state_dependent_log_std=state_dependent_log_std(config),
+        state_dependent_log_std=config.log_std == settings.STATE,
         separate_value_torso=separate_value_torso(kind, continuous, config.torso,
                                                   config.value_torso))
 
@@ -377,14 +389,6 @@ def torso_cited(description):
             f" (a grid's symbolic encoding) flattened into the IMPACT paper's MLP: mlp "
             f"({_SMALL_FRAMES})")
   return "Figure 3 (pixels; families/gym.py frame_torso): shallow"
-
-
-def state_dependent_log_std(config):
-  """--log_std for Box actions: auto takes the log std from the policy's layer under IMPACT
-  (RLlib's default, which ran IMPACT section 4.3) and learns one free vector under IMPALA."""
-  if config.log_std == settings.AUTO:
-    return config.algorithm == settings.IMPACT
-  return config.log_std == settings.STATE
 
 
 def separate_value_torso(observation_kind, continuous_actions, torso, choice=settings.AUTO):
