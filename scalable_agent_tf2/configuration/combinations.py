@@ -40,9 +40,9 @@ def check_combinations(config):
   if config.env_kwargs and not config.family.takes_env_kwargs:
     raise ValueError("--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> levels; "
                      f"{config.level_name} is not one ({config.family.title}). Drop --env_kwargs.")
-  chosen = {"value_torso": config.value_torso != settings.AUTO, "log_std": config.log_std}
-  for name in (name for name, given in chosen.items() if given):  # The gym family's choices.
-    if not config.family.takes_network_choices:
+  for name, given in (("value_torso", config.value_torso != settings.AUTO),
+                      ("log_std", config.log_std is not None)):  # The gym family's choices.
+    if given and not config.family.takes_network_choices:
       raise ValueError(f"--{name}={getattr(config, name)} chooses a part of gym:<id> levels' "
                        f"networks; {config.level_name}'s network ({config.family.title}) is "
                        f"fixed by its paper. Drop --{name}.")

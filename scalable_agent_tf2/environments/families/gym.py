@@ -112,17 +112,19 @@ DISCRETE_ACTION_CHANGES = dict(entropy_cost=0.01, normalize_advantages=True, max
                                mean_loss_max_grad_norm=None)
 PRESETS_DOCUMENTATION = __doc__[__doc__.index("Presets"):]
 
-# Where each value comes from, as --show_settings cites it: the sets above, in words.
-_MEASURED = "benchmarks/RESULTS.md, 'One set of defaults: IMPACT with batches of 4 x 64'"
 # A Box action Gaussian's log std (agent/heads.py GaussianPolicyHead), stored with each run so
 # that it resumes with the head its checkpoint holds. A settings.json without log_std holds this
-# table's head: a change here must keep that meaning for them (runfiles/checkpoints.py).
+# table's head: a change here must keep that meaning for them (checkpoints.check_before_restore
+# compares only what a settings.json holds).
 LOG_STD = {settings.IMPACT: settings.STATE, settings.IMPALA: settings.FREE}
 LOG_STD_CITED = {
     settings.IMPACT: "IMPACT section 4.3's networks, RLlib's default (free_log_std=False), which "
                      "ran them: state (benchmarks/RESULTS.md, 'Box actions through gym ids': "
                      "free measured beside it)",
     settings.IMPALA: "this project's: free (one vector, Stable-Baselines3 PPO's head)"}
+
+# Where each value comes from, as --show_settings cites it: the sets above, in words.
+_MEASURED = "benchmarks/RESULTS.md, 'One set of defaults: IMPACT with batches of 4 x 64'"
 _NOBODY_TUNED = "benchmarks/RESULTS.md, 'Defaults for environments nobody tuned'"
 _SMALL_FRAMES = ("benchmarks/RESULTS.md, 'Small frames and an entropy bonus that means the same "
                  "everywhere'")
