@@ -13,7 +13,6 @@ TensorFlow-free when imported (the population driver and the command line read f
 """
 import contextlib
 import errno
-import fcntl
 import gc
 import json
 import os
@@ -41,6 +40,9 @@ TASKS_SETTING = "popart_tasks"  # Per-task PopArt's levels in their tasks' order
 COMPARED_SETTINGS = (*SHAPE_SETTINGS, TASKS_SETTING)
 # What a settings file written before a setting was stored means by its absence.
 SETTINGS_BEFORE_THEY_WERE_STORED = {"algorithm": "impala", "popart": False, TASKS_SETTING: None}
+# A gymnasium level's Box-action head then: its algorithm's (IMPACT: the policy layer's second
+# half; IMPALA: one free vector), whatever the gym family's presets say now.
+LOG_STD_BEFORE_IT_WAS_STORED = {"impact": "state", "impala": "free"}
 # Logged when a failed restore's bookkeeping is deleted: after our error, only noise.
 _UNRESTORED_VALUES = ("Detecting that an object or model or tf.train.Checkpoint is being deleted "
                       "with unrestored values", "Value in checkpoint could not be found in the "
@@ -164,36 +166,25 @@ def set_aside(logdir, name):
   return os.path.join(target_dir, target)
 
 
-@contextlib.contextmanager
-def locked(directory, wait=True):
-  """Holds `directory`'s flock (released if the process dies); yields whether it holds it."""
-  fd = os.open(directory, os.O_RDONLY)
-  try:
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-      held = True
-    except BlockingIOError:
-      held = False
-    yield held
-  finally:
-    os.close(fd)
-
-
 def saving_dir_name(name):
   """A save's temporary directory, naming its checkpoint (which clean_leftovers may adopt)."""
   return f"{SAVING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}.{name}"
 
 
 def read_settings(logdir):
-  """The stored settings (with SETTINGS_BEFORE_THEY_WERE_STORED), or None without a file."""
+  """The stored settings (with what an absence means: SETTINGS_BEFORE_THEY_WERE_STORED,
+  LOG_STD_BEFORE_IT_WAS_STORED), or None without a file."""
   path = settings_path(logdir)
   if not os.path.exists(path):
     return None
   try:
     with open(path) as f:
-      return {**SETTINGS_BEFORE_THEY_WERE_STORED, **json.load(f)}
+      stored = {**SETTINGS_BEFORE_THEY_WERE_STORED, **json.load(f)}
   except (OSError, ValueError) as error:
     raise UnusableCheckpoint(f"Cannot read {path} ({error}). Fix or delete that file.") from error
+  if "action_size" in stored and str(stored.get("level_name")).startswith("gym:"):
+    stored.setdefault("log_std", LOG_STD_BEFORE_IT_WAS_STORED[stored["algorithm"]])
+  return stored
 
 
 def no_checkpoint_message(logdir):
@@ -238,7 +229,7 @@ def clean_leftovers(logdir):
   removed, moved, adopted = [], [], []
   if not os.path.isdir(directory):
     return removed, moved, adopted
-  with locked(directory, wait=False) as held:
+  with durable_files.locked(directory, wait=False) as held:
     names = sorted(os.listdir(directory)) if held else []
     state, complete = read_state(directory), complete_checkpoints(directory)
     for name in names:
@@ -380,7 +371,7 @@ class Checkpointer:
     """Names restored `name` the newest, then sets newer ones aside (or the next start will)."""
     number = checkpoint_number(name)
     try:
-      with locked(self._directory):
+      with durable_files.locked(self._directory):
         state = read_state(self._directory)
         older = [n for n in (state[1] if state else ()) if (checkpoint_number(n) or 0) < number
                  and os.path.exists(os.path.join(self._directory, n + ".index"))]
@@ -425,7 +416,7 @@ class Checkpointer:
                                 self._directory)
       os.makedirs(self._directory, exist_ok=True)
       self._directory_existed = True
-      with locked(self._directory):
+      with durable_files.locked(self._directory):
         self._save(name, path)
     except (OSError, tf.errors.OpError) as error:
       described = (f"{type(error).__name__}: " + re.sub(  # Without the op's internal names.

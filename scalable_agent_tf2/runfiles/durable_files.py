@@ -1,10 +1,11 @@
 """Files that a kill or a power loss never leaves half written: synced, then renamed into place.
 
 Checkpoints (checkpoints.py: the state file, the settings) and the results files of test mode
-(run/evaluation.py) are written with these.
+(run/evaluation.py) are written with these; `locked` keeps two processes' saves apart.
 """
 import contextlib
 import errno
+import fcntl
 import os
 import secrets
 
@@ -62,3 +63,18 @@ def write_files_atomically(files):
     raise
   for directory in dict.fromkeys(os.path.dirname(os.path.abspath(path)) for path, _ in files):
     sync_directory(directory)
+
+
+@contextlib.contextmanager
+def locked(directory, wait=True):
+  """Holds `directory`'s flock (released if the process dies); yields whether it holds it."""
+  fd = os.open(directory, os.O_RDONLY)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+      held = True
+    except BlockingIOError:
+      held = False
+    yield held
+  finally:
+    os.close(fd)
