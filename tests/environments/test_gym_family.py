@@ -373,11 +373,11 @@ def test_value_torso_is_refused_where_no_network_takes_it(level, choice, message
 
 
 @pytest.mark.parametrize("flags, state_dependent", [
-    ({}, True), (dict(log_std="free"), False), (dict(log_std="state"), True),
+    ({}, False), (dict(log_std="free"), False), (dict(log_std="state"), True),
     (dict(algorithm="impala"), False), (dict(algorithm="impala", log_std="state"), True),
-    (dict(env_kwargs='{"continuous": true}', log_std="free"), False)])
+    (dict(env_kwargs='{"continuous": true}', log_std="state"), True)])
 def test_log_std_chooses_the_gaussians_head_for_box_actions(flags, state_dependent):
-  """--log_std (IMPACT's preset: from the policy's layer; IMPALA's: free); the network, the
+  """--log_std (both algorithms' preset: free; state: from the policy's layer); the network, the
   --show_settings line and the start banner's agree."""
   from scalable_agent_tf2.run import monitoring  # pylint: disable=g-import-not-at-top
   level = "gym:LunarLander-v3" if "env_kwargs" in flags else "gym:Pendulum-v1"

@@ -2,6 +2,7 @@
 user's own gymnasium loop acts as the project's network does, carries its recurrent state,
 reads its settings and observation filter from the folder, and says what is wrong in one line.
 """
+import json
 import os
 import subprocess
 import sys
@@ -134,25 +135,32 @@ def test_the_observation_filter_and_the_network_settings_come_from_the_folder(tm
   assert len(set(actions.tolist())) == 2  # Both actions: the comparison says something.
 
 
-def test_a_free_log_std_policy_loads_and_its_run_resumes_only_with_it(tmp_path):
-  """--log_std=free is not IMPACT's preset: the folder's settings build the head its
-  checkpoint holds (a free log std vector, not the layer's second half), and a resume
-  without the flag is refused before TensorFlow restores, naming it."""
+def test_a_state_log_std_policy_loads_and_its_run_resumes_only_with_it(tmp_path):
+  """--log_std=state is not the preset: the folder's settings build the head its checkpoint
+  holds (the policy layer's second half, not a free vector), also from a settings.json
+  written before log_std was stored (IMPACT's head then), and a resume without the flag is
+  refused before TensorFlow restores, naming it."""
   pendulum = "gym:Pendulum-v1"
-  folder = policy_folders.new_folder(str(tmp_path / "pendulum"), pendulum, "--log_std=free")
-  policy = scalable_agent_tf2.load_policy(folder)
-  assert not policy.network_config.state_dependent_log_std
-  agent = policy_folders.restored_agent(folder, pendulum, "--log_std=free")
-  assert not agent.policy.state_dependent_log_std
+  folder = policy_folders.new_folder(str(tmp_path / "pendulum"), pendulum, "--log_std=state")
+  agent = policy_folders.restored_agent(folder, pendulum, "--log_std=state")
+  assert agent.policy.state_dependent_log_std
   observations = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
-  actions, _ = policy.step(observations, policy.initial_state(8), greedy=True)
-  assert actions.shape == (8, 1) and np.all(np.abs(actions) <= 2.0)
-  resume = subprocess.run(
-      [sys.executable, "experiment.py", "--mode=train", f"--level_name={pendulum}",
-       f"--logdir={folder}", "--total_environment_frames=2000"],
-      cwd=policy_folders.REPO, capture_output=True, text=True, timeout=120, check=False)
-  assert resume.returncode == 2, resume.stdout + resume.stderr
-  assert "--log_std: checkpoint 'free', now 'state'" in resume.stderr, resume.stderr
+  path = checkpoints.settings_path(folder)
+  with open(path) as f:
+    stored = json.load(f)
+  for settings_file in (stored, {k: v for k, v in stored.items() if k != "log_std"}):
+    with open(path, "w") as f:
+      json.dump(settings_file, f)
+    policy = scalable_agent_tf2.load_policy(folder)
+    assert policy.network_config.state_dependent_log_std
+    actions, _ = policy.step(observations, policy.initial_state(8), greedy=True)
+    assert actions.shape == (8, 1) and np.all(np.abs(actions) <= 2.0)
+    resume = subprocess.run(
+        [sys.executable, "experiment.py", "--mode=train", f"--level_name={pendulum}",
+         f"--logdir={folder}", "--total_environment_frames=2000"],
+        cwd=policy_folders.REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert resume.returncode == 2, resume.stdout + resume.stderr
+    assert "--log_std: checkpoint 'state', now 'free'" in resume.stderr, resume.stderr
 
 
 def test_a_per_task_popart_policy_of_a_suite_with_excluded_levels_loads(tmp_path):

@@ -143,6 +143,22 @@ def test_the_checkpointer_writes_the_layout_this_module_reads(tmp_path):
     assert json.load(f) == {"torso": "shallow"}
 
 
+@pytest.mark.parametrize("stored, log_std", [
+    (dict(level_name="gym:Pendulum-v1", algorithm="impact", action_size=1), "state"),
+    (dict(level_name="gym:Pendulum-v1", algorithm="impact", action_size=1, log_std="free"),
+     "free"),
+    (dict(level_name="gym:Pendulum-v1", action_size=1), "free"),  # Before algorithm: IMPALA.
+    (dict(level_name="gym:CartPole-v1", algorithm="impact", num_actions=2), None),
+    (dict(level_name="mujoco/hopper", algorithm="impact", action_size=3), None)])
+def test_a_settings_file_from_before_log_std_means_the_head_its_run_trained(tmp_path, stored,
+                                                                            log_std):
+  # Gymnasium Box runs before log_std was stored: IMPACT's head was the layer's second half.
+  os.makedirs(checkpoints.checkpoint_dir(str(tmp_path)))
+  with open(checkpoints.settings_path(str(tmp_path)), "w") as f:
+    json.dump(stored, f)
+  assert checkpoints.read_settings(str(tmp_path)).get("log_std") == log_std
+
+
 def test_the_population_driver_loads_neither_tensorflow_nor_experiment_py():
   modules = ("population.command", "population.driver", "population.processes",
              "population.pbt", "population.exploit", "runfiles.runlog", "runfiles.checkpoints")
