@@ -18,7 +18,6 @@ from scalable_agent_tf2.agent import language
 from scalable_agent_tf2.agent import networks
 from scalable_agent_tf2.agent import torsos
 from scalable_agent_tf2.configuration import config as config_lib
-from scalable_agent_tf2.configuration import settings
 from scalable_agent_tf2.environments import gym_env
 from scalable_agent_tf2.environments.families import gym as gym_family
 from scalable_agent_tf2.learning import impact
@@ -209,7 +208,7 @@ def test_the_gym_family_builds_the_network_of_each_spec(tmp_path, level_name, fa
         env.spec, kind, torso=config.torso if kind == torsos.FRAME else None,
         use_lstm=kind == torsos.FRAME and not continuous,
         num_observation_values=16 if kind == torsos.INDEX else None,
-        state_dependent_log_std=config.algorithm == settings.IMPACT,
+        state_dependent_log_std=False,  # Box actions' preset: one free log std (--log_std).
         # Discrete actions on feed-forward networks: a value torso of their own.
         separate_value_torso=not continuous)
     # Every feed-forward network here has one (the IMPACT paper's Box MLPs; discrete actions
