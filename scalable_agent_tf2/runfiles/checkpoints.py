@@ -182,8 +182,9 @@ def read_settings(logdir):
       stored = {**SETTINGS_BEFORE_THEY_WERE_STORED, **json.load(f)}
   except (OSError, ValueError) as error:
     raise UnusableCheckpoint(f"Cannot read {path} ({error}). Fix or delete that file.") from error
-  if "action_size" in stored and str(stored.get("level_name")).startswith("gym:"):
-    stored.setdefault("log_std", LOG_STD_BEFORE_IT_WAS_STORED[stored["algorithm"]])
+  head = LOG_STD_BEFORE_IT_WAS_STORED.get(stored["algorithm"])  # Another: compared, refused.
+  if head and "action_size" in stored and str(stored.get("level_name")).startswith("gym:"):
+    stored.setdefault("log_std", head)
   return stored
 
 

@@ -117,13 +117,14 @@ PRESETS_DOCUMENTATION = __doc__[__doc__.index("Presets"):]
 
 # A Box action Gaussian's log std (agent/heads.py GaussianPolicyHead), stored with each run so
 # that it resumes with the head its checkpoint holds (a settings.json from before it was stored
-# means its algorithm's head then: checkpoints.LOG_STD_BEFORE_IT_WAS_STORED). Under IMPACT one
-# free vector, not the policy layer's second half that the IMPACT paper's code base ran (RLlib's
-# free_log_std=False): on Walker2d-v5 the state-dependent head reached PPO's return in 1 of 5
-# seeds (its episodes ending in a fall after 190-200 steps), the free one in 3 of 5; HalfCheetah's
-# and Hopper's medians higher, Pendulum-v1 as fast, LunarLanderContinuous-v3 slower but within
-# 1.5x PPO's steps (benchmarks/RESULTS.md, "Box actions through gym ids: both Gaussian heads").
-LOG_STD = {settings.IMPACT: settings.FREE, settings.IMPALA: settings.FREE}
+# means its algorithm's head then: checkpoints.LOG_STD_BEFORE_IT_WAS_STORED). Under both
+# algorithms one free vector, not the policy layer's second half that IMPACT's code base ran
+# (RLlib's free_log_std=False): on Walker2d-v5 the state-dependent head reached PPO's return in
+# 1 of 5 seeds (its episodes ending in a fall after 190-200 steps), the free one in 3 of 5;
+# HalfCheetah's and Hopper's medians higher, Pendulum-v1 as fast, LunarLanderContinuous-v3 slower
+# but within 1.5x PPO's steps (benchmarks/RESULTS.md, "Box actions through gym ids: both Gaussian
+# heads").
+LOG_STD = settings.FREE
 LOG_STD_CITED = {
     settings.IMPACT: "this project's: free (one vector, Stable-Baselines3 PPO's head; "
                      "benchmarks/RESULTS.md, 'Box actions through gym ids: both Gaussian "
@@ -236,7 +237,7 @@ class GymFamily(base.Family):
     # takes its own torso, which no setting names.
     values["torso"] = (frame_torso(description.observation_shape)
                        if description.observation_kind == gym_spaces.FRAME else None)
-    values["log_std"] = LOG_STD[algorithm] if description.continuous_actions else None
+    values["log_std"] = LOG_STD if description.continuous_actions else None
     return values
 
   algorithm_cited = f"this project's: impact, measured ({_MEASURED})"
