@@ -121,8 +121,8 @@ DEVELOPMENT_SET = (
     # Box actions on gymnasium's MuJoCo tasks through gym: ids, 1M steps each: gymnasium's
     # reward_threshold where its spec has one (Hopper 3800, HalfCheetah 4800, Reacher -3.75);
     # Walker2d-v5 has none, so PPO's return at the end is its threshold. RL Zoo 2.9.2's ppo.yml
-    # tunes the -v4 ids (the same models and rewards; v5 fixes contact and default-argument
-    # details), so the Zoo's runs are of -v4.
+    # tunes the -v4 ids (Reacher: -v2; the same models and rewards; v5 fixes contact and
+    # default-argument details): the Zoo's runs apply those entries to the -v5 levels.
     Environment("Hopper-v5", "Hopper-v5", 3800.0, 1_000_000, zoo_id="Hopper-v4"),
     Environment("Walker2d-v5", "Walker2d-v5", None, 1_000_000, zoo_id="Walker2d-v4",
                 threshold_from_ppo=True),

@@ -45,7 +45,8 @@ schedules ("lin_" values) applied by the Zoo's own code. Differences from `pytho
 rl_zoo3.train`: training lasts --steps, not the entry's n_timesteps (every system of the
 benchmark gets the same length; "lin_" schedules anneal over --steps), and the Zoo's periodic
 evaluation on a separate environment is off (eval_freq -1: it does not change training but
-costs time), as is saving. The Zoo makes the environment `zoo_id` with --env_kwargs.
+costs time), as is saving. The Zoo makes --level with --env_kwargs; --zoo_id names the entry
+where it differs from the level's id (the MuJoCo -v5 levels take the Zoo's -v4 or -v2 entries).
 
 Steps are SB3's num_timesteps when the episode ended: agent steps collected, counted over all
 environments (this project counts the steps its learner has trained; the two differ by at most
@@ -180,18 +181,27 @@ def zoo_model(args):
     sys.exit(f"--hyperparams=zoo needs rl-zoo3 in this venv ({error}): bash "
              "benchmarks/peers/setup_sb3.sh installs it.")
   import yaml
-  manager = ExperimentManager(
-      argparse.Namespace(**vars(args)), "ppo", args.zoo_id,
-      log_folder=os.path.join(args.output_dir, "zoo"), n_timesteps=args.steps,
-      eval_freq=-1, save_freq=-1, env_kwargs=dict(args.env_kwargs), seed=args.seed,
-      verbose=0)
-  with open(manager.config) as f:
+  import rl_zoo3
+  zoo_file = os.path.join(os.path.dirname(rl_zoo3.__file__), "hyperparams", "ppo.yml")
+  with open(zoo_file) as f:
     entries = yaml.safe_load(f)
   if args.zoo_id not in entries:
-    sys.exit(f"{manager.config} has no entry for {args.zoo_id}: the Zoo has no tuned PPO "
+    sys.exit(f"{zoo_file} has no entry for {args.zoo_id}: the Zoo has no tuned PPO "
              "setting for it (its 'default' entry is PPO's defaults: --hyperparams=default).")
+  config = zoo_file
+  if args.zoo_id != args.level:
+    # The Zoo looks its entry up by the id it makes: a file holding zoo_id's entry under the
+    # level's name makes the level (the one every system runs) with zoo_id's setting.
+    config = os.path.join(args.output_dir, "zoo_entry.yml")
+    with open(config, "w") as f:
+      yaml.safe_dump({args.level: entries[args.zoo_id]}, f)
+  manager = ExperimentManager(
+      argparse.Namespace(**vars(args)), "ppo", args.level,
+      log_folder=os.path.join(args.output_dir, "zoo"), n_timesteps=args.steps,
+      eval_freq=-1, save_freq=-1, env_kwargs=dict(args.env_kwargs), seed=args.seed,
+      verbose=0, config=config)
   model, saved = manager.setup_experiment()
-  return model, dict(zoo_file=manager.config, zoo_entry=dict(saved),
+  return model, dict(zoo_file=zoo_file, zoo_id=args.zoo_id, zoo_entry=dict(saved),
                      n_envs=manager.n_envs, normalize=bool(manager.normalize))
 
 
@@ -243,7 +253,7 @@ def parse_args(argv):
   parser.add_argument("--output_dir", required=True)
   parser.add_argument("--hyperparams", choices=[DEFAULT, ZOO], default=DEFAULT)
   parser.add_argument("--zoo_id", default=None,
-                      help="--hyperparams=zoo: the ppo.yml entry (and the id the Zoo makes); "
+                      help="--hyperparams=zoo: the ppo.yml entry to apply to --level; "
                            "default --level.")
   parser.add_argument("--target", type=float, default=None,
                       help="Stop when the mean of the last --window returns reaches this.")
