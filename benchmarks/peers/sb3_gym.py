@@ -180,8 +180,8 @@ def zoo_model(args):
   except ImportError as error:
     sys.exit(f"--hyperparams=zoo needs rl-zoo3 in this venv ({error}): bash "
              "benchmarks/peers/setup_sb3.sh installs it.")
-  import yaml
   import rl_zoo3
+  import yaml
   zoo_file = os.path.join(os.path.dirname(rl_zoo3.__file__), "hyperparams", "ppo.yml")
   with open(zoo_file) as f:
     entries = yaml.safe_load(f)
