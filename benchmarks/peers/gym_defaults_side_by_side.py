@@ -13,7 +13,8 @@ For each environment of DEVELOPMENT_SET (--envs: a subset) and each seed (--seed
 --systems:
   ours     `python experiment.py --mode=train --logdir=<output_dir>/<env>/ours_seed_S
            --level_name=gym:<id> [--env_kwargs=<json>] --seed=S
-           --total_environment_frames=<budget>`: the gym family's presets, no other flag;
+           --total_environment_frames=<budget>`: the gym family's presets, no other flag
+           (--ours_flags adds some: a candidate default, in an --output_dir of its own);
            stopped with SIGINT (a checkpoint, as a user's Ctrl-C) once the mean of its last 100
            returns reaches the threshold, or at --max_seconds; it stops by itself at the budget.
   sb3_ppo  sb3_gym.py: PPO with Stable-Baselines3's own defaults, `PPO(policy, env, seed=S)`
@@ -391,12 +392,19 @@ def read_run(output_dir, env, system, seed):
 # Running.
 
 
-def ours_command(env, seed, logdir):
-  """This project's command: the level, the seed and the budget; no other flag."""
+# ours_command's own flags: --ours_flags may not replace them.
+HARNESS_FLAGS = frozenset(
+    {"mode", "logdir", "level_name", "env_kwargs", "seed", "total_environment_frames"})
+
+
+def ours_command(env, seed, logdir, ours_flags=()):
+  """This project's command: the level, the seed and the budget; no other flag but
+  ours_flags (--ours_flags: a candidate default, as (name, value) pairs)."""
   flags = dict(level_name=f"gym:{env.level}")
   if env.env_kwargs:
     flags["env_kwargs"] = env.env_kwargs
   flags.update(seed=seed, total_environment_frames=env.budget)
+  flags.update(ours_flags)
   return runs.experiment_command(logdir, **flags)
 
 
@@ -449,10 +457,10 @@ def finish(directory, record, print_fn):
   print_fn(f"  {record['reason']}")
 
 
-def run_ours(env, seed, logdir, max_seconds, print_fn):
+def run_ours(env, seed, logdir, max_seconds, print_fn, ours_flags=()):
   """Trains ours (resuming its logdir) until sb3_gym.stop_reason: SIGINT at the threshold or
   --max_seconds; at the budget it stops by itself. Returns the failure or None."""
-  command = ours_command(env, seed, logdir)
+  command = ours_command(env, seed, logdir, ours_flags)
   if os.path.exists(os.path.join(logdir, COMPLETE_FILE)):
     print_fn(f"$ {runs.printable(command)}\n  already finished")
     return None
@@ -572,7 +580,7 @@ def run_all(args, print_fn):
         if system == ZOO and env.zoo_id is None:
           continue  # The Zoo has no tuned setting for it.
         if system == OURS:
-          error = run_ours(env, seed, directory, args.max_seconds, print_fn)
+          error = run_ours(env, seed, directory, args.max_seconds, print_fn, args.ours_flags)
         else:
           error = run_peer(env, seed, system, directory, args.venv, args.max_seconds, print_fn,
                            args.torch_threads)
@@ -708,6 +716,11 @@ def parse_args(argv):
   parser.add_argument("--torch_threads", type=int, default=0,
                       help="The peers' torch.set_num_threads (0: torch's default, one per "
                            "core; sb3_gym.py and README say why one may want 1).")
+  parser.add_argument("--ours_flags", default="",
+                      help="experiment.py flags added to ours' command, e.g. "
+                           "'--gae_lambda=0.95': a candidate default measured as the defaults "
+                           "are (its own --output_dir and --archive_dir: a run's command is "
+                           "checked on resuming).")
   parser.add_argument("--venv", default=os.environ.get("SB3_VENV", "/tmp/sb3_venv"),
                       help="The peers' venv (benchmarks/peers/setup_sb3.sh).")
   parser.add_argument("--archive_dir", default=None,
@@ -731,6 +744,12 @@ def parse_args(argv):
     args.seeds = runs.parse_seeds(args.seeds)
   except ValueError:
     parser.error(f"--seeds={args.seeds}: give integers separated by commas, e.g. 1,2,3")
+  tokens = args.ours_flags.split()
+  bad = [t for t in tokens if not t.startswith("--") or "=" not in t]
+  args.ours_flags = {} if bad else runs.parse_extra_flags(args.ours_flags)
+  if bad or set(args.ours_flags) & HARNESS_FLAGS:
+    parser.error(f"--ours_flags={' '.join(tokens)}: give --name=value flags of experiment.py "
+                 f"other than the harness's own ({', '.join(sorted(HARNESS_FLAGS))})")
   args.systems = [name for name in args.systems.split(",") if name]
   if not args.systems or set(args.systems) - set(SYSTEMS):
     parser.error(f"--systems={','.join(args.systems)}: choose among {', '.join(SYSTEMS)}")

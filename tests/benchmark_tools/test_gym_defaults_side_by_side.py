@@ -388,7 +388,10 @@ def test_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
       ([f"--output_dir={tmp_path}", "--envs=CartPole"], "choose among CartPole-v1"),
       ([f"--output_dir={tmp_path}", "--systems=ours,torchbeast"], "--systems"),
       ([f"--output_dir={tmp_path}", "--seeds=1,two"], "--seeds=1,two"),
-      ([f"--output_dir={tmp_path}", f"--venv={tmp_path / 'none'}"], "setup_sb3.sh")):
+      ([f"--output_dir={tmp_path}", f"--venv={tmp_path / 'none'}"], "setup_sb3.sh"),
+      ([f"--output_dir={tmp_path}", "--ours_flags=gae_lambda=0.95"], "--name=value"),
+      ([f"--output_dir={tmp_path}", "--ours_flags=--gae_lambda"], "--name=value"),
+      ([f"--output_dir={tmp_path}", "--ours_flags=--seed=2"], "harness's own")):
     with pytest.raises(SystemExit):
       gds.parse_args(argv)
     assert message in capsys.readouterr().err
@@ -396,7 +399,22 @@ def test_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
   assert [env.name for env in args.envs] == [
       env.name for env in gds.DEVELOPMENT_SET if not env.optional]
   assert {env.budget for env in args.envs} == {20_000} and args.seeds == [1, 2, 3]
-  assert args.systems == [gds.OURS, gds.PPO]
+  assert args.systems == [gds.OURS, gds.PPO] and args.ours_flags == {}
+
+
+def test_ours_flags_join_our_command_after_the_harnesss(tmp_path, monkeypatch):
+  _fake_ours(tmp_path, monkeypatch)
+  args = gds.parse_args([f"--output_dir={tmp_path}", "--mode=report",
+                         "--ours_flags=--gae_lambda=0.95 --log_std=state"])
+  assert args.ours_flags == {"gae_lambda": "0.95", "log_std": "state"}
+  env = gds.Environment("Fake", "CartPole-v1", threshold=None, budget=2_000)
+  command = gds.ours_command(env, 3, "/tmp/x", args.ours_flags)
+  assert command[-4:] == ["--seed=3", "--total_environment_frames=2000",
+                          "--gae_lambda=0.95", "--log_std=state"]
+  logdir = str(tmp_path / "ours_seed_3")
+  assert gds.run_ours(env, 3, logdir, float("inf"), print, args.ours_flags) is None
+  assert "--gae_lambda=0.95" in json.load(open(os.path.join(logdir, gds.COMPLETE_FILE)))[
+      "command"]
 
 
 def test_a_missing_benchmark_package_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
