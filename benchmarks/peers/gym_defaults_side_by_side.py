@@ -273,7 +273,13 @@ def format_ratio(value):
   return "n/a" if value is None else f"{value:.2f}"
 
 
-def table(env, by_system, seeds):
+def labels_for(ours_flags):
+  """LABELS, ours' naming its --ours_flags where it has some."""
+  flags = " ".join(f"--{name}={value}" for name, value in ours_flags.items())
+  return {**LABELS, OURS: f"this project ({flags})"} if flags else LABELS
+
+
+def table(env, by_system, seeds, labels=LABELS):
   """The markdown table of one environment: by_system {system: {seed: run_summary or None}}."""
   threshold = "" if env.threshold is None else f"{env.threshold:g}"
   lines = [f"| system | runs finished | steps to {threshold or 'the threshold'}: median "
@@ -300,7 +306,7 @@ def table(env, by_system, seeds):
       steps_text = format_median_range(steps, format_steps)
       seconds_text = format_median_range(seconds, format_seconds)
     finished = sum(run["complete"] for run in done)
-    lines.append(f"| {LABELS[system]} | {finished}/{len(seeds)} | {steps_text} | {seconds_text} "
+    lines.append(f"| {labels[system]} | {finished}/{len(seeds)} | {steps_text} | {seconds_text} "
                  f"| {final} | {end} | {steps_ratio} | {seconds_ratio} |")
   return "\n".join(lines)
 
@@ -607,7 +613,7 @@ def take_archived(args, print_fn):
 # Reporting.
 
 
-def plot(env, runs_by_system, seeds, path):
+def plot(env, runs_by_system, seeds, path, labels=LABELS):
   """The running mean of the last 100 returns against steps and against wall time: a line per
   seed (the seed range shaded), a colour per system, the threshold dashed."""
   import matplotlib  # pylint: disable=g-import-not-at-top
@@ -620,7 +626,7 @@ def plot(env, runs_by_system, seeds, path):
       curves = [(np.array([row[column] for row in rows]) / divisor,
                  learning_curves.running_mean([row[2] for row in rows], WINDOW))
                 for rows in by_seed.values() if rows]
-      runs.plot_seeds(axes, curves, LABELS[system], COLOURS[system])
+      runs.plot_seeds(axes, curves, labels[system], COLOURS[system])
     if env.threshold is not None:
       axes.axhline(env.threshold, color="grey", linestyle="--", linewidth=1,
                    label=f"threshold {env.threshold:g}")
@@ -628,7 +634,7 @@ def plot(env, runs_by_system, seeds, path):
     axes.grid(alpha=0.3)
     axes.legend(loc="best", fontsize=8)
   panels[0].set_ylabel(f"episode return (mean of last {WINDOW})")
-  figure.suptitle(f"{title(env, seeds)}\nthis project with no flags and Stable-Baselines3's "
+  figure.suptitle(f"{title(env, seeds)}\n{labels[OURS]} and Stable-Baselines3's "
                   f"PPO, one run at a time on one {os.cpu_count()}-core machine")
   figure.tight_layout()
   figure.savefig(path, dpi=100)
@@ -651,7 +657,7 @@ def threshold_of(env, ppo_runs):
 def report(args, print_fn=print):
   """Reads every run of args; prints each environment's table, failures and verdict; writes the
   figures. Returns {env name: (status, why)}."""
-  verdicts = {}
+  verdicts, labels = {}, labels_for(args.ours_flags)
   for env in args.envs:
     runs_read, failures = {}, []  # {system: {seed: (rows, complete) or None (not started)}}
     for system in SYSTEMS:
@@ -673,7 +679,7 @@ def report(args, print_fn=print):
                              for seed, run in by_seed.items()}
         rows_by_system[system] = {seed: run[0] if run else [] for seed, run in by_seed.items()}
     print_fn(f"\n### {title(env, args.seeds)}\n")
-    print_fn(table(env, summaries, args.seeds))
+    print_fn(table(env, summaries, args.seeds, labels))
     for line in failures:
       print_fn(f"- {line}")
     status, why = verdict(env.threshold, list(summaries.get(OURS, {}).values()),
@@ -682,7 +688,7 @@ def report(args, print_fn=print):
     print_fn(f"\nverdict: {status} ({why})")
     if any(rows for by_seed in rows_by_system.values() for rows in by_seed.values()):
       path = plot(env, rows_by_system, args.seeds,
-                  os.path.join(args.output_dir, f"{env.name}.png"))
+                  os.path.join(args.output_dir, f"{env.name}.png"), labels)
       print_fn(f"figure: {path}")
       if args.figures:
         copy = os.path.join(runs.REPO_DIR, "benchmarks", "figures",
@@ -750,6 +756,9 @@ def parse_args(argv):
   if bad or set(args.ours_flags) & HARNESS_FLAGS:
     parser.error(f"--ours_flags={' '.join(tokens)}: give --name=value flags of experiment.py "
                  f"other than the harness's own ({', '.join(sorted(HARNESS_FLAGS))})")
+  if args.ours_flags and args.figures:
+    parser.error("--figures copies to benchmarks/figures/gym_defaults_<env>.png, the defaults' "
+                 "figures: with --ours_flags, copy <output_dir>/<env>.png under a name of its own")
   args.systems = [name for name in args.systems.split(",") if name]
   if not args.systems or set(args.systems) - set(SYSTEMS):
     parser.error(f"--systems={','.join(args.systems)}: choose among {', '.join(SYSTEMS)}")

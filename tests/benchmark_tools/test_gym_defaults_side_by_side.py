@@ -391,7 +391,9 @@ def test_bad_input_is_refused_with_what_to_do(tmp_path, capsys):
       ([f"--output_dir={tmp_path}", f"--venv={tmp_path / 'none'}"], "setup_sb3.sh"),
       ([f"--output_dir={tmp_path}", "--ours_flags=gae_lambda=0.95"], "--name=value"),
       ([f"--output_dir={tmp_path}", "--ours_flags=--gae_lambda"], "--name=value"),
-      ([f"--output_dir={tmp_path}", "--ours_flags=--seed=2"], "harness's own")):
+      ([f"--output_dir={tmp_path}", "--ours_flags=--seed=2"], "harness's own"),
+      ([f"--output_dir={tmp_path}", "--ours_flags=--gae_lambda=0.9", "--figures"],
+       "under a name of its own")):
     with pytest.raises(SystemExit):
       gds.parse_args(argv)
     assert message in capsys.readouterr().err
@@ -415,6 +417,12 @@ def test_ours_flags_join_our_command_after_the_harnesss(tmp_path, monkeypatch):
   assert gds.run_ours(env, 3, logdir, float("inf"), print, args.ours_flags) is None
   assert "--gae_lambda=0.95" in json.load(open(os.path.join(logdir, gds.COMPLETE_FILE)))[
       "command"]
+  # Its table and figure name the flags: they are not the defaults' numbers.
+  summary = gds.run_summary(gds.ours_rows(logdir), None, True)
+  labels = gds.labels_for(args.ours_flags)
+  row = gds.table(env, {gds.OURS: {3: summary}}, [3], labels).splitlines()[-1]
+  assert row.startswith("| this project (--gae_lambda=0.95 --log_std=state) |")
+  assert gds.labels_for({})[gds.OURS] == "this project (no flags)"
 
 
 def test_a_missing_benchmark_package_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
