@@ -27,12 +27,13 @@ class GaussianPolicyHead(tf.Module):
   state_dependent_log_std=True: one linear layer of 2A outputs, the first half the means,
   the second half the log standard deviations (RLlib's DiagGaussian with free_log_std=False,
   which the IMPACT paper's code base ran). False: a linear layer for the means and a learned
-  log_std [A] (initialised to 0), the same for every state, broadcast to [N, A] (RLlib's
-  free_log_std=True).
+  log_std [A] (starting at initial_log_std in every dimension), the same for every state,
+  broadcast to [N, A] (RLlib's free_log_std=True; Stable-Baselines3's PPO head, whose
+  log_std_init is 0 by default and -2 in RL Baselines3 Zoo's MuJoCo entries).
   """
 
   def __init__(self, input_size, action_size, init, state_dependent_log_std=True,
-               name="gaussian_policy_head"):
+               initial_log_std=0.0, name="gaussian_policy_head"):
     super().__init__(name=name)
     self.action_size = action_size
     self.state_dependent_log_std = state_dependent_log_std
@@ -40,7 +41,8 @@ class GaussianPolicyHead(tf.Module):
       outputs = 2 * action_size if state_dependent_log_std else action_size
       self.linear = torsos.Linear(input_size, outputs, init, name="linear")
       if not state_dependent_log_std:
-        self.log_std = tf.Variable(tf.zeros([action_size]), name="log_std")
+        self.log_std = tf.Variable(tf.fill([action_size], float(initial_log_std)),
+                                   name="log_std")
 
   def __call__(self, x):
     outputs = self.linear(x)
@@ -49,7 +51,8 @@ class GaussianPolicyHead(tf.Module):
     return tf.concat([outputs, tf.broadcast_to(self.log_std, tf.shape(outputs))], axis=-1)
 
 
-def policy_head(distribution, input_size, init, state_dependent_log_std=True, name="policy"):
+def policy_head(distribution, input_size, init, state_dependent_log_std=True,
+                initial_log_std=0.0, name="policy"):
   """The policy head of `distribution` (a distributions family) on inputs [N, input_size]:
   a module x [N, input_size] -> params [N, distribution.param_size].
 
@@ -60,9 +63,11 @@ def policy_head(distribution, input_size, init, state_dependent_log_std=True, na
       for_output_layers()).
     state_dependent_log_std: a Gaussian's log_std from the layer (True) or learned free
       (False); other families have no log_std.
+    initial_log_std: where a free log_std starts.
     name: the module's name.
   """
   if isinstance(distribution, distributions.DiagGaussianFamily):
     return GaussianPolicyHead(input_size, distribution.action_size, init,
-                              state_dependent_log_std=state_dependent_log_std, name=name)
+                              state_dependent_log_std=state_dependent_log_std,
+                              initial_log_std=initial_log_std, name=name)
   return torsos.Linear(input_size, distribution.param_size, init=init, name=name)

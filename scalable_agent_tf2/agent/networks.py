@@ -133,6 +133,7 @@ class NetworkConfig:
   separate_value_torso: bool = False
   initializer: str = SONNET_INIT
   state_dependent_log_std: bool = True
+  initial_log_std: float = 0.0  # Where a free log_std starts (heads.GaussianPolicyHead).
   trim_instruction_padding: bool = True
   num_value_outputs: int = 1
 
@@ -417,7 +418,7 @@ class Agent(tf.Module):
         core_output_size = core_input_size
       output_init = dense_init.for_output_layers()
       self.policy = heads.policy_head(distribution, core_output_size, output_init,
-                                      config.state_dependent_log_std)
+                                      config.state_dependent_log_std, config.initial_log_std)
       baseline_input_size = core_output_size
       if config.separate_value_torso:
         self.value_torso = torsos.build_torso(config.torso_choice, torso_init,
@@ -457,7 +458,6 @@ class Agent(tf.Module):
     frames = tf.convert_to_tensor(env_outputs.observation.frame)
     steps, batch = tf.shape(frames)[0], tf.shape(frames)[1]
     flat = lambda t: tf.reshape(t, tf.concat([[steps * batch], tf.shape(t)[2:]], 0))
-
     frames = flat(frames)
     torso = self.policy_torso if config.separate_value_torso else self.torso
     chunk_frames = 0 if static_shapes else config.torso_chunk_frames

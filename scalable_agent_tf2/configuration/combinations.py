@@ -41,7 +41,8 @@ def check_combinations(config):
     raise ValueError("--env_kwargs are keyword arguments of gymnasium.make, for gym:<id> levels; "
                      f"{config.level_name} is not one ({config.family.title}). Drop --env_kwargs.")
   for name, given in (("value_torso", config.value_torso != settings.AUTO),
-                      ("log_std", config.log_std is not None)):  # The gym family's choices.
+                      ("log_std", config.log_std is not None),  # The gym family's choices.
+                      ("initial_log_std", config.initial_log_std is not None)):
     if given and not config.family.takes_network_choices:
       raise ValueError(f"--{name}={getattr(config, name)} chooses a part of gym:<id> levels' "
                        f"networks; {config.level_name}'s network ({config.family.title}) is "

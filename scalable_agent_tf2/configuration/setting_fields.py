@@ -42,6 +42,7 @@ JSON_OBJECT = Check(_is_json_object, "a JSON object of gymnasium.make's keyword 
                     "'{\"continuous\": true}' (or empty)")
 WHOLE_POSITIVE = Check(lambda v: v >= 1 and float(v).is_integer(), "a positive integer")
 A_NUMBER = Check(lambda v: not math.isnan(v), "a number")
+FINITE = Check(math.isfinite, "a finite number")
 GPU_MEMORY = Check(lambda v: v in ("growth", "all") or (v.isdigit() and int(v) > 0),
                    "growth, all, or a positive number of MiB")
 OFF_OR_POSITIVE = Check(lambda v: v >= 0, ">= 0 (0: off)")

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Optional
 
 from scalable_agent_tf2.configuration.setting_fields import AT_LEAST_ONE
+from scalable_agent_tf2.configuration.setting_fields import FINITE
 from scalable_agent_tf2.configuration.setting_fields import GPU_MEMORY
 from scalable_agent_tf2.configuration.setting_fields import JSON_OBJECT
 from scalable_agent_tf2.configuration.setting_fields import NON_NEGATIVE
@@ -233,6 +234,9 @@ class ExperimentSettings:
       NETWORK, "gymnasium levels with Box actions: the Gaussian's log std from the policy's "
       "layer, a function of the observation (state), or one learned vector (free).",
       choices=LOG_STDS)
+  initial_log_std: Optional[float] = preset_setting(
+      NETWORK, "gymnasium levels with --log_std=free: where the learned log std starts (0: a "
+      "standard deviation of 1; Stable-Baselines3's log_std_init).", check=FINITE)
   algorithm: Optional[str] = preset_setting(
       LEARNER, "impala, or impact (Luo et al., 2020: target network, circular buffer, "
       "clipped target-worker surrogate; presets from its Table 1).", choices=ALGORITHMS)

@@ -60,6 +60,7 @@ batch is what PPO's epochs do. --algorithm=impala gives the IMPALA set (UNTUNED)
 learner with PopArt, a constant rate 0.0006, RMSProp at full step (epsilon 1e-5, the
 accumulator starting at 0), entropy cost 0.001 and Table 1's 48 environments.
 """
+import dataclasses
 import functools
 import json
 
@@ -131,6 +132,10 @@ LOG_STD_CITED = {
                      "heads': state, IMPACT section 4.3's (RLlib's free_log_std=False), measured "
                      "beside it)",
     settings.IMPALA: "this project's: free (one vector, Stable-Baselines3 PPO's head)"}
+# Where the free log std starts: 0, a standard deviation of 1 per action dimension, as
+# Stable-Baselines3's PPO (log_std_init=0) and RLlib's free_log_std start.
+INITIAL_LOG_STD = 0.0
+INITIAL_LOG_STD_CITED = "Stable-Baselines3 PPO's log_std_init (0: a standard deviation of 1)"
 
 # Where each value comes from, as --show_settings cites it: the sets above, in words.
 _MEASURED = "benchmarks/RESULTS.md, 'One set of defaults: IMPACT with batches of 4 x 64'"
@@ -238,6 +243,7 @@ class GymFamily(base.Family):
     values["torso"] = (frame_torso(description.observation_shape)
                        if description.observation_kind == gym_spaces.FRAME else None)
     values["log_std"] = LOG_STD if description.continuous_actions else None
+    values["initial_log_std"] = (INITIAL_LOG_STD if _free_log_std(description, given) else None)
     return values
 
   algorithm_cited = f"this project's: impact, measured ({_MEASURED})"
@@ -258,6 +264,8 @@ class GymFamily(base.Family):
     cited["torso"] = torso_cited(description)
     cited["log_std"] = (LOG_STD_CITED[algorithm] if description.continuous_actions else
                         "none (discrete actions: no Gaussian)")
+    cited["initial_log_std"] = (INITIAL_LOG_STD_CITED if _free_log_std(description, given) else
+                                "none (no free log std)")
     return cited
 
   def preset_sources(self, level_name):
@@ -284,6 +292,12 @@ class GymFamily(base.Family):
     if config.log_std is not None and not continuous:
       raise ValueError(f"--log_std={config.log_std} chooses a Gaussian's log std; "
                        f"{config.levels[0]} has discrete actions. Drop --log_std.")
+    if config.initial_log_std is not None and config.log_std != settings.FREE:
+      raise ValueError(f"--initial_log_std={config.initial_log_std} is where a free log std "
+                       f"starts; {config.levels[0]} has "
+                       + (f"--log_std={config.log_std}, the policy layer's outputs. Add "
+                          "--log_std=free or drop --initial_log_std." if continuous else
+                          "discrete actions. Drop --initial_log_std."))
     frame_settings = [name for name in ("width", "height") if getattr(config, name)
                       is not None]
     if frame_settings:
@@ -363,7 +377,7 @@ class GymFamily(base.Family):
       raise ValueError(f"{config.levels[0]}: Box actions on a Discrete observation: no "
                        "network takes this pair (wrap the environment to one-hot its "
                        "observation as a Box (n,) vector).")
-    return networks.network_config_for_spec(
+    network = networks.network_config_for_spec(
         spec, kind, torso=config.torso if kind == torsos.FRAME else None,
         use_lstm=uses_lstm(kind, continuous, config.torso),
         use_instruction=description.has_instruction, frame_max=description.frame_max,
@@ -372,6 +386,15 @@ class GymFamily(base.Family):
         state_dependent_log_std=config.log_std == settings.STATE,
         separate_value_torso=separate_value_torso(kind, continuous, config.torso,
                                                   config.value_torso))
+    if config.initial_log_std is None:
+      return network
+    return dataclasses.replace(network, initial_log_std=config.initial_log_std)
+
+
+def _free_log_std(description, given):
+  """Box actions whose Gaussian has one free log std vector (--log_std, LOG_STD if not given)."""
+  return (description.continuous_actions
+          and (given or {}).get("log_std", LOG_STD) == settings.FREE)
 
 
 def frame_torso(frame_shape):
