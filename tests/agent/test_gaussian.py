@@ -1,6 +1,7 @@
 """Diagonal Gaussian policies (distributions.DiagGaussian, action_bounds.py, heads.py and the
 IMPACT paper's networks of networks.py) against numpy ground truths: closed forms written differently from the
 implementation, Monte-Carlo estimates and numerical integration."""
+import dataclasses
 import math
 
 import numpy as np
@@ -381,6 +382,23 @@ def test_policy_head_log_std_dependence(state_dependent):
     head.log_std.assign([0.1, -0.2, 0.3])
     np.testing.assert_allclose(head(inputs)[:, 3:], np.tile([0.1, -0.2, 0.3], (5, 1)),
                                rtol=1e-6)
+
+
+def test_a_free_log_std_starts_at_initial_log_std_and_a_state_dependent_one_ignores_it():
+  init = torsos.NormcInitializer(0).for_output_layers()
+  inputs = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
+  free = heads.policy_head(distributions.DiagGaussianFamily(3), 8, init,
+                           state_dependent_log_std=False, initial_log_std=-2.0)
+  np.testing.assert_array_equal(free(inputs)[:, 3:], np.full((5, 3), -2.0, np.float32))
+  assert [v.name for v in free.trainable_variables].count("policy/log_std:0") == 1
+  state = heads.policy_head(distributions.DiagGaussianFamily(3), 8, init,
+                            state_dependent_log_std=True, initial_log_std=-2.0)
+  assert not hasattr(state, "log_std")
+  assert not np.allclose(state(inputs)[:, 3:], -2.0)
+  # Through the network's config, as the gym family builds it (--initial_log_std).
+  config = dataclasses.replace(networks.continuous_vector_config(
+      observation_size=5, action_size=2, state_dependent_log_std=False), initial_log_std=-0.5)
+  np.testing.assert_array_equal(networks.Agent(config, seed=0).policy.log_std, [-0.5, -0.5])
 
 
 def test_agent_architecture_initialisation_and_separate_networks():

@@ -399,6 +399,32 @@ def test_log_std_is_refused_where_no_gaussian_head_takes_it(level, message):
     _resolve(level, log_std="free")
 
 
+@pytest.mark.parametrize("flags, initial", [
+    ({}, 0.0), (dict(initial_log_std=-2.0), -2.0),
+    (dict(algorithm="impala", initial_log_std=-1.0), -1.0),
+    (dict(env_kwargs='{"continuous": true}', initial_log_std=0.5), 0.5)])
+def test_initial_log_std_is_where_the_free_log_std_starts(flags, initial):
+  level = "gym:LunarLander-v3" if "env_kwargs" in flags else "gym:Pendulum-v1"
+  config = _resolve(level, **flags)
+  assert config.initial_log_std == initial
+  spec = gym_family.FAMILY.describe(level, gym_family.parse_env_kwargs(
+      config.env_kwargs)).spec()
+  network = config.family.network_config(config, spec)
+  assert not network.state_dependent_log_std and network.initial_log_std == initial
+  assert _resolve(level, log_std="state", env_kwargs=config.env_kwargs).initial_log_std is None
+
+
+@pytest.mark.parametrize("level, flags, message", [
+    ("gym:Pendulum-v1", dict(log_std="state"), "Add --log_std=free or drop --initial_log_std"),
+    ("gym:CartPole-v1", {}, "has discrete actions. Drop --initial_log_std"),
+    ("mujoco/hopper", {}, "fixed by its paper"),
+    ("gym:Pendulum-v1", dict(), "must be a finite number")])
+def test_initial_log_std_is_refused_where_no_free_log_std_takes_it(level, flags, message):
+  value = float("inf") if "finite" in message else -2.0
+  with pytest.raises(ValueError, match=message):
+    _resolve(level, initial_log_std=value, **flags)
+
+
 @pytest.mark.parametrize("level_name", [
     "gym:CarRacing-v3",  # gymnasium's Box2D module imports pygame when gymnasium.make loads it.
     "gym:tests.gym_user_package.pygame_drawn:UserPygameDrawn-v0",  # As MiniGrid's import does.
