@@ -31,7 +31,8 @@ finished run's small files (complete.json, episodes.csv, the command) are copied
 run finished there is copied into --output_dir and not made again, so that a set longer than
 one machine's life is built over several (commit the archive; the logdirs stay outside).
 
-Resuming: run the same command again. Runs whose complete.json exists are skipped; our
+Resuming: run the same command again. Runs whose complete.json exists are skipped (ours
+refused if another command made it: check_finished_command); our
 interrupted runs resume from their last checkpoint (the same command, the same logdir; what
 the killed attempt trained beyond it is dropped by runlog.read_trained_records); an
 interrupted peer run restarts from zero, its directory moved aside (<dir>.interrupted_<time>),
@@ -468,6 +469,7 @@ def run_ours(env, seed, logdir, max_seconds, print_fn, ours_flags=()):
   --max_seconds; at the budget it stops by itself. Returns the failure or None."""
   command = ours_command(env, seed, logdir, ours_flags)
   if os.path.exists(os.path.join(logdir, COMPLETE_FILE)):
+    check_finished_command(logdir, runs.printable(command))
     print_fn(f"$ {runs.printable(command)}\n  already finished")
     return None
   os.makedirs(logdir, exist_ok=True)
@@ -513,6 +515,17 @@ def run_ours(env, seed, logdir, max_seconds, print_fn, ours_flags=()):
                       seconds=rows[-1][0] if rows else None, episodes=len(rows),
                       command=runs.printable(command)), print_fn)
   return None
+
+
+def check_finished_command(logdir, command):
+  """Refuses a finished run of ours made by another command (other --ours_flags in the same
+  --output_dir or --archive_dir): its numbers would be reported as this command's. The
+  --logdir is left out of the comparison: an archived run names another machine's."""
+  recorded = read_json(os.path.join(logdir, COMMAND_FILE))
+  identity = lambda line: [t for t in shlex.split(line) if not t.startswith("--logdir=")]
+  if recorded is not None and identity(recorded) != identity(command):
+    raise SystemExit(f"{logdir} holds a finished run of another command:\n  {recorded}\nnot\n"
+                     f"  {command}\nChoose another --output_dir (and --archive_dir).")
 
 
 def run_peer(env, seed, system, directory, venv, max_seconds, print_fn, torch_threads=0):

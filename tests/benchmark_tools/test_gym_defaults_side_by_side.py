@@ -314,14 +314,17 @@ def test_finished_runs_are_kept_in_the_archive_and_not_made_again_on_another_mac
   # The next machine: nothing is run again (both systems would fail now), the report reads
   # the archived episodes.
   monkeypatch.setenv("FAKE_PEER_FAILS", "1")
-  monkeypatch.setattr(runs, "experiment_command", lambda logdir, **flags: [
-      sys.executable, "-c", "raise SystemExit(1)"])
+  (tmp_path / "fake_trainer.py").write_text("raise SystemExit(1)\n")  # The same command.
   assert gds.main([f"--output_dir={second}"] + argv) == 0
   output = capsys.readouterr().out
   assert output.count("already finished") == 2 and "finished in" in output
   assert gds.read_run(second, env, gds.OURS, 1) == ours_first
   assert gds.read_run(second, env, gds.PPO, 1) == gds.read_run(first, env, gds.PPO, 1)
   assert "| this project (no flags) | 1/1 |" in output
+  # A candidate's command finds the defaults' finished runs there: refused, not reported as its.
+  with pytest.raises(SystemExit, match="holds a finished run of another command"):
+    gds.main([f"--output_dir={tmp_path / 'third_machine'}", "--ours_flags=--gae_lambda=0.9"]
+             + argv)
 
 
 def _write_finished(output_dir, env, system, seed, rows):
