@@ -133,9 +133,16 @@ LOG_STD_CITED = {
                      "beside it)",
     settings.IMPALA: "this project's: free (one vector, Stable-Baselines3 PPO's head)"}
 # Where the free log std starts: 0, a standard deviation of 1 per action dimension, as
-# Stable-Baselines3's PPO (log_std_init=0) and RLlib's free_log_std start.
+# Stable-Baselines3's PPO (log_std_init=0) and RLlib's free_log_std start. With no entropy bonus
+# for Box actions the learned scale only falls, so the start sets how much a run explores: -1
+# learned HalfCheetah-v5 3x further and LunarLanderContinuous-v3 3x faster but left Hopper-v5 and
+# Walker2d-v5 falling, and -2 (RL Baselines3 Zoo's HalfCheetah and Hopper entries) kept
+# Pendulum-v1 from its swing-up (benchmarks/RESULTS.md, "Box actions through gym ids: where the
+# free log std starts").
 INITIAL_LOG_STD = 0.0
-INITIAL_LOG_STD_CITED = "Stable-Baselines3 PPO's log_std_init (0: a standard deviation of 1)"
+INITIAL_LOG_STD_CITED = ("Stable-Baselines3 PPO's log_std_init (0: a standard deviation of 1); "
+                         "-1 and -2 measured beside it: benchmarks/RESULTS.md, 'Box actions "
+                         "through gym ids: where the free log std starts'")
 
 # Where each value comes from, as --show_settings cites it: the sets above, in words.
 _MEASURED = "benchmarks/RESULTS.md, 'One set of defaults: IMPACT with batches of 4 x 64'"
