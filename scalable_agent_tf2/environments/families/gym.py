@@ -137,8 +137,8 @@ LOG_STD_CITED = {
 # for Box actions the learned scale only falls, so the start sets how much a run explores: -1
 # learned HalfCheetah-v5 3x further and LunarLanderContinuous-v3 3x faster but left one Hopper-v5
 # seed of two and three Walker2d-v5 seeds of five falling, and -2 (RL Baselines3 Zoo's
-# HalfCheetah and Hopper entries) kept Pendulum-v1 from its swing-up (benchmarks/RESULTS.md, "Box actions through gym ids: where the
-# free log std starts").
+# HalfCheetah and Hopper entries) kept Pendulum-v1 from its swing-up (benchmarks/RESULTS.md,
+# "Box actions through gym ids: where the free log std starts").
 INITIAL_LOG_STD = 0.0
 INITIAL_LOG_STD_CITED = ("Stable-Baselines3 PPO's log_std_init (0: a standard deviation of 1); "
                          "-1 and -2 measured beside it: benchmarks/RESULTS.md, 'Box actions "
